@@ -1,0 +1,94 @@
+/*
+ * The CUDA driver as rgpud sees it: a table of entry points loaded with
+ * dlopen() from the real libcuda.so.1, or from the emulated device
+ * (librgpu-emu.so, `rgpud --emulated`).  Both export exactly these names with
+ * cuda.h's prototypes; this list is the contract between them.
+ *
+ * Compiled with __CUDA_API_VERSION_INTERNAL so cuda.h declares every
+ * versioned name (cuMemAlloc_v2 ...) and the prototypes type-check.
+ */
+#ifndef RGPUD_DRIVER_H
+#define RGPUD_DRIVER_H
+
+#ifndef __CUDA_API_VERSION_INTERNAL
+#define __CUDA_API_VERSION_INTERNAL 1
+#endif
+#include <cuda.h>
+
+#define RGPUD_DRIVER_FUNCS(X)                    \
+	X(cuGetErrorName)                        \
+	X(cuGetErrorString)                      \
+	X(cuInit)                                \
+	X(cuDriverGetVersion)                    \
+	X(cuDeviceGetCount)                      \
+	X(cuDeviceGet)                           \
+	X(cuDeviceGetName)                       \
+	X(cuDeviceGetUuid_v2)                    \
+	X(cuDeviceTotalMem_v2)                   \
+	X(cuDeviceGetAttribute)                  \
+	X(cuCtxCreate_v2)                        \
+	X(cuCtxDestroy_v2)                       \
+	X(cuCtxSetCurrent)                       \
+	X(cuCtxSynchronize)                      \
+	X(cuCtxGetLimit)                         \
+	X(cuCtxSetLimit)                         \
+	X(cuMemGetInfo_v2)                       \
+	X(cuMemAlloc_v2)                         \
+	X(cuMemFree_v2)                          \
+	X(cuMemHostAlloc)                        \
+	X(cuMemFreeHost)                         \
+	X(cuMemcpyHtoD_v2)                       \
+	X(cuMemcpyDtoH_v2)                       \
+	X(cuMemcpyDtoD_v2)                       \
+	X(cuMemcpyHtoDAsync_v2)                  \
+	X(cuMemcpyDtoHAsync_v2)                  \
+	X(cuMemcpyDtoDAsync_v2)                  \
+	X(cuMemsetD8_v2)                         \
+	X(cuMemsetD16_v2)                        \
+	X(cuMemsetD32_v2)                        \
+	X(cuMemsetD8Async)                       \
+	X(cuMemsetD16Async)                      \
+	X(cuMemsetD32Async)                      \
+	X(cuModuleLoadData)                      \
+	X(cuModuleUnload)                        \
+	X(cuModuleGetFunction)                   \
+	X(cuModuleGetGlobal_v2)                  \
+	X(cuLibraryLoadData)                     \
+	X(cuLibraryUnload)                       \
+	X(cuLibraryGetKernel)                    \
+	X(cuLibraryGetGlobal)                    \
+	X(cuKernelGetFunction)                   \
+	X(cuKernelGetParamInfo)                  \
+	X(cuFuncGetParamInfo)                    \
+	X(cuFuncGetAttribute)                    \
+	X(cuFuncSetAttribute)                    \
+	X(cuFuncSetCacheConfig)                  \
+	X(cuLaunchKernel)                        \
+	X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
+	X(cuStreamCreateWithPriority)            \
+	X(cuStreamDestroy_v2)                    \
+	X(cuStreamSynchronize)                   \
+	X(cuStreamQuery)                         \
+	X(cuStreamWaitEvent)                     \
+	X(cuEventCreate)                         \
+	X(cuEventDestroy_v2)                     \
+	X(cuEventRecord)                         \
+	X(cuEventSynchronize)                    \
+	X(cuEventQuery)                          \
+	X(cuEventElapsedTime)
+
+struct rgpud_driver {
+	void *dl;
+	char path[512];
+#define RGPUD_DRV_FIELD(fn) __typeof__(&fn) fn;
+	RGPUD_DRIVER_FUNCS(RGPUD_DRV_FIELD)
+#undef RGPUD_DRV_FIELD
+};
+
+/* Loads every entry point from path; on failure writes why into err. */
+int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_t errlen);
+void rgpud_driver_unload(struct rgpud_driver *d);
+/* "CUDA_ERROR_X: description" for logs. */
+const char *rgpud_cu_errname(const struct rgpud_driver *d, CUresult rc);
+
+#endif

@@ -1,0 +1,165 @@
+/*
+ * rgpu wire protocol: the single place that defines what crosses the wire.
+ *
+ * Every message is a frame: a fixed 24-byte header followed by `len` payload
+ * bytes.  All integers are little-endian.  Payloads are sequences of fields
+ * written with lib/wire.h (fixed-width integers, length-prefixed byte strings);
+ * each opcode below documents its request and reply fields in order.
+ *
+ * Replies carry the request's id and RGPU_F_REPLY.  A reply payload always
+ * starts with an i32 status: a CUresult (0 = success) or, for
+ * protocol-level failures, RGPU_ERR_*.  A request flagged RGPU_F_NOREPLY
+ * gets no reply; a failure is remembered by the session and reported by the
+ * next request that asks for one (CUDA's "error at the next synchronising
+ * call" rule).  A reply may be split over several frames flagged
+ * RGPU_F_MORE (bulk device-to-host data); the last one lacks the flag.
+ *
+ * Compatibility: magic and version are the first 6 bytes of every frame in
+ * every protocol version, so a peer can always name the other's version.
+ */
+#ifndef RGPU_PROTO_H
+#define RGPU_PROTO_H
+
+#include <stdint.h>
+
+#define RGPU_PROTO_MAGIC   0x55504752u /* "RGPU" on the wire */
+#define RGPU_PROTO_VERSION 1
+#define RGPU_DEFAULT_PORT  7420
+
+#define RGPU_HDR_SIZE 24
+/* Largest payload accepted.  Bulk copies larger than this are split into
+ * RGPU_CHUNK_SIZE pieces by the sender. */
+#define RGPU_MAX_PAYLOAD (64u * 1024 * 1024 + 4096)
+#define RGPU_CHUNK_SIZE  (4u * 1024 * 1024)
+
+enum rgpu_flags {
+	RGPU_F_REPLY   = 1u << 0,
+	RGPU_F_NOREPLY = 1u << 1,
+	RGPU_F_MORE    = 1u << 2,
+};
+
+struct rgpu_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t op;
+	uint32_t flags;
+	uint32_t len;
+	uint64_t id;
+};
+
+/* Protocol-level status codes, outside CUresult's range. */
+enum rgpu_err {
+	RGPU_ERR_PROTO    = 100000, /* malformed request */
+	RGPU_ERR_VERSION  = 100001, /* protocol version mismatch */
+	RGPU_ERR_AUTH     = 100002, /* no valid credential or lease */
+	RGPU_ERR_BADOP    = 100003, /* unknown opcode */
+	RGPU_ERR_HANDLE   = 100004, /* unknown handle for this session */
+};
+
+/* Handles: the server never hands out its own pointers.  Every object a
+ * session creates gets a session-local 64-bit id; 0 means "none" (e.g. the
+ * NULL stream).  Device addresses (CUdeviceptr) are the exception: they are
+ * the server driver's real addresses, identical on both sides. */
+typedef uint64_t rgpu_handle;
+
+/*
+ * Opcodes.  X(name, number, summary).  Request fields -> reply fields
+ * (after the leading i32 status).  "ctx" is a context handle; every call that
+ * runs in a context names it, so calls are replayable on their own.
+ */
+#define RGPU_OPS(X)                                                            \
+	/* u32 proto, str client-name, bytes credential -> str server-id,      \
+	 * u32 ndev.  The reply to a version mismatch is status               \
+	 * RGPU_ERR_VERSION with str message naming both versions. */          \
+	X(HELLO, 1, "open a session")                                          \
+	/* u32 dev -> str name, bytes16 uuid, u64 totalmem, u32 nattr,        \
+	 * i32 attr[nattr] (index = CUdevice_attribute) */                     \
+	X(DEVICE_INFO, 2, "device properties (cached by the client)")          \
+	/* u32 dev, u32 flags -> handle ctx */                                 \
+	X(CTX_CREATE, 10, "create a context")                                  \
+	X(CTX_DESTROY, 11, "handle ctx ->")                                    \
+	X(CTX_SYNC, 12, "handle ctx ->")                                       \
+	/* handle ctx, u32 limit -> u64 value */                               \
+	X(CTX_GET_LIMIT, 13, "context limit")                                  \
+	/* handle ctx, u32 limit, u64 value -> */                              \
+	X(CTX_SET_LIMIT, 14, "set context limit")                              \
+	/* handle ctx -> u64 free, u64 total (quota-aware) */                  \
+	X(MEM_GET_INFO, 20, "free and total memory")                           \
+	/* handle ctx, u64 size -> u64 dptr */                                 \
+	X(MEM_ALLOC, 21, "allocate device memory")                             \
+	/* handle ctx, u64 dptr -> */                                          \
+	X(MEM_FREE, 22, "free device memory")                                  \
+	/* handle ctx, handle stream, u64 dst, u64 total, u64 offset,          \
+	 * bytes data -> (reply only on the final chunk) */                    \
+	X(MEMCPY_HTOD, 23, "host to device copy chunk")                        \
+	/* handle ctx, handle stream, u64 src, u64 size -> reply data frames   \
+	 * (RGPU_F_MORE on all but the last); each: bytes data */              \
+	X(MEMCPY_DTOH, 24, "device to host copy")                              \
+	/* handle ctx, handle stream, u64 dst, u64 src, u64 size -> */         \
+	X(MEMCPY_DTOD, 25, "device to device copy")                            \
+	/* handle ctx, handle stream, u64 dst, u32 value, u32 elemsize,        \
+	 * u64 count -> */                                                     \
+	X(MEMSET, 26, "memset 8/16/32")                                        \
+	/* handle ctx, u32 kind, bytes image -> handle module */               \
+	X(MODULE_LOAD, 30, "load a module image (cubin, fatbin, PTX)")         \
+	X(MODULE_UNLOAD, 31, "handle ctx, handle module ->")                   \
+	/* handle ctx, handle module, str name -> handle func, u32 nparams,   \
+	 * (u32 offset, u32 size)[nparams] */                                  \
+	X(MODULE_GET_FUNCTION, 32, "look up a kernel")                         \
+	/* handle ctx, handle module, str name -> u64 dptr, u64 size */        \
+	X(MODULE_GET_GLOBAL, 33, "look up a global")                           \
+	/* handle ctx (0 = none), bytes image -> handle library */             \
+	X(LIBRARY_LOAD, 34, "load a context-independent library")             \
+	X(LIBRARY_UNLOAD, 35, "handle library ->")                             \
+	/* handle library, str name -> handle kernel, u32 nparams, layout */  \
+	X(LIBRARY_GET_KERNEL, 36, "look up a library kernel")                  \
+	/* handle ctx, handle kernel -> handle func */                         \
+	X(KERNEL_GET_FUNCTION, 37, "kernel's function in a context")           \
+	/* handle ctx, handle library, str name -> u64 dptr, u64 size */       \
+	X(LIBRARY_GET_GLOBAL, 38, "library global in a context")               \
+	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \
+	 * handle stream, bytes params (packed at the layout's offsets) -> */  \
+	X(LAUNCH, 40, "launch a kernel")                                       \
+	/* handle ctx, handle func -> u32 n, i32 attr[n] */                    \
+	X(FUNC_GET_ATTRS, 41, "all function attributes")                       \
+	/* handle ctx, handle func, u32 attr, i32 value -> */                  \
+	X(FUNC_SET_ATTR, 42, "set a function attribute")                       \
+	/* handle ctx, handle func, u32 config -> */                           \
+	X(FUNC_SET_CACHE, 43, "set cache preference")                          \
+	/* handle ctx, handle func, i32 block, u64 smem, u32 flags -> i32 n */ \
+	X(OCC_MAX_BLOCKS, 44, "occupancy: max active blocks per SM")           \
+	/* handle ctx, u32 flags, i32 priority -> handle stream */             \
+	X(STREAM_CREATE, 50, "create a stream")                                \
+	X(STREAM_DESTROY, 51, "handle ctx, handle stream ->")                  \
+	X(STREAM_SYNC, 52, "handle ctx, handle stream ->")                     \
+	/* handle ctx, handle stream -> (status CUDA_ERROR_NOT_READY if busy) */ \
+	X(STREAM_QUERY, 53, "stream idle?")                                    \
+	/* handle ctx, handle stream, handle event, u32 flags -> */            \
+	X(STREAM_WAIT_EVENT, 54, "stream waits for an event")                  \
+	/* handle ctx, u32 flags -> handle event */                            \
+	X(EVENT_CREATE, 60, "create an event")                                 \
+	X(EVENT_DESTROY, 61, "handle ctx, handle event ->")                    \
+	/* handle ctx, handle event, handle stream -> */                       \
+	X(EVENT_RECORD, 62, "record an event")                                 \
+	X(EVENT_SYNC, 63, "handle ctx, handle event ->")                       \
+	X(EVENT_QUERY, 64, "handle ctx, handle event ->")                      \
+	/* handle ctx, handle start, handle end -> f32 ms (as u32 bits) */     \
+	X(EVENT_ELAPSED, 65, "elapsed time between events")
+
+enum rgpu_op {
+#define RGPU_OP_ENUM(name, num, doc) RGPU_OP_##name = num,
+	RGPU_OPS(RGPU_OP_ENUM)
+#undef RGPU_OP_ENUM
+	RGPU_OP_MAX = 128,
+};
+
+/* Module image kinds in MODULE_LOAD, from what the client could size. */
+enum rgpu_image_kind {
+	RGPU_IMAGE_FATBIN = 1,
+	RGPU_IMAGE_ELF = 2,
+	RGPU_IMAGE_PTX = 3,
+};
+
+const char *rgpu_op_name(unsigned op);
+
+#endif

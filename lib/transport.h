@@ -1,0 +1,50 @@
+/* Transports move bytes between a client and rgpud.  Each lives in its own
+ * file behind this interface (TCP now; shared memory and verbs later), so the
+ * protocol code never knows which one carries it. */
+#ifndef RGPU_TRANSPORT_H
+#define RGPU_TRANSPORT_H
+
+#include <stddef.h>
+#include <sys/uio.h>
+
+struct rgpu_conn;
+
+struct rgpu_transport {
+	const char *name;
+	/* Send every byte of iov or fail: 0, or -1 with errno set. */
+	int (*sendv)(struct rgpu_conn *c, const struct iovec *iov, int iovcnt);
+	/* Receive exactly n bytes: 0, or -1 (errno set; 0 on orderly EOF). */
+	int (*recv)(struct rgpu_conn *c, void *buf, size_t n);
+	void (*close)(struct rgpu_conn *c);
+};
+
+struct rgpu_conn {
+	const struct rgpu_transport *tp;
+	char peer[128]; /* for logs: "host:port" */
+};
+
+static inline int rgpu_sendv(struct rgpu_conn *c, const struct iovec *iov, int n)
+{
+	return c->tp->sendv(c, iov, n);
+}
+static inline int rgpu_recv(struct rgpu_conn *c, void *buf, size_t n)
+{
+	return c->tp->recv(c, buf, n);
+}
+static inline void rgpu_conn_close(struct rgpu_conn *c)
+{
+	if (c)
+		c->tp->close(c);
+}
+
+/* TCP (transport_tcp.c).  Errors are written to err as a sentence. */
+struct rgpu_conn *rgpu_tcp_connect(const char *host, unsigned port,
+				   int timeout_ms, char *err, size_t errlen);
+/* addr is "HOST:PORT", "HOST" or ":PORT"; returns a listening fd or -1. */
+int rgpu_tcp_listen(const char *addr, char *err, size_t errlen);
+/* Accepts one connection; NULL with errno set on failure. */
+struct rgpu_conn *rgpu_tcp_accept(int listen_fd);
+/* The socket under a TCP connection (for poll and credentials). */
+int rgpu_tcp_fd(struct rgpu_conn *c);
+
+#endif
