@@ -5,6 +5,28 @@
 
 #include <string.h>
 
+int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t errlen)
+{
+	(void)cfg; (void)err; (void)errlen;
+	return 0;
+}
+
+void rgpud_access_fini(void) {}
+
+int rgpud_access_charge(const struct rgpud_principal *who, unsigned gpu, int64_t delta)
+{
+	(void)who; (void)gpu; (void)delta;
+	return 0;
+}
+
+void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
+			uint64_t *limit, uint64_t *used)
+{
+	(void)who; (void)gpu;
+	*limit = 0;
+	*used = 0;
+}
+
 int rgpud_access_hello(const void *cred, size_t len, const char *peer,
 		       struct rgpud_principal *who, char *why, size_t whylen)
 {

@@ -19,6 +19,16 @@ struct rgpud_principal {
 	int authenticated; /* credential verified (false in open mode) */
 };
 
+struct rgpud_access_config {
+	int require_lease;     /* --leases: munge credential + job lease required */
+	const char *state_dir; /* where leases persist across restarts */
+	unsigned admin_uid;    /* besides root, may manage leases (SlurmUser) */
+};
+
+/* Once at start-up (loads persisted leases, starts expiry).  0 or -1+err. */
+int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t errlen);
+void rgpud_access_fini(void);
+
 /* Called once per connection with HELLO's credential bytes (may be empty).
  * 0: accepted, *who filled in.  -1: refused, why says so (sent to the client
  * and logged). */
@@ -29,6 +39,15 @@ int rgpud_access_hello(const void *cred, size_t len, const char *peer,
  * 0: allowed, *mem_limit set (0 = no quota).  -1: refused with why. */
 int rgpud_access_device(const struct rgpud_principal *who, unsigned gpu,
 			uint64_t *mem_limit, char *why, size_t whylen);
+
+/* Device-memory accounting against the quota of the caller's lease on gpu
+ * (summed over every session of the job).  charge(+n) before an allocation:
+ * 0 = fits, -1 = over quota; charge(-n) after a free or a failed
+ * allocation.  No-ops without a quota. */
+int rgpud_access_charge(const struct rgpud_principal *who, unsigned gpu, int64_t delta);
+/* Quota (0 = none) and bytes charged so far, for cuMemGetInfo. */
+void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
+			uint64_t *limit, uint64_t *used);
 
 /* Lease and status opcodes (RGPU_OP_LEASE_* in proto.h).  Reads the request
  * from r, writes the reply fields (after the status) to reply, returns the

@@ -144,7 +144,17 @@ typedef uint64_t rgpu_handle;
 	X(EVENT_SYNC, 63, "handle ctx, handle event ->")                       \
 	X(EVENT_QUERY, 64, "handle ctx, handle event ->")                      \
 	/* handle ctx, handle start, handle end -> f32 ms (as u32 bits) */     \
-	X(EVENT_ELAPSED, 65, "elapsed time between events")
+	X(EVENT_ELAPSED, 65, "elapsed time between events")                 \
+	/* Lease management (admin credential only; see daemon/lease.h).       \
+	 * u64 job_id, u32 uid, u32 gpu, u64 mem_limit (0 = whole GPU,         \
+	 * exclusive), u64 expires (unix seconds, 0 = never) -> */             \
+	X(LEASE_GRANT, 80, "reserve a GPU (or a slice) for a job")             \
+	/* u64 job_id -> u32 released (ends the job's sessions, frees memory) */ \
+	X(LEASE_RELEASE, 81, "end a job's leases")                             \
+	/* -> u32 ngpu, per GPU: (u32 gpu, str name, u64 total, u64 reserved,  \
+	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
+	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
+	X(LEASE_LIST, 82, "leases and GPU load")
 
 enum rgpu_op {
 #define RGPU_OP_ENUM(name, num, doc) RGPU_OP_##name = num,
