@@ -89,16 +89,18 @@ typedef uint64_t rgpu_handle;
 	X(MEM_ALLOC, 21, "allocate device memory")                             \
 	/* handle ctx, u64 dptr -> */                                          \
 	X(MEM_FREE, 22, "free device memory")                                  \
-	/* handle ctx, handle stream, u64 dst, u64 total, u64 offset,          \
-	 * bytes data -> (reply only on the final chunk) */                    \
+	/* handle ctx, handle stream, u64 dst, u64 total, u64 offset, then    \
+	 * raw data to the end of the frame (at most RGPU_CHUNK_SIZE).         \
+	 * Chunks in order; all but the last flagged NOREPLY -> */             \
 	X(MEMCPY_HTOD, 23, "host to device copy chunk")                        \
 	/* handle ctx, handle stream, u64 src, u64 size -> reply data frames   \
-	 * (RGPU_F_MORE on all but the last); each: bytes data */              \
+	 * (RGPU_F_MORE on all but the last); each: raw data */               \
 	X(MEMCPY_DTOH, 24, "device to host copy")                              \
-	/* handle ctx, handle stream, u64 dst, u64 src, u64 size -> */         \
+	/* handle ctx, handle stream, u64 dst, u64 src, u64 size,           \
+	 * u32 sync (1: synchronous cuMemcpyDtoD) -> */                        \
 	X(MEMCPY_DTOD, 25, "device to device copy")                            \
 	/* handle ctx, handle stream, u64 dst, u32 value, u32 elemsize,        \
-	 * u64 count -> */                                                     \
+	 * u64 count, u32 sync -> */                                           \
 	X(MEMSET, 26, "memset 8/16/32")                                        \
 	/* handle ctx, u32 kind, bytes image -> handle module */               \
 	X(MODULE_LOAD, 30, "load a module image (cubin, fatbin, PTX)")         \

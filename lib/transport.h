@@ -15,6 +15,8 @@ struct rgpu_transport {
 	int (*sendv)(struct rgpu_conn *c, const struct iovec *iov, int iovcnt);
 	/* Receive exactly n bytes: 0, or -1 (errno set; 0 on orderly EOF). */
 	int (*recv)(struct rgpu_conn *c, void *buf, size_t n);
+	/* Wakes a thread blocked in recv on this connection (it then fails). */
+	void (*shutdown)(struct rgpu_conn *c);
 	void (*close)(struct rgpu_conn *c);
 };
 
@@ -30,6 +32,10 @@ static inline int rgpu_sendv(struct rgpu_conn *c, const struct iovec *iov, int n
 static inline int rgpu_recv(struct rgpu_conn *c, void *buf, size_t n)
 {
 	return c->tp->recv(c, buf, n);
+}
+static inline void rgpu_conn_shutdown(struct rgpu_conn *c)
+{
+	c->tp->shutdown(c);
 }
 static inline void rgpu_conn_close(struct rgpu_conn *c)
 {

@@ -71,6 +71,11 @@ static int tcp_recv(struct rgpu_conn *c, void *buf, size_t n)
 	return 0;
 }
 
+static void tcp_shutdown(struct rgpu_conn *c)
+{
+	(void)shutdown(((struct tcp_conn *)c)->fd, SHUT_RDWR);
+}
+
 static void tcp_close(struct rgpu_conn *c)
 {
 	struct tcp_conn *t = (struct tcp_conn *)c;
@@ -82,6 +87,7 @@ static const struct rgpu_transport tcp_transport = {
 	.name = "tcp",
 	.sendv = tcp_sendv,
 	.recv = tcp_recv,
+	.shutdown = tcp_shutdown,
 	.close = tcp_close,
 };
 

@@ -1,0 +1,63 @@
+/* Opcode -> handler.  A bulk op reads only its fixed fields up front. */
+#include "rgpud.h"
+#include "session.h"
+
+int op_admin(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	int rc = rgpud_access_admin_op(&s->who, h->op, r, out);
+	return rc == -1 ? OP_DROP : rc;
+}
+
+#define OPD(name, fn, prefix) [RGPU_OP_##name] = { op_##fn, prefix, 1 }
+
+static const struct op_desc ops[RGPU_OP_MAX] = {
+	[RGPU_OP_HELLO] = { op_hello, 0, 0 },
+	OPD(DEVICE_INFO, device_info, 0),
+	OPD(CTX_CREATE, ctx_create, 0),
+	OPD(CTX_DESTROY, ctx_destroy, 0),
+	OPD(CTX_SYNC, ctx_sync, 0),
+	OPD(CTX_GET_LIMIT, ctx_get_limit, 0),
+	OPD(CTX_SET_LIMIT, ctx_set_limit, 0),
+	OPD(MEM_GET_INFO, mem_get_info, 0),
+	OPD(MEM_ALLOC, mem_alloc, 0),
+	OPD(MEM_FREE, mem_free, 0),
+	OPD(MEMCPY_HTOD, memcpy_htod, 40),
+	OPD(MEMCPY_DTOH, memcpy_dtoh, 0),
+	OPD(MEMCPY_DTOD, memcpy_dtod, 0),
+	OPD(MEMSET, memset, 0),
+	OPD(MODULE_LOAD, module_load, 0),
+	OPD(MODULE_UNLOAD, module_unload, 0),
+	OPD(MODULE_GET_FUNCTION, module_get_function, 0),
+	OPD(MODULE_GET_GLOBAL, module_get_global, 0),
+	OPD(LIBRARY_LOAD, library_load, 0),
+	OPD(LIBRARY_UNLOAD, library_unload, 0),
+	OPD(LIBRARY_GET_KERNEL, library_get_kernel, 0),
+	OPD(KERNEL_GET_FUNCTION, kernel_get_function, 0),
+	OPD(LIBRARY_GET_GLOBAL, library_get_global, 0),
+	OPD(LAUNCH, launch, 0),
+	OPD(FUNC_GET_ATTRS, func_get_attrs, 0),
+	OPD(FUNC_SET_ATTR, func_set_attr, 0),
+	OPD(FUNC_SET_CACHE, func_set_cache, 0),
+	OPD(OCC_MAX_BLOCKS, occ_max_blocks, 0),
+	OPD(STREAM_CREATE, stream_create, 0),
+	OPD(STREAM_DESTROY, stream_destroy, 0),
+	OPD(STREAM_SYNC, stream_sync, 0),
+	OPD(STREAM_QUERY, stream_query, 0),
+	OPD(STREAM_WAIT_EVENT, stream_wait_event, 0),
+	OPD(EVENT_CREATE, event_create, 0),
+	OPD(EVENT_DESTROY, event_destroy, 0),
+	OPD(EVENT_RECORD, event_record, 0),
+	OPD(EVENT_SYNC, event_sync, 0),
+	OPD(EVENT_QUERY, event_query, 0),
+	OPD(EVENT_ELAPSED, event_elapsed, 0),
+	OPD(LEASE_GRANT, admin, 0),
+	OPD(LEASE_RELEASE, admin, 0),
+	OPD(LEASE_LIST, admin, 0),
+};
+
+const struct op_desc *rgpud_op(unsigned op)
+{
+	if (op >= RGPU_OP_MAX || !ops[op].fn)
+		return NULL;
+	return &ops[op];
+}

@@ -1,0 +1,58 @@
+#include "driver.h"
+#include "log.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_t errlen)
+{
+	memset(d, 0, sizeof(*d));
+	/* RTLD_LOCAL: the driver's symbols must not satisfy anything else's
+	 * lookups in this process. */
+	d->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!d->dl) {
+		snprintf(err, errlen, "cannot load CUDA driver %s: %s", path, dlerror());
+		return -1;
+	}
+	snprintf(d->path, sizeof(d->path), "%s", path);
+	/* The rgpu client is also called libcuda.so.1: serving through it would
+	 * loop back over the network. */
+	if (dlsym(d->dl, "rgpu_client_version")) {
+		snprintf(err, errlen, "%s is the rgpu client library, not a CUDA driver: "
+			 "remove the rgpu client directory from LD_LIBRARY_PATH for rgpud", path);
+		dlclose(d->dl);
+		d->dl = NULL;
+		return -1;
+	}
+#define RGPUD_DRV_LOAD(fn)                                                          \
+	*(void **)(&d->fn) = dlsym(d->dl, #fn);                                     \
+	if (!d->fn) {                                                               \
+		snprintf(err, errlen, "CUDA driver %s lacks %s (driver too old?)", path, #fn); \
+		dlclose(d->dl);                                                     \
+		d->dl = NULL;                                                       \
+		return -1;                                                          \
+	}
+	RGPUD_DRIVER_FUNCS(RGPUD_DRV_LOAD)
+#undef RGPUD_DRV_LOAD
+	/* Prefer the current elapsed-time entry point where the driver has it. */
+	void *et = dlsym(d->dl, "cuEventElapsedTime_v2");
+	if (et)
+		*(void **)(&d->cuEventElapsedTime) = et;
+	return 0;
+}
+
+void rgpud_driver_unload(struct rgpud_driver *d)
+{
+	if (d->dl)
+		dlclose(d->dl);
+	d->dl = NULL;
+}
+
+const char *rgpud_cu_errname(const struct rgpud_driver *d, CUresult rc)
+{
+	const char *s = NULL;
+	if (d->cuGetErrorName && d->cuGetErrorName(rc, &s) == CUDA_SUCCESS && s)
+		return s;
+	return "CUDA_ERROR_UNKNOWN_CODE";
+}

@@ -1,0 +1,44 @@
+/* Session-local handle table.  Clients never see server pointers: each
+ * object gets an id (generation << 32 | slot+1), checked for kind and
+ * liveness on every use, so a forged or stale id is an error, not a crash. */
+#ifndef RGPUD_HANDLES_H
+#define RGPUD_HANDLES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum hkind {
+	HK_FREE = 0,
+	HK_CTX,
+	HK_MODULE,
+	HK_FUNC,
+	HK_LIBRARY,
+	HK_KERNEL,
+	HK_STREAM,
+	HK_EVENT,
+};
+
+struct hentry {
+	enum hkind kind;
+	uint32_t gen;
+	void *obj;      /* CUcontext, CUmodule, ... */
+	uint64_t ctx;   /* owning context handle (0 for libraries, kernels) */
+	void *extra;    /* kind-specific data, freed with free() */
+};
+
+struct htable {
+	struct hentry *e;
+	uint32_t n, cap;
+	uint32_t *freel;
+	uint32_t nfree;
+};
+
+void ht_init(struct htable *t);
+void ht_free(struct htable *t);
+/* Returns the new id, or 0 when out of memory. */
+uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void *extra);
+/* The entry, or NULL if id is not a live object of that kind. */
+struct hentry *ht_get(struct htable *t, uint64_t id, enum hkind kind);
+void ht_del(struct htable *t, uint64_t id);
+
+#endif

@@ -1,0 +1,123 @@
+/*
+ * Slurm job leases: which job may use which GPU of this rgpud, and how much
+ * of its memory.
+ *
+ * A lease is (job, uid, gpu, mem_limit, expires).  mem_limit 0 leases the
+ * whole GPU, exclusively: no other job may hold a lease on that GPU at the
+ * same time.  mem_limit > 0 is a slice; several jobs may hold slices of one
+ * GPU as long as
+ *
+ *     sum over the GPU's slices of (mem_limit + RGPUD_LEASE_CTX_RESERVE)
+ *         <= the GPU's total memory
+ *
+ * The reserve covers what a CUDA context costs on the device outside of any
+ * cuMemAlloc (code, stacks, printf/heap buffers, the driver's own
+ * allocations), which the quota does not see.
+ *
+ * expires is unix seconds (0 = never).  A lease whose time has come is no
+ * longer found by rgpud_lease_find(), is dropped when leases.json is loaded,
+ * and is removed by rgpud_lease_expire() (called periodically by access.c,
+ * which then ends the job's sessions).
+ *
+ * The table persists in <state_dir>/leases.json (written through a temp file,
+ * fsync and rename, so a crash leaves the old or the new file, never half of
+ * one).  Bytes charged (memory in use) are not persisted: a restarted rgpud
+ * has no sessions, hence no memory in use.
+ *
+ * Every function is thread-safe (one mutex over the table).
+ */
+#ifndef RGPUD_LEASE_H
+#define RGPUD_LEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* Device memory set aside per slice lease for its context(s). */
+#define RGPUD_LEASE_CTX_RESERVE (512ull << 20)
+/* How often access.c looks for expired leases. */
+#define RGPUD_LEASE_CHECK_INTERVAL_S 15
+#define RGPUD_LEASE_FILE "leases.json"
+#define RGPUD_MAX_GPUS 64
+
+struct rgpud_lease {
+	uint64_t job_id;
+	uint32_t uid;
+	uint32_t gpu;
+	uint64_t mem_limit; /* bytes; 0 = whole GPU, exclusive */
+	uint64_t expires;   /* unix seconds; 0 = never */
+	uint64_t used;      /* bytes charged now (not persisted) */
+};
+
+struct rgpud_gpu_load {
+	uint32_t gpu;
+	char name[128];
+	uint64_t total;    /* device memory (0 if the GPU was never registered) */
+	uint64_t reserved; /* slices + their reserves, or total if exclusive */
+	int exclusive;     /* a whole-GPU lease holds it */
+};
+
+enum rgpud_lease_rc {
+	RGPUD_LEASE_OK = 0,
+	RGPUD_LEASE_SAME = 1,      /* grant: identical lease already held */
+	RGPUD_LEASE_INVAL = -1,    /* bad arguments */
+	RGPUD_LEASE_NODEV = -2,    /* no such GPU */
+	RGPUD_LEASE_BUSY = -3,     /* exclusive conflict */
+	RGPUD_LEASE_NOSPACE = -4,  /* slices would exceed the GPU's memory */
+	RGPUD_LEASE_EXISTS = -5,   /* job holds a different lease on that GPU */
+	RGPUD_LEASE_IO = -6,       /* could not persist (nothing changed) */
+	RGPUD_LEASE_NOTFOUND = -7, /* charge/find: no such lease */
+	RGPUD_LEASE_QUOTA = -8,    /* charge: over the lease's quota */
+};
+
+/* Loads <state_dir>/leases.json if it exists (state_dir NULL: no
+ * persistence, for tests and open mode), dropping expired leases.  The
+ * directory is created (0700) if missing.  A file that cannot be parsed is
+ * renamed to leases.json.corrupt-<unixtime>, logged as an error naming both
+ * paths, and the table starts empty; *err then says so too (warn text) but
+ * the call succeeds.  Returns 0, or -1 with err (unreadable directory or
+ * file, rename failed).  May be called again after rgpud_lease_fini(). */
+int rgpud_lease_init(const char *state_dir, time_t now, char *err, size_t errlen);
+void rgpud_lease_fini(void);
+
+/* The GPUs this server has: the daemon registers each (index, name, total
+ * memory) after loading the driver.  Grants for a GPU never registered are
+ * refused (RGPUD_LEASE_NODEV); leases loaded from leases.json are kept
+ * whatever the GPUs (a GPU may come back). */
+void rgpud_lease_set_gpu(unsigned gpu, const char *name, uint64_t total);
+
+/* Adds a lease (l->used ignored), checking capacity atomically and
+ * persisting it.  An identical lease (same uid, limit, expires) returns
+ * RGPUD_LEASE_SAME; one differing only in expires is renewed (RGPUD_LEASE_OK).
+ * Failures write a sentence into why. */
+int rgpud_lease_grant(const struct rgpud_lease *l, time_t now, char *why, size_t whylen);
+
+/* Removes every lease of job; returns how many (>= 0).  A persistence failure
+ * is logged; the leases are released regardless. */
+int rgpud_lease_release_job(uint64_t job_id);
+
+/* Copies the live (unexpired) lease of (job, gpu) into *out: 0 or
+ * RGPUD_LEASE_NOTFOUND.  rgpud_lease_job_count counts the job's live leases. */
+int rgpud_lease_find(uint64_t job_id, unsigned gpu, time_t now, struct rgpud_lease *out);
+int rgpud_lease_job_count(uint64_t job_id, time_t now);
+
+/* Charges delta bytes to the lease (job, gpu).  delta > 0 fails with
+ * RGPUD_LEASE_QUOTA if used + delta > mem_limit (mem_limit 0: never) and
+ * RGPUD_LEASE_NOTFOUND without a lease; delta < 0 never fails (clamped at 0,
+ * a no-op without a lease). */
+int rgpud_lease_charge(uint64_t job_id, unsigned gpu, int64_t delta);
+
+/* Removes the leases expired at now, persists, and returns the distinct jobs
+ * that lost one in a malloc'd array (*jobs, *njobs; free() it). 0 or -1
+ * (out of memory). */
+int rgpud_lease_expire(time_t now, uint64_t **jobs, size_t *njobs);
+
+/* Snapshots for LEASE_LIST: malloc'd arrays (free() them); 0 or -1. */
+int rgpud_lease_list(struct rgpud_lease **leases, size_t *n);
+int rgpud_lease_gpus(struct rgpud_gpu_load **gpus, size_t *n);
+
+/* (access.c) Collects expired leases now and ends their jobs' sessions
+ * (rgpud_sessions_end_job); what the expiry thread does periodically. */
+void rgpud_access_check_expiry(time_t now);
+
+#endif

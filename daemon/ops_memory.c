@@ -1,0 +1,245 @@
+/* Device memory: allocation under quota, and copies.  Bulk copies move in
+ * RGPU_CHUNK_SIZE pieces through two pinned staging buffers so receiving
+ * one chunk overlaps the GPU's copy of the previous one. */
+#include "log.h"
+#include "rgpud.h"
+#include "session.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define D (&rgpud_server.drv)
+
+int op_mem_get_info(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct ctx_state *cs;
+	uint64_t ctx = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, &cs);
+	size_t fr = 0, tot = 0;
+	if (!rc)
+		rc = D->cuMemGetInfo_v2(&fr, &tot);
+	if (rc)
+		return rc;
+	uint64_t limit, used;
+	rgpud_access_usage(&s->who, cs->dev, &limit, &used);
+	if (limit) {
+		uint64_t qfree = used < limit ? limit - used : 0;
+		if (qfree < fr)
+			fr = qfree;
+		tot = limit;
+	}
+	put_u64(out, fr);
+	put_u64(out, tot);
+	return CUDA_SUCCESS;
+}
+
+int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct ctx_state *cs;
+	uint64_t ctx = get_u64(r);
+	uint64_t size = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, &cs);
+	if (rc)
+		return rc;
+	if (size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (rgpud_access_charge(&s->who, cs->dev, (int64_t)size) < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUdeviceptr p = 0;
+	rc = D->cuMemAlloc_v2(&p, size);
+	if (!rc && session_alloc_add(s, p, size, ctx, 0, cs->dev) < 0) {
+		D->cuMemFree_v2(p);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (rc) {
+		rgpud_access_charge(&s->who, cs->dev, -(int64_t)size);
+		return rc;
+	}
+	put_u64(out, p);
+	return CUDA_SUCCESS;
+}
+
+int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r);
+	uint64_t p = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	struct alloc a = session_alloc_del(s, p);
+	if (!a.size || a.module)
+		return CUDA_ERROR_INVALID_VALUE; /* not ours: never free another tenant's */
+	rc = D->cuMemFree_v2(p);
+	rgpud_access_charge(&s->who, a.dev, -(int64_t)a.size);
+	return rc;
+}
+
+/* Waits until staging buffer i is no longer read or written by the GPU. */
+static int stage_wait(struct ctx_state *cs, int i)
+{
+	if (!cs->stage_pending[i])
+		return CUDA_SUCCESS;
+	cs->stage_pending[i] = 0;
+	return D->cuEventSynchronize(cs->stage_ev[i]);
+}
+
+/*
+ * One HtoD chunk: fields (ctx, stream, dst, total, offset) then raw data.
+ * The chunk lands in a staging buffer and is queued on the stream; the
+ * buffer is reused only after its event fires.  Chunks of one copy arrive
+ * with NOREPLY except the last, which drains the staging before replying.
+ */
+
+int op_memcpy_htod(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), sid = get_u64(r), dst = get_u64(r);
+	uint64_t total = get_u64(r), off = get_u64(r);
+	if (!rd_done(r) || h->len < 40)
+		return OP_DROP;
+	size_t n = h->len - 40;
+	if (n > RGPU_CHUNK_SIZE || off > total || n > total - off) {
+		return OP_DROP;
+	}
+	struct ctx_state *cs;
+	CUstream st;
+	int rc = session_enter_ctx(s, ctx, &cs);
+	if (!rc)
+		rc = session_stream(s, sid, &st);
+	if (!rc && !session_owns_range(s, dst + off, n))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc && !s->stage[0])
+		rc = session_stage_ready(s) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : 0;
+	int slot = (int)((off / RGPU_CHUNK_SIZE) & 1);
+	if (rc) {
+		/* the data must still be consumed to stay in frame */
+		if (rgpu_frame_skip(s->conn, n) < 0)
+			return OP_DROP;
+		return rc;
+	}
+	rc = stage_wait(cs, slot);
+	if (rgpu_recv(s->conn, s->stage[slot], n) < 0)
+		return OP_DROP;
+	if (rc)
+		return rc;
+	rc = D->cuMemcpyHtoDAsync_v2(dst + off, s->stage[slot], n, st);
+	if (!rc)
+		rc = D->cuEventRecord(cs->stage_ev[slot], st);
+	if (!rc)
+		cs->stage_pending[slot] = 1;
+	if (off + n == total) {
+		/* last chunk: drain the staging so the next copy starts clean;
+		 * a synchronous copy also returns only once it is done */
+		int r0 = stage_wait(cs, 0);
+		int r1 = stage_wait(cs, 1);
+		if (!rc)
+			rc = r0 ? r0 : r1;
+	}
+	return rc;
+}
+
+int op_memcpy_dtoh(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), sid = get_u64(r), src = get_u64(r), size = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	struct ctx_state *cs;
+	CUstream st;
+	int rc = session_enter_ctx(s, ctx, &cs);
+	if (!rc)
+		rc = session_stream(s, sid, &st);
+	if (!rc && !session_owns_range(s, src, size))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc && !s->stage[0])
+		rc = session_stage_ready(s) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : 0;
+	if (!rc && s->deferred) {
+		rc = s->deferred;
+		s->deferred = 0;
+	}
+	if (rc || size == 0) {
+		if (session_send_reply(s, h, 0, rc, NULL, 0) < 0)
+			return OP_DROP;
+		return OP_REPLIED;
+	}
+	/* queue chunk k+1 before sending chunk k: the wire and the GPU overlap */
+	uint64_t nchunks = (size + RGPU_CHUNK_SIZE - 1) / RGPU_CHUNK_SIZE;
+	for (uint64_t k = 0; k <= nchunks && !rc; k++) {
+		if (k < nchunks) {
+			int slot = (int)(k & 1);
+			uint64_t off = k * RGPU_CHUNK_SIZE;
+			size_t n = size - off < RGPU_CHUNK_SIZE ? size - off : RGPU_CHUNK_SIZE;
+			rc = D->cuMemcpyDtoHAsync_v2(s->stage[slot], src + off, n, st);
+			if (!rc)
+				rc = D->cuEventRecord(cs->stage_ev[slot], st);
+		}
+		if (k > 0 && !rc) {
+			uint64_t pk = k - 1;
+			int slot = (int)(pk & 1);
+			uint64_t off = pk * RGPU_CHUNK_SIZE;
+			size_t n = size - off < RGPU_CHUNK_SIZE ? size - off : RGPU_CHUNK_SIZE;
+			rc = D->cuEventSynchronize(cs->stage_ev[slot]);
+			if (!rc) {
+				uint32_t more = pk + 1 < nchunks ? RGPU_F_MORE : 0;
+				if (session_send_reply(s, h, more, 0, s->stage[slot], n) < 0)
+					return OP_DROP;
+			}
+		}
+	}
+	if (rc) {
+		/* a failure ends the reply: final frame, error status, no data */
+		D->cuStreamSynchronize(st);
+		if (session_send_reply(s, h, 0, rc, NULL, 0) < 0)
+			return OP_DROP;
+	}
+	return OP_REPLIED;
+}
+
+int op_memcpy_dtod(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), sid = get_u64(r), dst = get_u64(r), src = get_u64(r);
+	uint64_t size = get_u64(r);
+	uint32_t sync = get_u32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	CUstream st;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (!rc)
+		rc = session_stream(s, sid, &st);
+	if (!rc && (!session_owns_range(s, dst, size) || !session_owns_range(s, src, size)))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc)
+		return rc;
+	return sync ? (int)D->cuMemcpyDtoD_v2(dst, src, size) : (int)D->cuMemcpyDtoDAsync_v2(dst, src, size, st);
+}
+
+int op_memset(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), sid = get_u64(r), dst = get_u64(r);
+	uint32_t val = get_u32(r), esz = get_u32(r);
+	uint64_t count = get_u64(r);
+	uint32_t sync = get_u32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	CUstream st;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (!rc)
+		rc = session_stream(s, sid, &st);
+	if (rc)
+		return rc;
+	if ((esz != 1 && esz != 2 && esz != 4) || count > UINT64_MAX / esz ||
+	    !session_owns_range(s, dst, count * esz))
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (esz) {
+	case 1: return sync ? (int)D->cuMemsetD8_v2(dst, (unsigned char)val, count)
+			    : (int)D->cuMemsetD8Async(dst, (unsigned char)val, count, st);
+	case 2: return sync ? (int)D->cuMemsetD16_v2(dst, (unsigned short)val, count)
+			    : (int)D->cuMemsetD16Async(dst, (unsigned short)val, count, st);
+	default: return sync ? (int)D->cuMemsetD32_v2(dst, val, count)
+			     : (int)D->cuMemsetD32Async(dst, val, count, st);
+	}
+}

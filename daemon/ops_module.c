@@ -1,0 +1,284 @@
+/* Modules, libraries, kernels, functions and globals.  Parameter layouts
+ * come from the driver (cuFuncGetParamInfo) and travel with the function
+ * handle, so the client never parses a module image. */
+#include "log.h"
+#include "rgpud.h"
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define D (&rgpud_server.drv)
+#define MAX_PARAMS 4096
+
+typedef CUresult (*param_info_fn)(void *obj, size_t i, size_t *off, size_t *size);
+
+static CUresult func_param_info(void *f, size_t i, size_t *off, size_t *size)
+{
+	return D->cuFuncGetParamInfo((CUfunction)f, i, off, size);
+}
+
+static CUresult kernel_param_info(void *k, size_t i, size_t *off, size_t *size)
+{
+	return D->cuKernelGetParamInfo((CUkernel)k, i, off, size);
+}
+
+/* Builds the layout and writes it to the reply (u32 n, (u32 off, u32 size)*). */
+static struct param_layout *layout_get(void *obj, param_info_fn info, struct wbuf *out)
+{
+	size_t offs[MAX_PARAMS], sizes[MAX_PARAMS];
+	uint32_t n = 0;
+	while (n < MAX_PARAMS && info(obj, n, &offs[n], &sizes[n]) == CUDA_SUCCESS)
+		n++;
+	struct param_layout *l = malloc(sizeof(*l) + 2 * n * sizeof(uint32_t));
+	if (!l)
+		return NULL;
+	l->n = n;
+	l->total = 0;
+	put_u32(out, n);
+	for (uint32_t i = 0; i < n; i++) {
+		l->off[i] = (uint32_t)offs[i];
+		LAYOUT_SIZE(l, i) = (uint32_t)sizes[i];
+		if (offs[i] + sizes[i] > l->total)
+			l->total = (uint32_t)(offs[i] + sizes[i]);
+		put_u32(out, (uint32_t)offs[i]);
+		put_u32(out, (uint32_t)sizes[i]);
+	}
+	return l;
+}
+
+int op_module_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r);
+	uint32_t kind = get_u32(r);
+	size_t n;
+	const uint8_t *img = get_bytes(r, &n);
+	if (!rd_done(r) || n == 0)
+		return OP_DROP;
+	if (kind == RGPU_IMAGE_PTX && img[n - 1] != '\0')
+		return CUDA_ERROR_INVALID_IMAGE;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	CUmodule m;
+	/* the image sits in the receive buffer, suitably aligned by malloc
+	 * plus the 4+8+8 field bytes: copy to an aligned buffer for ELF/fatbin */
+	void *al = aligned_alloc(64, (n + 63) & ~(size_t)63);
+	if (!al)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(al, img, n);
+	rc = D->cuModuleLoadData(&m, al);
+	free(al);
+	if (rc)
+		return rc;
+	uint64_t id = ht_add(&s->ht, HK_MODULE, m, ctx, NULL);
+	if (!id) {
+		D->cuModuleUnload(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+int op_module_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), mod = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	rc = D->cuModuleUnload(e->obj);
+	session_alloc_drop_module(s, mod);
+	ht_del(&s->ht, mod);
+	return rc;
+}
+
+int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), mod = get_u64(r);
+	const char *name = get_str(r, 4096);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUfunction f;
+	if ((rc = D->cuModuleGetFunction(&f, e->obj, name)))
+		return rc;
+	put_u64(out, 0); /* placeholder for the id, patched below */
+	struct param_layout *l = layout_get(f, func_param_info, out);
+	uint64_t id = l ? ht_add(&s->ht, HK_FUNC, f, ctx, l) : 0;
+	if (!id) {
+		free(l);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	uint8_t idle[8];
+	for (int i = 0; i < 8; i++)
+		idle[i] = (uint8_t)(id >> (8 * i));
+	memcpy(out->data, idle, 8);
+	return CUDA_SUCCESS;
+}
+
+static int global_reply(struct session *s, uint64_t ctx, uint64_t owner, CUdeviceptr p,
+			size_t size, struct wbuf *out)
+{
+	struct ctx_state *cs = ht_get(&s->ht, ctx, HK_CTX)->extra;
+	if (session_alloc_add(s, p, size, ctx, owner, cs->dev) < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	put_u64(out, p);
+	put_u64(out, size);
+	return CUDA_SUCCESS;
+}
+
+int op_module_get_global(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), mod = get_u64(r);
+	const char *name = get_str(r, 4096);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUdeviceptr p;
+	size_t size;
+	if ((rc = D->cuModuleGetGlobal_v2(&p, &size, e->obj, name)))
+		return rc;
+	return global_reply(s, ctx, mod, p, size, out);
+}
+
+int op_library_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r);
+	uint32_t kind = get_u32(r);
+	size_t n;
+	const uint8_t *img = get_bytes(r, &n);
+	if (!rd_done(r) || n == 0)
+		return OP_DROP;
+	if (kind == RGPU_IMAGE_PTX && img[n - 1] != '\0')
+		return CUDA_ERROR_INVALID_IMAGE;
+	/* Load in the session's context so the library lands there (eagerly);
+	 * it is context-independent to the driver, but owned by this session. */
+	int rc = ctx ? session_enter_ctx(s, ctx, NULL) : 0;
+	if (rc)
+		return rc;
+	void *al = aligned_alloc(64, (n + 63) & ~(size_t)63);
+	if (!al)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(al, img, n);
+	CUlibrary lib;
+	rc = D->cuLibraryLoadData(&lib, al, NULL, NULL, 0, NULL, NULL, 0);
+	free(al);
+	if (rc)
+		return rc;
+	uint64_t id = ht_add(&s->ht, HK_LIBRARY, lib, 0, NULL);
+	if (!id) {
+		D->cuLibraryUnload(lib);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+int op_library_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t lib = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	int rc = D->cuLibraryUnload(e->obj);
+	session_alloc_drop_module(s, lib);
+	/* kernels of the library die with it */
+	for (uint32_t i = 0; i < s->ht.n; i++) {
+		struct hentry *k = &s->ht.e[i];
+		if (k->kind == HK_KERNEL && k->ctx == lib)
+			ht_del(&s->ht, ((uint64_t)k->gen << 32) | (i + 1));
+	}
+	ht_del(&s->ht, lib);
+	return rc;
+}
+
+int op_library_get_kernel(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t lib = get_u64(r);
+	const char *name = get_str(r, 4096);
+	if (!rd_done(r))
+		return OP_DROP;
+	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUkernel k;
+	int rc = D->cuLibraryGetKernel(&k, e->obj, name);
+	if (rc)
+		return rc;
+	put_u64(out, 0);
+	struct param_layout *l = layout_get(k, kernel_param_info, out);
+	/* a kernel's "ctx" field holds its library, for unloading */
+	uint64_t id = l ? ht_add(&s->ht, HK_KERNEL, k, lib, l) : 0;
+	if (!id) {
+		free(l);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (int i = 0; i < 8; i++)
+		out->data[i] = (uint8_t)(id >> (8 * i));
+	return CUDA_SUCCESS;
+}
+
+int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), kid = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	struct hentry *k = ht_get(&s->ht, kid, HK_KERNEL);
+	if (!k)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUfunction f;
+	if ((rc = D->cuKernelGetFunction(&f, k->obj)))
+		return rc;
+	struct param_layout *kl = k->extra;
+	size_t lsz = sizeof(*kl) + 2 * kl->n * sizeof(uint32_t);
+	struct param_layout *l = malloc(lsz);
+	if (!l)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(l, kl, lsz);
+	uint64_t id = ht_add(&s->ht, HK_FUNC, f, ctx, l);
+	if (!id) {
+		free(l);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+int op_library_get_global(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), lib = get_u64(r);
+	const char *name = get_str(r, 4096);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	CUdeviceptr p;
+	size_t size;
+	if ((rc = D->cuLibraryGetGlobal(&p, &size, e->obj, name)))
+		return rc;
+	return global_reply(s, ctx, lib, p, size, out);
+}

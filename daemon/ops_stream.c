@@ -1,0 +1,182 @@
+/* Streams and events. */
+#include "rgpud.h"
+#include "session.h"
+
+#include <string.h>
+
+#define D (&rgpud_server.drv)
+
+static struct hentry *obj_in_ctx(struct session *s, uint64_t ctx, uint64_t id,
+				 enum hkind kind, int *rc)
+{
+	*rc = session_enter_ctx(s, ctx, NULL);
+	if (*rc)
+		return NULL;
+	struct hentry *e = ht_get(&s->ht, id, kind);
+	if (!e || e->ctx != ctx)
+		*rc = CUDA_ERROR_INVALID_HANDLE;
+	return *rc ? NULL : e;
+}
+
+int op_stream_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r);
+	uint32_t flags = get_u32(r);
+	int32_t prio = get_i32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	CUstream st;
+	if ((rc = D->cuStreamCreateWithPriority(&st, flags, prio)))
+		return rc;
+	uint64_t id = ht_add(&s->ht, HK_STREAM, st, ctx, NULL);
+	if (!id) {
+		D->cuStreamDestroy_v2(st);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+int op_stream_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), id = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *e = obj_in_ctx(s, ctx, id, HK_STREAM, &rc);
+	if (!e)
+		return rc;
+	rc = D->cuStreamDestroy_v2(e->obj);
+	ht_del(&s->ht, id);
+	return rc;
+}
+
+static int stream_call(struct session *s, struct rd *r, CUresult (*fn)(CUstream))
+{
+	uint64_t ctx = get_u64(r), id = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	CUstream st;
+	if (!rc)
+		rc = session_stream(s, id, &st);
+	return rc ? rc : (int)fn(st);
+}
+
+int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	return stream_call(s, r, D->cuStreamSynchronize);
+}
+
+int op_stream_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	return stream_call(s, r, D->cuStreamQuery);
+}
+
+int op_stream_wait_event(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), sid = get_u64(r), eid = get_u64(r);
+	uint32_t flags = get_u32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *ev = obj_in_ctx(s, ctx, eid, HK_EVENT, &rc);
+	if (!ev)
+		return rc;
+	CUstream st;
+	if ((rc = session_stream(s, sid, &st)))
+		return rc;
+	return D->cuStreamWaitEvent(st, ev->obj, flags);
+}
+
+int op_event_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r);
+	uint32_t flags = get_u32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	/* interprocess events would hand the client a server-local IPC handle */
+	if (flags & CU_EVENT_INTERPROCESS)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUevent ev;
+	if ((rc = D->cuEventCreate(&ev, flags)))
+		return rc;
+	uint64_t id = ht_add(&s->ht, HK_EVENT, ev, ctx, NULL);
+	if (!id) {
+		D->cuEventDestroy_v2(ev);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+int op_event_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), id = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *e = obj_in_ctx(s, ctx, id, HK_EVENT, &rc);
+	if (!e)
+		return rc;
+	rc = D->cuEventDestroy_v2(e->obj);
+	ht_del(&s->ht, id);
+	return rc;
+}
+
+int op_event_record(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), id = get_u64(r), sid = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *e = obj_in_ctx(s, ctx, id, HK_EVENT, &rc);
+	if (!e)
+		return rc;
+	CUstream st;
+	if ((rc = session_stream(s, sid, &st)))
+		return rc;
+	return D->cuEventRecord(e->obj, st);
+}
+
+static int event_call(struct session *s, struct rd *r, CUresult (*fn)(CUevent))
+{
+	uint64_t ctx = get_u64(r), id = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *e = obj_in_ctx(s, ctx, id, HK_EVENT, &rc);
+	return e ? (int)fn(e->obj) : rc;
+}
+
+int op_event_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	return event_call(s, r, D->cuEventSynchronize);
+}
+
+int op_event_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	return event_call(s, r, D->cuEventQuery);
+}
+
+int op_event_elapsed(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), a = get_u64(r), b = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *ea = obj_in_ctx(s, ctx, a, HK_EVENT, &rc);
+	struct hentry *eb = ea ? obj_in_ctx(s, ctx, b, HK_EVENT, &rc) : NULL;
+	if (!eb)
+		return rc;
+	float ms = 0;
+	rc = D->cuEventElapsedTime(&ms, ea->obj, eb->obj);
+	put_f32(out, ms);
+	return rc;
+}

@@ -1,0 +1,300 @@
+#include "session.h"
+#include "log.h"
+#include "rgpud.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
+		       int32_t status, const void *data, size_t len)
+{
+	uint8_t st[4];
+	uint32_t u = (uint32_t)status;
+	st[0] = (uint8_t)u;
+	st[1] = (uint8_t)(u >> 8);
+	st[2] = (uint8_t)(u >> 16);
+	st[3] = (uint8_t)(u >> 24);
+	/* status + fields as one part would need a copy; send as three. */
+	struct rgpu_hdr rh = { .magic = RGPU_PROTO_MAGIC, .version = RGPU_PROTO_VERSION,
+			       .op = h->op, .flags = RGPU_F_REPLY | flags,
+			       .len = (uint32_t)(4 + len), .id = h->id };
+	uint8_t hb[RGPU_HDR_SIZE];
+	rgpu_hdr_encode(&rh, hb);
+	struct iovec iov[3] = { { hb, sizeof(hb) }, { st, 4 }, { (void *)data, len } };
+	return rgpu_sendv(s->conn, iov, len ? 3 : 2);
+}
+
+int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs)
+{
+	struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
+	if (!e)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (s->cur_ctx != ctx) {
+		int rc = s->srv->drv.cuCtxSetCurrent(e->obj);
+		if (rc)
+			return rc;
+		s->cur_ctx = ctx;
+	}
+	if (cs)
+		*cs = e->extra;
+	return CUDA_SUCCESS;
+}
+
+int session_stream(struct session *s, uint64_t id, CUstream *out)
+{
+	/* The driver's special stream handles pass through unchanged. */
+	if (id == 0 || id == (uint64_t)(uintptr_t)CU_STREAM_LEGACY ||
+	    id == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD) {
+		*out = (CUstream)(uintptr_t)id;
+		return CUDA_SUCCESS;
+	}
+	struct hentry *e = ht_get(&s->ht, id, HK_STREAM);
+	if (!e || e->ctx != s->cur_ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = e->obj;
+	return CUDA_SUCCESS;
+}
+
+/* index of the last allocation with dptr <= p, or -1 */
+static ssize_t alloc_find(const struct session *s, uint64_t p)
+{
+	size_t lo = 0, hi = s->nalloc;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (s->allocs[mid].dptr <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return (ssize_t)lo - 1;
+}
+
+int session_owns_range(struct session *s, uint64_t p, uint64_t n)
+{
+	ssize_t i = alloc_find(s, p);
+	if (i < 0)
+		return 0;
+	const struct alloc *a = &s->allocs[i];
+	return p - a->dptr <= a->size && n <= a->size - (p - a->dptr);
+}
+
+int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
+		      uint64_t module, unsigned dev)
+{
+	ssize_t at = alloc_find(s, dptr);
+	if (at >= 0 && s->allocs[at].dptr == dptr)
+		return 0; /* a global looked up twice */
+	if (s->nalloc == s->capalloc) {
+		size_t cap = s->capalloc ? s->capalloc * 2 : 64;
+		struct alloc *a = realloc(s->allocs, cap * sizeof(*a));
+		if (!a)
+			return -1;
+		s->allocs = a;
+		s->capalloc = cap;
+	}
+	size_t i = (size_t)(alloc_find(s, dptr) + 1);
+	memmove(&s->allocs[i + 1], &s->allocs[i], (s->nalloc - i) * sizeof(*s->allocs));
+	s->allocs[i] = (struct alloc){ dptr, size, ctx, module, dev };
+	s->nalloc++;
+	return 0;
+}
+
+void session_alloc_drop_module(struct session *s, uint64_t module)
+{
+	size_t j = 0;
+	for (size_t i = 0; i < s->nalloc; i++)
+		if (s->allocs[i].module != module)
+			s->allocs[j++] = s->allocs[i];
+	s->nalloc = j;
+}
+
+struct alloc session_alloc_del(struct session *s, uint64_t dptr)
+{
+	struct alloc none = { 0, 0, 0, 0, 0 };
+	ssize_t i = alloc_find(s, dptr);
+	if (i < 0 || s->allocs[i].dptr != dptr)
+		return none;
+	struct alloc a = s->allocs[i];
+	memmove(&s->allocs[i], &s->allocs[i + 1], (s->nalloc - (size_t)i - 1) * sizeof(*s->allocs));
+	s->nalloc--;
+	return a;
+}
+
+int session_stage_ready(struct session *s)
+{
+	if (s->stage[0])
+		return 0;
+	/* Pinned staging lets the GPU DMA straight from the receive buffer; it
+	 * needs a current context, which the caller has made. */
+	for (int i = 0; i < 2; i++) {
+		void *p = NULL;
+		if (s->srv->drv.cuMemHostAlloc(&p, RGPU_CHUNK_SIZE, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) {
+			if (i == 1)
+				s->srv->drv.cuMemFreeHost(s->stage[0]);
+			s->stage[0] = NULL;
+			log_warn("%s: pinned staging unavailable, copies use pageable memory", s->name);
+			for (int j = 0; j < 2; j++) {
+				s->stage[j] = malloc(RGPU_CHUNK_SIZE);
+				if (!s->stage[j]) {
+					free(s->stage[0]);
+					s->stage[0] = NULL;
+					return -1;
+				}
+			}
+			s->stage_pinned = 0;
+			return 0;
+		}
+		s->stage[i] = p;
+	}
+	s->stage_pinned = 1;
+	return 0;
+}
+
+/* Frees everything the session created.  Destroying a context frees its
+ * memory, modules, streams and events in the driver; quotas are refunded
+ * per allocation. */
+static void session_cleanup(struct session *s)
+{
+	struct rgpud_driver *d = &s->srv->drv;
+	uint64_t freed = 0;
+	for (size_t i = 0; i < s->nalloc; i++) {
+		if (s->allocs[i].module)
+			continue;
+		rgpud_access_charge(&s->who, s->allocs[i].dev, -(int64_t)s->allocs[i].size);
+		freed += s->allocs[i].size;
+	}
+	/* pinned staging must go while a context still exists */
+	if (s->stage[0]) {
+		for (int i = 0; i < 2; i++) {
+			if (s->stage_pinned)
+				d->cuMemFreeHost(s->stage[i]);
+			else
+				free(s->stage[i]);
+		}
+	}
+	int nctx = 0;
+	for (uint32_t i = 0; i < s->ht.n; i++) {
+		struct hentry *e = &s->ht.e[i];
+		if (e->kind == HK_LIBRARY)
+			d->cuLibraryUnload(e->obj);
+	}
+	for (uint32_t i = 0; i < s->ht.n; i++) {
+		struct hentry *e = &s->ht.e[i];
+		if (e->kind == HK_CTX) {
+			int rc = d->cuCtxDestroy_v2(e->obj);
+			if (rc)
+				log_warn("%s: destroying a context: %s", s->name, rgpud_cu_errname(d, rc));
+			nctx++;
+		}
+	}
+	d->cuCtxSetCurrent(NULL);
+	if (nctx || freed)
+		log_info("%s: session ended: %d context(s), %llu bytes of device memory freed",
+			 s->name, nctx, (unsigned long long)freed);
+	ht_free(&s->ht);
+	free(s->allocs);
+	free(s->rx);
+	wbuf_free(&s->tx);
+}
+
+static int read_payload(struct session *s, size_t n)
+{
+	if (n > s->rxcap) {
+		size_t cap = s->rxcap ? s->rxcap : 4096;
+		while (cap < n)
+			cap *= 2;
+		uint8_t *p = realloc(s->rx, cap);
+		if (!p)
+			return -1;
+		s->rx = p;
+		s->rxcap = cap;
+	}
+	return n ? rgpu_recv(s->conn, s->rx, n) : 0;
+}
+
+static int serve_one(struct session *s)
+{
+	struct rgpu_hdr h;
+	int hs = rgpu_frame_recv_hdr(s->conn, &h);
+	if (hs == RGPU_HDR_EOF) {
+		if (errno)
+			log_info("%s: connection lost: %s", s->name, strerror(errno));
+		return -1;
+	}
+	if (hs == RGPU_HDR_BAD_MAGIC) {
+		log_warn("%s: not an rgpu client (bad frame magic), dropping connection", s->name);
+		return -1;
+	}
+	if (hs == RGPU_HDR_TOO_LONG) {
+		log_warn("%s: frame of %u bytes exceeds the %u-byte limit, dropping connection",
+			 s->name, h.len, RGPU_MAX_PAYLOAD);
+		return -1;
+	}
+	if (h.flags & RGPU_F_REPLY) {
+		log_warn("%s: unexpected reply frame, dropping connection", s->name);
+		return -1;
+	}
+	const struct op_desc *od = rgpud_op(h.op);
+	if (!od || (!s->hello_done && h.op != RGPU_OP_HELLO) ||
+	    (s->hello_done && h.op == RGPU_OP_HELLO)) {
+		log_warn("%s: unexpected opcode %u (%s)%s, dropping connection", s->name, h.op,
+			 rgpu_op_name(h.op), s->hello_done ? "" : " before HELLO");
+		return -1;
+	}
+	if (h.version != RGPU_PROTO_VERSION && h.op != RGPU_OP_HELLO) {
+		log_warn("%s: protocol version %u in a frame, dropping connection", s->name, h.version);
+		return -1;
+	}
+	size_t pre = od->prefix && od->prefix < h.len ? od->prefix : h.len;
+	if (read_payload(s, pre) < 0) {
+		log_info("%s: connection lost in a %s request", s->name, rgpu_op_name(h.op));
+		return -1;
+	}
+	struct rd r;
+	rd_init(&r, s->rx, pre);
+	wbuf_reset(&s->tx);
+	int st = od->fn(s, &h, &r, &s->tx);
+	if (st == OP_DROP) {
+		log_warn("%s: malformed %s request (%u bytes), dropping connection", s->name,
+			 rgpu_op_name(h.op), h.len);
+		return -1;
+	}
+	if (st == OP_REPLIED)
+		return s->ended ? -1 : 0;
+	if (h.flags & RGPU_F_NOREPLY) {
+		if (st && !s->deferred)
+			s->deferred = st;
+		return 0;
+	}
+	if (st == CUDA_SUCCESS && s->deferred) {
+		st = s->deferred;
+		s->deferred = 0;
+		wbuf_reset(&s->tx);
+	}
+	if (s->tx.oom) {
+		st = CUDA_ERROR_OUT_OF_MEMORY;
+		wbuf_reset(&s->tx);
+	}
+	if (session_send_reply(s, &h, 0, st, s->tx.data, st ? 0 : s->tx.len) < 0) {
+		log_info("%s: cannot send reply: %s", s->name, strerror(errno));
+		return -1;
+	}
+	return s->ended ? -1 : 0;
+}
+
+void *session_main(void *arg)
+{
+	struct session *s = arg;
+	snprintf(s->name, sizeof(s->name), "client %s", s->conn->peer);
+	log_info("%s: connected", s->name);
+	while (!s->ended && serve_one(s) == 0)
+		;
+	session_cleanup(s);
+	log_info("%s: disconnected", s->name);
+	rgpud_session_unregister(s->srv, s);
+	rgpu_conn_close(s->conn);
+	free(s);
+	return NULL;
+}

@@ -1,0 +1,133 @@
+/*
+ * A session: everything one client connection owns on this server (its
+ * contexts, modules, memory, streams, events), served by one thread.  The
+ * session is the unit that is freed when the client goes away, and later the
+ * unit that is swapped, migrated or replayed.
+ */
+#ifndef RGPUD_SESSION_H
+#define RGPUD_SESSION_H
+
+#include "access.h"
+#include "driver.h"
+#include "frame.h"
+#include "handles.h"
+#include "wire.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define RGPUD_MAX_GPUS 64
+
+struct rgpud;
+
+/* extra data of an HK_CTX entry */
+struct ctx_state {
+	unsigned dev;
+	CUevent stage_ev[2]; /* orders reuse of the staging buffers */
+	int stage_pending[2];
+};
+
+/* extra data of an HK_FUNC / HK_KERNEL entry: the parameter layout */
+struct param_layout {
+	uint32_t n;
+	uint32_t total; /* bytes spanned: max(offset + size) */
+	uint32_t off[];  /* n offsets, then n sizes */
+};
+#define LAYOUT_SIZE(l, i) ((l)->off[(l)->n + (i)])
+
+struct alloc {
+	uint64_t dptr, size;
+	uint64_t ctx;
+	uint64_t module; /* 0: cuMemAlloc'd (charged to the quota); else the
+			  * module or library whose global this is */
+	unsigned dev;
+};
+
+struct session {
+	struct rgpud *srv;
+	struct rgpu_conn *conn;
+	struct rgpud_principal who;
+	char name[160]; /* for logs: peer, uid, job */
+	int hello_done;
+
+	struct htable ht;
+	uint64_t cur_ctx; /* context handle current on this thread */
+
+	struct alloc *allocs; /* sorted by dptr */
+	size_t nalloc, capalloc;
+
+	/* GPUs this session was admitted to, and their quota */
+	uint64_t dev_admitted; /* bit mask */
+
+	/* bulk staging: two pinned buffers of RGPU_CHUNK_SIZE */
+	void *stage[2];
+	int stage_pinned;
+
+	uint8_t *rx;
+	size_t rxcap;
+	struct wbuf tx;
+	int32_t deferred; /* first failure of a no-reply request */
+
+	pthread_t thread;
+	struct session *next, *prev;
+	volatile int ended;
+};
+
+/* Handler result: a status to send, or one of these. */
+#define OP_DROP    (-1) /* malformed: drop the connection */
+#define OP_REPLIED (-2) /* the handler sent its own reply frames */
+
+typedef int (*op_fn)(struct session *s, const struct rgpu_hdr *h, struct rd *r,
+		     struct wbuf *out);
+
+struct op_desc {
+	op_fn fn;
+	/* 0: the whole payload is read before the call.  Otherwise only this
+	 * many bytes are; the handler reads the rest (bulk data) itself. */
+	uint32_t prefix;
+	int needs_hello;
+};
+
+/* The table lives in dispatch.c; ops_*.c define the handlers. */
+const struct op_desc *rgpud_op(unsigned op);
+
+void *session_main(void *arg);
+/* Ends every session of a job (lease released or expired): their
+ * connections are shut down and their threads free everything. */
+void rgpud_sessions_end_job(uint64_t job_id);
+
+/* helpers for handlers (session.c) */
+/* Makes ctx current; fills *cs.  Returns a CUresult. */
+int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs);
+/* Resolves a stream handle (0 = NULL stream) in the current context. */
+int session_stream(struct session *s, uint64_t id, CUstream *out);
+/* Range [p, p+n) lies in one of this session's allocations or globals. */
+int session_owns_range(struct session *s, uint64_t p, uint64_t n);
+int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
+		      uint64_t module, unsigned dev);
+/* Forgets every range registered by a module (its globals). */
+void session_alloc_drop_module(struct session *s, uint64_t module);
+/* Removes and returns the allocation starting at dptr (size 0 if none). */
+struct alloc session_alloc_del(struct session *s, uint64_t dptr);
+int session_stage_ready(struct session *s);
+/* Admits the session to GPU dev (lease check, once). A CUresult. */
+int session_admit(struct session *s, unsigned dev);
+int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
+		       int32_t status, const void *data, size_t len);
+
+/* ops (ops_*.c) */
+#define DECL_OP(name) int op_##name(struct session *, const struct rgpu_hdr *, struct rd *, struct wbuf *);
+DECL_OP(hello) DECL_OP(device_info)
+DECL_OP(ctx_create) DECL_OP(ctx_destroy) DECL_OP(ctx_sync) DECL_OP(ctx_get_limit) DECL_OP(ctx_set_limit)
+DECL_OP(mem_get_info) DECL_OP(mem_alloc) DECL_OP(mem_free) DECL_OP(memcpy_htod) DECL_OP(memcpy_dtoh)
+DECL_OP(memcpy_dtod) DECL_OP(memset)
+DECL_OP(module_load) DECL_OP(module_unload) DECL_OP(module_get_function) DECL_OP(module_get_global)
+DECL_OP(library_load) DECL_OP(library_unload) DECL_OP(library_get_kernel) DECL_OP(kernel_get_function)
+DECL_OP(library_get_global)
+DECL_OP(launch) DECL_OP(func_get_attrs) DECL_OP(func_set_attr) DECL_OP(func_set_cache) DECL_OP(occ_max_blocks)
+DECL_OP(stream_create) DECL_OP(stream_destroy) DECL_OP(stream_sync) DECL_OP(stream_query) DECL_OP(stream_wait_event)
+DECL_OP(event_create) DECL_OP(event_destroy) DECL_OP(event_record) DECL_OP(event_sync) DECL_OP(event_query)
+DECL_OP(event_elapsed) DECL_OP(admin)
+#undef DECL_OP
+
+#endif
