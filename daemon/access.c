@@ -94,14 +94,14 @@ int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t e
 		log_info("access: open mode: every client may use every GPU");
 		return rgpud_lease_init(NULL, time(NULL), err, errlen);
 	}
-#ifndef HAVE_MUNGE
-	snprintf(err, errlen, "leases need munge, and rgpud was built without it");
-	return -1;
-#endif
 	if (!cfg->state_dir || !*cfg->state_dir) {
 		snprintf(err, errlen, "leases need a state directory (to survive restarts)");
 		return -1;
 	}
+#ifndef HAVE_MUNGE
+	log_err("access: leases required but rgpud was built without munge: "
+		"every client will be refused");
+#endif
 	char lerr[1024];
 	if (rgpud_lease_init(cfg->state_dir, time(NULL), lerr, sizeof(lerr))) {
 		snprintf(err, errlen, "%s", lerr);

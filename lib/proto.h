@@ -70,7 +70,10 @@ typedef uint64_t rgpu_handle;
 #define RGPU_OPS(X)                                                            \
 	/* u32 proto, str client-name, bytes credential -> str server-id,      \
 	 * u32 ndev.  The reply to a version mismatch is status               \
-	 * RGPU_ERR_VERSION with str message naming both versions. */          \
+	 * RGPU_ERR_VERSION with str message naming both versions.            \
+	 * credential: empty, or a munge credential (its text, no NUL) whose  \
+	 * payload is "rgpu-job=<decimal Slurm job id, 0 if none>"            \
+	 * (client/cred.c, daemon/auth.c). */                                 \
 	X(HELLO, 1, "open a session")                                          \
 	/* u32 dev -> str name, bytes16 uuid, u64 totalmem, u32 nattr,        \
 	 * i32 attr[nattr] (index = CUdevice_attribute) */                     \
@@ -147,13 +150,25 @@ typedef uint64_t rgpu_handle;
 	X(EVENT_QUERY, 64, "handle ctx, handle event ->")                      \
 	/* handle ctx, handle start, handle end -> f32 ms (as u32 bits) */     \
 	X(EVENT_ELAPSED, 65, "elapsed time between events")                 \
-	/* Lease management (admin credential only; see daemon/lease.h).       \
+	/* Lease management (see daemon/lease.h).  GRANT and RELEASE need an   \
+	 * admin credential (root or the SlurmUser), LIST any valid one.  On  \
+	 * failure the reply carries str message after the status:            \
+	 * RGPU_ERR_AUTH (not admin), RGPU_ERR_PROTO, CUDA_ERROR_NOT_SUPPORTED \
+	 * (rgpud without leases), CUDA_ERROR_INVALID_DEVICE (no such GPU),    \
+	 * CUDA_ERROR_DEVICE_UNAVAILABLE (exclusive conflict),                \
+	 * CUDA_ERROR_OUT_OF_MEMORY (no room for the slice),                  \
+	 * CUDA_ERROR_ALREADY_ACQUIRED (job holds another lease on the GPU),   \
+	 * CUDA_ERROR_OPERATING_SYSTEM (could not persist),                   \
+	 * CUDA_ERROR_INVALID_VALUE (job 0, expiry in the past).               \
 	 * u64 job_id, u32 uid, u32 gpu, u64 mem_limit (0 = whole GPU,         \
-	 * exclusive), u64 expires (unix seconds, 0 = never) -> */             \
+	 * exclusive), u64 expires (unix seconds, 0 = never) -> .  Granting   \
+	 * an identical lease again succeeds; one differing only in expires   \
+	 * renews it. */                                                      \
 	X(LEASE_GRANT, 80, "reserve a GPU (or a slice) for a job")             \
 	/* u64 job_id -> u32 released (ends the job's sessions, frees memory) */ \
 	X(LEASE_RELEASE, 81, "end a job's leases")                             \
-	/* -> u32 ngpu, per GPU: (u32 gpu, str name, u64 total, u64 reserved,  \
+	/* -> u32 ngpu, per GPU: (u32 gpu, str name, u64 total, u64 reserved   \
+	 * (slices + per-slice context reserve; total when exclusive),        \
 	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
 	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
 	X(LEASE_LIST, 82, "leases and GPU load")
