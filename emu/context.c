@@ -1,0 +1,292 @@
+/*
+ * Contexts: creation and teardown, the per-thread current context, limits,
+ * and the sticky error a faulting kernel leaves behind.
+ */
+#include "emu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Broadcast (under emu_glock) when a dying context loses its last caller. */
+static pthread_cond_t refs_cond = PTHREAD_COND_INITIALIZER;
+static struct emu_ctx *ctx_list;
+static uint64_t next_ctx_id = 1;
+
+/* The current context is per thread, as in CUDA.  The id guards against a
+ * destroyed context whose memory was reused for a new one. */
+static __thread struct emu_ctx *tls_ctx;
+static __thread uint64_t tls_ctx_id;
+
+/* Caller holds emu_glock. */
+static struct emu_ctx *find_live(const struct emu_ctx *c, uint64_t id, int check_id)
+{
+	for (struct emu_ctx *p = ctx_list; p; p = p->next)
+		if (p == c && !p->dying && (!check_id || p->id == id))
+			return p;
+	return NULL;
+}
+
+int emu_ctx_sticky(struct emu_ctx *ctx)
+{
+	return __atomic_load_n(&ctx->sticky, __ATOMIC_ACQUIRE);
+}
+
+void emu_ctx_fault(struct emu_ctx *ctx, CUresult err)
+{
+	int expected = 0;
+
+	/* The first fault wins, like the error a real context reports. */
+	__atomic_compare_exchange_n(&ctx->sticky, &expected, (int)err, 0,
+				    __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+
+CUresult emu_ctx_enter(struct emu_ctx **out)
+{
+	struct emu_ctx *ctx;
+	int sticky;
+
+	emu_lock(&emu_glock);
+	if (emu_ndevices == 0) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_NOT_INITIALIZED;
+	}
+	ctx = tls_ctx ? find_live(tls_ctx, tls_ctx_id, 1) : NULL;
+	if (!ctx) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	sticky = emu_ctx_sticky(ctx);
+	if (sticky) {
+		emu_unlock(&emu_glock);
+		return (CUresult)sticky;
+	}
+	ctx->refs++;
+	emu_unlock(&emu_glock);
+	*out = ctx;
+	return CUDA_SUCCESS;
+}
+
+void emu_ctx_leave(struct emu_ctx *ctx)
+{
+	emu_lock(&emu_glock);
+	if (--ctx->refs == 0 && ctx->dying)
+		emu_broadcast(&refs_cond);
+	emu_unlock(&emu_glock);
+}
+
+static void ctx_free(struct emu_ctx *ctx)
+{
+	pthread_rwlock_destroy(&ctx->mem_rw);
+	pthread_cond_destroy(&ctx->cond);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx->allocs);
+	free(ctx);
+}
+
+EMU_API CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	struct emu_ctx *ctx;
+	struct emu_device *d;
+	CUresult rc;
+
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	emu_lock(&emu_glock);
+	if (emu_ndevices == 0) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_NOT_INITIALIZED;
+	}
+	if (dev < 0 || dev >= emu_ndevices) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_INVALID_DEVICE;
+	}
+	d = &emu_devices[dev];
+	if (d->total - d->used < EMU_CTX_OVERHEAD) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	d->used += EMU_CTX_OVERHEAD;
+	emu_unlock(&emu_glock);
+
+	rc = CUDA_ERROR_OUT_OF_MEMORY;
+	ctx = calloc(1, sizeof *ctx);
+	if (!ctx)
+		goto fail_reserved;
+	if (pthread_mutex_init(&ctx->lock, NULL) != 0)
+		goto fail_free;
+	if (pthread_cond_init(&ctx->cond, NULL) != 0)
+		goto fail_mutex;
+	if (pthread_rwlock_init(&ctx->mem_rw, NULL) != 0)
+		goto fail_cond;
+	ctx->dev = dev;
+	ctx->limits[CU_LIMIT_STACK_SIZE] = 1024;
+	ctx->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+	ctx->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+	ctx->limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+	ctx->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+	ctx->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
+	ctx->limits[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0;
+	ctx->limits[CU_LIMIT_SHMEM_SIZE] = 232448;
+	ctx->next_stream_id = 1;
+
+	ctx->null_stream = calloc(1, sizeof *ctx->null_stream);
+	if (!ctx->null_stream)
+		goto fail_rw;
+	ctx->null_stream->is_null = 1;
+	emu_lock(&ctx->lock);
+	rc = emu_stream_start(ctx, ctx->null_stream);
+	emu_unlock(&ctx->lock);
+	if (rc != CUDA_SUCCESS) {
+		free(ctx->null_stream);
+		goto fail_rw;
+	}
+
+	emu_lock(&emu_glock);
+	ctx->id = next_ctx_id++;
+	ctx->next = ctx_list;
+	ctx_list = ctx;
+	emu_unlock(&emu_glock);
+	/* cuCtxCreate makes the new context current (pushes it). */
+	tls_ctx = ctx;
+	tls_ctx_id = ctx->id;
+	*pctx = (CUcontext)ctx;
+	return CUDA_SUCCESS;
+
+fail_rw:
+	pthread_rwlock_destroy(&ctx->mem_rw);
+fail_cond:
+	pthread_cond_destroy(&ctx->cond);
+fail_mutex:
+	pthread_mutex_destroy(&ctx->lock);
+fail_free:
+	free(ctx);
+fail_reserved:
+	emu_lock(&emu_glock);
+	d->used -= EMU_CTX_OVERHEAD;
+	emu_unlock(&emu_glock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx)
+{
+	struct emu_ctx *ctx;
+
+	emu_lock(&emu_glock);
+	if (emu_ndevices == 0) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_NOT_INITIALIZED;
+	}
+	ctx = hctx ? find_live((struct emu_ctx *)hctx, 0, 0) : NULL;
+	if (!ctx) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	/* Unlink so no new call can enter, then wait for those inside. */
+	ctx->dying = 1;
+	for (struct emu_ctx **pp = &ctx_list; *pp; pp = &(*pp)->next)
+		if (*pp == ctx) {
+			*pp = ctx->next;
+			break;
+		}
+	while (ctx->refs > 0)
+		emu_wait(&refs_cond, &emu_glock);
+	emu_unlock(&emu_glock);
+
+	/* Streams first (their queued work may still touch memory), then
+	 * modules, then the memory itself. */
+	emu_streams_destroy_all(ctx);
+	emu_modules_destroy_all(ctx);
+	emu_mem_free_all(ctx);
+
+	emu_lock(&emu_glock);
+	emu_devices[ctx->dev].used -= EMU_CTX_OVERHEAD;
+	emu_unlock(&emu_glock);
+	if (tls_ctx == ctx) {
+		tls_ctx = NULL;
+		tls_ctx_id = 0;
+	}
+	ctx_free(ctx);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext hctx)
+{
+	struct emu_ctx *ctx;
+
+	emu_lock(&emu_glock);
+	if (emu_ndevices == 0) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_NOT_INITIALIZED;
+	}
+	if (!hctx) {
+		emu_unlock(&emu_glock);
+		tls_ctx = NULL;
+		tls_ctx_id = 0;
+		return CUDA_SUCCESS;
+	}
+	ctx = find_live((struct emu_ctx *)hctx, 0, 0);
+	if (!ctx) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	tls_ctx = ctx;
+	tls_ctx_id = ctx->id;
+	emu_unlock(&emu_glock);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuCtxSynchronize(void)
+{
+	struct emu_ctx *ctx;
+	CUresult rc = emu_ctx_enter(&ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_lock(&ctx->lock);
+	emu_ctx_wait_idle(ctx);
+	emu_unlock(&ctx->lock);
+	rc = (CUresult)emu_ctx_sticky(ctx);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!pvalue)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((int)limit < 0 || (int)limit >= CU_LIMIT_MAX) {
+		rc = CUDA_ERROR_UNSUPPORTED_LIMIT;
+	} else {
+		emu_lock(&ctx->lock);
+		*pvalue = ctx->limits[limit];
+		emu_unlock(&ctx->lock);
+	}
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
+{
+	struct emu_ctx *ctx;
+	CUresult rc = emu_ctx_enter(&ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((int)limit < 0 || (int)limit >= CU_LIMIT_MAX)
+		rc = CUDA_ERROR_UNSUPPORTED_LIMIT;
+	else if (limit == CU_LIMIT_CIG_ENABLED || limit == CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED)
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	else {
+		emu_lock(&ctx->lock);
+		ctx->limits[limit] = value;
+		emu_unlock(&ctx->lock);
+	}
+	emu_ctx_leave(ctx);
+	return rc;
+}

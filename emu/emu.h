@@ -1,0 +1,247 @@
+/*
+ * Internal header of the emulated CUDA device (librgpu-emu).
+ *
+ * A test and demo device: device memory is host RAM, kernels are the host
+ * implementations in kernels.c of the test kernels in test/kernels/.
+ *
+ * Locking (always taken in this order, never the reverse):
+ *   emu_glock      init state, device table (bytes in use), context list and
+ *                  context references
+ *   ctx->lock      streams, queued operations, events, modules of a context
+ *                  (ctx->cond is broadcast on every change of that state)
+ *   ctx->mem_rw    the context's allocation table; read-held while a copy,
+ *                  memset or kernel touches device memory, write-held while
+ *                  the table changes
+ */
+#ifndef RGPU_EMU_H
+#define RGPU_EMU_H
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define EMU_API __attribute__((visibility("default")))
+
+struct emu_ctx;
+struct emu_module;
+struct emu_kernel;
+struct emu_op;
+
+#define EMU_DEFAULT_DEVICES 2
+#define EMU_MAX_DEVICES 16
+#define EMU_DEFAULT_MEM (16ULL << 30)
+/* Device memory a context costs on creation (a real context costs about
+ * this much for its heaps and stacks); keeps cuMemGetInfo honest. */
+#define EMU_CTX_OVERHEAD (64ULL << 20)
+
+/* ---- device.c */
+struct emu_device {
+	size_t total;
+	size_t used;     /* allocations + per-context overhead, all contexts */
+};
+
+extern pthread_mutex_t emu_glock;
+extern int emu_ndevices;                   /* 0 until cuInit succeeded */
+extern struct emu_device emu_devices[EMU_MAX_DEVICES];
+
+int emu_initialized(void);
+/* Locking wrappers: a failing pthread call on a valid object is a bug, so
+ * they abort rather than let the caller run unprotected. */
+void emu_lock(pthread_mutex_t *m);
+void emu_unlock(pthread_mutex_t *m);
+void emu_wait(pthread_cond_t *c, pthread_mutex_t *m);
+void emu_broadcast(pthread_cond_t *c);
+void emu_rdlock(pthread_rwlock_t *l);
+void emu_wrlock(pthread_rwlock_t *l);
+void emu_rwunlock(pthread_rwlock_t *l);
+uint64_t emu_now_ns(void);
+
+/* ---- memory.c */
+struct emu_alloc {
+	uintptr_t base;
+	size_t size;     /* bytes the caller asked for: the bounds */
+	size_t maplen;   /* bytes mapped */
+	int counted;     /* counts towards the device's used memory */
+};
+
+/* Allocates device memory in ctx (takes mem_rw for writing). */
+CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdeviceptr *out);
+CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p);
+void emu_mem_free_all(struct emu_ctx *ctx);
+/* Host address of [p, p+len) if it lies inside one allocation of ctx, else
+ * NULL.  Caller read-holds ctx->mem_rw. len 0 is always valid. */
+void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len);
+/* Runs a queued copy or memset (stream worker, no lock held). */
+CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op);
+
+/* ---- stream.c */
+enum emu_op_kind {
+	EMU_OP_HTOD,        /* host bytes -> device (src owned or borrowed) */
+	EMU_OP_DTOH,
+	EMU_OP_DTOD,
+	EMU_OP_MEMSET,
+	EMU_OP_LAUNCH,
+	EMU_OP_RECORD,
+	EMU_OP_WAIT,
+};
+
+struct emu_dep {
+	uint64_t stream_id;
+	uint64_t seq;
+};
+
+struct emu_event;
+struct emu_launch;
+
+struct emu_op {
+	struct emu_op *next;
+	enum emu_op_kind kind;
+	uint64_t seq;
+	/* ops this one must wait for (legacy NULL stream semantics) */
+	struct emu_dep *deps;
+	int ndeps;
+	/* copies and memsets */
+	CUdeviceptr dptr, dsrc;
+	void *host;
+	int host_owned;
+	size_t bytes;
+	unsigned elem;       /* memset element size: 1, 2 or 4 */
+	uint32_t value;
+	size_t count;        /* memset elements */
+	/* launches */
+	struct emu_launch *launch;
+	/* events */
+	struct emu_event *event;
+	uint64_t gen;
+};
+
+struct emu_stream {
+	struct emu_stream *next;
+	struct emu_ctx *ctx;
+	uint64_t id;          /* unique, never reused: deps name streams by id */
+	unsigned flags;
+	int priority;
+	int is_null;
+	struct emu_op *head, *tail;
+	uint64_t enq_seq, done_seq;
+	int quit;
+	pthread_t thread;
+};
+
+struct emu_event {
+	struct emu_event *next;
+	struct emu_ctx *ctx;
+	unsigned flags;
+	int refs;             /* the handle + queued ops naming it */
+	int destroyed;
+	uint64_t recorded;    /* generation of the latest cuEventRecord */
+	uint64_t completed;   /* highest generation the stream reached */
+	uint64_t ts_ns;       /* CLOCK_MONOTONIC time of `recorded` */
+	uint64_t ts_gen;      /* generation ts_ns belongs to */
+};
+
+CUresult emu_stream_start(struct emu_ctx *ctx, struct emu_stream *s);
+/* Finds a stream of ctx (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD = the
+ * NULL stream).  Caller holds ctx->lock. */
+struct emu_stream *emu_stream_find(struct emu_ctx *ctx, CUstream h);
+/* Queues op on s (caller holds ctx->lock); takes ownership of op. */
+CUresult emu_stream_enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct emu_op *op);
+/* Waits (ctx->lock held) until s has completed seq. */
+void emu_stream_wait_seq(struct emu_ctx *ctx, struct emu_stream *s, uint64_t seq);
+/* Waits (ctx->lock held) until every stream of ctx is idle. */
+void emu_ctx_wait_idle(struct emu_ctx *ctx);
+/* Stops and frees every stream and event of ctx (ctx->lock not held). */
+void emu_streams_destroy_all(struct emu_ctx *ctx);
+void emu_op_free(struct emu_ctx *ctx, struct emu_op *op);
+void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
+
+/* ---- kernels.c */
+struct emu_kparam {
+	size_t offset, size;
+};
+
+struct emu_launch {
+	struct emu_ctx *ctx;
+	unsigned grid[3], block[3];
+	CUdeviceptr globals;        /* the module's g_scale (+0), g_counter (+4) */
+	unsigned char *args;        /* the parameter buffer, kernel ABI layout */
+	const struct emu_kernel *kernel;
+};
+
+struct emu_kernel {
+	const char *name;
+	int nparams;
+	struct emu_kparam params[4];
+	size_t argsize;             /* end of the last parameter */
+	int shared_bytes;           /* static shared memory */
+	int touches_memory;         /* 0: runs without mem_rw held */
+	CUresult (*run)(const struct emu_launch *l);
+};
+
+extern const struct emu_kernel emu_kernels[];
+extern const int emu_nkernels;
+#define EMU_NKERNELS 9
+const struct emu_kernel *emu_kernel_find(const char *name, int *index);
+
+/* ---- module.c */
+struct emu_func {
+	struct emu_module *mod;
+	const struct emu_kernel *kernel;
+	int max_dyn_shared;
+	int carveout;
+	int cache_config;
+	int attr_cluster[6];        /* cluster attributes 10..15, remembered */
+};
+
+struct emu_module {
+	struct emu_module *next;
+	int is_library;
+	CUdeviceptr globals;        /* 8 bytes: g_scale, g_counter */
+	struct emu_func funcs[EMU_NKERNELS];
+};
+
+/* Runs a queued launch (stream worker, no lock held). */
+CUresult emu_launch_exec(struct emu_launch *l);
+void emu_launch_free(struct emu_launch *l);
+/* Frees every module of ctx (ctx->lock not held; ctx is being destroyed). */
+void emu_modules_destroy_all(struct emu_ctx *ctx);
+
+/* ---- context.c */
+struct emu_ctx {
+	struct emu_ctx *next;       /* emu_glock: list of live contexts */
+	uint64_t id;
+	int dev;
+	int refs;                   /* emu_glock: callers inside an API call */
+	int dying;
+	int sticky;                 /* atomic: CUresult every call now returns */
+	size_t limits[CU_LIMIT_MAX];
+
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct emu_stream *null_stream;
+	struct emu_stream *streams; /* created streams (not the NULL one) */
+	struct emu_event *events;
+	struct emu_module *modules;
+	uint64_t next_stream_id;
+
+	pthread_rwlock_t mem_rw;
+	struct emu_alloc *allocs;   /* sorted by base */
+	size_t nallocs, cap_allocs;
+	size_t alloc_bytes;         /* counted bytes */
+};
+
+/* Acquires the calling thread's current context: checks cuInit, a current
+ * context, and its sticky error.  On success the context stays alive until
+ * emu_ctx_leave(). */
+CUresult emu_ctx_enter(struct emu_ctx **out);
+void emu_ctx_leave(struct emu_ctx *ctx);
+int emu_ctx_sticky(struct emu_ctx *ctx);
+void emu_ctx_fault(struct emu_ctx *ctx, CUresult err);
+
+/* Exported under cuda.h's old name too; declared here as cuda.h only
+ * declares it through a macro that __CUDA_API_VERSION_INTERNAL removes. */
+CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd);
+
+#endif

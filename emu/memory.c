@@ -1,0 +1,512 @@
+/*
+ * Device memory: host pages handed out as device addresses, the per-context
+ * allocation table every access is checked against, copies, memsets, and
+ * page-locked host memory (plain aligned host memory here).
+ */
+#include "emu.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Device allocations are placed from here up where the kernel lets us, so
+ * device pointers are easy to tell from host pointers in a debugger; the
+ * address is only a hint. */
+#define VA_START 0x7e0000000000ULL
+#define VA_END 0x7f0000000000ULL
+#define VA_GAP (1ULL << 20)
+static uint64_t next_va = VA_START;
+
+static size_t page_size(void)
+{
+	long p = sysconf(_SC_PAGESIZE);
+
+	return p > 0 ? (size_t)p : 4096;
+}
+
+static void *map_pages(size_t len)
+{
+	uint64_t hint = __atomic_fetch_add(&next_va, len + VA_GAP, __ATOMIC_RELAXED);
+	void *p;
+
+	if (hint >= VA_END || VA_END - hint < len)
+		hint = 0;
+	/* NORESERVE: a large, mostly untouched buffer costs no host memory. */
+	p = mmap((void *)(uintptr_t)hint, len, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* Index of the first allocation with base > p.  Caller holds mem_rw. */
+static size_t upper_bound(const struct emu_ctx *ctx, uintptr_t p)
+{
+	size_t lo = 0, hi = ctx->nallocs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (ctx->allocs[mid].base <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
+{
+	const struct emu_alloc *a;
+	size_t i;
+
+	if (len == 0)
+		return (void *)(uintptr_t)p;
+	i = upper_bound(ctx, (uintptr_t)p);
+	if (i == 0)
+		return NULL;
+	a = &ctx->allocs[i - 1];
+	if (p - a->base >= a->size || len > a->size - (p - a->base))
+		return NULL;
+	return (void *)(uintptr_t)p;
+}
+
+CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdeviceptr *out)
+{
+	struct emu_device *d = &emu_devices[ctx->dev];
+	size_t ps = page_size(), maplen;
+	struct emu_alloc *a;
+	void *p;
+	size_t i;
+
+	if (size == 0 || size > SIZE_MAX - ps)
+		return size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
+	maplen = (size + ps - 1) / ps * ps;
+	if (counted) {
+		emu_lock(&emu_glock);
+		if (d->total - d->used < size) {
+			emu_unlock(&emu_glock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		d->used += size;
+		emu_unlock(&emu_glock);
+	}
+	p = map_pages(maplen);
+	if (!p)
+		goto fail;
+	emu_wrlock(&ctx->mem_rw);
+	if (ctx->nallocs == ctx->cap_allocs) {
+		size_t cap = ctx->cap_allocs ? 2 * ctx->cap_allocs : 64;
+
+		a = realloc(ctx->allocs, cap * sizeof *a);
+		if (!a) {
+			emu_rwunlock(&ctx->mem_rw);
+			munmap(p, maplen);
+			goto fail;
+		}
+		ctx->allocs = a;
+		ctx->cap_allocs = cap;
+	}
+	i = upper_bound(ctx, (uintptr_t)p);
+	memmove(&ctx->allocs[i + 1], &ctx->allocs[i], (ctx->nallocs - i) * sizeof *a);
+	ctx->allocs[i] = (struct emu_alloc){ (uintptr_t)p, size, maplen, counted };
+	ctx->nallocs++;
+	if (counted)
+		ctx->alloc_bytes += size;
+	emu_rwunlock(&ctx->mem_rw);
+	*out = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+
+fail:
+	if (counted) {
+		emu_lock(&emu_glock);
+		d->used -= size;
+		emu_unlock(&emu_glock);
+	}
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p)
+{
+	struct emu_alloc a;
+	size_t i;
+
+	emu_wrlock(&ctx->mem_rw);
+	i = upper_bound(ctx, (uintptr_t)p);
+	if (i == 0 || ctx->allocs[i - 1].base != p) {
+		emu_rwunlock(&ctx->mem_rw);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	a = ctx->allocs[i - 1];
+	memmove(&ctx->allocs[i - 1], &ctx->allocs[i], (ctx->nallocs - i) * sizeof a);
+	ctx->nallocs--;
+	if (a.counted)
+		ctx->alloc_bytes -= a.size;
+	emu_rwunlock(&ctx->mem_rw);
+	munmap((void *)a.base, a.maplen);
+	if (a.counted) {
+		emu_lock(&emu_glock);
+		emu_devices[ctx->dev].used -= a.size;
+		emu_unlock(&emu_glock);
+	}
+	return CUDA_SUCCESS;
+}
+
+void emu_mem_free_all(struct emu_ctx *ctx)
+{
+	size_t counted = 0;
+
+	emu_wrlock(&ctx->mem_rw);
+	for (size_t i = 0; i < ctx->nallocs; i++) {
+		munmap((void *)ctx->allocs[i].base, ctx->allocs[i].maplen);
+		if (ctx->allocs[i].counted)
+			counted += ctx->allocs[i].size;
+	}
+	ctx->nallocs = 0;
+	ctx->alloc_bytes = 0;
+	emu_rwunlock(&ctx->mem_rw);
+	emu_lock(&emu_glock);
+	emu_devices[ctx->dev].used -= counted;
+	emu_unlock(&emu_glock);
+}
+
+EMU_API CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!free_bytes || !total)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_lock(&emu_glock);
+	*total = emu_devices[ctx->dev].total;
+	*free_bytes = emu_devices[ctx->dev].total - emu_devices[ctx->dev].used;
+	emu_unlock(&emu_glock);
+	emu_ctx_leave(ctx);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!dptr)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = emu_mem_alloc(ctx, bytesize, 1, dptr);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+	struct emu_ctx *ctx;
+	CUresult rc = emu_ctx_enter(&ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (dptr == 0) {
+		emu_ctx_leave(ctx);
+		return CUDA_SUCCESS;
+	}
+	/* Like cuMemFree on a GPU, wait for queued work that may use it. */
+	emu_lock(&ctx->lock);
+	emu_ctx_wait_idle(ctx);
+	emu_unlock(&ctx->lock);
+	rc = emu_mem_free(ctx, dptr);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+/* ---- page-locked host memory: plain page-aligned memory, tracked so a
+ * bad pointer is an error and not a crash of the caller. */
+struct host_block {
+	struct host_block *next;
+	void *p;
+};
+
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_block *host_blocks;
+
+EMU_API CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	struct host_block *b;
+	void *p;
+
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!pp || bytesize == 0 ||
+	    (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+				 CU_MEMHOSTALLOC_WRITECOMBINED)))
+		return CUDA_ERROR_INVALID_VALUE;
+	b = malloc(sizeof *b);
+	if (!b)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (posix_memalign(&p, page_size(), bytesize) != 0) {
+		free(b);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	b->p = p;
+	emu_lock(&host_lock);
+	b->next = host_blocks;
+	host_blocks = b;
+	emu_unlock(&host_lock);
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+	struct host_block *b = NULL;
+
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&host_lock);
+	for (struct host_block **pp = &host_blocks; *pp; pp = &(*pp)->next)
+		if ((*pp)->p == p) {
+			b = *pp;
+			*pp = b->next;
+			break;
+		}
+	emu_unlock(&host_lock);
+	if (!b)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(b->p);
+	free(b);
+	return CUDA_SUCCESS;
+}
+
+/* ---- copies and memsets: checked when called, queued on a stream,
+ * checked again when they run (the memory may have gone meanwhile). */
+
+static int range_ok(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
+{
+	int ok;
+
+	emu_rdlock(&ctx->mem_rw);
+	ok = emu_mem_map(ctx, p, len) != NULL;
+	emu_rwunlock(&ctx->mem_rw);
+	return ok;
+}
+
+CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op)
+{
+	CUresult rc = CUDA_SUCCESS;
+	unsigned char *d, *s;
+
+	if (op->bytes == 0)
+		return CUDA_SUCCESS;
+	emu_rdlock(&ctx->mem_rw);
+	switch (op->kind) {
+	case EMU_OP_HTOD:
+		d = emu_mem_map(ctx, op->dptr, op->bytes);
+		if (d)
+			memcpy(d, op->host, op->bytes);
+		else
+			rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		break;
+	case EMU_OP_DTOH:
+		s = emu_mem_map(ctx, op->dsrc, op->bytes);
+		if (s)
+			memcpy(op->host, s, op->bytes);
+		else
+			rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		break;
+	case EMU_OP_DTOD:
+		d = emu_mem_map(ctx, op->dptr, op->bytes);
+		s = emu_mem_map(ctx, op->dsrc, op->bytes);
+		if (d && s)
+			memmove(d, s, op->bytes);
+		else
+			rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		break;
+	case EMU_OP_MEMSET:
+		d = emu_mem_map(ctx, op->dptr, op->bytes);
+		if (!d)
+			rc = CUDA_ERROR_ILLEGAL_ADDRESS;
+		else if (op->elem == 1)
+			memset(d, (int)op->value, op->count);
+		else if (op->elem == 2)
+			for (size_t i = 0; i < op->count; i++)
+				((uint16_t *)(void *)d)[i] = (uint16_t)op->value;
+		else
+			for (size_t i = 0; i < op->count; i++)
+				((uint32_t *)(void *)d)[i] = op->value;
+		break;
+	default:
+		rc = CUDA_ERROR_UNKNOWN;
+		break;
+	}
+	emu_rwunlock(&ctx->mem_rw);
+	return rc;
+}
+
+/* Queues op on hStream (sync: on the NULL stream, then waits for it). */
+static CUresult submit(struct emu_ctx *ctx, CUstream hStream, struct emu_op *op, int sync)
+{
+	struct emu_stream *s;
+	uint64_t seq;
+	CUresult rc;
+
+	emu_lock(&ctx->lock);
+	s = emu_stream_find(ctx, sync ? NULL : hStream);
+	if (!s) {
+		emu_unlock(&ctx->lock);
+		emu_op_free(ctx, op);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	rc = emu_stream_enqueue(ctx, s, op);
+	if (rc == CUDA_SUCCESS && sync) {
+		seq = s->enq_seq;
+		emu_stream_wait_seq(ctx, s, seq);
+		rc = (CUresult)emu_ctx_sticky(ctx);
+	}
+	emu_unlock(&ctx->lock);
+	return rc;
+}
+
+static CUresult copy(CUdeviceptr dst, CUdeviceptr src, void *host, const void *chost,
+		     size_t n, enum emu_op_kind kind, CUstream hStream, int sync)
+{
+	struct emu_ctx *ctx;
+	struct emu_op *op;
+	CUresult rc = emu_ctx_enter(&ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (n == 0) {
+		emu_ctx_leave(ctx);
+		return CUDA_SUCCESS;
+	}
+	if ((kind != EMU_OP_DTOH && !range_ok(ctx, dst, n)) ||
+	    (kind != EMU_OP_HTOD && !range_ok(ctx, src, n)) ||
+	    (kind == EMU_OP_HTOD && !chost) || (kind == EMU_OP_DTOH && !host)) {
+		emu_ctx_leave(ctx);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	op = calloc(1, sizeof *op);
+	if (!op) {
+		emu_ctx_leave(ctx);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	op->kind = kind;
+	op->dptr = dst;
+	op->dsrc = src;
+	op->bytes = n;
+	if (kind == EMU_OP_HTOD && !sync) {
+		/* Pageable-memory semantics: the caller may reuse its buffer
+		 * as soon as we return. */
+		op->host = malloc(n);
+		if (!op->host) {
+			free(op);
+			emu_ctx_leave(ctx);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(op->host, chost, n);
+		op->host_owned = 1;
+	} else {
+		op->host = kind == EMU_OP_HTOD ? (void *)(uintptr_t)chost : host;
+	}
+	rc = submit(ctx, hStream, op, sync);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	return copy(dstDevice, 0, NULL, srcHost, ByteCount, EMU_OP_HTOD, NULL, 1);
+}
+
+EMU_API CUresult CUDAAPI cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return copy(0, srcDevice, dstHost, NULL, ByteCount, EMU_OP_DTOH, NULL, 1);
+}
+
+EMU_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	return copy(dstDevice, srcDevice, NULL, NULL, ByteCount, EMU_OP_DTOD, NULL, 1);
+}
+
+EMU_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
+					      CUstream hStream)
+{
+	return copy(dstDevice, 0, NULL, srcHost, ByteCount, EMU_OP_HTOD, hStream, 0);
+}
+
+EMU_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+					      CUstream hStream)
+{
+	return copy(0, srcDevice, dstHost, NULL, ByteCount, EMU_OP_DTOH, hStream, 0);
+}
+
+EMU_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
+					      CUstream hStream)
+{
+	return copy(dstDevice, srcDevice, NULL, NULL, ByteCount, EMU_OP_DTOD, hStream, 0);
+}
+
+static CUresult memset_n(CUdeviceptr dst, uint32_t value, unsigned elem, size_t count, CUstream hStream, int sync)
+{
+	struct emu_ctx *ctx;
+	struct emu_op *op;
+	CUresult rc = emu_ctx_enter(&ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (count == 0) {
+		emu_ctx_leave(ctx);
+		return CUDA_SUCCESS;
+	}
+	if (dst % elem != 0 || count > SIZE_MAX / elem || !range_ok(ctx, dst, count * elem)) {
+		emu_ctx_leave(ctx);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	op = calloc(1, sizeof *op);
+	if (!op) {
+		emu_ctx_leave(ctx);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	op->kind = EMU_OP_MEMSET;
+	op->dptr = dst;
+	op->elem = elem;
+	op->value = value;
+	op->count = count;
+	op->bytes = count * elem;
+	rc = submit(ctx, hStream, op, sync);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	return memset_n(dstDevice, uc, 1, N, NULL, 1);
+}
+
+EMU_API CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+	return memset_n(dstDevice, us, 2, N, NULL, 1);
+}
+
+EMU_API CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+	return memset_n(dstDevice, ui, 4, N, NULL, 1);
+}
+
+EMU_API CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
+{
+	return memset_n(dstDevice, uc, 1, N, hStream, 0);
+}
+
+EMU_API CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
+{
+	return memset_n(dstDevice, us, 2, N, hStream, 0);
+}
+
+EMU_API CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
+{
+	return memset_n(dstDevice, ui, 4, N, hStream, 0);
+}

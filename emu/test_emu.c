@@ -1,0 +1,629 @@
+/*
+ * Self-test of the emulated device: dlopen()s librgpu-emu.so ($RGPU_EMU_LIB,
+ * else .libs/librgpu-emu.so), loads every entry point rgpud uses
+ * (daemon/driver.h) and checks the behaviour the end-to-end tests rely on.
+ */
+#include "driver.h"
+#include "test_kernels.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static struct rgpud_driver D;
+static CUresult (*elapsed_v2)(float *, CUevent, CUevent);
+
+#define CK(call, expect)                                                          \
+	do {                                                                      \
+		CUresult r_ = (call);                                             \
+		if (r_ != (expect)) {                                             \
+			fprintf(stderr, "%s:%d: %s = %d, expected %d\n", __FILE__, \
+				__LINE__, #call, (int)r_, (int)(expect));         \
+			exit(1);                                                  \
+		}                                                                 \
+	} while (0)
+#define OK(call) CK(call, CUDA_SUCCESS)
+#define EXPECT(cond)                                                              \
+	do {                                                                      \
+		if (!(cond)) {                                                    \
+			fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #cond); \
+			exit(1);                                                  \
+		}                                                                 \
+	} while (0)
+
+static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry vec_add()\n{ ret; }\n";
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void load(void)
+{
+	const char *path = getenv("RGPU_EMU_LIB");
+
+	if (!path || !*path)
+		path = ".libs/librgpu-emu.so";
+	D.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!D.dl) {
+		fprintf(stderr, "dlopen %s: %s\n", path, dlerror());
+		exit(1);
+	}
+#define LOAD(fn)                                                       \
+	*(void **)&D.fn = dlsym(D.dl, #fn);                            \
+	if (!D.fn) {                                                   \
+		fprintf(stderr, "missing entry point %s\n", #fn);      \
+		exit(1);                                               \
+	}
+	RGPUD_DRIVER_FUNCS(LOAD)
+#undef LOAD
+	*(void **)&elapsed_v2 = dlsym(D.dl, "cuEventElapsedTime_v2");
+	EXPECT(elapsed_v2 != NULL);
+	/* Internals stay hidden. */
+	EXPECT(dlsym(D.dl, "emu_ctx_enter") == NULL);
+	EXPECT(dlsym(D.dl, "emu_kernels") == NULL);
+}
+
+static void launch(CUfunction f, unsigned gx, unsigned gy, unsigned bx, unsigned by, CUstream s, void **params)
+{
+	OK(D.cuLaunchKernel(f, gx, gy, 1, bx, by, 1, 0, s, params, NULL));
+}
+
+static void test_device(void)
+{
+	char name[64];
+	CUuuid u0, u1;
+	CUdevice dev;
+	size_t total;
+	int n, v;
+	const char *s;
+
+	CK(D.cuDeviceGetCount(&n), CUDA_ERROR_NOT_INITIALIZED);
+	CK(D.cuCtxCreate_v2(&(CUcontext){ 0 }, 0, 0), CUDA_ERROR_NOT_INITIALIZED);
+	CK(D.cuInit(1), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuInit(0));
+	OK(D.cuInit(0));
+	OK(D.cuDriverGetVersion(&v));
+	EXPECT(v == CUDA_VERSION);
+	OK(D.cuDeviceGetCount(&n));
+	EXPECT(n == 2);
+	OK(D.cuDeviceGet(&dev, 1));
+	EXPECT(dev == 1);
+	CK(D.cuDeviceGet(&dev, 2), CUDA_ERROR_INVALID_DEVICE);
+	OK(D.cuDeviceGetName(name, sizeof name, 1));
+	EXPECT(strcmp(name, "rgpu emulated device 1") == 0);
+	OK(D.cuDeviceGetUuid_v2(&u0, 0));
+	OK(D.cuDeviceGetUuid_v2(&u1, 1));
+	EXPECT(memcmp(&u0, &u1, sizeof u0) != 0);
+	OK(D.cuDeviceGetUuid_v2(&u1, 0));
+	EXPECT(memcmp(&u0, &u1, sizeof u0) == 0);
+	OK(D.cuDeviceTotalMem_v2(&total, 0));
+	EXPECT(total == (4ULL << 30));
+	for (int a = 1; a < CU_DEVICE_ATTRIBUTE_MAX; a++)
+		OK(D.cuDeviceGetAttribute(&v, (CUdevice_attribute)a, 0));
+	CK(D.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0));
+	EXPECT(v == 9);
+	OK(D.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 0));
+	EXPECT(v == 132);
+	OK(D.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 0));
+	EXPECT(v == 64);
+	OK(D.cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 0));
+	EXPECT(v == 232448);
+	OK(D.cuGetErrorName(CUDA_ERROR_ILLEGAL_ADDRESS, &s));
+	EXPECT(strcmp(s, "CUDA_ERROR_ILLEGAL_ADDRESS") == 0);
+	OK(D.cuGetErrorString(CUDA_ERROR_OUT_OF_MEMORY, &s));
+	EXPECT(strcmp(s, "out of memory") == 0);
+	CK(D.cuGetErrorName((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void test_memory(void)
+{
+	size_t fr0, fr, total, lim;
+	CUdeviceptr p, q;
+	CUcontext ctx;
+	uint32_t buf[64];
+	void *h;
+
+	OK(D.cuCtxCreate_v2(&ctx, 0, 0));
+	OK(D.cuMemGetInfo_v2(&fr0, &total));
+	EXPECT(total == (4ULL << 30));
+	EXPECT(fr0 == total - (64ULL << 20));
+	OK(D.cuMemAlloc_v2(&p, 1 << 20));
+	EXPECT(p % 256 == 0);
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0 - (1 << 20));
+	CK(D.cuMemAlloc_v2(&q, fr + 1), CUDA_ERROR_OUT_OF_MEMORY);
+	CK(D.cuMemAlloc_v2(&q, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuMemAlloc_v2(&q, 256));
+
+	/* Bounds checks. */
+	memset(buf, 0, sizeof buf);
+	OK(D.cuMemcpyHtoD_v2(q + 248, buf, 8));
+	CK(D.cuMemcpyHtoD_v2(q + 252, buf, 8), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuMemcpyDtoH_v2(buf, q - 4, 8), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuMemcpyDtoH_v2(buf, 0x1000, 4), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuMemcpyDtoD_v2(q, p + (1 << 20) - 100, 256), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuMemsetD32_v2(q, 1, 65), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuMemsetD32_v2(q + 2, 1, 4), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuMemsetD8Async(q + 256, 1, 1, NULL), CUDA_ERROR_INVALID_VALUE);
+
+	/* Copies and memsets do what they say. */
+	OK(D.cuMemsetD32_v2(q, 0xdeadbeef, 64));
+	OK(D.cuMemsetD16_v2(q, 0x1234, 2));
+	OK(D.cuMemsetD8_v2(q + 4, 0x56, 1));
+	OK(D.cuMemcpyDtoD_v2(p, q, 256));
+	OK(D.cuMemcpyDtoH_v2(buf, p, 256));
+	EXPECT(buf[0] == 0x12341234 && buf[1] == 0xdeadbe56 && buf[63] == 0xdeadbeef);
+	for (int i = 0; i < 64; i++)
+		buf[i] = (uint32_t)i;
+	OK(D.cuMemcpyHtoDAsync_v2(p, buf, sizeof buf, NULL));
+	memset(buf, 0xff, sizeof buf);   /* copied at enqueue time */
+	OK(D.cuMemcpyDtoHAsync_v2(buf, p, sizeof buf, NULL));
+	OK(D.cuMemsetD32Async(p, 7, 1, NULL));
+	OK(D.cuCtxSynchronize());
+	EXPECT(buf[0] == 0 && buf[5] == 5 && buf[63] == 63);
+
+	CK(D.cuMemFree_v2(p + 4), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuMemFree_v2(p));
+	OK(D.cuMemFree_v2(q));
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0);
+	CK(D.cuMemcpyHtoD_v2(q, buf, 4), CUDA_ERROR_INVALID_VALUE);
+
+	OK(D.cuMemHostAlloc(&h, 12345, 0));
+	memset(h, 1, 12345);
+	OK(D.cuMemFreeHost(h));
+	CK(D.cuMemFreeHost(buf), CUDA_ERROR_INVALID_VALUE);
+
+	OK(D.cuCtxGetLimit(&lim, CU_LIMIT_STACK_SIZE));
+	EXPECT(lim == 1024);
+	OK(D.cuCtxGetLimit(&lim, CU_LIMIT_PRINTF_FIFO_SIZE));
+	EXPECT(lim == 1 << 20);
+	OK(D.cuCtxGetLimit(&lim, CU_LIMIT_MALLOC_HEAP_SIZE));
+	EXPECT(lim == 8 << 20);
+	OK(D.cuCtxSetLimit(CU_LIMIT_STACK_SIZE, 4096));
+	OK(D.cuCtxGetLimit(&lim, CU_LIMIT_STACK_SIZE));
+	EXPECT(lim == 4096);
+	CK(D.cuCtxGetLimit(&lim, CU_LIMIT_MAX), CUDA_ERROR_UNSUPPORTED_LIMIT);
+
+	OK(D.cuCtxDestroy_v2(ctx));
+	CK(D.cuMemAlloc_v2(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+	CK(D.cuCtxSetCurrent(ctx), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+static void ref_matmul(const float *A, const float *B, float *C, int n)
+{
+	for (int r = 0; r < n; r++)
+		for (int c = 0; c < n; c++) {
+			float acc = 0.0f;
+
+			for (int k = 0; k < n; k++)
+				acc = fmaf(A[r * n + k], B[k * n + c], acc);
+			C[r * n + c] = acc;
+		}
+}
+
+static void test_matmul(CUmodule mod, int n)
+{
+	size_t bytes = (size_t)n * n * sizeof(float);
+	float *A = malloc(bytes), *B = malloc(bytes), *C = malloc(bytes), *R = malloc(bytes);
+	CUdeviceptr dA, dB, dC;
+	unsigned g = (unsigned)(n + MATMUL_TILE - 1) / MATMUL_TILE;
+	void *params[] = { &dA, &dB, &dC, &n };
+	CUfunction f;
+
+	EXPECT(A && B && C && R);
+	srand(42);
+	for (int i = 0; i < n * n; i++) {
+		A[i] = (float)rand() / RAND_MAX - 0.5f;
+		B[i] = (float)rand() / RAND_MAX * 3.0f;
+	}
+	ref_matmul(A, B, R, n);
+	OK(D.cuModuleGetFunction(&f, mod, "matmul_tiled"));
+	OK(D.cuMemAlloc_v2(&dA, bytes));
+	OK(D.cuMemAlloc_v2(&dB, bytes));
+	OK(D.cuMemAlloc_v2(&dC, bytes));
+	OK(D.cuMemcpyHtoD_v2(dA, A, bytes));
+	OK(D.cuMemcpyHtoD_v2(dB, B, bytes));
+	launch(f, g, g, MATMUL_TILE, MATMUL_TILE, NULL, params);
+	OK(D.cuMemcpyDtoH_v2(C, dC, bytes));
+	EXPECT(memcmp(C, R, bytes) == 0);
+	OK(D.cuMemFree_v2(dA));
+	OK(D.cuMemFree_v2(dB));
+	OK(D.cuMemFree_v2(dC));
+	free(A);
+	free(B);
+	free(C);
+	free(R);
+}
+
+static void test_kernels(void)
+{
+	enum { N = 1000 };
+	static float a[N], b[N], c[N];
+	static double x[N], y[N], y0[N];
+	CUdeviceptr da, db, dc, dx, dy, gs, gc, lgs;
+	size_t off, sz, gbytes;
+	CUcontext ctx;
+	CUmodule mod;
+	CUlibrary lib;
+	CUkernel kern;
+	CUfunction f, f2;
+	int n = N, v, counter;
+	float scale = 3.0f;
+	uint32_t fatbin[4] = { 0xBA55ED50u, 0, 0, 0 };
+
+	OK(D.cuCtxCreate_v2(&ctx, 0, 1));
+	CK(D.cuModuleLoadData(&mod, "not an image"), CUDA_ERROR_INVALID_IMAGE);
+	CK(D.cuModuleLoadData(&mod, "\x7f"), CUDA_ERROR_INVALID_IMAGE);
+	OK(D.cuModuleLoadData(&mod, "\x7f" "ELF\x02\x01\x01"));
+	OK(D.cuModuleUnload(mod));
+	CK(D.cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuModuleLoadData(&mod, ptx));
+	CK(D.cuModuleGetFunction(&f, mod, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+	CK(D.cuModuleGetGlobal_v2(&gs, &gbytes, mod, "g_nothing"), CUDA_ERROR_NOT_FOUND);
+
+	/* Parameter layouts. */
+	OK(D.cuModuleGetFunction(&f, mod, "scale_double"));
+	OK(D.cuFuncGetParamInfo(f, 2, &off, &sz));
+	EXPECT(off == 16 && sz == 4);
+	OK(D.cuFuncGetParamInfo(f, 3, &off, &sz));
+	EXPECT(off == 20 && sz == 1);
+	CK(D.cuFuncGetParamInfo(f, 4, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuModuleGetFunction(&f, mod, "fill_u32"));
+	OK(D.cuFuncGetParamInfo(f, 2, &off, &sz));
+	EXPECT(off == 16 && sz == 8);
+	OK(D.cuModuleGetFunction(&f, mod, "axpy_struct"));
+	OK(D.cuFuncGetParamInfo(f, 0, &off, &sz));
+	EXPECT(off == 0 && sz == 32);
+	CK(D.cuFuncGetParamInfo(f, 1, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+
+	/* vec_add */
+	for (int i = 0; i < N; i++) {
+		a[i] = (float)i * 0.5f;
+		b[i] = (float)(N - i);
+	}
+	OK(D.cuMemAlloc_v2(&da, sizeof a));
+	OK(D.cuMemAlloc_v2(&db, sizeof b));
+	OK(D.cuMemAlloc_v2(&dc, sizeof c));
+	OK(D.cuMemcpyHtoD_v2(da, a, sizeof a));
+	OK(D.cuMemcpyHtoD_v2(db, b, sizeof b));
+	OK(D.cuModuleGetFunction(&f, mod, "vec_add"));
+	CK(D.cuLaunchKernel(f, 4, 1, 1, 1025, 1, 1, 0, NULL, (void *[]){ &da, &db, &dc, &n }, NULL),
+	   CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuLaunchKernel(f, 0, 1, 1, 256, 1, 1, 0, NULL, (void *[]){ &da, &db, &dc, &n }, NULL),
+	   CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuLaunchKernel(f, 1, 1, 1, 32, 32, 2, 0, NULL, (void *[]){ &da, &db, &dc, &n }, NULL),
+	   CUDA_ERROR_INVALID_VALUE);
+	launch(f, 4, 1, 256, 1, NULL, (void *[]){ &da, &db, &dc, &n });
+	OK(D.cuMemcpyDtoH_v2(c, dc, sizeof c));
+	for (int i = 0; i < N; i++)
+		EXPECT(c[i] == a[i] + b[i]);
+
+	test_matmul(mod, 16);
+	test_matmul(mod, 33);
+
+	/* axpy_struct: a struct passed by value. */
+	for (int i = 0; i < N; i++) {
+		x[i] = i * 0.25;
+		y[i] = y0[i] = 1.0 - i;
+	}
+	OK(D.cuMemAlloc_v2(&dx, sizeof x));
+	OK(D.cuMemAlloc_v2(&dy, sizeof y));
+	OK(D.cuMemcpyHtoD_v2(dx, x, sizeof x));
+	OK(D.cuMemcpyHtoD_v2(dy, y, sizeof y));
+	struct axpy_args args = { 2.5, (const double *)(uintptr_t)dx, (double *)(uintptr_t)dy, N, 3 };
+	OK(D.cuModuleGetFunction(&f, mod, "axpy_struct"));
+	launch(f, (N + 127) / 128, 1, 128, 1, NULL, (void *[]){ &args });
+	OK(D.cuMemcpyDtoH_v2(y, dy, sizeof y));
+	for (int i = 0; i < N; i++)
+		EXPECT(y[i] == y0[i] + (2.5 * x[i] + 3.0));
+
+	/* scale_double */
+	double s = 1.5;
+	char bias = -2;
+	OK(D.cuModuleGetFunction(&f, mod, "scale_double"));
+	launch(f, 8, 1, 128, 1, NULL, (void *[]){ &dx, &s, &n, &bias });
+	OK(D.cuMemcpyDtoH_v2(y, dx, sizeof y));
+	for (int i = 0; i < N; i++)
+		EXPECT(y[i] == x[i] * 1.5 - 2.0);
+
+	/* Module globals: written by memcpy, read and updated by a kernel. */
+	OK(D.cuModuleGetGlobal_v2(&gs, &gbytes, mod, "g_scale"));
+	EXPECT(gbytes == 4);
+	OK(D.cuModuleGetGlobal_v2(&gc, &gbytes, mod, "g_counter"));
+	EXPECT(gbytes == 4 && gc != gs);
+	OK(D.cuMemcpyHtoD_v2(gs, &scale, 4));
+	OK(D.cuModuleGetFunction(&f, mod, "scale_by_global"));
+	launch(f, 4, 1, 256, 1, NULL, (void *[]){ &da, &n });
+	launch(f, 4, 1, 256, 1, NULL, (void *[]){ &da, &n });
+	OK(D.cuMemcpyDtoH_v2(c, da, sizeof c));
+	for (int i = 0; i < N; i++)
+		EXPECT(c[i] == a[i] * 9.0f);
+	OK(D.cuMemcpyDtoH_v2(&counter, gc, 4));
+	EXPECT(counter == 2 * N);
+
+	/* A library: its own globals, kernels through cuKernelGetFunction. */
+	OK(D.cuLibraryLoadData(&lib, fatbin, NULL, NULL, 0, NULL, NULL, 0));
+	OK(D.cuLibraryGetGlobal(&lgs, &gbytes, lib, "g_counter"));
+	EXPECT(lgs != gc);
+	OK(D.cuMemcpyDtoH_v2(&counter, lgs, 4));
+	EXPECT(counter == 0);
+	CK(D.cuLibraryGetKernel(&kern, lib, "nope"), CUDA_ERROR_NOT_FOUND);
+	OK(D.cuLibraryGetKernel(&kern, lib, "inc_i32"));
+	OK(D.cuKernelGetParamInfo(kern, 1, &off, &sz));
+	EXPECT(off == 8 && sz == 4);
+	CK(D.cuKernelGetParamInfo(kern, 2, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuKernelGetFunction(&f2, kern));
+	/* Parameters through extra (one packed buffer). */
+	struct { CUdeviceptr p; int n; } packed = { dc, 10 };
+	size_t psize = 12;
+	void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &psize,
+			  CU_LAUNCH_PARAM_END };
+	OK(D.cuMemsetD32_v2(dc, 5, N));
+	OK(D.cuLaunchKernel(f2, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, extra));
+	OK(D.cuMemcpyDtoH_v2(&v, dc + 9 * 4, 4));
+	EXPECT(v == 6);
+	OK(D.cuMemcpyDtoH_v2(&v, dc + 10 * 4, 4));
+	EXPECT(v == 5);
+	OK(D.cuLibraryUnload(lib));
+	CK(D.cuKernelGetFunction(&f2, kern), CUDA_ERROR_INVALID_HANDLE);
+
+	/* Attributes and occupancy. */
+	OK(D.cuModuleGetFunction(&f, mod, "matmul_tiled"));
+	OK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, f));
+	EXPECT(v == 2048);
+	OK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f));
+	EXPECT(v == 1024);
+	OK(D.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 100000));
+	OK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+	EXPECT(v == 100000);
+	OK(D.cuFuncSetCacheConfig(f, CU_FUNC_CACHE_PREFER_SHARED));
+	OK(D.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&v, f, 256, 0, 0));
+	EXPECT(v == 8);
+	OK(D.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&v, f, 32, 0, 0));
+	EXPECT(v == 32);
+	OK(D.cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&v, f, 0, 0, 0));
+	EXPECT(v == 0);
+
+	OK(D.cuModuleUnload(mod));
+	OK(D.cuCtxDestroy_v2(ctx));
+}
+
+static void test_streams(void)
+{
+	CUcontext ctx;
+	CUmodule mod;
+	CUfunction busy, inc;
+	CUstream s1, s2, nb;
+	CUevent e0, e1, ent;
+	CUdeviceptr p;
+	unsigned long long ns = 200000000ULL;   /* 200 ms */
+	int one = 1, v;
+	float ms;
+
+	OK(D.cuCtxCreate_v2(&ctx, 0, 0));
+	OK(D.cuModuleLoadData(&mod, ptx));
+	OK(D.cuModuleGetFunction(&busy, mod, "busy_wait_ns"));
+	OK(D.cuModuleGetFunction(&inc, mod, "inc_i32"));
+	OK(D.cuMemAlloc_v2(&p, 4));
+	OK(D.cuMemsetD32_v2(p, 0, 1));
+	OK(D.cuStreamCreateWithPriority(&s1, 0, -1));
+	OK(D.cuStreamCreateWithPriority(&s2, 0, 0));
+	OK(D.cuStreamCreateWithPriority(&nb, CU_STREAM_NON_BLOCKING, 0));
+	CK(D.cuStreamCreateWithPriority(&s2, 0x10, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuEventCreate(&e0, 0));
+	OK(D.cuEventCreate(&e1, 0));
+	OK(D.cuEventCreate(&ent, CU_EVENT_DISABLE_TIMING));
+
+	/* In-order execution, queries while busy, event timing. */
+	OK(D.cuEventRecord(e0, s1));
+	launch(busy, 1, 1, 1, 1, s1, (void *[]){ &ns });
+	launch(inc, 1, 1, 1, 1, s1, (void *[]){ &p, &one });
+	OK(D.cuEventRecord(e1, s1));
+	OK(D.cuEventRecord(ent, s1));
+	CK(D.cuStreamQuery(s1), CUDA_ERROR_NOT_READY);
+	CK(D.cuEventQuery(e1), CUDA_ERROR_NOT_READY);
+	CK(D.cuEventElapsedTime(&ms, e0, e1), CUDA_ERROR_NOT_READY);
+	OK(D.cuStreamSynchronize(s1));
+	OK(D.cuStreamQuery(s1));
+	OK(D.cuEventQuery(e1));
+	OK(D.cuEventElapsedTime(&ms, e0, e1));
+	EXPECT(ms >= 200.0f);
+	OK(elapsed_v2(&ms, e0, e1));
+	EXPECT(ms >= 200.0f);
+	CK(D.cuEventElapsedTime(&ms, e0, ent), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuMemcpyDtoH_v2(&v, p, 4));
+	EXPECT(v == 1);
+
+	/* Legacy NULL stream: a synchronous copy waits for blocking streams. */
+	launch(busy, 1, 1, 1, 1, s2, (void *[]){ &ns });
+	launch(inc, 1, 1, 1, 1, s2, (void *[]){ &p, &one });
+	OK(D.cuMemcpyDtoH_v2(&v, p, 4));
+	EXPECT(v == 2);
+	/* ... but not for non-blocking ones. */
+	launch(busy, 1, 1, 1, 1, nb, (void *[]){ &ns });
+	launch(inc, 1, 1, 1, 1, nb, (void *[]){ &p, &one });
+	OK(D.cuMemcpyDtoH_v2(&v, p, 4));
+	CK(D.cuStreamQuery(nb), CUDA_ERROR_NOT_READY);
+	EXPECT(v == 2);
+	/* A blocking stream waits for earlier NULL-stream work. */
+	launch(busy, 1, 1, 1, 1, NULL, (void *[]){ &ns });
+	launch(inc, 1, 1, 1, 1, s1, (void *[]){ &p, &one });
+	CK(D.cuStreamQuery(s1), CUDA_ERROR_NOT_READY);
+	OK(D.cuStreamSynchronize(s1));
+	OK(D.cuStreamSynchronize(nb));
+	OK(D.cuMemcpyDtoH_v2(&v, p, 4));
+	EXPECT(v == 4);
+
+	/* cuStreamWaitEvent across streams (nb does not sync with NULL). */
+	launch(busy, 1, 1, 1, 1, s1, (void *[]){ &ns });
+	OK(D.cuEventRecord(e1, s1));
+	OK(D.cuStreamWaitEvent(nb, e1, 0));
+	launch(inc, 1, 1, 1, 1, nb, (void *[]){ &p, &one });
+	CK(D.cuStreamQuery(nb), CUDA_ERROR_NOT_READY);
+	OK(D.cuEventSynchronize(e1));
+	OK(D.cuStreamSynchronize(nb));
+	OK(D.cuMemcpyDtoH_v2(&v, p, 4));
+	EXPECT(v == 5);
+
+	/* Destroying an event with work queued on it is fine. */
+	launch(busy, 1, 1, 1, 1, s2, (void *[]){ &ns });
+	OK(D.cuEventRecord(e0, s2));
+	OK(D.cuEventDestroy_v2(e0));
+	CK(D.cuEventQuery(e0), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuStreamDestroy_v2(s2));
+	CK(D.cuStreamQuery(s2), CUDA_ERROR_INVALID_HANDLE);
+	/* Work left queued when the context goes. */
+	launch(busy, 1, 1, 1, 1, s1, (void *[]){ &ns });
+	OK(D.cuEventDestroy_v2(e1));
+	OK(D.cuEventDestroy_v2(ent));
+	OK(D.cuStreamDestroy_v2(nb));
+	OK(D.cuCtxDestroy_v2(ctx));
+}
+
+static void test_faults(void)
+{
+	CUcontext a, b, c;
+	CUmodule ma, mb, mc;
+	CUfunction f;
+	CUdeviceptr p, q, bogus = 0x1000;
+	int n = 100, v;
+
+	OK(D.cuCtxCreate_v2(&a, 0, 0));
+	OK(D.cuModuleLoadData(&ma, ptx));
+	OK(D.cuMemAlloc_v2(&p, 4));
+	OK(D.cuCtxCreate_v2(&b, 0, 1));
+	OK(D.cuModuleLoadData(&mb, ptx));
+	OK(D.cuMemAlloc_v2(&q, 4));
+
+	/* A pointer of another context is just as illegal. */
+	OK(D.cuCtxSetCurrent(a));
+	OK(D.cuModuleGetFunction(&f, ma, "illegal_write"));
+	launch(f, 1, 1, 1, 1, NULL, (void *[]){ &q });
+	CK(D.cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CK(D.cuMemAlloc_v2(&p, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CK(D.cuMemcpyDtoH_v2(&v, p, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+	CK(D.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, (void *[]){ &bogus }, NULL), CUDA_ERROR_ILLEGAL_ADDRESS);
+
+	/* The other context is fine. */
+	OK(D.cuCtxSetCurrent(b));
+	OK(D.cuModuleGetFunction(&f, mb, "illegal_write"));
+	launch(f, 1, 1, 1, 1, NULL, (void *[]){ &q });
+	OK(D.cuCtxSynchronize());
+	OK(D.cuMemcpyDtoH_v2(&v, q, 4));
+	EXPECT(v == 1);
+	/* An out-of-bounds index faults too. */
+	OK(D.cuCtxCreate_v2(&c, 0, 1));
+	OK(D.cuModuleLoadData(&mc, ptx));
+	OK(D.cuModuleGetFunction(&f, mc, "inc_i32"));
+	OK(D.cuMemAlloc_v2(&p, 99 * 4));
+	launch(f, 1, 1, 128, 1, NULL, (void *[]){ &p, &n });
+	CK(D.cuMemcpyDtoH_v2(&v, p, 4), CUDA_ERROR_ILLEGAL_ADDRESS);
+	OK(D.cuCtxDestroy_v2(c));
+	OK(D.cuCtxDestroy_v2(a));
+	OK(D.cuCtxSetCurrent(b));
+	OK(D.cuMemFree_v2(q));
+	OK(D.cuCtxDestroy_v2(b));
+}
+
+static void test_destroy_frees(void)
+{
+	CUcontext obs, c;
+	CUmodule m;
+	CUstream s;
+	CUevent e;
+	CUdeviceptr p;
+	size_t f0, f1, f2, total;
+
+	OK(D.cuCtxCreate_v2(&obs, 0, 0));
+	OK(D.cuMemGetInfo_v2(&f0, &total));
+	OK(D.cuCtxCreate_v2(&c, 0, 0));
+	OK(D.cuMemAlloc_v2(&p, 100 << 20));
+	OK(D.cuMemAlloc_v2(&p, 3 << 20));
+	OK(D.cuModuleLoadData(&m, ptx));
+	OK(D.cuStreamCreateWithPriority(&s, 0, 0));
+	OK(D.cuEventCreate(&e, 0));
+	OK(D.cuEventRecord(e, s));
+	OK(D.cuMemGetInfo_v2(&f1, &total));
+	EXPECT(f1 == f0 - (64ULL << 20) - (103ULL << 20));
+	OK(D.cuCtxDestroy_v2(c));
+	OK(D.cuCtxSetCurrent(obs));
+	OK(D.cuMemGetInfo_v2(&f2, &total));
+	EXPECT(f2 == f0);
+	OK(D.cuCtxDestroy_v2(obs));
+}
+
+/* One context per thread, as rgpud runs one thread per client. */
+static void *thread_main(void *arg)
+{
+	enum { N = 4096 };
+	float *a = malloc(N * sizeof(float)), *c = malloc(N * sizeof(float));
+	CUcontext ctx;
+	CUmodule m;
+	CUfunction f;
+	CUstream s;
+	CUdeviceptr da, dc;
+	int n = N;
+
+	EXPECT(a && c);
+	for (int i = 0; i < N; i++)
+		a[i] = (float)i;
+	OK(D.cuCtxCreate_v2(&ctx, 0, (int)(intptr_t)arg % 2));
+	OK(D.cuModuleLoadData(&m, ptx));
+	OK(D.cuModuleGetFunction(&f, m, "vec_add"));
+	OK(D.cuStreamCreateWithPriority(&s, 0, 0));
+	OK(D.cuMemAlloc_v2(&da, N * sizeof(float)));
+	OK(D.cuMemAlloc_v2(&dc, N * sizeof(float)));
+	for (int it = 0; it < 20; it++) {
+		OK(D.cuCtxSetCurrent(ctx));
+		OK(D.cuMemcpyHtoDAsync_v2(da, a, N * sizeof(float), s));
+		launch(f, N / 256, 1, 256, 1, s, (void *[]){ &da, &da, &dc, &n });
+		OK(D.cuMemcpyDtoHAsync_v2(c, dc, N * sizeof(float), s));
+		OK(D.cuStreamSynchronize(s));
+		for (int i = 0; i < N; i++)
+			EXPECT(c[i] == 2.0f * a[i]);
+	}
+	OK(D.cuCtxDestroy_v2(ctx));
+	free(a);
+	free(c);
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	pthread_t t[4];
+
+	for (intptr_t i = 0; i < 4; i++)
+		EXPECT(pthread_create(&t[i], NULL, thread_main, (void *)i) == 0);
+	for (int i = 0; i < 4; i++)
+		EXPECT(pthread_join(t[i], NULL) == 0);
+}
+
+int main(void)
+{
+	double t0 = now_ms();
+
+	/* A known configuration, whatever the caller's environment says. */
+	unsetenv("RGPU_EMU_DEVICES");
+	setenv("RGPU_EMU_MEM", "4G", 1);
+	load();
+	test_device();
+	test_memory();
+	test_kernels();
+	test_streams();
+	test_faults();
+	test_destroy_frees();
+	test_threads();
+	dlclose(D.dl);
+	printf("emu_selftest: all checks passed (%.0f ms)\n", now_ms() - t0);
+	return 0;
+}
