@@ -2,6 +2,7 @@
 #include "config.h"
 #include "log.h"
 #include "proto.h"
+#include "lease.h"
 #include "rgpud.h"
 #include "transport.h"
 
@@ -186,6 +187,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	srv->ndev = ndev;
+	/* leases are checked against each GPU's size */
+	for (int i = 0; i < ndev; i++) {
+		CUdevice dv;
+		char dn[256] = "";
+		size_t mem = 0;
+		if (srv->drv.cuDeviceGet(&dv, i) || srv->drv.cuDeviceGetName(dn, sizeof(dn), dv) ||
+		    srv->drv.cuDeviceTotalMem_v2(&mem, dv)) {
+			log_err("cannot read the properties of GPU %d", i);
+			return 1;
+		}
+		rgpud_lease_set_gpu((unsigned)i, dn, mem);
+	}
 	if (rgpud_access_init(&acfg, err, sizeof(err)) < 0) {
 		log_err("%s", err);
 		return 1;

@@ -277,7 +277,8 @@ static int serve_one(struct session *s)
 		st = CUDA_ERROR_OUT_OF_MEMORY;
 		wbuf_reset(&s->tx);
 	}
-	if (session_send_reply(s, &h, 0, st, s->tx.data, st ? 0 : s->tx.len) < 0) {
+	/* on failure the fields, if any, are a reason (admin ops) */
+	if (session_send_reply(s, &h, 0, st, s->tx.data, s->tx.len) < 0) {
 		log_info("%s: cannot send reply: %s", s->name, strerror(errno));
 		return -1;
 	}

@@ -1,0 +1,177 @@
+/*
+ * Internals of the rgpu client, the drop-in libcuda.so.1.
+ *
+ * Every CUDA handle the application sees (CUcontext, CUmodule, ...) points
+ * to one of the structs below.  Each records the server connection and the
+ * server's handle id, plus what the client caches (parameter layouts,
+ * function attributes), so calls route to the right server and immutable
+ * queries need no round trip.
+ */
+#ifndef RGPU_CLIENT_H
+#define RGPU_CLIENT_H
+
+#include "config.h"
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include "proto.h"
+#include "servers.h"
+#include "transport.h"
+#include "wire.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+#define RC_EXPORT __attribute__((visibility("default")))
+
+enum rc_magic {
+	RC_CTX = 0x52637478,
+	RC_MODULE = 0x52636d64,
+	RC_FUNC = 0x5263666e,
+	RC_LIBRARY = 0x52636c62,
+	RC_KERNEL = 0x52636b6e,
+	RC_STREAM = 0x52637374,
+	RC_EVENT = 0x52636576,
+};
+
+/* one per distinct host:port in RGPU_SERVERS */
+struct rc_conn {
+	char host[256];
+	unsigned port;
+	struct rgpu_conn *c;
+	pthread_mutex_t lock; /* one request/reply exchange at a time */
+	uint64_t next_id;
+	int dead;
+	char server_id[128];
+	int ndev;
+};
+
+struct rc_ctx;
+
+struct rc_dev {
+	struct rc_conn *conn;
+	unsigned gpu; /* index on the server */
+	char name[256];
+	CUuuid uuid;
+	uint64_t total_mem;
+	int attrs[CU_DEVICE_ATTRIBUTE_MAX];
+	/* primary context */
+	pthread_mutex_t pctx_lock;
+	struct rc_ctx *primary;
+	int primary_refs;
+	unsigned primary_flags;
+};
+
+struct rc_ctx {
+	uint32_t magic;
+	struct rc_dev *dev;
+	int ordinal;
+	uint64_t h;
+	unsigned flags;
+	int is_primary;
+};
+
+struct rc_layout {
+	uint32_t n, total;
+	uint32_t *off, *size;
+};
+
+struct rc_module {
+	uint32_t magic;
+	struct rc_ctx *ctx;
+	uint64_t h;
+};
+
+struct rc_func {
+	uint32_t magic;
+	struct rc_ctx *ctx;
+	uint64_t h;
+	struct rc_layout layout;
+	int attrs_valid;
+	int attrs[CU_FUNC_ATTRIBUTE_MAX];
+	struct rc_func *next; /* in a kernel's per-context list */
+};
+
+/* Context-independent: loaded on a server the first time a context of that
+ * server needs it; the image is kept for that. */
+struct rc_library {
+	uint32_t magic;
+	void *image;
+	size_t size;
+	uint32_t kind;
+	pthread_mutex_t lock;
+	uint64_t h[RGPU_MAX_DEVICES]; /* per connection index */
+	struct rc_kernel *kernels;
+};
+
+struct rc_kernel {
+	uint32_t magic;
+	struct rc_library *lib;
+	char *name;
+	struct rc_kernel *next;
+	uint64_t h[RGPU_MAX_DEVICES]; /* per connection index */
+	struct rc_layout layout;
+	struct rc_func *funcs; /* one per context it ran in */
+};
+
+struct rc_stream {
+	uint32_t magic;
+	struct rc_ctx *ctx;
+	uint64_t h;
+	unsigned flags;
+	int priority;
+};
+
+struct rc_event {
+	uint32_t magic;
+	struct rc_ctx *ctx;
+	uint64_t h;
+	unsigned flags;
+};
+
+/* global state (init.c) */
+extern int rc_ndev;
+extern struct rc_dev rc_devs[RGPU_MAX_DEVICES];
+extern int rc_nconn;
+extern struct rc_conn rc_conns[RGPU_MAX_DEVICES];
+
+/* init.c */
+CUresult rc_initialized(void);       /* CUDA_ERROR_NOT_INITIALIZED before cuInit */
+CUresult rc_dev_get(CUdevice d, struct rc_dev **out);
+int rc_conn_index(const struct rc_conn *c);
+
+/* log.c: once-per-name notice for unimplemented entry points */
+void rc_unsupported(const char *name);
+
+/* rpc.c */
+/* Sends req (op) and waits for the reply; the reply's fields are in *r,
+ * valid until this thread's next call.  Returns the status. */
+CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
+/* the calling thread's request buffer, reset */
+struct wbuf *rc_req(void);
+/* bulk copies */
+CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n);
+CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src, size_t n);
+CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);
+
+/* context.c */
+struct rc_ctx *rc_current(void);
+/* The current context, or an error (CUDA_ERROR_INVALID_CONTEXT). */
+CUresult rc_need_ctx(struct rc_ctx **out);
+
+/* stream.c: resolves a CUstream to (context, server id). */
+CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h);
+
+/* module.c */
+CUresult rc_image_size(const void *image, size_t *size, uint32_t *kind, const void **start);
+CUresult rc_layout_read(struct rd *r, struct rc_layout *l);
+void rc_layout_free(struct rc_layout *l);
+/* the function behind a CUfunction or a CUkernel (in the current context) */
+CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
+
+/* memory.c: device allocations of this process, for cuMemcpy's direction
+ * and for pointer queries */
+int rc_alloc_lookup(CUdeviceptr p, struct rc_ctx **ctx, CUdeviceptr *base, size_t *size);
+
+#endif

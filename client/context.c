@@ -1,0 +1,434 @@
+/* Contexts.  The current-context stack is per thread, as in CUDA; each
+ * context is a server-side context of this client's session. */
+#include "client.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define STACK_MAX 64
+static __thread struct rc_ctx *stack[STACK_MAX];
+static __thread int depth;
+
+struct rc_ctx *rc_current(void) { return depth ? stack[depth - 1] : NULL; }
+
+CUresult rc_need_ctx(struct rc_ctx **out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	*out = rc_current();
+	return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+}
+
+static CUresult ctx_check(CUcontext c, struct rc_ctx **out)
+{
+	struct rc_ctx *x = (struct rc_ctx *)c;
+	if (!x || x->magic != RC_CTX)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*out = x;
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_new(CUdevice dev, unsigned flags, int primary, struct rc_ctx **out)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u32(w, d->gpu);
+	put_u32(w, flags);
+	struct rd r;
+	rc = rc_call(d->conn, RGPU_OP_CTX_CREATE, w, &r);
+	if (rc)
+		return rc;
+	uint64_t h = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	struct rc_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	c->magic = RC_CTX;
+	c->dev = d;
+	c->ordinal = dev;
+	c->h = h;
+	c->flags = flags;
+	c->is_primary = primary;
+	*out = c;
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_free(struct rc_ctx *c)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	struct rd r;
+	CUresult rc = rc_call(c->dev->conn, RGPU_OP_CTX_DESTROY, w, &r);
+	/* drop it from this thread's stack; other threads' stacks would hold a
+	 * dangling context in CUDA too */
+	for (int i = 0; i < depth; i++)
+		if (stack[i] == c) {
+			memmove(&stack[i], &stack[i + 1], (size_t)(depth - i - 1) * sizeof(*stack));
+			depth--;
+			i--;
+		}
+	c->magic = 0;
+	free(c);
+	return rc;
+}
+
+/* ---- primary contexts ---- */
+
+RC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&d->pctx_lock);
+	if (!d->primary)
+		rc = ctx_new(dev, d->primary_flags, 1, &d->primary);
+	if (!rc) {
+		d->primary_refs++;
+		*pctx = (CUcontext)d->primary;
+	}
+	pthread_mutex_unlock(&d->pctx_lock);
+	return rc;
+}
+
+static CUresult primary_release(CUdevice dev, int reset)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&d->pctx_lock);
+	if (!d->primary) {
+		rc = reset ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	} else if (reset || --d->primary_refs <= 0) {
+		rc = ctx_free(d->primary);
+		d->primary = NULL;
+		d->primary_refs = 0;
+	}
+	pthread_mutex_unlock(&d->pctx_lock);
+	return rc;
+}
+
+RC_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(dev, 0); }
+RC_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_release(dev, 0); }
+RC_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_release(dev, 1); }
+RC_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_release(dev, 1); }
+
+static CUresult primary_set_flags(CUdevice dev, unsigned flags)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&d->pctx_lock);
+	d->primary_flags = flags;
+	pthread_mutex_unlock(&d->pctx_lock);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) { return primary_set_flags(dev, flags); }
+RC_EXPORT CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) { return primary_set_flags(dev, flags); }
+
+RC_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	if (!flags || !active)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&d->pctx_lock);
+	*flags = d->primary_flags;
+	*active = d->primary != NULL;
+	pthread_mutex_unlock(&d->pctx_lock);
+	return CUDA_SUCCESS;
+}
+
+/* ---- explicit contexts ---- */
+
+static CUresult ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_ctx *c;
+	CUresult rc = ctx_new(dev, flags, 0, &c);
+	if (rc)
+		return rc;
+	if (depth == STACK_MAX) {
+		ctx_free(c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	stack[depth++] = c;
+	*pctx = (CUcontext)c;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev) { return ctx_create(pctx, flags, dev); }
+RC_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) { return ctx_create(pctx, flags, dev); }
+
+RC_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *p, int n, unsigned int flags, CUdevice dev)
+{
+	if (n > 0 && p) {
+		rc_unsupported("cuCtxCreate_v3 with execution affinity");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return ctx_create(pctx, flags, dev);
+}
+
+RC_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *p, unsigned int flags, CUdevice dev)
+{
+	if (p && (p->numExecAffinityParams > 0 || p->cigParams)) {
+		rc_unsupported("cuCtxCreate_v4 with affinity or CIG parameters");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return ctx_create(pctx, flags, dev);
+}
+
+static CUresult ctx_destroy(CUcontext ctx)
+{
+	struct rc_ctx *c;
+	CUresult rc = ctx_check(ctx, &c);
+	if (rc)
+		return rc;
+	if (c->is_primary)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return ctx_free(c);
+}
+
+RC_EXPORT CUresult cuCtxDestroy(CUcontext ctx) { return ctx_destroy(ctx); }
+RC_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) { return ctx_destroy(ctx); }
+
+static CUresult ctx_push(CUcontext ctx)
+{
+	struct rc_ctx *c;
+	CUresult rc = ctx_check(ctx, &c);
+	if (rc)
+		return rc;
+	if (depth == STACK_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	stack[depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_pop(CUcontext *pctx)
+{
+	if (!depth)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct rc_ctx *c = stack[--depth];
+	if (pctx)
+		*pctx = (CUcontext)c;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) { return ctx_push(ctx); }
+RC_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) { return ctx_push(ctx); }
+RC_EXPORT CUresult cuCtxPopCurrent(CUcontext *pctx) { return ctx_pop(pctx); }
+RC_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx) { return ctx_pop(pctx); }
+
+RC_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!ctx) {
+		if (depth)
+			depth--;
+		return CUDA_SUCCESS;
+	}
+	struct rc_ctx *c;
+	if ((rc = ctx_check(ctx, &c)))
+		return rc;
+	if (depth)
+		stack[depth - 1] = c;
+	else
+		stack[depth++] = c;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = (CUcontext)rc_current();
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_or_current(CUcontext ctx, struct rc_ctx **c)
+{
+	return ctx ? ctx_check(ctx, c) : rc_need_ctx(c);
+}
+
+RC_EXPORT CUresult cuCtxGetDevice(CUdevice *dev)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!dev)
+		return CUDA_ERROR_INVALID_VALUE;
+	*dev = c->ordinal;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *dev, CUcontext ctx)
+{
+	struct rc_ctx *c;
+	CUresult rc = ctx_or_current(ctx, &c);
+	if (rc)
+		return rc;
+	if (!dev)
+		return CUDA_ERROR_INVALID_VALUE;
+	*dev = c->ordinal;
+	return CUDA_SUCCESS;
+}
+
+static CUresult ctx_call(struct rc_ctx *c, uint16_t op)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	struct rd r;
+	return rc_call(c->dev->conn, op, w, &r);
+}
+
+RC_EXPORT CUresult cuCtxSynchronize(void)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	return rc ? rc : ctx_call(c, RGPU_OP_CTX_SYNC);
+}
+
+RC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	struct rc_ctx *c;
+	CUresult rc = ctx_or_current(ctx, &c);
+	return rc ? rc : ctx_call(c, RGPU_OP_CTX_SYNC);
+}
+
+RC_EXPORT CUresult cuCtxGetLimit(size_t *v, CUlimit limit)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, (uint32_t)limit);
+	struct rd r;
+	rc = rc_call(c->dev->conn, RGPU_OP_CTX_GET_LIMIT, w, &r);
+	if (!rc)
+		*v = get_u64(&r);
+	return rc;
+}
+
+RC_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t v)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, (uint32_t)limit);
+	put_u64(w, v);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_CTX_SET_LIMIT, w, &r);
+}
+
+RC_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	struct rc_ctx *c;
+	CUresult rc = ctx_or_current(ctx, &c);
+	if (rc)
+		return rc;
+	if (!version)
+		return CUDA_ERROR_INVALID_VALUE;
+	*version = 3020; /* every context since CUDA 3.2 reports this */
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = c->flags;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	c->flags = flags;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxGetId(CUcontext ctx, unsigned long long *id)
+{
+	struct rc_ctx *c;
+	CUresult rc = ctx_or_current(ctx, &c);
+	if (rc)
+		return rc;
+	if (!id)
+		return CUDA_ERROR_INVALID_VALUE;
+	*id = c->h;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	/* Every GPU since Volta reports 0..-5; the server's driver clamps any
+	 * priority outside its own range. */
+	if (least)
+		*least = 0;
+	if (greatest)
+		*greatest = -5;
+	return CUDA_SUCCESS;
+}
+
+/* Cache and shared-memory preferences are hints; remembered, not sent. */
+static __thread CUfunc_cache cache_pref;
+
+RC_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *cfg)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!cfg)
+		return CUDA_ERROR_INVALID_VALUE;
+	*cfg = cache_pref;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache cfg)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	cache_pref = cfg;
+	return CUDA_SUCCESS;
+}

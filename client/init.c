@@ -1,0 +1,170 @@
+/* cuInit: connect to every server named in RGPU_SERVERS and cache each
+ * device's properties. */
+#include "client.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int rc_ndev;
+struct rc_dev rc_devs[RGPU_MAX_DEVICES];
+int rc_nconn;
+struct rc_conn rc_conns[RGPU_MAX_DEVICES];
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
+static int init_called;
+
+/* The daemon refuses to load a library exporting this (it would serve
+ * through itself). */
+RC_EXPORT const char rgpu_client_version[] = PACKAGE_VERSION;
+
+static void log_setup(void)
+{
+	int lvl = RGPU_LOG_WARN;
+	const char *s = getenv("RGPU_LOG_LEVEL");
+	if (s && rgpu_log_parse_level(s) >= 0)
+		lvl = rgpu_log_parse_level(s);
+	rgpu_log_open("rgpu", lvl, 0);
+}
+
+int rc_conn_index(const struct rc_conn *c) { return (int)(c - rc_conns); }
+
+static struct rc_conn *conn_for(const struct rgpu_server_ent *e)
+{
+	for (int i = 0; i < rc_nconn; i++)
+		if (!strcmp(rc_conns[i].host, e->host) && rc_conns[i].port == e->port)
+			return &rc_conns[i];
+	struct rc_conn *c = &rc_conns[rc_nconn++];
+	memset(c, 0, sizeof(*c));
+	memcpy(c->host, e->host, sizeof(c->host));
+	c->host[sizeof(c->host) - 1] = '\0';
+	c->port = e->port;
+	pthread_mutex_init(&c->lock, NULL);
+	return c;
+}
+
+static CUresult fetch_device(struct rc_dev *d)
+{
+	struct wbuf *w = rc_req();
+	put_u32(w, d->gpu);
+	struct rd r;
+	CUresult rc = rc_call(d->conn, RGPU_OP_DEVICE_INFO, w, &r);
+	if (rc)
+		return rc;
+	const char *name = get_str(&r, 255);
+	const void *uuid = get_raw(&r, 16);
+	d->total_mem = get_u64(&r);
+	uint32_t n = get_u32(&r);
+	for (uint32_t a = 0; a < n && rd_ok(&r); a++) {
+		int32_t v = get_i32(&r);
+		if (a < CU_DEVICE_ATTRIBUTE_MAX)
+			d->attrs[a] = v;
+	}
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	snprintf(d->name, sizeof(d->name), "%s", name);
+	memcpy(d->uuid.bytes, uuid, 16);
+	return CUDA_SUCCESS;
+}
+
+static void do_init(void)
+{
+	log_setup();
+	const char *spec = getenv("RGPU_SERVERS");
+	if (!spec || !*spec) {
+		log_err("RGPU_SERVERS is not set: name the GPUs to use, e.g. RGPU_SERVERS=gpunode1:%d/0",
+			RGPU_DEFAULT_PORT);
+		init_result = CUDA_ERROR_NO_DEVICE;
+		return;
+	}
+	struct rgpu_server_ent ents[RGPU_MAX_DEVICES];
+	char err[512];
+	int n = rgpu_servers_parse(spec, ents, RGPU_MAX_DEVICES, err, sizeof(err));
+	if (n < 0) {
+		log_err("%s", err);
+		init_result = CUDA_ERROR_INVALID_VALUE;
+		return;
+	}
+	int timeout_ms = 5000;
+	const char *t = getenv("RGPU_CONNECT_TIMEOUT_MS");
+	if (t && atoi(t) > 0)
+		timeout_ms = atoi(t);
+	for (int i = 0; i < n; i++) {
+		struct rc_dev *d = &rc_devs[i];
+		d->conn = conn_for(&ents[i]);
+		d->gpu = ents[i].gpu;
+		pthread_mutex_init(&d->pctx_lock, NULL);
+	}
+	for (int i = 0; i < rc_nconn; i++) {
+		struct rc_conn *c = &rc_conns[i];
+		c->c = rgpu_tcp_connect(c->host, c->port, timeout_ms, err, sizeof(err));
+		if (!c->c) {
+			log_err("rgpud at %s:%u: %s", c->host, c->port, err);
+			init_result = CUDA_ERROR_NO_DEVICE;
+			return;
+		}
+		CUresult rc = rc_hello(c, err, sizeof(err));
+		if (rc) {
+			log_err("rgpud at %s:%u: %s", c->host, c->port, err);
+			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
+			return;
+		}
+		log_info("connected to %s at %s:%u (%d GPUs)", c->server_id, c->host, c->port, c->ndev);
+	}
+	for (int i = 0; i < n; i++) {
+		struct rc_dev *d = &rc_devs[i];
+		if ((int)d->gpu >= d->conn->ndev) {
+			log_err("RGPU_SERVERS entry %d asks for GPU %u of %s:%u, which has %d GPU(s)",
+				i + 1, d->gpu, d->conn->host, d->conn->port, d->conn->ndev);
+			init_result = CUDA_ERROR_INVALID_DEVICE;
+			return;
+		}
+		CUresult rc = fetch_device(d);
+		if (rc) {
+			log_err("GPU %u of %s:%u: %s", d->gpu, d->conn->host, d->conn->port,
+				rc == CUDA_ERROR_NOT_PERMITTED ? "not permitted (no lease for this job?)"
+							       : "cannot read its properties");
+			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
+			return;
+		}
+	}
+	rc_ndev = n;
+	init_result = CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuInit(unsigned int flags)
+{
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_once(&init_once, do_init);
+	__atomic_store_n(&init_called, 1, __ATOMIC_RELEASE);
+	return init_result;
+}
+
+CUresult rc_initialized(void)
+{
+	if (!__atomic_load_n(&init_called, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	return init_result;
+}
+
+RC_EXPORT CUresult cuDriverGetVersion(int *v)
+{
+	if (!v)
+		return CUDA_ERROR_INVALID_VALUE;
+	*v = CUDA_VERSION;
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_dev_get(CUdevice d, struct rc_dev **out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (d < 0 || d >= rc_ndev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	*out = &rc_devs[d];
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,244 @@
+/* Kernel launches, function attributes and occupancy. */
+#include "client.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], unsigned shmem,
+		       CUstream s, void **params, void **extra)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	struct rc_ctx *c;
+	uint64_t sh;
+	if ((rc = rc_stream_resolve(s, &c, &sh)))
+		return rc;
+	if (c != f->ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	const struct rc_layout *l = &f->layout;
+	/* pack the arguments at the offsets the server's driver reported */
+	uint8_t small[1024];
+	const void *buf = small;
+	size_t len = l->total;
+	uint8_t *heap = NULL;
+	if (params) {
+		if (len > sizeof(small) && !(heap = malloc(len)))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		uint8_t *p = heap ? heap : small;
+		memset(p, 0, len);
+		for (uint32_t i = 0; i < l->n; i++) {
+			if (!params[i]) {
+				free(heap);
+				return CUDA_ERROR_INVALID_VALUE;
+			}
+			memcpy(p + l->off[i], params[i], l->size[i]);
+		}
+		buf = p;
+	} else if (extra) {
+		const void *eb = NULL;
+		size_t es = 0;
+		for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+				eb = extra[i + 1];
+			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+				es = *(size_t *)extra[i + 1];
+			else
+				return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (!eb || es < l->total)
+			return CUDA_ERROR_INVALID_VALUE;
+		buf = eb;
+		len = es;
+	} else if (l->n) {
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, f->h);
+	for (int i = 0; i < 3; i++)
+		put_u32(w, g[i]);
+	for (int i = 0; i < 3; i++)
+		put_u32(w, b[i]);
+	put_u32(w, shmem);
+	put_u64(w, sh);
+	put_bytes(w, buf, len);
+	free(heap);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_LAUNCH, w, &r);
+}
+
+RC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+				  unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params,
+				  void **extra)
+{
+	const unsigned g[3] = { gx, gy, gz }, b[3] = { bx, by, bz };
+	return launch(f, g, b, shmem, s, params, extra);
+}
+
+RC_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra)
+{
+	if (!cfg)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < cfg->numAttrs; i++) {
+		switch (cfg->attrs[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_IGNORE:
+		case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+		case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+		case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+			break; /* performance hints: safe to drop */
+		default:
+			rc_unsupported("cuLaunchKernelEx with launch attributes");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	}
+	const unsigned g[3] = { cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ };
+	const unsigned b[3] = { cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ };
+	return launch(f, g, b, cfg->sharedMemBytes, cfg->hStream, params, extra);
+}
+
+static CUresult attrs_fetch(struct rc_func *f)
+{
+	if (f->attrs_valid)
+		return CUDA_SUCCESS;
+	struct wbuf *w = rc_req();
+	put_u64(w, f->ctx->h);
+	put_u64(w, f->h);
+	struct rd r;
+	CUresult rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_GET_ATTRS, w, &r);
+	if (rc)
+		return rc;
+	uint32_t n = get_u32(&r);
+	for (uint32_t a = 0; a < n && rd_ok(&r); a++) {
+		int32_t v = get_i32(&r);
+		if (a < CU_FUNC_ATTRIBUTE_MAX)
+			f->attrs[a] = v;
+	}
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	f->attrs_valid = 1;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction fn)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!v || (int)a < 0 || a >= CU_FUNC_ATTRIBUTE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((rc = attrs_fetch(f)))
+		return rc;
+	*v = f->attrs[a];
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute a, int v)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, f->ctx->h);
+	put_u64(w, f->h);
+	put_u32(w, (uint32_t)a);
+	put_i32(w, v);
+	struct rd r;
+	rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_ATTR, w, &r);
+	f->attrs_valid = 0; /* some attributes move others */
+	return rc;
+}
+
+RC_EXPORT CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache cfg)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, f->ctx->h);
+	put_u64(w, f->h);
+	put_u32(w, (uint32_t)cfg);
+	struct rd r;
+	return rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_CACHE, w, &r);
+}
+
+static CUresult occ_blocks(int *n, struct rc_func *f, int bs, size_t smem, unsigned flags)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, f->ctx->h);
+	put_u64(w, f->h);
+	put_i32(w, bs);
+	put_u64(w, smem);
+	put_u32(w, flags);
+	struct rd r;
+	CUresult rc = rc_call(f->ctx->dev->conn, RGPU_OP_OCC_MAX_BLOCKS, w, &r);
+	if (!rc)
+		*n = get_i32(&r);
+	return rc;
+}
+
+RC_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction fn, int bs,
+									size_t smem, unsigned int flags)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!n)
+		return CUDA_ERROR_INVALID_VALUE;
+	return occ_blocks(n, f, bs, smem, flags);
+}
+
+RC_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, CUfunction fn, int bs, size_t smem)
+{
+	return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(n, fn, bs, smem, 0);
+}
+
+/* Searched here rather than on the server: the dynamic shared memory
+ * callback is client code. */
+RC_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int *block, CUfunction fn,
+							     CUoccupancyB2DSize smem_fn, size_t smem,
+							     int limit, unsigned int flags)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!min_grid || !block)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((rc = attrs_fetch(f)))
+		return rc;
+	const int *da = f->ctx->dev->attrs;
+	int warp = da[CU_DEVICE_ATTRIBUTE_WARP_SIZE] ? da[CU_DEVICE_ATTRIBUTE_WARP_SIZE] : 32;
+	int max = f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
+	if (limit > 0 && limit < max)
+		max = limit;
+	int best_bs = 0, best_occ = 0, best_blocks = 0;
+	for (int bs = (max / warp) * warp; bs > 0; bs -= warp) {
+		size_t sm = smem_fn ? smem_fn(bs) : smem;
+		int n = 0;
+		if ((rc = occ_blocks(&n, f, bs, sm, flags)))
+			return rc;
+		if (n * bs > best_occ) {
+			best_occ = n * bs;
+			best_bs = bs;
+			best_blocks = n;
+		}
+		if (best_occ >= da[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR])
+			break;
+	}
+	*block = best_bs;
+	*min_grid = best_blocks * da[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT];
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, CUfunction fn,
+						    CUoccupancyB2DSize smem_fn, size_t smem, int limit)
+{
+	return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block, fn, smem_fn, smem, limit, 0);
+}

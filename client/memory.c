@@ -1,0 +1,482 @@
+/* Device memory, copies and memset; host ("pinned") memory. */
+#include "client.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the process's device allocations (sorted by base) ---- */
+
+struct range {
+	uintptr_t base;
+	size_t size;
+	void *owner;   /* struct rc_ctx * for device memory */
+	unsigned flags; /* host allocations: CU_MEMHOSTALLOC_* */
+};
+
+struct rtable {
+	pthread_rwlock_t lock;
+	struct range *r;
+	size_t n, cap;
+};
+
+static struct rtable dev_ranges = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+static struct rtable host_ranges = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+
+static ssize_t rt_find(const struct rtable *t, uintptr_t p)
+{
+	size_t lo = 0, hi = t->n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (t->r[mid].base <= p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	ssize_t i = (ssize_t)lo - 1;
+	if (i >= 0 && p - t->r[i].base < (t->r[i].size ? t->r[i].size : 1))
+		return i;
+	return -1;
+}
+
+static int rt_add(struct rtable *t, uintptr_t base, size_t size, void *owner, unsigned flags)
+{
+	pthread_rwlock_wrlock(&t->lock);
+	if (t->n == t->cap) {
+		size_t cap = t->cap ? t->cap * 2 : 64;
+		struct range *r = realloc(t->r, cap * sizeof(*r));
+		if (!r) {
+			pthread_rwlock_unlock(&t->lock);
+			return -1;
+		}
+		t->r = r;
+		t->cap = cap;
+	}
+	size_t i = 0;
+	while (i < t->n && t->r[i].base < base)
+		i++;
+	memmove(&t->r[i + 1], &t->r[i], (t->n - i) * sizeof(*t->r));
+	t->r[i] = (struct range){ base, size, owner, flags };
+	t->n++;
+	pthread_rwlock_unlock(&t->lock);
+	return 0;
+}
+
+static int rt_del(struct rtable *t, uintptr_t base, struct range *out)
+{
+	pthread_rwlock_wrlock(&t->lock);
+	ssize_t i = rt_find(t, base);
+	if (i < 0 || t->r[i].base != base) {
+		pthread_rwlock_unlock(&t->lock);
+		return -1;
+	}
+	if (out)
+		*out = t->r[i];
+	memmove(&t->r[i], &t->r[i + 1], (t->n - (size_t)i - 1) * sizeof(*t->r));
+	t->n--;
+	pthread_rwlock_unlock(&t->lock);
+	return 0;
+}
+
+static int rt_lookup(struct rtable *t, uintptr_t p, struct range *out)
+{
+	pthread_rwlock_rdlock(&t->lock);
+	ssize_t i = rt_find(t, p);
+	if (i >= 0)
+		*out = t->r[i];
+	pthread_rwlock_unlock(&t->lock);
+	return i >= 0 ? 0 : -1;
+}
+
+int rc_alloc_lookup(CUdeviceptr p, struct rc_ctx **ctx, CUdeviceptr *base, size_t *size)
+{
+	struct range r;
+	if (rt_lookup(&dev_ranges, (uintptr_t)p, &r) < 0)
+		return -1;
+	if (ctx)
+		*ctx = r.owner;
+	if (base)
+		*base = r.base;
+	if (size)
+		*size = r.size;
+	return 0;
+}
+
+/* ---- allocation ---- */
+
+RC_EXPORT CUresult cuMemGetInfo_v2(size_t *fr, size_t *total)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!fr || !total)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_MEM_GET_INFO, w, &r)))
+		return rc;
+	*fr = get_u64(&r);
+	*total = get_u64(&r);
+	return rd_ok(&r) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+RC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!dptr || size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, size);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_MEM_ALLOC, w, &r)))
+		return rc;
+	CUdeviceptr p = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	if (rt_add(&dev_ranges, p, size, c, 0) < 0) {
+		w = rc_req();
+		put_u64(w, c->h);
+		put_u64(w, p);
+		rc_call(c->dev->conn, RGPU_OP_MEM_FREE, w, &r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*dptr = p;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
+				      size_t height, unsigned int elem)
+{
+	if (!pitch || (elem != 4 && elem != 8 && elem != 16) || !width || !height)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t p = (width + 511) & ~(size_t)511; /* texture pitch alignment */
+	CUresult rc = cuMemAlloc_v2(dptr, p * height);
+	if (!rc)
+		*pitch = p;
+	return rc;
+}
+
+RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!p)
+		return CUDA_SUCCESS;
+	struct range r;
+	if (rt_del(&dev_ranges, p, &r) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_ctx *c = r.owner;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, p);
+	struct rd rr;
+	return rc_call(c->dev->conn, RGPU_OP_MEM_FREE, w, &rr);
+}
+
+RC_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	CUdeviceptr b;
+	size_t s;
+	if (rc_alloc_lookup(p, NULL, &b, &s) < 0)
+		return CUDA_ERROR_NOT_FOUND;
+	if (base)
+		*base = b;
+	if (size)
+		*size = s;
+	return CUDA_SUCCESS;
+}
+
+/* ---- copies ---- */
+
+/* The context that owns p, else the current one. */
+static CUresult ctx_for(CUdeviceptr p, struct rc_ctx **c)
+{
+	CUresult rc = rc_need_ctx(c);
+	if (rc == CUDA_ERROR_INVALID_CONTEXT && rc_alloc_lookup(p, c, NULL, NULL) == 0)
+		return CUDA_SUCCESS;
+	if (rc)
+		return rc;
+	struct rc_ctx *owner;
+	if (rc_alloc_lookup(p, &owner, NULL, NULL) == 0 && owner->dev->conn != (*c)->dev->conn)
+		*c = owner; /* memory of another server: go there */
+	return CUDA_SUCCESS;
+}
+
+static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+{
+	struct rc_ctx *c;
+	uint64_t sh = 0;
+	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
+	if (rc)
+		return rc;
+	if (!src && n)
+		return CUDA_ERROR_INVALID_VALUE;
+	return rc_htod(c, sh, dst, src, n);
+}
+
+static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
+{
+	struct rc_ctx *c;
+	uint64_t sh = 0;
+	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(src, &c);
+	if (rc)
+		return rc;
+	if (!dst && n)
+		return CUDA_ERROR_INVALID_VALUE;
+	return rc_dtoh(c, sh, dst, src, n);
+}
+
+static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
+{
+	struct rc_ctx *c;
+	uint64_t sh = 0;
+	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
+	if (rc)
+		return rc;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	struct rc_ctx *sc;
+	if (rc_alloc_lookup(src, &sc, NULL, NULL) == 0 && sc->dev->conn != c->dev->conn) {
+		rc_unsupported("device-to-device copies between two servers");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, sh);
+	put_u64(w, dst);
+	put_u64(w, src);
+	put_u64(w, n);
+	put_u32(w, !async);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_MEMCPY_DTOD, w, &r);
+}
+
+RC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return htod(dst, src, n, NULL, 0); }
+RC_EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return dtoh(dst, src, n, NULL, 0); }
+RC_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return dtod(dst, src, n, NULL, 0); }
+RC_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s) { return htod(dst, src, n, s, 1); }
+RC_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s) { return dtoh(dst, src, n, s, 1); }
+RC_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return dtod(dst, src, n, s, 1); }
+
+/* Unified addressing: the direction follows from which side each pointer
+ * lives on. */
+static CUresult memcpy_any(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	int dd = rc_alloc_lookup(dst, NULL, NULL, NULL) == 0;
+	int sd = rc_alloc_lookup(src, NULL, NULL, NULL) == 0;
+	if (dd && sd)
+		return dtod(dst, src, n, s, async);
+	if (dd)
+		return htod(dst, (const void *)(uintptr_t)src, n, s, async);
+	if (sd)
+		return dtoh((void *)(uintptr_t)dst, src, n, s, async);
+	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return memcpy_any(dst, src, n, NULL, 0); }
+RC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return memcpy_any(dst, src, n, s, 1); }
+
+/* ---- memset ---- */
+
+static CUresult memset_n(CUdeviceptr dst, unsigned v, unsigned esz, size_t count, CUstream s, int async)
+{
+	struct rc_ctx *c;
+	uint64_t sh = 0;
+	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
+	if (rc)
+		return rc;
+	if (count == 0)
+		return CUDA_SUCCESS;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, sh);
+	put_u64(w, dst);
+	put_u32(w, v);
+	put_u32(w, esz);
+	put_u64(w, count);
+	put_u32(w, !async);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_MEMSET, w, &r);
+}
+
+RC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset_n(d, v, 1, n, NULL, 0); }
+RC_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return memset_n(d, v, 2, n, NULL, 0); }
+RC_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return memset_n(d, v, 4, n, NULL, 0); }
+RC_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return memset_n(d, v, 1, n, s, 1); }
+RC_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return memset_n(d, v, 2, n, s, 1); }
+RC_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return memset_n(d, v, 4, n, s, 1); }
+
+/* ---- host memory ----
+ * "Pinned" memory is ordinary page-aligned memory here: the server pins its
+ * own staging buffers, and the network copies from any host memory.  A
+ * device mapping of host memory (CU_MEMHOSTALLOC_DEVICEMAP) needs a
+ * coherence protocol and is not served yet. */
+
+RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!pp || size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	void *p = NULL;
+	if (posix_memalign(&p, 4096, size))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (rt_add(&host_ranges, (uintptr_t)p, size, NULL, flags) < 0) {
+		free(p);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*pp = p;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
+
+RC_EXPORT CUresult cuMemFreeHost(void *p)
+{
+	if (rt_del(&host_ranges, (uintptr_t)p, NULL) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+	struct range r;
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = r.flags;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!p || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
+		rc_unsupported("cuMemHostRegister with CU_MEMHOSTREGISTER_DEVICEMAP");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct range r;
+	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) == 0)
+		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	return rt_add(&host_ranges, (uintptr_t)p, size, (void *)1, flags) ? CUDA_ERROR_OUT_OF_MEMORY
+									 : CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
+{
+	return cuMemHostRegister_v2(p, size, flags);
+}
+
+RC_EXPORT CUresult cuMemHostUnregister(void *p)
+{
+	struct range r;
+	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0 || r.owner != (void *)1)
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	rt_del(&host_ranges, (uintptr_t)p, NULL);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags)
+{
+	(void)pdptr; (void)p; (void)flags;
+	rc_unsupported("cuMemHostGetDevicePointer (mapped host memory over the network)");
+	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- pointer attributes ---- */
+
+RC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!data)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct range r;
+	int dev = rt_lookup(&dev_ranges, p, &r) == 0;
+	int host = !dev && rt_lookup(&host_ranges, p, &r) == 0;
+	if (!dev && !host)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_ctx *c = dev ? r.owner : rc_current();
+	switch (attr) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = (CUcontext)c;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned *)data = dev ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		if (!dev)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(CUdeviceptr *)data = p;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+		if (dev)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(void **)data = (void *)(uintptr_t)p;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(unsigned *)data = 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		if (!c)
+			return CUDA_ERROR_INVALID_CONTEXT;
+		*(int *)data = c->ordinal;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = r.base;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = r.size;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(unsigned *)data = dev;
+		return CUDA_SUCCESS;
+	default:
+		rc_unsupported("cuPointerGetAttribute for this attribute");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+RC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
+					  CUdeviceptr p)
+{
+	if (!attrs || !data)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < n; i++) {
+		CUresult rc = cuPointerGetAttribute(data[i], attrs[i], p);
+		/* per the driver: unknown pointers give zeroed answers, not errors */
+		if (rc == CUDA_ERROR_INVALID_VALUE && data[i]) {
+			int wide = attrs[i] == CU_POINTER_ATTRIBUTE_CONTEXT ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE;
+			memset(data[i], 0, wide ? 8 : 4);
+		}
+		else if (rc && rc != CUDA_ERROR_NOT_SUPPORTED)
+			return rc;
+	}
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,602 @@
+/* Modules and libraries.  Images travel whole; the client only works out
+ * their size.  Kernel parameter layouts come back from the server. */
+#include "client.h"
+#include "log.h"
+
+#include <elf.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FATBIN_MAGIC 0xBA55ED50u
+#define FATBIN_WRAPPER_MAGIC 0x466243b1u
+
+struct fatbin_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t header_size;
+	uint64_t fat_size;
+};
+
+struct fatbin_wrapper {
+	int magic;
+	int version;
+	const void *data;
+	void *filename_or_fatbins;
+};
+
+static size_t elf_size(const Elf64_Ehdr *e)
+{
+	size_t end = e->e_shoff + (size_t)e->e_shnum * e->e_shentsize;
+	size_t ph = e->e_phoff + (size_t)e->e_phnum * e->e_phentsize;
+	if (ph > end)
+		end = ph;
+	const Elf64_Shdr *sh = (const Elf64_Shdr *)((const char *)e + e->e_shoff);
+	for (unsigned i = 0; e->e_shoff && i < e->e_shnum; i++)
+		if (sh[i].sh_type != SHT_NOBITS && sh[i].sh_offset + sh[i].sh_size > end)
+			end = sh[i].sh_offset + sh[i].sh_size;
+	return end;
+}
+
+CUresult rc_image_size(const void *image, size_t *size, uint32_t *kind, const void **start)
+{
+	if (!image)
+		return CUDA_ERROR_INVALID_VALUE;
+	const struct fatbin_wrapper *w = image;
+	if ((uint32_t)w->magic == FATBIN_WRAPPER_MAGIC)
+		image = w->data;
+	const struct fatbin_hdr *f = image;
+	const unsigned char *b = image;
+	*start = image;
+	if (f->magic == FATBIN_MAGIC) {
+		*size = f->header_size + f->fat_size;
+		*kind = RGPU_IMAGE_FATBIN;
+	} else if (!memcmp(b, ELFMAG, SELFMAG)) {
+		if (b[EI_CLASS] != ELFCLASS64)
+			return CUDA_ERROR_INVALID_IMAGE;
+		*size = elf_size(image);
+		*kind = RGPU_IMAGE_ELF;
+	} else {
+		*size = strlen(image) + 1; /* PTX text */
+		*kind = RGPU_IMAGE_PTX;
+	}
+	if (*size > RGPU_MAX_PAYLOAD - 64) {
+		log_err("module image of %zu bytes exceeds the protocol's %u-byte limit", *size,
+			RGPU_MAX_PAYLOAD);
+		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_layout_read(struct rd *r, struct rc_layout *l)
+{
+	uint32_t n = get_u32(r);
+	if (!rd_ok(r) || n > 4096)
+		return CUDA_ERROR_UNKNOWN;
+	l->n = n;
+	l->total = 0;
+	l->off = calloc(n ? n : 1, sizeof(uint32_t));
+	l->size = calloc(n ? n : 1, sizeof(uint32_t));
+	if (!l->off || !l->size) {
+		rc_layout_free(l);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		l->off[i] = get_u32(r);
+		l->size[i] = get_u32(r);
+		if (l->off[i] > 65536 || l->size[i] > 65536) {
+			rc_layout_free(l);
+			return CUDA_ERROR_UNKNOWN;
+		}
+		if (l->off[i] + l->size[i] > l->total)
+			l->total = l->off[i] + l->size[i];
+	}
+	if (!rd_ok(r)) {
+		rc_layout_free(l);
+		return CUDA_ERROR_UNKNOWN;
+	}
+	return CUDA_SUCCESS;
+}
+
+void rc_layout_free(struct rc_layout *l)
+{
+	free(l->off);
+	free(l->size);
+	l->off = l->size = NULL;
+	l->n = 0;
+}
+
+/* ---- modules ---- */
+
+static CUresult module_load(CUmodule *pm, const void *image)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!pm)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t n;
+	uint32_t kind;
+	const void *start;
+	if ((rc = rc_image_size(image, &n, &kind, &start)))
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, kind);
+	put_bytes(w, start, n);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_MODULE_LOAD, w, &r)))
+		return rc;
+	struct rc_module *m = calloc(1, sizeof(*m));
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	m->magic = RC_MODULE;
+	m->ctx = c;
+	m->h = get_u64(&r);
+	*pm = (CUmodule)m;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuModuleLoadData(CUmodule *pm, const void *image) { return module_load(pm, image); }
+RC_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *pm, const void *fatbin) { return module_load(pm, fatbin); }
+
+RC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *pm, const void *image, unsigned int nopt,
+				      CUjit_option *opts, void **vals)
+{
+	/* JIT options tune the server's compile; logs stay empty here */
+	for (unsigned i = 0; opts && vals && i < nopt; i++)
+		if ((opts[i] == CU_JIT_INFO_LOG_BUFFER || opts[i] == CU_JIT_ERROR_LOG_BUFFER) && vals[i])
+			((char *)vals[i])[0] = '\0';
+	return module_load(pm, image);
+}
+
+static void *read_file(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	size_t cap = 0, n = 0;
+	for (;;) {
+		if (n + 65536 + 1 > cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			char *p = realloc(buf, cap);
+			if (!p) {
+				free(buf);
+				fclose(f);
+				return NULL;
+			}
+			buf = p;
+		}
+		size_t k = fread(buf + n, 1, 65536, f);
+		n += k;
+		if (k < 65536)
+			break;
+	}
+	fclose(f);
+	buf[n] = '\0'; /* PTX files are text */
+	*len = n;
+	return buf;
+}
+
+RC_EXPORT CUresult cuModuleLoad(CUmodule *pm, const char *path)
+{
+	size_t n;
+	void *img = path ? read_file(path, &n) : NULL;
+	if (!img)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	CUresult rc = module_load(pm, img);
+	free(img);
+	return rc;
+}
+
+static CUresult module_obj(CUmodule m, struct rc_module **out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct rc_module *x = (struct rc_module *)m;
+	if (!x || x->magic != RC_MODULE)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = x;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuModuleUnload(CUmodule mod)
+{
+	struct rc_module *m;
+	CUresult rc = module_obj(mod, &m);
+	if (rc)
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, m->ctx->h);
+	put_u64(w, m->h);
+	struct rd r;
+	rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_UNLOAD, w, &r);
+	m->magic = 0;
+	free(m);
+	return rc;
+}
+
+static CUresult func_new(struct rc_ctx *c, uint64_t h, struct rd *r, struct rc_func **out)
+{
+	struct rc_func *f = calloc(1, sizeof(*f));
+	if (!f)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = rc_layout_read(r, &f->layout);
+	if (rc) {
+		free(f);
+		return rc;
+	}
+	f->magic = RC_FUNC;
+	f->ctx = c;
+	f->h = h;
+	*out = f;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char *name)
+{
+	struct rc_module *m;
+	CUresult rc = module_obj(mod, &m);
+	if (rc)
+		return rc;
+	if (!pf || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, m->ctx->h);
+	put_u64(w, m->h);
+	put_str(w, name);
+	struct rd r;
+	if ((rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_GET_FUNCTION, w, &r)))
+		return rc;
+	uint64_t h = get_u64(&r);
+	struct rc_func *f;
+	if ((rc = func_new(m->ctx, h, &r, &f)))
+		return rc;
+	*pf = (CUfunction)f;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule mod, const char *name)
+{
+	struct rc_module *m;
+	CUresult rc = module_obj(mod, &m);
+	if (rc)
+		return rc;
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, m->ctx->h);
+	put_u64(w, m->h);
+	put_str(w, name);
+	struct rd r;
+	if ((rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_GET_GLOBAL, w, &r)))
+		return rc;
+	CUdeviceptr p = get_u64(&r);
+	size_t sz = get_u64(&r);
+	if (dptr)
+		*dptr = p;
+	if (bytes)
+		*bytes = sz;
+	return CUDA_SUCCESS;
+}
+
+/* ---- libraries (context-independent loading) ---- */
+
+static CUresult library_obj(CUlibrary l, struct rc_library **out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct rc_library *x = (struct rc_library *)l;
+	if (!x || x->magic != RC_LIBRARY)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = x;
+	return CUDA_SUCCESS;
+}
+
+/* Where a library goes: the current context's server, or (before any
+ * context exists, as the CUDA runtime does it) device 0's, context-free. */
+static struct rc_conn *library_target(uint64_t *ctxh)
+{
+	struct rc_ctx *c = rc_current();
+	*ctxh = c ? c->h : 0;
+	return c ? c->dev->conn : rc_devs[0].conn;
+}
+
+/* The library's handle on connection conn, loading it there on first use. */
+static CUresult library_on(struct rc_library *lib, struct rc_conn *conn, uint64_t ctxh, uint64_t *h)
+{
+	int ci = rc_conn_index(conn);
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&lib->lock);
+	if (!lib->h[ci]) {
+		struct wbuf *w = rc_req();
+		put_u64(w, ctxh);
+		put_u32(w, lib->kind);
+		put_bytes(w, lib->image, lib->size);
+		struct rd r;
+		rc = rc_call(conn, RGPU_OP_LIBRARY_LOAD, w, &r);
+		if (!rc)
+			lib->h[ci] = get_u64(&r);
+	}
+	*h = lib->h[ci];
+	pthread_mutex_unlock(&lib->lock);
+	return rc;
+}
+
+/* The kernel's handle on conn, looked up (and its layout fetched) on
+ * first use there. */
+static CUresult kernel_on(struct rc_kernel *k, struct rc_conn *conn, uint64_t ctxh, uint64_t *h)
+{
+	uint64_t lh;
+	CUresult rc = library_on(k->lib, conn, ctxh, &lh);
+	if (rc)
+		return rc;
+	int ci = rc_conn_index(conn);
+	pthread_mutex_lock(&k->lib->lock);
+	if (!k->h[ci]) {
+		struct wbuf *w = rc_req();
+		put_u64(w, lh);
+		put_str(w, k->name);
+		struct rd r;
+		rc = rc_call(conn, RGPU_OP_LIBRARY_GET_KERNEL, w, &r);
+		if (!rc) {
+			uint64_t kh = get_u64(&r);
+			if (!k->layout.off)
+				rc = rc_layout_read(&r, &k->layout);
+			if (!rc)
+				k->h[ci] = kh;
+		}
+	}
+	*h = k->h[ci];
+	pthread_mutex_unlock(&k->lib->lock);
+	return rc;
+}
+
+RC_EXPORT CUresult cuLibraryLoadData(CUlibrary *pl, const void *code, CUjit_option *jo, void **jv,
+				     unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo)
+{
+	(void)jo; (void)jv; (void)njo; (void)lo; (void)lv; (void)nlo;
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!pl)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t n;
+	uint32_t kind;
+	const void *start;
+	if ((rc = rc_image_size(code, &n, &kind, &start)))
+		return rc;
+	struct rc_library *lib = calloc(1, sizeof(*lib));
+	if (!lib || !(lib->image = malloc(n))) {
+		free(lib);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(lib->image, start, n);
+	lib->size = n;
+	lib->kind = kind;
+	lib->magic = RC_LIBRARY;
+	pthread_mutex_init(&lib->lock, NULL);
+	/* load now, so a bad image fails here */
+	uint64_t ctxh, h;
+	struct rc_conn *conn = library_target(&ctxh);
+	if ((rc = library_on(lib, conn, ctxh, &h))) {
+		free(lib->image);
+		free(lib);
+		return rc;
+	}
+	*pl = (CUlibrary)lib;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *pl, const char *path, CUjit_option *jo, void **jv,
+					 unsigned int njo, CUlibraryOption *lo, void **lv, unsigned int nlo)
+{
+	size_t n;
+	void *img = path ? read_file(path, &n) : NULL;
+	if (!img)
+		return CUDA_ERROR_FILE_NOT_FOUND;
+	CUresult rc = cuLibraryLoadData(pl, img, jo, jv, njo, lo, lv, nlo);
+	free(img);
+	return rc;
+}
+
+RC_EXPORT CUresult cuLibraryUnload(CUlibrary l)
+{
+	struct rc_library *lib;
+	CUresult rc = library_obj(l, &lib);
+	if (rc)
+		return rc;
+	for (int ci = 0; ci < rc_nconn; ci++) {
+		if (!lib->h[ci])
+			continue;
+		struct wbuf *w = rc_req();
+		put_u64(w, lib->h[ci]);
+		struct rd r;
+		CUresult r2 = rc_call(&rc_conns[ci], RGPU_OP_LIBRARY_UNLOAD, w, &r);
+		if (r2 && !rc)
+			rc = r2;
+	}
+	for (struct rc_kernel *k = lib->kernels, *nk; k; k = nk) {
+		nk = k->next;
+		for (struct rc_func *f = k->funcs, *nf; f; f = nf) {
+			nf = f->next;
+			rc_layout_free(&f->layout);
+			f->magic = 0;
+			free(f);
+		}
+		rc_layout_free(&k->layout);
+		free(k->name);
+		k->magic = 0;
+		free(k);
+	}
+	lib->magic = 0;
+	free(lib->image);
+	pthread_mutex_destroy(&lib->lock);
+	free(lib);
+	return rc;
+}
+
+RC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pk, CUlibrary l, const char *name)
+{
+	struct rc_library *lib;
+	CUresult rc = library_obj(l, &lib);
+	if (rc)
+		return rc;
+	if (!pk || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lib->lock);
+	struct rc_kernel *k;
+	for (k = lib->kernels; k; k = k->next)
+		if (!strcmp(k->name, name))
+			break;
+	if (!k && (k = calloc(1, sizeof(*k))) && !(k->name = strdup(name))) {
+		free(k);
+		k = NULL;
+	}
+	if (k && !k->magic) {
+		k->magic = RC_KERNEL;
+		k->lib = lib;
+		k->next = lib->kernels;
+		lib->kernels = k;
+	}
+	pthread_mutex_unlock(&lib->lock);
+	if (!k)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* look it up now: an unknown name fails here */
+	uint64_t ctxh, kh;
+	struct rc_conn *conn = library_target(&ctxh);
+	if ((rc = kernel_on(k, conn, ctxh, &kh)))
+		return rc;
+	*pk = (CUkernel)k;
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_func_resolve(CUfunction fn, struct rc_func **out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct rc_func *f = (struct rc_func *)fn;
+	if (!f)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (f->magic == RC_FUNC) {
+		*out = f;
+		return CUDA_SUCCESS;
+	}
+	struct rc_kernel *k = (struct rc_kernel *)fn;
+	if (k->magic != RC_KERNEL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct rc_ctx *c;
+	if ((rc = rc_need_ctx(&c)))
+		return rc;
+	pthread_mutex_lock(&k->lib->lock);
+	for (f = k->funcs; f && f->ctx != c; f = f->next)
+		;
+	pthread_mutex_unlock(&k->lib->lock);
+	if (f) {
+		*out = f;
+		return CUDA_SUCCESS;
+	}
+	uint64_t kh;
+	if ((rc = kernel_on(k, c->dev->conn, c->h, &kh)))
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, kh);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_KERNEL_GET_FUNCTION, w, &r)))
+		return rc;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	f->magic = RC_FUNC;
+	f->ctx = c;
+	f->h = get_u64(&r);
+	f->layout.n = k->layout.n;
+	f->layout.total = k->layout.total;
+	f->layout.off = calloc(k->layout.n + 1, sizeof(uint32_t));
+	f->layout.size = calloc(k->layout.n + 1, sizeof(uint32_t));
+	if (!f->layout.off || !f->layout.size) {
+		rc_layout_free(&f->layout);
+		free(f);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(f->layout.off, k->layout.off, k->layout.n * sizeof(uint32_t));
+	memcpy(f->layout.size, k->layout.size, k->layout.n * sizeof(uint32_t));
+	pthread_mutex_lock(&k->lib->lock);
+	f->next = k->funcs;
+	k->funcs = f;
+	pthread_mutex_unlock(&k->lib->lock);
+	*out = f;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuKernelGetFunction(CUfunction *pf, CUkernel k)
+{
+	struct rc_func *f;
+	if (!pf)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = rc_func_resolve((CUfunction)k, &f);
+	if (!rc)
+		*pf = (CUfunction)f;
+	return rc;
+}
+
+RC_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary l, const char *name)
+{
+	struct rc_library *lib;
+	struct rc_ctx *c;
+	CUresult rc = library_obj(l, &lib);
+	if (!rc)
+		rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t lh;
+	if ((rc = library_on(lib, c->dev->conn, c->h, &lh)))
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, lh);
+	put_str(w, name);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_LIBRARY_GET_GLOBAL, w, &r)))
+		return rc;
+	CUdeviceptr p = get_u64(&r);
+	size_t sz = get_u64(&r);
+	if (dptr)
+		*dptr = p;
+	if (bytes)
+		*bytes = sz;
+	return CUDA_SUCCESS;
+}
+
+static CUresult param_info(const struct rc_layout *l, size_t i, size_t *off, size_t *size)
+{
+	if (i >= l->n)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (off)
+		*off = l->off[i];
+	if (size)
+		*size = l->size[i];
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuFuncGetParamInfo(CUfunction fn, size_t i, size_t *off, size_t *size)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	return rc ? rc : param_info(&f->layout, i, off, size);
+}
+
+RC_EXPORT CUresult cuKernelGetParamInfo(CUkernel kn, size_t i, size_t *off, size_t *size)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve((CUfunction)kn, &f);
+	return rc ? rc : param_info(&f->layout, i, off, size);
+}

@@ -1,0 +1,292 @@
+/* Streams and events. */
+#include "client.h"
+#include "log.h"
+
+#include <stdlib.h>
+
+CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h)
+{
+	/* NULL and the special handles act in the current context */
+	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+		CUresult rc = rc_need_ctx(ctx);
+		*h = (uint64_t)(uintptr_t)s;
+		return rc;
+	}
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct rc_stream *st = (struct rc_stream *)s;
+	if (st->magic != RC_STREAM)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*ctx = st->ctx;
+	*h = st->h;
+	return CUDA_SUCCESS;
+}
+
+static CUresult two_handles(struct rc_ctx *c, uint16_t op, uint64_t a)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, a);
+	struct rd r;
+	return rc_call(c->dev->conn, op, w, &r);
+}
+
+RC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, int prio)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!ps)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, flags);
+	put_i32(w, prio);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_STREAM_CREATE, w, &r)))
+		return rc;
+	struct rc_stream *st = calloc(1, sizeof(*st));
+	if (!st)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	st->magic = RC_STREAM;
+	st->ctx = c;
+	st->h = get_u64(&r);
+	st->flags = flags;
+	st->priority = prio;
+	*ps = (CUstream)st;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
+{
+	return cuStreamCreateWithPriority(ps, flags, 0);
+}
+
+static CUresult stream_obj(CUstream s, struct rc_stream **out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct rc_stream *st = (struct rc_stream *)s;
+	if (!st || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || st->magic != RC_STREAM)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = st;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
+{
+	struct rc_stream *st;
+	CUresult rc = stream_obj(s, &st);
+	if (rc)
+		return rc;
+	rc = two_handles(st->ctx, RGPU_OP_STREAM_DESTROY, st->h);
+	st->magic = 0;
+	free(st);
+	return rc;
+}
+
+RC_EXPORT CUresult cuStreamDestroy(CUstream s) { return cuStreamDestroy_v2(s); }
+
+RC_EXPORT CUresult cuStreamSynchronize(CUstream s)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	return rc ? rc : two_handles(c, RGPU_OP_STREAM_SYNC, h);
+}
+
+RC_EXPORT CUresult cuStreamQuery(CUstream s)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	return rc ? rc : two_handles(c, RGPU_OP_STREAM_QUERY, h);
+}
+
+RC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *prio)
+{
+	if (!prio)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+		*prio = 0;
+		return rc_initialized();
+	}
+	struct rc_stream *st;
+	CUresult rc = stream_obj(s, &st);
+	if (!rc)
+		*prio = st->priority;
+	return rc;
+}
+
+RC_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
+{
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
+		*flags = 0;
+		return rc_initialized();
+	}
+	struct rc_stream *st;
+	CUresult rc = stream_obj(s, &st);
+	if (!rc)
+		*flags = st->flags;
+	return rc;
+}
+
+RC_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	if (!rc)
+		*pctx = (CUcontext)c;
+	return rc;
+}
+
+/* ---- events ---- */
+
+static CUresult event_obj(CUevent e, struct rc_event **out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct rc_event *ev = (struct rc_event *)e;
+	if (!ev || ev->magic != RC_EVENT)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*out = ev;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	struct rc_event *ev;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	if (!rc)
+		rc = event_obj(e, &ev);
+	if (rc)
+		return rc;
+	if (ev->ctx->dev->conn != c->dev->conn) {
+		rc_unsupported("cuStreamWaitEvent across two servers");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, h);
+	put_u64(w, ev->h);
+	put_u32(w, flags);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_STREAM_WAIT_EVENT, w, &r);
+}
+
+RC_EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!pe)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, flags);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_EVENT_CREATE, w, &r)))
+		return rc;
+	struct rc_event *ev = calloc(1, sizeof(*ev));
+	if (!ev)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ev->magic = RC_EVENT;
+	ev->ctx = c;
+	ev->h = get_u64(&r);
+	ev->flags = flags;
+	*pe = (CUevent)ev;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuEventDestroy_v2(CUevent e)
+{
+	struct rc_event *ev;
+	CUresult rc = event_obj(e, &ev);
+	if (rc)
+		return rc;
+	rc = two_handles(ev->ctx, RGPU_OP_EVENT_DESTROY, ev->h);
+	ev->magic = 0;
+	free(ev);
+	return rc;
+}
+
+RC_EXPORT CUresult cuEventDestroy(CUevent e) { return cuEventDestroy_v2(e); }
+
+RC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
+{
+	struct rc_event *ev;
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = event_obj(e, &ev);
+	if (!rc)
+		rc = rc_stream_resolve(s, &c, &h);
+	if (rc)
+		return rc;
+	if (c != ev->ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, ev->h);
+	put_u64(w, h);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_EVENT_RECORD, w, &r);
+}
+
+RC_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags)
+{
+	if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuEventRecord(e, s);
+}
+
+RC_EXPORT CUresult cuEventSynchronize(CUevent e)
+{
+	struct rc_event *ev;
+	CUresult rc = event_obj(e, &ev);
+	return rc ? rc : two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
+}
+
+RC_EXPORT CUresult cuEventQuery(CUevent e)
+{
+	struct rc_event *ev;
+	CUresult rc = event_obj(e, &ev);
+	return rc ? rc : two_handles(ev->ctx, RGPU_OP_EVENT_QUERY, ev->h);
+}
+
+static CUresult elapsed(float *ms, CUevent a, CUevent b)
+{
+	struct rc_event *ea, *eb;
+	CUresult rc = event_obj(a, &ea);
+	if (!rc)
+		rc = event_obj(b, &eb);
+	if (rc)
+		return rc;
+	if (!ms)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ea->ctx != eb->ctx)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct wbuf *w = rc_req();
+	put_u64(w, ea->ctx->h);
+	put_u64(w, ea->h);
+	put_u64(w, eb->h);
+	struct rd r;
+	rc = rc_call(ea->ctx->dev->conn, RGPU_OP_EVENT_ELAPSED, w, &r);
+	if (!rc)
+		*ms = get_f32(&r);
+	return rc;
+}
+
+RC_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+RC_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
