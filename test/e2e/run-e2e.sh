@@ -1,0 +1,248 @@
+#!/bin/bash
+# End-to-end suite against the emulated device.
+#
+# Starts `rgpud --emulated` twice on free 127.0.0.1 ports, runs every e2e
+# program through the rgpu client (LD_LIBRARY_PATH=client/.libs), prints a
+# line per test, and stops the daemons.  RGPU_VALGRIND=1 runs the whole set a
+# second time with the client side under valgrind.
+#
+# Exit: 0 all passed (t_runtime may fail: reported as XFAIL), 1 a failure,
+# 77 skipped (rgpud, the client library or the test programs not built).
+#
+# Environment: top_builddir, top_srcdir (set by `make check`), PYTHON,
+# RGPU_VALGRIND, RGPU_E2E_ONLY="t_vecadd t_matmul" (run a subset),
+# RGPU_E2E_LOGDIR (default ./e2e-logs), RGPU_TEST_TIMEOUT (seconds, 120).
+
+set -u
+: "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${PYTHON:=python3}"
+: "${RGPU_TEST_TIMEOUT:=120}"
+LOGDIR=${RGPU_E2E_LOGDIR:-$PWD/e2e-logs}
+E2E=$top_builddir/test/e2e
+RGPUD=$top_builddir/daemon/rgpud
+CLIENTDIR=$top_builddir/client/.libs
+EMULIB=$top_builddir/emu/.libs/librgpu-emu.so
+
+missing=""
+[ -x "$RGPUD" ] || missing="$missing $RGPUD"
+[ -e "$CLIENTDIR/libcuda.so.1" ] || missing="$missing $CLIENTDIR/libcuda.so.1"
+[ -e "$EMULIB" ] || missing="$missing $EMULIB"
+[ -x "$E2E/t_vecadd" ] || missing="$missing $E2E/t_vecadd(needs nvcc)"
+if [ -n "$missing" ]; then
+	echo "SKIP: not built:$missing"
+	exit 77
+fi
+# rgpud finds the emulator next to itself once installed; in the build tree
+# tell it where the library is.
+export RGPU_EMU_LIB=$EMULIB
+
+mkdir -p "$LOGDIR"
+rm -f "$LOGDIR"/*.log "$LOGDIR"/*.out "$LOGDIR"/*.err
+
+free_port() {
+	"$PYTHON" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+DAEMON_PIDS=""
+cleanup() {
+	for p in $DAEMON_PIDS; do
+		kill "$p" 2>/dev/null
+	done
+	for p in $DAEMON_PIDS; do
+		wait "$p" 2>/dev/null
+	done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_daemon NAME -> sets PORT; the daemon logs to $LOGDIR/NAME.log
+start_daemon() {
+	local name=$1 try pid
+	for try in 1 2 3 4 5; do
+		PORT=$(free_port) || { echo "cannot pick a free port"; exit 1; }
+		"$RGPUD" --emulated --listen "127.0.0.1:$PORT" >"$LOGDIR/$name.log" 2>&1 &
+		pid=$!
+		# ready when it accepts a connection
+		for _ in $(seq 1 100); do
+			if ! kill -0 "$pid" 2>/dev/null; then
+				break
+			fi
+			if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+				DAEMON_PIDS="$DAEMON_PIDS $pid"
+				eval "PID_$name=$pid"
+				return 0
+			fi
+			sleep 0.1
+		done
+		kill "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		echo "rgpud ($name) did not come up on 127.0.0.1:$PORT (try $try):"
+		sed 's/^/    /' "$LOGDIR/$name.log" | tail -20
+	done
+	echo "FAIL: cannot start rgpud --emulated"
+	exit 1
+}
+
+start_daemon d1
+P1=$PORT
+start_daemon d2
+P2=$PORT
+echo "rgpud --emulated on 127.0.0.1:$P1 (pid $PID_d1) and 127.0.0.1:$P2 (pid $PID_d2)"
+ONE="127.0.0.1:$P1/0"
+TWO="127.0.0.1:$P1/0,127.0.0.1:$P2/1"
+
+PASS=0 FAIL=0 SKIPPED=0 XFAIL=0
+FAILED=""
+SUFFIX=""
+WRAP=()
+
+want() {
+	[ -z "${RGPU_E2E_ONLY:-}" ] && return 0
+	case " $RGPU_E2E_ONLY " in *" $1 "*) return 0 ;; esac
+	return 1
+}
+
+report() { # name status seconds [note]
+	printf '%-28s %-5s %6.2fs %s\n' "$1" "$2" "$3" "${4:-}"
+}
+
+# run NAME SERVERS [xfail] -- [VAR=VALUE...] PROGRAM [ARGS...]
+run() {
+	local name=$1$SUFFIX servers=$2 xfail=""
+	shift 2
+	if [ "$1" = xfail ]; then xfail=1; shift; fi
+	[ "$1" = -- ] && shift
+	local envs=()
+	while [ $# -gt 0 ] && [[ $1 == *=* ]]; do
+		envs+=("$1")
+		shift
+	done
+	want "$1" || return 0
+	local prog=$1
+	shift
+	local out=$LOGDIR/$name.out err=$LOGDIR/$name.err t0 t1 rc secs
+	t0=$(date +%s%N)
+	RGPU_SERVERS=$servers LD_LIBRARY_PATH=$CLIENTDIR \
+		env "${envs[@]}" timeout "$RGPU_TEST_TIMEOUT" "${WRAP[@]}" "$E2E/$prog" "$@" \
+		>"$out" 2>"$err"
+	rc=$?
+	t1=$(date +%s%N)
+	secs=$(( (t1 - t0) / 1000000 ))
+	secs=$(printf '%d.%03d' $((secs / 1000)) $((secs % 1000)))
+	LAST_RC=$rc
+	if [ $rc -eq 0 ]; then
+		PASS=$((PASS + 1)); report "$name" PASS "$secs"
+	elif [ $rc -eq 77 ]; then
+		SKIPPED=$((SKIPPED + 1)); report "$name" SKIP "$secs" "$(tail -1 "$out")"
+	elif [ -n "$xfail" ]; then
+		XFAIL=$((XFAIL + 1)); report "$name" XFAIL "$secs" "(exit $rc; tolerated)"
+		sed 's/^/    | /' "$err" | tail -5
+	else
+		FAIL=$((FAIL + 1)); FAILED="$FAILED $name"
+		local why="exit $rc"
+		[ $rc -eq 124 ] && why="timeout after ${RGPU_TEST_TIMEOUT}s"
+		[ $rc -ge 128 ] && [ $rc -ne 124 ] && why="killed by signal $((rc - 128))"
+		[ $rc -eq 99 ] && why="valgrind errors"
+		report "$name" FAIL "$secs" "($why)"
+		sed 's/^/    | /' "$err" | tail -15
+	fi
+	return 0
+}
+
+# Pass/fail from a check in this script rather than a program's exit code.
+verdict() { # name ok(0/1) message
+	if [ "$2" -eq 0 ]; then
+		PASS=$((PASS + 1)); report "$1" PASS 0
+	else
+		FAIL=$((FAIL + 1)); FAILED="$FAILED $1"; report "$1" FAIL 0 "($3)"
+	fi
+}
+
+daemons_alive() {
+	local p ok=0
+	for p in $DAEMON_PIDS; do
+		kill -0 "$p" 2>/dev/null || ok=1
+	done
+	return $ok
+}
+
+suite() {
+	run t_device "$ONE" -- t_device
+	run t_device_2 "$TWO" -- t_device
+	run t_vecadd "$ONE" -- t_vecadd
+	run t_vecadd_dev1 "$TWO" -- T_DEVICE=1 t_vecadd
+	run t_matmul "$ONE" -- t_matmul
+	run t_struct "$ONE" -- t_struct
+	run t_globals "$ONE" -- t_globals
+	run t_streams "$ONE" -- t_streams
+	run t_async "$ONE" -- t_async
+	run t_memory "$ONE" -- t_memory
+	run t_library "$ONE" -- t_library
+	run t_multi "$TWO" -- t_multi
+	run t_errors "$ONE" -- t_errors
+
+	# a kernel fault, then another client on the same rgpud
+	if want t_fault; then
+		run t_fault "$ONE" -- t_fault
+		run t_fault_then_vecadd "$ONE" -- t_vecadd
+	fi
+
+	# no server: cuInit fails and the log names host:port
+	if want t_noserver; then
+		local closed
+		closed=$(free_port)
+		run t_noserver "127.0.0.1:$closed/0" -- t_noserver
+		if [ "$LAST_RC" -eq 0 ]; then
+			grep -q "127.0.0.1:$closed" "$LOGDIR/t_noserver$SUFFIX.err"
+			verdict "t_noserver_log$SUFFIX" $? "stderr does not name 127.0.0.1:$closed"
+		fi
+	fi
+
+	# the runtime API (static cudart): tolerated failure until the client
+	# serves cuGetProcAddress and cudart's export tables
+	if [ -x "$E2E/t_runtime" ]; then
+		run t_runtime "$ONE" xfail -- t_runtime
+	fi
+}
+
+suite
+
+# raw-protocol abuse, not through the client (never under valgrind)
+if want t_malformed; then
+	run t_malformed "" -- t_malformed 127.0.0.1 "$P1"
+	run t_malformed_then_vecadd "$ONE" -- t_vecadd
+fi
+
+if [ "${RGPU_VALGRIND:-0}" = 1 ]; then
+	if command -v valgrind >/dev/null; then
+		echo "--- again with the client under valgrind"
+		SUFFIX=_vg
+		RGPU_TEST_TIMEOUT=$((RGPU_TEST_TIMEOUT * 5))
+		WRAP=(valgrind -q --error-exitcode=99 --leak-check=full
+		      --errors-for-leak-kinds=definite --track-origins=yes
+		      --suppressions=/dev/null)
+		export T_BUSY_MS=200
+		suite
+		unset T_BUSY_MS
+		WRAP=()
+		SUFFIX=""
+	else
+		echo "RGPU_VALGRIND=1 but valgrind is not installed"
+		FAIL=$((FAIL + 1)); FAILED="$FAILED valgrind-missing"
+	fi
+fi
+
+daemons_alive
+verdict daemons_survived $? "an rgpud exited during the run (see $LOGDIR/d1.log, d2.log)"
+for d in d1 d2; do
+	if grep -qE 'AddressSanitizer|runtime error:|LeakSanitizer' "$LOGDIR/$d.log"; then
+		verdict "rgpud_${d}_sanitizers" 1 "sanitizer report in $LOGDIR/$d.log"
+	fi
+done
+
+echo "e2e: $PASS passed, $FAIL failed, $XFAIL tolerated (xfail), $SKIPPED skipped; logs in $LOGDIR"
+[ $FAIL -eq 0 ] || { echo "failed:$FAILED"; exit 1; }
+exit 0
