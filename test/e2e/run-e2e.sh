@@ -181,6 +181,7 @@ suite() {
 	run t_async "$ONE" -- t_async
 	run t_memory "$ONE" -- t_memory
 	run t_library "$ONE" -- t_library
+	run t_library_ctx_first "$ONE" -- T_LIBRARY_CTX_FIRST=1 t_library
 	run t_multi "$TWO" -- t_multi
 	run t_errors "$ONE" -- t_errors
 
