@@ -75,6 +75,7 @@ int main(int argc, char **argv)
 
 	/* invalid device pointers: an error, not a crash, and the context lives */
 	uint8_t hb[64];
+	memset(hb, 0x42, sizeof(hb));
 	CUresult rc = cuMemcpyDtoH(hb, (CUdeviceptr)0x10, sizeof(hb));
 	CHECK(rc != CUDA_SUCCESS, "cuMemcpyDtoH from 0x10 returned CUDA_SUCCESS");
 	say("cuMemcpyDtoH from 0x10: %s", cu_name(rc));
