@@ -57,6 +57,7 @@
 	X(cuLibraryUnload)                       \
 	X(cuLibraryGetKernel)                    \
 	X(cuLibraryGetGlobal)                    \
+	X(cuLibraryGetKernelCount)               \
 	X(cuKernelGetFunction)                   \
 	X(cuKernelGetParamInfo)                  \
 	X(cuFuncGetParamInfo)                    \

@@ -74,6 +74,31 @@ void emu_ctx_leave(struct emu_ctx *ctx)
 	emu_unlock(&emu_glock);
 }
 
+CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n)
+{
+	struct emu_ctx **v = NULL;
+	size_t count = 0, i = 0;
+
+	emu_lock(&emu_glock);
+	for (struct emu_ctx *p = ctx_list; p; p = p->next)
+		count++;
+	if (count) {
+		v = malloc(count * sizeof *v);
+		if (!v) {
+			emu_unlock(&emu_glock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		for (struct emu_ctx *p = ctx_list; p; p = p->next) {
+			p->refs++;
+			v[i++] = p;
+		}
+	}
+	emu_unlock(&emu_glock);
+	*out = v;
+	*n = count;
+	return CUDA_SUCCESS;
+}
+
 static void ctx_free(struct emu_ctx *ctx)
 {
 	pthread_rwlock_destroy(&ctx->mem_rw);

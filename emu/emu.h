@@ -7,7 +7,11 @@
  * Locking (always taken in this order, never the reverse):
  *   emu_glock      init state, device table (bytes in use), context list and
  *                  context references
- *   ctx->lock      streams, queued operations, events, modules of a context
+ *   emu_lib_lock   the global list of libraries (module.c); held while an
+ *                  instance of a library is added to a context, so it is
+ *                  taken before ctx->lock and never together with emu_glock
+ *   ctx->lock      streams, queued operations, events, modules (and library
+ *                  instances) of a context
  *                  (ctx->cond is broadcast on every change of that state)
  *   ctx->mem_rw    the context's allocation table; read-held while a copy,
  *                  memset or kernel touches device memory, write-held while
@@ -195,9 +199,12 @@ struct emu_func {
 	int attr_cluster[6];        /* cluster attributes 10..15, remembered */
 };
 
+/* A module (cuModuleLoadData), or the instance of a library in one
+ * context (lib != NULL).  Both live in ctx->modules. */
+struct emu_library;
 struct emu_module {
 	struct emu_module *next;
-	int is_library;
+	const struct emu_library *lib;  /* the library it instantiates, or NULL */
 	CUdeviceptr globals;        /* 8 bytes: g_scale, g_counter */
 	struct emu_func funcs[EMU_NKERNELS];
 };
@@ -237,6 +244,9 @@ struct emu_ctx {
  * emu_ctx_leave(). */
 CUresult emu_ctx_enter(struct emu_ctx **out);
 void emu_ctx_leave(struct emu_ctx *ctx);
+/* Holds every live context, faulted or not, as emu_ctx_enter does (release
+ * each with emu_ctx_leave): a malloc()ed array in *out, *n entries. */
+CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n);
 int emu_ctx_sticky(struct emu_ctx *ctx);
 void emu_ctx_fault(struct emu_ctx *ctx, CUresult err);
 

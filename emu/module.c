@@ -3,9 +3,15 @@
  * their globals, function handles, parameter info, attributes, occupancy
  * and kernel launches.
  *
- * A library (cuLibraryLoadData) is loaded into the calling thread's current
- * context and belongs to it, like a module: its kernels (CUkernel) are that
- * context's functions, and cuKernelGetFunction accepts them only there.
+ * A module (cuModuleLoadData) belongs to the context current at load time.
+ * A library (cuLibraryLoadData) belongs to no context, as in CUDA: it is in
+ * a global list, and its kernels (CUkernel) are context-independent handles.
+ * Its per-context state (globals g_scale/g_counter in that context's device
+ * memory, function attributes) is an instance, an emu_module in
+ * ctx->modules with lib set, created on first use in a context
+ * (cuKernelGetFunction, cuLibraryGetGlobal, a CUkernel passed as a
+ * CUfunction).  cuCtxDestroy drops the context's instances with its other
+ * modules; cuLibraryUnload drops the library's instance in every context.
  */
 #include "emu.h"
 
@@ -38,34 +44,225 @@ static int image_ok(const void *image)
 }
 
 /* Caller holds ctx->lock. */
-static struct emu_module *module_find(struct emu_ctx *ctx, const void *h, int is_library)
+static struct emu_module *module_find(struct emu_ctx *ctx, const void *h)
 {
 	for (struct emu_module *m = ctx->modules; m; m = m->next)
-		if ((const void *)m == h && m->is_library == is_library)
+		if ((const void *)m == h && !m->lib)
 			return m;
 	return NULL;
 }
 
-/* A function (or, for libraries, a kernel) of ctx.  Caller holds ctx->lock. */
-static struct emu_func *func_find(struct emu_ctx *ctx, const void *h, int library_only)
+/* A function of ctx: of a module or of a library instance.  Caller holds
+ * ctx->lock. */
+static struct emu_func *func_find(struct emu_ctx *ctx, const void *h)
 {
-	for (struct emu_module *m = ctx->modules; m; m = m->next) {
-		if (library_only && !m->is_library)
-			continue;
+	for (struct emu_module *m = ctx->modules; m; m = m->next)
 		for (int i = 0; i < EMU_NKERNELS; i++)
 			if ((const void *)&m->funcs[i] == h)
 				return &m->funcs[i];
-	}
 	return NULL;
 }
 
-static CUresult load(void **out, const void *image, int is_library)
+/* A module, or a library's instance in one context, with fresh globals in
+ * ctx (zeroed pages, like __device__ variables; not counted as allocations
+ * in cuMemGetInfo).  No lock held. */
+static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
+{
+	struct emu_module *m = calloc(1, sizeof *m);
+	CUresult rc;
+
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = emu_mem_alloc(ctx, GLOBALS_BYTES, 0, &m->globals);
+	if (rc != CUDA_SUCCESS) {
+		free(m);
+		return rc;
+	}
+	for (int i = 0; i < EMU_NKERNELS; i++) {
+		m->funcs[i].mod = m;
+		m->funcs[i].kernel = &emu_kernels[i];
+		m->funcs[i].max_dyn_shared = SHARED_PER_BLOCK - emu_kernels[i].shared_bytes;
+		m->funcs[i].carveout = -1;
+		m->funcs[i].cache_config = CU_FUNC_CACHE_PREFER_NONE;
+	}
+	*out = m;
+	return CUDA_SUCCESS;
+}
+
+/* Frees a module no longer linked into ctx (no lock held). */
+static void module_free(struct emu_ctx *ctx, struct emu_module *m)
+{
+	emu_mem_free(ctx, m->globals);
+	free(m);
+}
+
+/* ---- libraries: context-independent, instantiated per context on use */
+
+/* A CUkernel: one kernel of a library, in no context. */
+struct emu_lkernel {
+	struct emu_library *lib;
+	int index;                  /* into emu_kernels */
+};
+
+struct emu_library {
+	struct emu_library *next;
+	struct emu_lkernel kernels[EMU_NKERNELS];
+};
+
+static pthread_mutex_t emu_lib_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct emu_library *libraries;   /* emu_lib_lock */
+
+/* Caller holds emu_lib_lock. */
+static struct emu_library *lib_find(const void *h)
+{
+	for (struct emu_library *l = libraries; l; l = l->next)
+		if ((const void *)l == h)
+			return l;
+	return NULL;
+}
+
+/* Caller holds emu_lib_lock. */
+static struct emu_lkernel *lkernel_find(const void *h)
+{
+	for (struct emu_library *l = libraries; l; l = l->next)
+		for (int i = 0; i < EMU_NKERNELS; i++)
+			if ((const void *)&l->kernels[i] == h)
+				return &l->kernels[i];
+	return NULL;
+}
+
+/* Caller holds ctx->lock. */
+static struct emu_module *instance_find(struct emu_ctx *ctx, const struct emu_library *lib)
+{
+	for (struct emu_module *m = ctx->modules; m; m = m->next)
+		if (m->lib == lib)
+			return m;
+	return NULL;
+}
+
+/*
+ * The instance in ctx of the library h (a CUlibrary, or with is_kernel a
+ * CUkernel of it), created on first use.  Gives its globals and, for a
+ * kernel, the kernel's function in ctx.  CUDA_ERROR_INVALID_HANDLE when h
+ * is no live library (kernel).  The caller is inside ctx (emu_ctx_enter),
+ * no lock held.
+ */
+static CUresult instance_get(struct emu_ctx *ctx, const void *h, int is_kernel, CUdeviceptr *globals,
+			     struct emu_func **func)
+{
+	struct emu_module *fresh = NULL;
+	CUresult rc;
+
+	for (;;) {
+		struct emu_library *lib = NULL;
+		struct emu_lkernel *k = NULL;
+		struct emu_module *m = NULL;
+
+		emu_lock(&emu_lib_lock);
+		if (is_kernel) {
+			k = lkernel_find(h);
+			lib = k ? k->lib : NULL;
+		} else {
+			lib = lib_find(h);
+		}
+		if (lib) {
+			emu_lock(&ctx->lock);
+			m = instance_find(ctx, lib);
+			if (!m && fresh) {
+				/* Linked while the library is known alive:
+				 * cuLibraryUnload's sweep will see it. */
+				fresh->lib = lib;
+				fresh->next = ctx->modules;
+				ctx->modules = fresh;
+				m = fresh;
+				fresh = NULL;
+			}
+			if (m) {
+				if (globals)
+					*globals = m->globals;
+				if (func)
+					*func = k ? &m->funcs[k->index] : NULL;
+			}
+			emu_unlock(&ctx->lock);
+		}
+		emu_unlock(&emu_lib_lock);
+		if (fresh)
+			/* Unloaded meanwhile, or another thread was first. */
+			module_free(ctx, fresh);
+		if (!lib)
+			return CUDA_ERROR_INVALID_HANDLE;
+		if (m)
+			return CUDA_SUCCESS;
+		/* Allocate outside the locks, then link (or drop) it. */
+		rc = module_new(ctx, &fresh);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+}
+
+/* A CUfunction, or a CUkernel cast to one (its function in ctx).  Caller
+ * is inside ctx, no lock held; the result is checked with func_find. */
+static CUresult as_function(struct emu_ctx *ctx, const void *h, const void **out)
+{
+	struct emu_func *f;
+	int is_kernel;
+	CUresult rc;
+
+	emu_lock(&emu_lib_lock);
+	is_kernel = lkernel_find(h) != NULL;
+	emu_unlock(&emu_lib_lock);
+	*out = h;
+	if (!is_kernel)
+		return CUDA_SUCCESS;
+	rc = instance_get(ctx, h, 1, NULL, &f);
+	if (rc == CUDA_SUCCESS)
+		*out = f;
+	/* Unloaded meanwhile: func_find reports the stale handle. */
+	return rc == CUDA_ERROR_INVALID_HANDLE ? CUDA_SUCCESS : rc;
+}
+
+/* Drops lib's instance in every context (lib is no longer listed). */
+static CUresult instances_drop(const struct emu_library *lib)
+{
+	struct emu_ctx **ctxs;
+	size_t n;
+	CUresult rc = emu_ctx_hold_all(&ctxs, &n);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		struct emu_ctx *ctx = ctxs[i];
+		struct emu_module *m = NULL;
+
+		emu_lock(&ctx->lock);
+		if (instance_find(ctx, lib)) {
+			/* Queued launches may still use its globals. */
+			emu_ctx_wait_idle(ctx);
+			for (struct emu_module **pp = &ctx->modules; *pp; pp = &(*pp)->next)
+				if ((*pp)->lib == lib) {
+					m = *pp;
+					*pp = m->next;
+					break;
+				}
+		}
+		emu_unlock(&ctx->lock);
+		if (m)
+			module_free(ctx, m);
+		emu_ctx_leave(ctx);
+	}
+	free(ctxs);
+	return CUDA_SUCCESS;
+}
+
+/* ---- modules: per context */
+
+EMU_API CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 {
 	struct emu_module *m;
 	struct emu_ctx *ctx;
 	CUresult rc;
 
-	if (!out || !image)
+	if (!module || !image)
 		return CUDA_ERROR_INVALID_VALUE;
 	rc = emu_ctx_enter(&ctx);
 	if (rc != CUDA_SUCCESS)
@@ -74,37 +271,19 @@ static CUresult load(void **out, const void *image, int is_library)
 		emu_ctx_leave(ctx);
 		return CUDA_ERROR_INVALID_IMAGE;
 	}
-	m = calloc(1, sizeof *m);
-	if (!m) {
-		emu_ctx_leave(ctx);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = module_new(ctx, &m);
+	if (rc == CUDA_SUCCESS) {
+		emu_lock(&ctx->lock);
+		m->next = ctx->modules;
+		ctx->modules = m;
+		emu_unlock(&ctx->lock);
+		*module = (CUmodule)m;
 	}
-	/* Globals live in device memory (zeroed pages, like __device__
-	 * variables), not counted as allocations in cuMemGetInfo. */
-	rc = emu_mem_alloc(ctx, GLOBALS_BYTES, 0, &m->globals);
-	if (rc != CUDA_SUCCESS) {
-		free(m);
-		emu_ctx_leave(ctx);
-		return rc;
-	}
-	m->is_library = is_library;
-	for (int i = 0; i < EMU_NKERNELS; i++) {
-		m->funcs[i].mod = m;
-		m->funcs[i].kernel = &emu_kernels[i];
-		m->funcs[i].max_dyn_shared = SHARED_PER_BLOCK - emu_kernels[i].shared_bytes;
-		m->funcs[i].carveout = -1;
-		m->funcs[i].cache_config = CU_FUNC_CACHE_PREFER_NONE;
-	}
-	emu_lock(&ctx->lock);
-	m->next = ctx->modules;
-	ctx->modules = m;
-	emu_unlock(&ctx->lock);
-	*out = m;
 	emu_ctx_leave(ctx);
-	return CUDA_SUCCESS;
+	return rc;
 }
 
-static CUresult unload(const void *h, int is_library)
+EMU_API CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 {
 	struct emu_module *m = NULL;
 	struct emu_ctx *ctx;
@@ -116,18 +295,16 @@ static CUresult unload(const void *h, int is_library)
 	/* Queued launches may still use its globals. */
 	emu_ctx_wait_idle(ctx);
 	for (struct emu_module **pp = &ctx->modules; *pp; pp = &(*pp)->next)
-		if ((const void *)*pp == h && (*pp)->is_library == is_library) {
+		if ((const void *)*pp == (const void *)hmod && !(*pp)->lib) {
 			m = *pp;
 			*pp = m->next;
 			break;
 		}
 	emu_unlock(&ctx->lock);
-	if (m) {
-		emu_mem_free(ctx, m->globals);
-		free(m);
-	} else {
+	if (m)
+		module_free(ctx, m);
+	else
 		rc = CUDA_ERROR_INVALID_HANDLE;
-	}
 	emu_ctx_leave(ctx);
 	return rc;
 }
@@ -136,7 +313,8 @@ void emu_modules_destroy_all(struct emu_ctx *ctx)
 {
 	struct emu_module *m, *next;
 
-	/* Their globals go with the context's memory. */
+	/* Modules and library instances; their globals go with the
+	 * context's memory. */
 	for (m = ctx->modules; m; m = next) {
 		next = m->next;
 		free(m);
@@ -144,7 +322,18 @@ void emu_modules_destroy_all(struct emu_ctx *ctx)
 	ctx->modules = NULL;
 }
 
-static CUresult get_global(CUdeviceptr *dptr, size_t *bytes, const void *h, const char *name, int is_library)
+static CUresult global_of(CUdeviceptr globals, const char *name, CUdeviceptr *dptr, size_t *bytes)
+{
+	if (strcmp(name, "g_scale") != 0 && strcmp(name, "g_counter") != 0)
+		return CUDA_ERROR_NOT_FOUND;
+	if (dptr)
+		*dptr = globals + (name[2] == 'c' ? 4 : 0);
+	if (bytes)
+		*bytes = 4;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
 {
 	struct emu_module *m;
 	struct emu_ctx *ctx;
@@ -156,93 +345,161 @@ static CUresult get_global(CUdeviceptr *dptr, size_t *bytes, const void *h, cons
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	emu_lock(&ctx->lock);
-	m = module_find(ctx, h, is_library);
-	if (!m) {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	} else if (strcmp(name, "g_scale") == 0 || strcmp(name, "g_counter") == 0) {
-		if (dptr)
-			*dptr = m->globals + (name[2] == 'c' ? 4 : 0);
-		if (bytes)
-			*bytes = 4;
-	} else {
-		rc = CUDA_ERROR_NOT_FOUND;
-	}
+	m = module_find(ctx, hmod);
+	rc = m ? global_of(m->globals, name, dptr, bytes) : CUDA_ERROR_INVALID_HANDLE;
 	emu_unlock(&ctx->lock);
 	emu_ctx_leave(ctx);
 	return rc;
 }
 
-static CUresult get_func(void **out, const void *h, const char *name, int is_library)
+EMU_API CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
 	struct emu_module *m;
 	struct emu_ctx *ctx;
 	int idx;
 	CUresult rc;
 
-	if (!out || !name)
+	if (!hfunc || !name)
 		return CUDA_ERROR_INVALID_VALUE;
 	rc = emu_ctx_enter(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	emu_lock(&ctx->lock);
-	m = module_find(ctx, h, is_library);
+	m = module_find(ctx, hmod);
 	if (!m)
 		rc = CUDA_ERROR_INVALID_HANDLE;
 	else if (!emu_kernel_find(name, &idx))
 		rc = CUDA_ERROR_NOT_FOUND;
 	else
-		*out = &m->funcs[idx];
+		*hfunc = (CUfunction)&m->funcs[idx];
 	emu_unlock(&ctx->lock);
 	emu_ctx_leave(ctx);
 	return rc;
 }
 
-EMU_API CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
-{
-	return load((void **)module, image, 0);
-}
-
-EMU_API CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
-{
-	return unload(hmod, 0);
-}
-
-EMU_API CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
-{
-	return get_func((void **)hfunc, hmod, name, 0);
-}
-
-EMU_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
-{
-	return get_global(dptr, bytes, hmod, name, 0);
-}
+/* ---- library entry points */
 
 EMU_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
 					   void **jitOptionsValues, unsigned int numJitOptions,
 					   CUlibraryOption *libraryOptions, void **libraryOptionValues,
 					   unsigned int numLibraryOptions)
 {
-	/* JIT and library options change nothing for host kernels. */
-	return load((void **)library, code, 1);
+	struct emu_library *lib;
+
+	/* JIT and library options change nothing for host kernels.  No
+	 * context is needed: a library belongs to no context. */
+	if (!library || !code)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!image_ok(code))
+		return CUDA_ERROR_INVALID_IMAGE;
+	lib = calloc(1, sizeof *lib);
+	if (!lib)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (int i = 0; i < EMU_NKERNELS; i++) {
+		lib->kernels[i].lib = lib;
+		lib->kernels[i].index = i;
+	}
+	emu_lock(&emu_lib_lock);
+	lib->next = libraries;
+	libraries = lib;
+	emu_unlock(&emu_lib_lock);
+	*library = (CUlibrary)lib;
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
 {
-	return unload(library, 1);
+	struct emu_library *lib = NULL;
+	CUresult rc;
+
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&emu_lib_lock);
+	for (struct emu_library **pp = &libraries; *pp; pp = &(*pp)->next)
+		if ((const void *)*pp == (const void *)library) {
+			lib = *pp;
+			*pp = lib->next;
+			break;
+		}
+	emu_unlock(&emu_lib_lock);
+	if (!lib)
+		return CUDA_ERROR_INVALID_HANDLE;
+	/* Unlisted, it gets no new instance; drop those it has.  Its address
+	 * may be reused only once no live context names it. */
+	rc = instances_drop(lib);
+	if (rc != CUDA_SUCCESS) {
+		emu_lock(&emu_lib_lock);
+		lib->next = libraries;
+		libraries = lib;
+		emu_unlock(&emu_lib_lock);
+		return rc;
+	}
+	free(lib);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&emu_lib_lock);
+	if (lib_find(lib))
+		*count = EMU_NKERNELS;
+	else
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	emu_unlock(&emu_lib_lock);
+	return rc;
 }
 
 EMU_API CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
-	return get_func((void **)pKernel, library, name, 1);
+	struct emu_library *lib;
+	CUresult rc = CUDA_SUCCESS;
+	int idx;
+
+	if (!pKernel || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&emu_lib_lock);
+	lib = lib_find(library);
+	if (!lib)
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	else if (!emu_kernel_find(name, &idx))
+		rc = CUDA_ERROR_NOT_FOUND;
+	else
+		*pKernel = (CUkernel)&lib->kernels[idx];
+	emu_unlock(&emu_lib_lock);
+	return rc;
 }
 
 EMU_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-	return get_global(dptr, bytes, library, name, 1);
+	CUdeviceptr globals = 0;
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = instance_get(ctx, library, 0, &globals, NULL);
+	if (rc == CUDA_SUCCESS)
+		rc = global_of(globals, name, dptr, bytes);
+	emu_ctx_leave(ctx);
+	return rc;
 }
 
 EMU_API CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
+	struct emu_func *f = NULL;
 	struct emu_ctx *ctx;
 	CUresult rc;
 
@@ -251,51 +508,86 @@ EMU_API CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 	rc = emu_ctx_enter(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	if (func_find(ctx, kernel, 1))
-		*pFunc = (CUfunction)(void *)kernel;
-	else
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	emu_unlock(&ctx->lock);
+	rc = instance_get(ctx, kernel, 1, NULL, &f);
+	if (rc == CUDA_SUCCESS)
+		*pFunc = (CUfunction)f;
 	emu_ctx_leave(ctx);
 	return rc;
 }
 
-static CUresult param_info(const void *h, int library_only, size_t index, size_t *offset, size_t *size)
+static CUresult param_of(const struct emu_kernel *k, size_t index, size_t *offset, size_t *size)
 {
-	struct emu_func *f;
-	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
-
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	emu_lock(&ctx->lock);
-	f = func_find(ctx, h, library_only);
-	if (!f) {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	} else if (index >= (size_t)f->kernel->nparams) {
-		rc = CUDA_ERROR_INVALID_VALUE;
-	} else {
-		if (offset)
-			*offset = f->kernel->params[index].offset;
-		if (size)
-			*size = f->kernel->params[index].size;
-	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
-	return rc;
+	if (index >= (size_t)k->nparams)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (offset)
+		*offset = k->params[index].offset;
+	if (size)
+		*size = k->params[index].size;
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t paramIndex, size_t *paramOffset,
 					      size_t *paramSize)
 {
-	return param_info(kernel, 1, paramIndex, paramOffset, paramSize);
+	struct emu_lkernel *k;
+	CUresult rc;
+
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&emu_lib_lock);
+	k = lkernel_find(kernel);
+	rc = k ? param_of(&emu_kernels[k->index], paramIndex, paramOffset, paramSize)
+	       : CUDA_ERROR_INVALID_HANDLE;
+	emu_unlock(&emu_lib_lock);
+	return rc;
+}
+
+/* ---- functions (CUfunction, or a CUkernel cast to one) */
+
+/* Enters the current context, resolves h and locks ctx->lock.  On success
+ * *fn is h's function; the caller unlocks and leaves. */
+static CUresult func_enter(const void *h, struct emu_ctx **pctx, struct emu_func **fn)
+{
+	struct emu_ctx *ctx;
+	const void *fh;
+	CUresult rc = emu_ctx_enter(&ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = as_function(ctx, h, &fh);
+	if (rc != CUDA_SUCCESS) {
+		emu_ctx_leave(ctx);
+		return rc;
+	}
+	emu_lock(&ctx->lock);
+	*fn = func_find(ctx, fh);
+	if (!*fn) {
+		emu_unlock(&ctx->lock);
+		emu_ctx_leave(ctx);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	*pctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+static void func_leave(struct emu_ctx *ctx)
+{
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
 }
 
 EMU_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,
 					    size_t *paramSize)
 {
-	return param_info(func, 0, paramIndex, paramOffset, paramSize);
+	struct emu_func *f;
+	struct emu_ctx *ctx;
+	CUresult rc = func_enter(func, &ctx, &f);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = param_of(f->kernel, paramIndex, paramOffset, paramSize);
+	func_leave(ctx);
+	return rc;
 }
 
 EMU_API CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
@@ -306,15 +598,9 @@ EMU_API CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
 
 	if (!pi)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = func_enter(hfunc, &ctx, &f);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	f = func_find(ctx, hfunc, 0);
-	if (!f) {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-		goto out;
-	}
 	switch ((int)attrib) {
 	case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
 	case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = f->kernel->shared_bytes; break;
@@ -336,9 +622,7 @@ EMU_API CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
 		break;
 	default: rc = CUDA_ERROR_INVALID_VALUE; break;
 	}
-out:
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	func_leave(ctx);
 	return rc;
 }
 
@@ -346,16 +630,10 @@ EMU_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
 {
 	struct emu_func *f;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = func_enter(hfunc, &ctx, &f);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	f = func_find(ctx, hfunc, 0);
-	if (!f) {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-		goto out;
-	}
 	switch ((int)attrib) {
 	case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
 		if (value < 0 || value > SHARED_OPTIN - f->kernel->shared_bytes)
@@ -381,9 +659,7 @@ EMU_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
 		rc = CUDA_ERROR_INVALID_VALUE;
 		break;
 	}
-out:
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	func_leave(ctx);
 	return rc;
 }
 
@@ -395,17 +671,11 @@ EMU_API CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache con
 
 	if ((int)config < CU_FUNC_CACHE_PREFER_NONE || (int)config > CU_FUNC_CACHE_PREFER_EQUAL)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = func_enter(hfunc, &ctx, &f);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	f = func_find(ctx, hfunc, 0);
-	if (f)
-		f->cache_config = (int)config;
-	else
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	f->cache_config = (int)config;
+	func_leave(ctx);
 	return rc;
 }
 
@@ -413,24 +683,21 @@ EMU_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(in
 									      int blockSize, size_t dynamicSMemSize,
 									      unsigned int flags)
 {
+	struct emu_func *f;
 	struct emu_ctx *ctx;
 	CUresult rc;
 
 	if (!numBlocks)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = func_enter(func, &ctx, &f);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	if (!func_find(ctx, func, 0))
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	else if (blockSize <= 0 || blockSize > 1024)
+	if (blockSize <= 0 || blockSize > 1024)
 		*numBlocks = 0;
 	else
 		/* 2048 threads and 32 blocks per SM (compute capability 9.0). */
 		*numBlocks = 2048 / blockSize < 32 ? 2048 / blockSize : 32;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	func_leave(ctx);
 	return rc;
 }
 
@@ -504,13 +771,11 @@ EMU_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
 	    (uint64_t)blockDimX * blockDimY * blockDimZ > 1024 ||
 	    gridDimX > 2147483647u || gridDimY > 65535 || gridDimZ > 65535)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = func_enter(f, &ctx, &fn);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	fn = func_find(ctx, f, 0);
 	s = emu_stream_find(ctx, hStream);
-	if (!fn || !s) {
+	if (!s) {
 		rc = CUDA_ERROR_INVALID_HANDLE;
 		goto out;
 	}
@@ -546,7 +811,6 @@ EMU_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
 	rc = emu_stream_enqueue(ctx, s, op);
 out:
 	emu_launch_free(l);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	func_leave(ctx);
 	return rc;
 }

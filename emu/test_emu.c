@@ -398,6 +398,184 @@ static void test_kernels(void)
 	OK(D.cuCtxDestroy_v2(ctx));
 }
 
+static const uint32_t fatbin_image[4] = { 0xBA55ED50u, 0, 0, 0 };
+
+static CUresult lib_load(CUlibrary *lib, const void *image)
+{
+	return D.cuLibraryLoadData(lib, image, NULL, NULL, 0, NULL, NULL, 0);
+}
+
+/* Runs scale_by_global over d[0..n) with f (a CUfunction, or a CUkernel
+ * cast to one) in the current context and checks d == a * factor. */
+static void scale_check(CUfunction f, CUdeviceptr d, const float *a, int n, float factor)
+{
+	float *c = malloc((size_t)n * sizeof(float));
+
+	EXPECT(c);
+	launch(f, (unsigned)(n + 127) / 128, 1, 128, 1, NULL, (void *[]){ &d, &n });
+	OK(D.cuMemcpyDtoH_v2(c, d, (size_t)n * sizeof(float)));
+	for (int i = 0; i < n; i++)
+		EXPECT(c[i] == a[i] * factor);
+	free(c);
+}
+
+/* Libraries are context-independent: loaded with no current context, one
+ * instance of their globals per context, created on first use. */
+static void test_libraries(void)
+{
+	enum { N = 300 };
+	float a[N], s0 = 2.0f, s1 = -0.5f, fv;
+	CUlibrary lib, lib2;
+	CUkernel kern, kinc, kbusy, k2;
+	CUcontext c0, c1, c2;
+	CUfunction f0, f1, f;
+	CUdeviceptr g0, g1, gc0, gc1, g, d0, d1, d2;
+	CUstream s;
+	unsigned count;
+	unsigned long long ns = 100000000ULL;    /* 100 ms */
+	size_t off, sz, bytes, fr0, fr, total;
+	int n = N, v;
+
+	for (int i = 0; i < N; i++)
+		a[i] = (float)i - 100.0f;
+
+	/* No current context: loading and the context-free queries work. */
+	OK(D.cuCtxSetCurrent(NULL));
+	CK(lib_load(&lib, "not an image"), CUDA_ERROR_INVALID_IMAGE);
+	CK(lib_load(NULL, fatbin_image), CUDA_ERROR_INVALID_VALUE);
+	OK(lib_load(&lib, fatbin_image));
+	OK(lib_load(&lib2, ptx));
+	EXPECT(lib != lib2);
+	OK(D.cuLibraryGetKernelCount(&count, lib));
+	EXPECT(count == 9);
+	CK(D.cuLibraryGetKernelCount(NULL, lib), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuLibraryGetKernelCount(&count, (CUlibrary)&count), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuLibraryGetKernel(&kern, lib, "scale_by_global"));
+	OK(D.cuLibraryGetKernel(&kinc, lib, "inc_i32"));
+	OK(D.cuLibraryGetKernel(&kbusy, lib, "busy_wait_ns"));
+	OK(D.cuLibraryGetKernel(&k2, lib2, "scale_by_global"));
+	EXPECT(k2 != kern);
+	CK(D.cuLibraryGetKernel(&k2, lib, "nope"), CUDA_ERROR_NOT_FOUND);
+	OK(D.cuLibraryGetKernel(&k2, lib2, "scale_by_global"));
+	OK(D.cuKernelGetParamInfo(kern, 1, &off, &sz));
+	EXPECT(off == 8 && sz == 4);
+	CK(D.cuKernelGetParamInfo(kern, 2, &off, &sz), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuKernelGetParamInfo((CUkernel)lib, 0, &off, &sz), CUDA_ERROR_INVALID_HANDLE);
+	/* ... but a function or a global needs one. */
+	CK(D.cuKernelGetFunction(&f, kern), CUDA_ERROR_INVALID_CONTEXT);
+	CK(D.cuLibraryGetGlobal(&g, &bytes, lib, "g_scale"), CUDA_ERROR_INVALID_CONTEXT);
+	CK(D.cuLaunchKernel((CUfunction)kern, 1, 1, 1, 1, 1, 1, 0, NULL, (void *[]){ &d0, &n }, NULL),
+	   CUDA_ERROR_INVALID_CONTEXT);
+
+	/* Context 0: its own instance, created on first use. */
+	OK(D.cuCtxCreate_v2(&c0, 0, 0));
+	CK(D.cuKernelGetFunction(&f, (CUkernel)lib), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLibraryGetGlobal(&g, &bytes, (CUlibrary)kern, "g_scale"), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuKernelGetFunction(&f0, kern));
+	OK(D.cuKernelGetFunction(&f, kern));
+	EXPECT(f == f0 && (void *)f0 != (void *)kern);
+	OK(D.cuLibraryGetGlobal(&g0, &bytes, lib, "g_scale"));
+	EXPECT(bytes == 4);
+	CK(D.cuLibraryGetGlobal(&g, &bytes, lib, "g_nothing"), CUDA_ERROR_NOT_FOUND);
+	OK(D.cuLibraryGetGlobal(&gc0, NULL, lib, "g_counter"));
+	OK(D.cuLibraryGetGlobal(&g, NULL, lib, "g_scale"));
+	EXPECT(g == g0 && gc0 == g0 + 4);
+	OK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f0));
+	EXPECT(v == 1024);
+	OK(D.cuMemcpyHtoD_v2(g0, &s0, 4));
+	OK(D.cuMemAlloc_v2(&d0, sizeof a));
+	OK(D.cuMemcpyHtoD_v2(d0, a, sizeof a));
+	OK(D.cuMemGetInfo_v2(&fr0, &total));
+
+	/* Context 1 (another device): another instance, fresh globals. */
+	OK(D.cuCtxCreate_v2(&c1, 0, 1));
+	OK(D.cuLibraryGetGlobal(&g1, &bytes, lib, "g_scale"));
+	EXPECT(g1 != g0);
+	OK(D.cuMemcpyDtoH_v2(&fv, g1, 4));
+	EXPECT(fv == 0.0f);
+	OK(D.cuMemcpyHtoD_v2(g1, &s1, 4));
+	OK(D.cuKernelGetFunction(&f1, kern));
+	EXPECT(f1 != f0);
+	/* c0's function and globals are not c1's. */
+	CK(D.cuLaunchKernel(f0, 1, 1, 1, 1, 1, 1, 0, NULL, (void *[]){ &d0, &n }, NULL),
+	   CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuMemcpyDtoH_v2(&fv, g0, 4), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuMemAlloc_v2(&d1, sizeof a));
+	OK(D.cuMemcpyHtoD_v2(d1, a, sizeof a));
+	/* A CUkernel cast to CUfunction is its function in c1. */
+	scale_check((CUfunction)kern, d1, a, N, s1);
+	OK(D.cuLibraryGetGlobal(&gc1, NULL, lib, "g_counter"));
+	OK(D.cuMemcpyDtoH_v2(&v, gc1, 4));
+	EXPECT(v == N);
+
+	/* Back in c0: its g_scale, its counter. */
+	OK(D.cuCtxSetCurrent(c0));
+	scale_check(f0, d0, a, N, s0);
+	for (int i = 0; i < N; i++)
+		a[i] *= s0;
+	scale_check((CUfunction)kern, d0, a, N, s0);
+	OK(D.cuMemcpyDtoH_v2(&v, gc0, 4));
+	EXPECT(v == 2 * N);
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0);   /* library globals are not counted */
+	OK(D.cuCtxSetCurrent(c1));
+	OK(D.cuMemcpyDtoH_v2(&v, gc1, 4));
+	EXPECT(v == N);
+
+	/* A context destroyed with instances of both libraries alive, and a
+	 * launch still queued. */
+	OK(D.cuCtxCreate_v2(&c2, 0, 0));
+	OK(D.cuLibraryGetGlobal(&g, NULL, lib2, "g_scale"));
+	OK(D.cuMemcpyHtoD_v2(g, &s1, 4));
+	OK(D.cuMemAlloc_v2(&d2, 4));
+	OK(D.cuMemsetD32_v2(d2, 0, 1));
+	OK(D.cuStreamCreateWithPriority(&s, 0, 0));
+	launch((CUfunction)kbusy, 1, 1, 1, 1, s, (void *[]){ &ns });
+	launch((CUfunction)kinc, 1, 1, 1, 1, s, (void *[]){ &d2, &(int){ 1 } });
+	launch((CUfunction)k2, 1, 1, 1, 1, s, (void *[]){ &d2, &(int){ 1 } });
+	OK(D.cuCtxDestroy_v2(c2));
+	CK(D.cuKernelGetFunction(&f, kern), CUDA_ERROR_INVALID_CONTEXT);
+	/* The other contexts' instances are untouched. */
+	OK(D.cuCtxSetCurrent(c0));
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0);
+	OK(D.cuMemcpyDtoH_v2(&fv, g0, 4));
+	EXPECT(fv == s0);
+	OK(D.cuKernelGetFunction(&f, kern));
+	EXPECT(f == f0);
+
+	/* Unload with no current context, after use in two contexts and with
+	 * a launch still queued in c1. */
+	OK(D.cuCtxSetCurrent(c1));
+	launch((CUfunction)kbusy, 1, 1, 1, 1, NULL, (void *[]){ &ns });
+	launch(f1, 1, 1, 128, 1, NULL, (void *[]){ &d1, &n });
+	OK(D.cuCtxSetCurrent(NULL));
+	OK(D.cuLibraryUnload(lib));
+	CK(D.cuLibraryUnload(lib), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLibraryGetKernelCount(&count, lib), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuKernelGetParamInfo(kern, 0, &off, &sz), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuCtxSetCurrent(c1));
+	OK(D.cuMemcpyDtoH_v2(&fv, d1 + 4, 4));
+	EXPECT(fv == (1.0f - 100.0f) * s1 * s1);   /* the queued launch ran */
+	CK(D.cuLaunchKernel(f1, 1, 1, 1, 1, 1, 1, 0, NULL, (void *[]){ &d1, &n }, NULL),
+	   CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuMemcpyDtoH_v2(&fv, g1, 4), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuCtxSetCurrent(c0));
+	CK(D.cuKernelGetFunction(&f, kern), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLibraryGetGlobal(&g, NULL, lib, "g_scale"), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLaunchKernel((CUfunction)kern, 1, 1, 1, 1, 1, 1, 0, NULL, (void *[]){ &d0, &n }, NULL),
+	   CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, f0), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuMemcpyDtoH_v2(&fv, g0, 4), CUDA_ERROR_INVALID_VALUE);
+	/* lib2 is still there; its instance in c0 starts fresh. */
+	OK(D.cuLibraryGetGlobal(&g, NULL, lib2, "g_scale"));
+	OK(D.cuMemcpyDtoH_v2(&fv, g, 4));
+	EXPECT(fv == 0.0f);
+	OK(D.cuCtxDestroy_v2(c0));
+	OK(D.cuCtxDestroy_v2(c1));
+	OK(D.cuLibraryUnload(lib2));
+}
+
 static void test_streams(void)
 {
 	CUcontext ctx;
@@ -455,6 +633,8 @@ static void test_streams(void)
 	OK(D.cuMemcpyDtoH_v2(&v, p, 4));
 	CK(D.cuStreamQuery(nb), CUDA_ERROR_NOT_READY);
 	EXPECT(v == 2);
+	/* (Done before the next increment, which nothing orders after it.) */
+	OK(D.cuStreamSynchronize(nb));
 	/* A blocking stream waits for earlier NULL-stream work. */
 	launch(busy, 1, 1, 1, 1, NULL, (void *[]){ &ns });
 	launch(inc, 1, 1, 1, 1, s1, (void *[]){ &p, &one });
@@ -562,14 +742,17 @@ static void test_destroy_frees(void)
 	OK(D.cuCtxDestroy_v2(obs));
 }
 
-/* One context per thread, as rgpud runs one thread per client. */
+/* One context per thread, as rgpud runs one thread per client.  They share
+ * one library, each instantiating it in its own context. */
+static CUkernel thread_kernel;
+
 static void *thread_main(void *arg)
 {
 	enum { N = 4096 };
 	float *a = malloc(N * sizeof(float)), *c = malloc(N * sizeof(float));
 	CUcontext ctx;
 	CUmodule m;
-	CUfunction f;
+	CUfunction f, lf;
 	CUstream s;
 	CUdeviceptr da, dc;
 	int n = N;
@@ -580,13 +763,15 @@ static void *thread_main(void *arg)
 	OK(D.cuCtxCreate_v2(&ctx, 0, (int)(intptr_t)arg % 2));
 	OK(D.cuModuleLoadData(&m, ptx));
 	OK(D.cuModuleGetFunction(&f, m, "vec_add"));
+	OK(D.cuKernelGetFunction(&lf, thread_kernel));
 	OK(D.cuStreamCreateWithPriority(&s, 0, 0));
 	OK(D.cuMemAlloc_v2(&da, N * sizeof(float)));
 	OK(D.cuMemAlloc_v2(&dc, N * sizeof(float)));
 	for (int it = 0; it < 20; it++) {
 		OK(D.cuCtxSetCurrent(ctx));
 		OK(D.cuMemcpyHtoDAsync_v2(da, a, N * sizeof(float), s));
-		launch(f, N / 256, 1, 256, 1, s, (void *[]){ &da, &da, &dc, &n });
+		launch(it % 3 == 0 ? f : it % 3 == 1 ? lf : (CUfunction)thread_kernel, N / 256, 1, 256, 1, s,
+		       (void *[]){ &da, &da, &dc, &n });
 		OK(D.cuMemcpyDtoHAsync_v2(c, dc, N * sizeof(float), s));
 		OK(D.cuStreamSynchronize(s));
 		for (int i = 0; i < N; i++)
@@ -601,11 +786,15 @@ static void *thread_main(void *arg)
 static void test_threads(void)
 {
 	pthread_t t[4];
+	CUlibrary lib;
 
+	OK(lib_load(&lib, ptx));
+	OK(D.cuLibraryGetKernel(&thread_kernel, lib, "vec_add"));
 	for (intptr_t i = 0; i < 4; i++)
 		EXPECT(pthread_create(&t[i], NULL, thread_main, (void *)i) == 0);
 	for (int i = 0; i < 4; i++)
 		EXPECT(pthread_join(t[i], NULL) == 0);
+	OK(D.cuLibraryUnload(lib));
 }
 
 int main(void)
@@ -619,6 +808,7 @@ int main(void)
 	test_device();
 	test_memory();
 	test_kernels();
+	test_libraries();
 	test_streams();
 	test_faults();
 	test_destroy_frees();
