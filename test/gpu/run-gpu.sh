@@ -109,7 +109,7 @@ run() {
 		envs+=("RGPU_SERVERS=${SERVERS}")
 	fi
 	t0=$(ms_now)
-	env LD_LIBRARY_PATH="$lib" "${envs[@]}" timeout "$RGPU_TEST_TIMEOUT" "$E2E/$prog" "$@" \
+	env LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "${envs[@]}" timeout "$RGPU_TEST_TIMEOUT" "$E2E/$prog" "$@" \
 		>"$out" 2>"$err"
 	rc=$?
 	ms=$(( $(ms_now) - t0 ))
@@ -160,7 +160,7 @@ start_daemon() { # NAME -> PORT
 	for try in 1 2 3; do
 		PORT=$(free_port)
 		# shellcheck disable=SC2086
-		LD_LIBRARY_PATH=$REAL "$RGPUD" --listen "127.0.0.1:$PORT" ${RGPUD_ARGS:-} \
+		LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$RGPUD" --listen "127.0.0.1:$PORT" ${RGPUD_ARGS:-} \
 			>"$LOGDIR/$name.log" 2>&1 &
 		pid=$!
 		for _ in $(seq 1 300); do
@@ -210,11 +210,8 @@ if [ "$ONLY" != direct ]; then
 		run rgpu t_multi -- t_multi
 		run rgpu t_vecadd_dev1 -- T_DEVICE=1 t_vecadd
 
-		# a kernel fault, then other clients on the same daemon
 		SERVERS=$ONE
-		run rgpu t_fault -- t_fault
-		run rgpu t_fault_then_vecadd -- t_vecadd
-		run rgpu t_fault_then_matmul -- t_matmul
+		run rgpu t_library_ctx_first -- T_LIBRARY_CTX_FIRST=1 t_library
 
 		# raw-protocol abuse, then a normal client
 		run rgpu t_malformed -- t_malformed 127.0.0.1 "$P1"
@@ -233,6 +230,15 @@ if [ "$ONLY" != direct ]; then
 		if [ -x "$E2E/t_runtime" ]; then
 			run rgpu t_runtime xfail -- t_runtime
 		fi
+
+		# last, since on a real GPU a fault can poison the daemon: a kernel
+		# fault, then other clients on the same daemon (first d1, then d2
+		# which never saw the fault)
+		run rgpu t_fault -- t_fault
+		run rgpu t_fault_then_vecadd -- t_vecadd
+		run rgpu t_fault_then_matmul -- t_matmul
+		SERVERS="127.0.0.1:$P2/$GPU2"
+		run rgpu t_other_daemon_after_fault -- t_vecadd
 
 		alive=0
 		for p in $DAEMON_PIDS; do kill -0 "$p" 2>/dev/null || alive=1; done
