@@ -20,7 +20,10 @@ struct rtable {
 	size_t n, cap;
 };
 
-static struct rtable dev_ranges = { .lock = PTHREAD_RWLOCK_INITIALIZER };
+/* One table per server: two servers may hand out the same address. */
+static struct rtable dev_ranges[RGPU_MAX_DEVICES] = {
+	[0 ... RGPU_MAX_DEVICES - 1] = { .lock = PTHREAD_RWLOCK_INITIALIZER }
+};
 static struct rtable host_ranges = { .lock = PTHREAD_RWLOCK_INITIALIZER };
 
 static ssize_t rt_find(const struct rtable *t, uintptr_t p)
@@ -88,10 +91,26 @@ static int rt_lookup(struct rtable *t, uintptr_t p, struct range *out)
 	return i >= 0 ? 0 : -1;
 }
 
+/* The allocation holding p: on the current context's server first. */
+static int dev_lookup(uintptr_t p, struct range *r, int *ci_out)
+{
+	struct rc_ctx *cur = rc_current();
+	int first = cur ? rc_conn_index(cur->dev->conn) : 0;
+	for (int k = 0; k < rc_nconn; k++) {
+		int ci = (first + k) % rc_nconn;
+		if (rt_lookup(&dev_ranges[ci], p, r) == 0) {
+			if (ci_out)
+				*ci_out = ci;
+			return 0;
+		}
+	}
+	return -1;
+}
+
 int rc_alloc_lookup(CUdeviceptr p, struct rc_ctx **ctx, CUdeviceptr *base, size_t *size)
 {
 	struct range r;
-	if (rt_lookup(&dev_ranges, (uintptr_t)p, &r) < 0)
+	if (dev_lookup((uintptr_t)p, &r, NULL) < 0)
 		return -1;
 	if (ctx)
 		*ctx = r.owner;
@@ -139,7 +158,7 @@ RC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 	CUdeviceptr p = get_u64(&r);
 	if (!rd_ok(&r))
 		return CUDA_ERROR_UNKNOWN;
-	if (rt_add(&dev_ranges, p, size, c, 0) < 0) {
+	if (rt_add(&dev_ranges[rc_conn_index(c->dev->conn)], p, size, c, 0) < 0) {
 		w = rc_req();
 		put_u64(w, c->h);
 		put_u64(w, p);
@@ -170,7 +189,8 @@ RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 	if (!p)
 		return CUDA_SUCCESS;
 	struct range r;
-	if (rt_del(&dev_ranges, p, &r) < 0)
+	int ci;
+	if (dev_lookup(p, &r, &ci) < 0 || rt_del(&dev_ranges[ci], p, &r) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct rc_ctx *c = r.owner;
 	struct wbuf *w = rc_req();
@@ -414,7 +434,7 @@ RC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, C
 	if (!data)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct range r;
-	int dev = rt_lookup(&dev_ranges, p, &r) == 0;
+	int dev = dev_lookup(p, &r, NULL) == 0;
 	int host = !dev && rt_lookup(&host_ranges, p, &r) == 0;
 	if (!dev && !host)
 		return CUDA_ERROR_INVALID_VALUE;

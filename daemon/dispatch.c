@@ -1,11 +1,11 @@
 /* Opcode -> handler.  A bulk op reads only its fixed fields up front. */
+#include "gate.h"
 #include "rgpud.h"
 #include "session.h"
 
 int op_admin(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	int rc = rgpud_access_admin_op(&s->who, h->op, r, out);
-	return rc == -1 ? OP_DROP : rc;
+	return gate_admin(h->op, r, out);
 }
 
 #define OPD(name, fn, prefix) [RGPU_OP_##name] = { op_##fn, prefix, 1 }

@@ -2,7 +2,9 @@
 #include "config.h"
 #include "log.h"
 #include "proto.h"
+#include "gate.h"
 #include "lease.h"
+#include "session.h"
 #include "rgpud.h"
 #include "transport.h"
 
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef RGPU_PKGLIBDIR
@@ -82,6 +85,138 @@ static void emu_path(char *out, size_t len)
 	snprintf(out, len, "%s/librgpu-emu.so", RGPU_PKGLIBDIR);
 }
 
+struct probe_gpu {
+	char name[256];
+	uint64_t mem;
+};
+
+/* Reads the GPUs in a child process, so the parent never initialises CUDA
+ * (a CUDA context does not survive fork, and a GPU fault would poison it). */
+static int probe_gpus(const char *driver, struct probe_gpu *g, int max, char *err, size_t errlen)
+{
+	int pfd[2];
+	if (pipe(pfd) < 0) {
+		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		return -1;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		snprintf(err, errlen, "fork: %s", strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		close(pfd[0]);
+		FILE *out = fdopen(pfd[1], "w");
+		struct rgpud_driver d;
+		char e[600];
+		int n = 0;
+		if (!out)
+			_exit(1);
+		if (rgpud_driver_load(&d, driver, e, sizeof(e)) < 0) {
+			fprintf(out, "E %s\n", e);
+			_exit(0);
+		}
+		int rc = d.cuInit(0);
+		if (!rc)
+			rc = d.cuDeviceGetCount(&n);
+		if (rc) {
+			fprintf(out, "E CUDA driver %s: cuInit failed: %s\n", driver, rgpud_cu_errname(&d, rc));
+			_exit(0);
+		}
+		for (int i = 0; i < n; i++) {
+			CUdevice dv;
+			char name[256] = "";
+			size_t mem = 0;
+			if (d.cuDeviceGet(&dv, i) || d.cuDeviceGetName(name, sizeof(name), dv) ||
+			    d.cuDeviceTotalMem_v2(&mem, dv)) {
+				fprintf(out, "E cannot read the properties of GPU %d\n", i);
+				_exit(0);
+			}
+			fprintf(out, "G %zu %s\n", mem, name);
+		}
+		fclose(out);
+		_exit(0);
+	}
+	close(pfd[1]);
+	FILE *in = fdopen(pfd[0], "r");
+	char line[1024];
+	int n = 0;
+	snprintf(err, errlen, "CUDA driver %s: the GPU probe failed", driver);
+	while (in && fgets(line, sizeof(line), in)) {
+		line[strcspn(line, "\n")] = '\0';
+		if (line[0] == 'E') {
+			snprintf(err, errlen, "%s", line + 2);
+			n = -1;
+			break;
+		}
+		unsigned long long mem;
+		int off = 0;
+		if (n < max && sscanf(line, "G %llu %n", &mem, &off) == 1 && off > 0) {
+			g[n].mem = mem;
+			snprintf(g[n].name, sizeof(g[n].name), "%s", line + off);
+			n++;
+		}
+	}
+	if (in)
+		fclose(in);
+	int st;
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	if (n == 0) {
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			snprintf(err, errlen, "CUDA driver %s: the GPU probe crashed", driver);
+		else if (strstr(err, "probe failed"))
+			snprintf(err, errlen, "CUDA driver %s reports no GPUs", driver);
+		return -1;
+	}
+	return n;
+}
+
+/* A session worker: serves one client on an inherited socket. */
+static int worker_main(const char *fds, const char *who, const char *name, const char *driver)
+{
+	int cfd, ctl;
+	unsigned uid, gid;
+	unsigned long long job;
+	int admin, authd;
+	if (!driver || sscanf(fds, "%d,%d", &cfd, &ctl) != 2 || !who ||
+	    sscanf(who, "%u,%u,%llu,%d,%d", &uid, &gid, &job, &admin, &authd) != 5) {
+		fprintf(stderr, "rgpud: --session-worker is internal to rgpud\n");
+		return 2;
+	}
+	signal(SIGPIPE, SIG_IGN);
+	struct rgpud *srv = &rgpud_server;
+	char err[600];
+	if (rgpud_driver_load(&srv->drv, driver, err, sizeof(err)) < 0) {
+		log_err("%s: %s", name, err);
+		return 1;
+	}
+	int rc = srv->drv.cuInit(0);
+	if (!rc)
+		rc = srv->drv.cuDeviceGetCount(&srv->ndev);
+	if (rc) {
+		log_err("%s: cuInit failed: %s", name, rgpud_cu_errname(&srv->drv, rc));
+		return 1;
+	}
+	gate_attach(ctl);
+	struct session *s = calloc(1, sizeof(*s));
+	if (!s || !(s->conn = rgpu_tcp_from_fd(cfd))) {
+		log_err("%s: cannot take over the connection", name);
+		return 1;
+	}
+	s->srv = srv;
+	s->hello_done = 1;
+	s->who = (struct rgpud_principal){ .uid = uid, .gid = gid, .job_id = job,
+					   .admin = admin, .authenticated = authd };
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	ht_init(&s->ht);
+	wbuf_init(&s->tx);
+	session_run(s);
+	rgpu_conn_close(s->conn);
+	free(s);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -97,6 +232,10 @@ int main(int argc, char **argv)
 		{ "log-level", required_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		/* internal: how the parent starts a session worker */
+		{ "session-worker", required_argument, NULL, 'W' },
+		{ "worker-who", required_argument, NULL, 'H' },
+		{ "worker-name", required_argument, NULL, 'N' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char listen_addr[300];
@@ -104,6 +243,7 @@ int main(int argc, char **argv)
 	const char *driver = NULL, *pidfile = NULL;
 	int emulated = 0, daemonize = 0, use_syslog = 0, level = RGPU_LOG_INFO;
 	struct rgpud_access_config acfg = { .state_dir = RGPU_STATEDIR };
+	const char *worker_fds = NULL, *worker_who = NULL, *worker_name = "client";
 	int c;
 	while ((c = getopt_long(argc, argv, "l:edsv:hV", opts, NULL)) != -1) {
 		switch (c) {
@@ -147,6 +287,9 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'h': usage(stdout); return 0;
+		case 'W': worker_fds = optarg; break;
+		case 'H': worker_who = optarg; break;
+		case 'N': worker_name = optarg; break;
 		case 'V': printf("rgpud %s (protocol %d)\n", PACKAGE_VERSION, RGPU_PROTO_VERSION); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -157,10 +300,19 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rgpu_log_open("rgpud", level, use_syslog);
+	if (worker_fds)
+		return worker_main(worker_fds, worker_who, worker_name, driver);
 
 	struct rgpud *srv = &rgpud_server;
 	if (gethostname(srv->hostname, sizeof(srv->hostname) - 1) < 0)
 		snprintf(srv->hostname, sizeof(srv->hostname), "localhost");
+	srv->use_syslog = use_syslog;
+	ssize_t xl = readlink("/proc/self/exe", srv->self_exe, sizeof(srv->self_exe) - 1);
+	if (xl <= 0) {
+		log_err("cannot find my own executable: %s", strerror(errno));
+		return 1;
+	}
+	srv->self_exe[xl] = '\0';
 
 	char emu[PATH_MAX + 64];
 	if (emulated && !driver) {
@@ -169,36 +321,19 @@ int main(int argc, char **argv)
 	}
 	if (!driver)
 		driver = "libcuda.so.1";
+	snprintf(srv->driver_path, sizeof(srv->driver_path), "%s", driver);
 	char err[600];
-	if (rgpud_driver_load(&srv->drv, driver, err, sizeof(err)) < 0) {
+	/* before any thread exists: the probe is a forked child */
+	struct probe_gpu gpus[RGPUD_MAX_GPUS];
+	int ndev = probe_gpus(driver, gpus, RGPUD_MAX_GPUS, err, sizeof(err));
+	if (ndev < 0) {
 		log_err("%s", err);
-		return 1;
-	}
-	int rc = srv->drv.cuInit(0);
-	int ndev = 0;
-	if (!rc)
-		rc = srv->drv.cuDeviceGetCount(&ndev);
-	if (rc) {
-		log_err("CUDA driver %s: cuInit failed: %s", driver, rgpud_cu_errname(&srv->drv, rc));
-		return 1;
-	}
-	if (ndev == 0) {
-		log_err("CUDA driver %s reports no GPUs", driver);
 		return 1;
 	}
 	srv->ndev = ndev;
 	/* leases are checked against each GPU's size */
-	for (int i = 0; i < ndev; i++) {
-		CUdevice dv;
-		char dn[256] = "";
-		size_t mem = 0;
-		if (srv->drv.cuDeviceGet(&dv, i) || srv->drv.cuDeviceGetName(dn, sizeof(dn), dv) ||
-		    srv->drv.cuDeviceTotalMem_v2(&mem, dv)) {
-			log_err("cannot read the properties of GPU %d", i);
-			return 1;
-		}
-		rgpud_lease_set_gpu((unsigned)i, dn, mem);
-	}
+	for (int i = 0; i < ndev; i++)
+		rgpud_lease_set_gpu((unsigned)i, gpus[i].name, gpus[i].mem);
 	if (rgpud_access_init(&acfg, err, sizeof(err)) < 0) {
 		log_err("%s", err);
 		return 1;
@@ -225,11 +360,7 @@ int main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 
-	char name[256] = "?";
-	CUdevice d0;
-	if (!srv->drv.cuDeviceGet(&d0, 0))
-		srv->drv.cuDeviceGetName(name, sizeof(name), d0);
-	log_info("serving %d GPU(s) (%s%s) on %s with %s, protocol %d, %s", ndev, name,
+	log_info("serving %d GPU(s) (%s%s) on %s with %s, protocol %d, %s", ndev, gpus[0].name,
 		 ndev > 1 ? ", ..." : "", listen_addr, driver, RGPU_PROTO_VERSION,
 		 acfg.require_lease ? "leases required" : "open access (no authentication)");
 	rgpud_serve(srv);

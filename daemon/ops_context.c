@@ -1,6 +1,7 @@
 /* Contexts.  A client's primary context is a context of its own here:
  * sharing the server's primary context would share faults between tenants. */
 #include "log.h"
+#include "gate.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -64,7 +65,7 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		if (s->allocs[i].ctx == ctx) {
 			struct alloc a = session_alloc_del(s, s->allocs[i].dptr);
 			if (!a.module)
-				rgpud_access_charge(&s->who, a.dev, -(int64_t)a.size);
+				gate_charge(a.dev, -(int64_t)a.size);
 		} else {
 			i++;
 		}

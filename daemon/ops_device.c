@@ -1,6 +1,7 @@
 /* Session opening and device properties. */
 #include "config.h"
 #include "log.h"
+#include "gate.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -54,7 +55,7 @@ static int admit(struct session *s, unsigned dev)
 		return CUDA_SUCCESS;
 	char why[256] = "";
 	uint64_t limit = 0;
-	if (rgpud_access_device(&s->who, dev, &limit, why, sizeof(why)) < 0) {
+	if (gate_device(dev, &limit, why, sizeof(why)) < 0) {
 		log_warn("%s: GPU %u refused: %s", s->name, dev, why);
 		return CUDA_ERROR_NOT_PERMITTED;
 	}
@@ -83,7 +84,7 @@ int op_device_info(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	    (rc = d->cuDeviceTotalMem_v2(&total, cd)))
 		return rc;
 	uint64_t limit, used;
-	rgpud_access_usage(&s->who, dev, &limit, &used);
+	gate_usage(dev, &limit, &used);
 	if (limit && limit < total)
 		total = limit; /* a slice looks like a smaller GPU */
 	name[sizeof(name) - 1] = '\0';

@@ -2,6 +2,7 @@
  * RGPU_CHUNK_SIZE pieces through two pinned staging buffers so receiving
  * one chunk overlaps the GPU's copy of the previous one. */
 #include "log.h"
+#include "gate.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -23,7 +24,7 @@ int op_mem_get_info(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	if (rc)
 		return rc;
 	uint64_t limit, used;
-	rgpud_access_usage(&s->who, cs->dev, &limit, &used);
+	gate_usage(cs->dev, &limit, &used);
 	if (limit) {
 		uint64_t qfree = used < limit ? limit - used : 0;
 		if (qfree < fr)
@@ -47,7 +48,7 @@ int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 		return rc;
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (rgpud_access_charge(&s->who, cs->dev, (int64_t)size) < 0)
+	if (gate_charge(cs->dev, (int64_t)size) < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUdeviceptr p = 0;
 	rc = D->cuMemAlloc_v2(&p, size);
@@ -56,7 +57,7 @@ int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	if (rc) {
-		rgpud_access_charge(&s->who, cs->dev, -(int64_t)size);
+		gate_charge(cs->dev, -(int64_t)size);
 		return rc;
 	}
 	put_u64(out, p);
@@ -76,7 +77,7 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if (!a.size || a.module)
 		return CUDA_ERROR_INVALID_VALUE; /* not ours: never free another tenant's */
 	rc = D->cuMemFree_v2(p);
-	rgpud_access_charge(&s->who, a.dev, -(int64_t)a.size);
+	gate_charge(a.dev, -(int64_t)a.size);
 	return rc;
 }
 

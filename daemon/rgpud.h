@@ -10,8 +10,11 @@
 struct session;
 
 struct rgpud {
-	struct rgpud_driver drv;
+	struct rgpud_driver drv; /* loaded in workers only */
 	int ndev;
+	char driver_path[4096];
+	char self_exe[4096];
+	int use_syslog;
 	char hostname[128];
 	int listen_fd;
 	pthread_mutex_t lock; /* guards the session list */

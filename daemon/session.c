@@ -1,5 +1,6 @@
 #include "session.h"
 #include "log.h"
+#include "gate.h"
 #include "rgpud.h"
 
 #include <errno.h>
@@ -162,7 +163,7 @@ static void session_cleanup(struct session *s)
 	for (size_t i = 0; i < s->nalloc; i++) {
 		if (s->allocs[i].module)
 			continue;
-		rgpud_access_charge(&s->who, s->allocs[i].dev, -(int64_t)s->allocs[i].size);
+		gate_charge(s->allocs[i].dev, -(int64_t)s->allocs[i].size);
 		freed += s->allocs[i].size;
 	}
 	/* pinned staging must go while a context still exists */
@@ -214,7 +215,7 @@ static int read_payload(struct session *s, size_t n)
 	return n ? rgpu_recv(s->conn, s->rx, n) : 0;
 }
 
-static int serve_one(struct session *s)
+int session_serve_one(struct session *s)
 {
 	struct rgpu_hdr h;
 	int hs = rgpu_frame_recv_hdr(s->conn, &h);
@@ -285,17 +286,10 @@ static int serve_one(struct session *s)
 	return s->ended ? -1 : 0;
 }
 
-void *session_main(void *arg)
+void session_run(struct session *s)
 {
-	struct session *s = arg;
-	snprintf(s->name, sizeof(s->name), "client %s", s->conn->peer);
-	log_info("%s: connected", s->name);
-	while (!s->ended && serve_one(s) == 0)
+	while (!s->ended && session_serve_one(s) == 0)
 		;
 	session_cleanup(s);
 	log_info("%s: disconnected", s->name);
-	rgpud_session_unregister(s->srv, s);
-	rgpu_conn_close(s->conn);
-	free(s);
-	return NULL;
 }

@@ -14,6 +14,7 @@
 #include "wire.h"
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdint.h>
 
 #define RGPUD_MAX_GPUS 64
@@ -69,6 +70,7 @@ struct session {
 	int32_t deferred; /* first failure of a no-reply request */
 
 	pthread_t thread;
+	pid_t worker;   /* parent side: the worker process serving it */
 	struct session *next, *prev;
 	volatile int ended;
 };
@@ -91,7 +93,10 @@ struct op_desc {
 /* The table lives in dispatch.c; ops_*.c define the handlers. */
 const struct op_desc *rgpud_op(unsigned op);
 
-void *session_main(void *arg);
+/* Reads and serves one request: 0, or -1 when the session is over. */
+int session_serve_one(struct session *s);
+/* Worker: serves the session until the client leaves, then frees all. */
+void session_run(struct session *s);
 /* Ends every session of a job (lease released or expired): their
  * connections are shut down and their threads free everything. */
 void rgpud_sessions_end_job(uint64_t job_id);

@@ -50,6 +50,8 @@ struct rgpu_conn *rgpu_tcp_connect(const char *host, unsigned port,
 int rgpu_tcp_listen(const char *addr, char *err, size_t errlen);
 /* Accepts one connection; NULL with errno set on failure. */
 struct rgpu_conn *rgpu_tcp_accept(int listen_fd);
+/* Wraps an already connected socket (a session worker's inherited one). */
+struct rgpu_conn *rgpu_tcp_from_fd(int fd);
 /* The socket under a TCP connection (for poll and credentials). */
 int rgpu_tcp_fd(struct rgpu_conn *c);
 

@@ -118,6 +118,15 @@ static struct rgpu_conn *tcp_wrap(int fd, const struct sockaddr *sa, socklen_t s
 	return &t->base;
 }
 
+struct rgpu_conn *rgpu_tcp_from_fd(int fd)
+{
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
+		return NULL;
+	return tcp_wrap(fd, (struct sockaddr *)&ss, len);
+}
+
 int rgpu_tcp_fd(struct rgpu_conn *c) { return ((struct tcp_conn *)c)->fd; }
 
 static int connect_timeout(int fd, const struct sockaddr *sa, socklen_t len, int timeout_ms)

@@ -1,0 +1,35 @@
+/*
+ * The gate between a session worker and the rgpud parent.
+ *
+ * Each client session runs in its own worker process (a GPU fault poisons
+ * every CUDA context of a process, so the process is the fault boundary).
+ * Lease state and quotas stay in the parent; a worker asks through a
+ * SOCK_SEQPACKET pair whenever it admits a GPU, allocates or frees memory,
+ * or serves a lease-management request.  The parent counts what each
+ * worker charged, so a worker that dies is refunded in full.
+ */
+#ifndef RGPUD_GATE_H
+#define RGPUD_GATE_H
+
+#include "access.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct session;
+struct rd;
+struct wbuf;
+
+/* worker side (calls block on the parent) */
+void gate_attach(int ctl_fd);
+int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen);
+int gate_charge(unsigned gpu, int64_t delta);
+void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used);
+int gate_admin(unsigned op, struct rd *r, struct wbuf *out);
+
+/* parent side: serves one worker until it exits, then refunds what it
+ * still holds.  Returns when the worker's end of ctl_fd closes. */
+void gate_serve(int ctl_fd, const struct rgpud_principal *who, const char *name);
+
+#endif
