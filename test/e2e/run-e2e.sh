@@ -185,6 +185,33 @@ suite() {
 	run t_multi "$TWO" -- t_multi
 	run t_errors "$ONE" -- t_errors
 
+	# several clients at once on one daemon (and both daemons)
+	if want t_concurrent; then
+		local i pids=() bad=0 t0 ms
+		t0=$(date +%s%N)
+		for i in 1 2 3 4; do
+			RGPU_SERVERS=$ONE LD_LIBRARY_PATH=$CLIENTDIR timeout "$RGPU_TEST_TIMEOUT" \
+				"${WRAP[@]}" "$E2E/t_vecadd" >"$LOGDIR/t_concurrent$SUFFIX-$i.out" \
+				2>"$LOGDIR/t_concurrent$SUFFIX-$i.err" &
+			pids+=($!)
+		done
+		RGPU_SERVERS=$TWO LD_LIBRARY_PATH=$CLIENTDIR timeout "$RGPU_TEST_TIMEOUT" \
+			"${WRAP[@]}" "$E2E/t_multi" >"$LOGDIR/t_concurrent$SUFFIX-5.out" \
+			2>"$LOGDIR/t_concurrent$SUFFIX-5.err" &
+		pids+=($!)
+		for i in "${pids[@]}"; do
+			wait "$i" || bad=$((bad + 1))
+		done
+		ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+		if [ $bad -eq 0 ]; then
+			PASS=$((PASS + 1)); report "t_concurrent$SUFFIX" PASS "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+		else
+			FAIL=$((FAIL + 1)); FAILED="$FAILED t_concurrent$SUFFIX"
+			report "t_concurrent$SUFFIX" FAIL 0 "($bad of 5 concurrent clients failed)"
+			cat "$LOGDIR"/t_concurrent$SUFFIX-*.err | sed 's/^/    | /' | tail -15
+		fi
+	fi
+
 	# a kernel fault, then another client on the same rgpud
 	if want t_fault; then
 		run t_fault "$ONE" -- t_fault

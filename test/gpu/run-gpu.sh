@@ -210,6 +210,27 @@ if [ "$ONLY" != direct ]; then
 		run rgpu t_multi -- t_multi
 		run rgpu t_vecadd_dev1 -- T_DEVICE=1 t_vecadd
 
+		# several clients at once
+		t0=$(ms_now)
+		pids=()
+		for i in 1 2 3 4; do
+			env LD_LIBRARY_PATH="$CLIENTDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" RGPU_SERVERS="$ONE" \
+				timeout "$RGPU_TEST_TIMEOUT" "$E2E/t_vecadd" >"$LOGDIR/rgpu-concurrent-$i.out" \
+				2>"$LOGDIR/rgpu-concurrent-$i.err" &
+			pids+=($!)
+		done
+		env LD_LIBRARY_PATH="$CLIENTDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" RGPU_SERVERS="$TWO" \
+			timeout "$RGPU_TEST_TIMEOUT" "$E2E/t_multi" >"$LOGDIR/rgpu-concurrent-5.out" \
+			2>"$LOGDIR/rgpu-concurrent-5.err" &
+		pids+=($!)
+		bad=0
+		for p in "${pids[@]}"; do wait "$p" || bad=$((bad + 1)); done
+		if [ $bad -eq 0 ]; then
+			record rgpu t_concurrent PASS $(( $(ms_now) - t0 )) "4 x t_vecadd + t_multi at once"
+		else
+			record rgpu t_concurrent FAIL $(( $(ms_now) - t0 )) "$bad of 5 concurrent clients failed"
+		fi
+
 		SERVERS=$ONE
 		run rgpu t_library_ctx_first -- T_LIBRARY_CTX_FIRST=1 t_library
 
