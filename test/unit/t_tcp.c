@@ -112,7 +112,7 @@ int main(void)
 	/* EOF: the client goes away mid-message */
 	ok(rgpu_sendv(cli, (struct iovec[]){ { "xyz", 3 } }, 1) == 0, "send 3 bytes then close");
 	rgpu_conn_close(cli);
-	char buf[16];
+	char buf[16] = "";
 	errno = 12345;
 	int rc = rgpu_recv(srv, buf, 10);
 	ok(rc == -1 && errno == 0, "recv of 10 bytes when 3 arrive before EOF: -1 with errno 0 (errno %d)", errno);
