@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Join the JSON lines of bw_lat (local, rgpud) and raw_tcp into one table.
+
+usage: combine.py META_JSON OUT_JSON INPUT.jsonl...
+
+Writes OUT_JSON as JSON lines:
+  {"kind": "meta", ...}                     the run (from META_JSON)
+  every measurement line of the inputs, unchanged
+  {"kind": "cmp_bw", "op", "mem", "bytes", "local_gbps", "rgpud_gbps",
+   "raw_tcp_gbps", "rgpud_over_raw_tcp", "rgpud_over_local"}
+  {"kind": "cmp_lat", "op", "local_us", "rgpud_us", "raw_tcp_rtt_us",
+   "rgpud_over_raw_tcp", "rgpud_over_local"}
+  {"kind": "bar", "name": "rgpud >= 80% raw TCP at >= 64 MiB", "mem",
+   "met": true/false/null, "worst_ratio", "sizes"}
+and prints the table.  Exit 0 unless the inputs are unreadable: a missed
+bar is reported, not an error.
+"""
+import json
+import sys
+
+BAR_RATIO = 0.80
+BAR_MIN_BYTES = 64 << 20
+
+
+def fmt_size(n):
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return "%d MiB" % (n >> 20)
+    if n >= 1024 and n % 1024 == 0:
+        return "%d KiB" % (n >> 10)
+    return "%d B" % n
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def f(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def main(argv):
+    if len(argv) < 3:
+        sys.stderr.write(__doc__)
+        return 2
+    with open(argv[1]) as fh:
+        meta = json.load(fh)
+    meta["kind"] = "meta"
+    rows = []
+    for path in argv[3:]:
+        with open(path) as fh:
+            for ln, line in enumerate(fh, 1):
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except ValueError as e:
+                    sys.stderr.write("%s:%d: bad JSON: %s\n" % (path, ln, e))
+                    return 1
+
+    bw = {}    # (target, op, mem, bytes) -> gbps
+    lat = {}   # (target, op) -> median_us
+    for r in rows:
+        if r.get("kind") == "bw":
+            bw[(r["target"], r["op"], r["mem"], r["bytes"])] = r["gbps"]
+        elif r.get("kind") == "lat":
+            lat[(r["target"], r["op"])] = r["median_us"]
+    targets = {r.get("target") for r in rows}
+    have_local = "local" in targets
+
+    out = [meta] + rows
+    sizes = sorted({k[3] for k in bw if k[0] in ("rgpud", "local")})
+    print()
+    print("=== bandwidth, GB/s (1e9 B/s), median of repeats; raw TCP = one way over loopback")
+    print("%-4s %-8s %8s %9s %9s %9s %10s %10s" % (
+        "dir", "host mem", "size", "local", "rgpud", "raw TCP", "rgpud/TCP", "rgpud/loc"))
+    bars = {}
+    for op in ("h2d", "d2h"):
+        for mem in ("pinned", "pageable"):
+            for n in sizes:
+                loc = bw.get(("local", op, mem, n))
+                rg = bw.get(("rgpud", op, mem, n))
+                tcp = bw.get(("raw_tcp", "oneway", "-", n))
+                if loc is None and rg is None:
+                    continue
+                c = {"kind": "cmp_bw", "op": op, "mem": mem, "bytes": n,
+                     "local_gbps": loc, "rgpud_gbps": rg, "raw_tcp_gbps": tcp,
+                     "rgpud_over_raw_tcp": ratio(rg, tcp),
+                     "rgpud_over_local": ratio(rg, loc)}
+                out.append(c)
+                print("%-4s %-8s %8s %9s %9s %9s %10s %10s" % (
+                    op, mem, fmt_size(n), f(loc, ".2f"), f(rg, ".2f"), f(tcp, ".2f"),
+                    f(c["rgpud_over_raw_tcp"], ".1%"), f(c["rgpud_over_local"], ".1%")))
+                if n >= BAR_MIN_BYTES:
+                    bars.setdefault(mem, []).append((op, n, c["rgpud_over_raw_tcp"]))
+            print()
+
+    print("=== latency, microseconds, median per call")
+    print("%-12s %9s %9s %12s %10s %10s" % (
+        "call", "local", "rgpud", "TCP rtt 4B", "rgpud/TCP", "rgpud/loc"))
+    tcp_rtt = lat.get(("raw_tcp", "rtt_4B"))
+    for op in ("ctx_sync", "htod_4B", "dtoh_4B", "launch_sync"):
+        loc = lat.get(("local", op))
+        rg = lat.get(("rgpud", op))
+        if loc is None and rg is None:
+            continue
+        c = {"kind": "cmp_lat", "op": op, "local_us": loc, "rgpud_us": rg,
+             "raw_tcp_rtt_us": tcp_rtt, "rgpud_over_raw_tcp": ratio(rg, tcp_rtt),
+             "rgpud_over_local": ratio(rg, loc)}
+        out.append(c)
+        print("%-12s %9s %9s %12s %10s %10s" % (
+            op, f(loc, ".1f"), f(rg, ".1f"), f(tcp_rtt, ".1f"),
+            f(c["rgpud_over_raw_tcp"], ".2f"),
+            f(c["rgpud_over_local"], ".2f")))
+    print("(ratios are rgpud time / other time: 1.00 = as fast)")
+    if not have_local:
+        print("(no local column: %s)" % meta.get("local_skipped", "not measured"))
+
+    print()
+    print("=== bar: bulk copies >= %s through rgpud reach >= %d%% of raw loopback TCP" % (
+        fmt_size(BAR_MIN_BYTES), round(BAR_RATIO * 100)))
+    for mem in ("pinned", "pageable"):
+        got = bars.get(mem, [])
+        ratios = [r for (_, _, r) in got if r is not None]
+        if not got or len(ratios) != len(got):
+            met, worst = None, None
+            verdict = "NOT MEASURED (no copies >= %s; raise --max)" % fmt_size(BAR_MIN_BYTES)
+        else:
+            worst = min(ratios)
+            met = worst >= BAR_RATIO
+            verdict = ("MET" if met else "MISSED") + " (worst %.1f%%: %s)" % (
+                worst * 100, ", ".join("%s %s %.1f%%" % (op, fmt_size(n), r * 100)
+                                       for (op, n, r) in got))
+        print("  %-8s %s" % (mem, verdict))
+        out.append({"kind": "bar", "name": "rgpud >= 80% raw TCP at >= 64 MiB",
+                    "mem": mem, "met": met, "worst_ratio": worst,
+                    "sizes": [{"op": op, "bytes": n, "ratio": r} for (op, n, r) in got]})
+    if meta.get("emulated"):
+        print("  (emulated device: the numbers say nothing about a GPU)")
+
+    with open(argv[2], "w") as fh:
+        for o in out:
+            fh.write(json.dumps(o, sort_keys=False) + "\n")
+    print()
+    print("JSON: %s" % argv[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
