@@ -516,17 +516,10 @@ CUresult rc_func_resolve(CUfunction fn, struct rc_func **out)
 	f->magic = RC_FUNC;
 	f->ctx = c;
 	f->h = get_u64(&r);
-	f->layout.n = k->layout.n;
-	f->layout.total = k->layout.total;
-	f->layout.off = calloc(k->layout.n + 1, sizeof(uint32_t));
-	f->layout.size = calloc(k->layout.n + 1, sizeof(uint32_t));
-	if (!f->layout.off || !f->layout.size) {
-		rc_layout_free(&f->layout);
+	if ((rc = rc_layout_read(&r, &f->layout))) {
 		free(f);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		return rc;
 	}
-	memcpy(f->layout.off, k->layout.off, k->layout.n * sizeof(uint32_t));
-	memcpy(f->layout.size, k->layout.size, k->layout.n * sizeof(uint32_t));
 	pthread_mutex_lock(&k->lib->lock);
 	f->next = k->funcs;
 	k->funcs = f;
@@ -599,4 +592,25 @@ RC_EXPORT CUresult cuKernelGetParamInfo(CUkernel kn, size_t i, size_t *off, size
 	struct rc_func *f;
 	CUresult rc = rc_func_resolve((CUfunction)kn, &f);
 	return rc ? rc : param_info(&f->layout, i, off, size);
+}
+
+RC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary l)
+{
+	struct rc_library *lib;
+	CUresult rc = library_obj(l, &lib);
+	if (rc)
+		return rc;
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctxh, lh;
+	struct rc_conn *conn = library_target(&ctxh);
+	if ((rc = library_on(lib, conn, ctxh, &lh)))
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, lh);
+	struct rd r;
+	if ((rc = rc_call(conn, RGPU_OP_LIBRARY_KERNEL_COUNT, w, &r)))
+		return rc;
+	*count = get_u32(&r);
+	return CUDA_SUCCESS;
 }

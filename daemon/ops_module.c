@@ -47,6 +47,15 @@ static struct param_layout *layout_get(void *obj, param_info_fn info, struct wbu
 	return l;
 }
 
+/* The id goes first in the reply but is known only after the layout. */
+static void patch_id(struct wbuf *out, uint64_t id)
+{
+	if (out->len < 8)
+		return;
+	for (int i = 0; i < 8; i++)
+		out->data[i] = (uint8_t)(id >> (8 * i));
+}
+
 int op_module_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t ctx = get_u64(r);
@@ -119,10 +128,7 @@ int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	uint8_t idle[8];
-	for (int i = 0; i < 8; i++)
-		idle[i] = (uint8_t)(id >> (8 * i));
-	memcpy(out->data, idle, 8);
+	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
 
@@ -230,8 +236,7 @@ int op_library_get_kernel(struct session *s, const struct rgpu_hdr *h, struct rd
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	for (int i = 0; i < 8; i++)
-		out->data[i] = (uint8_t)(id >> (8 * i));
+	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
 
@@ -249,18 +254,16 @@ int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 	CUfunction f;
 	if ((rc = D->cuKernelGetFunction(&f, k->obj)))
 		return rc;
-	struct param_layout *kl = k->extra;
-	size_t lsz = sizeof(*kl) + 2 * kl->n * sizeof(uint32_t);
-	struct param_layout *l = malloc(lsz);
-	if (!l)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	memcpy(l, kl, lsz);
-	uint64_t id = ht_add(&s->ht, HK_FUNC, f, ctx, l);
+	/* the function's own layout: the kernel's may be empty until the
+	 * library is loaded in a context */
+	put_u64(out, 0);
+	struct param_layout *l = layout_get(f, func_param_info, out);
+	uint64_t id = l ? ht_add(&s->ht, HK_FUNC, f, ctx, l) : 0;
 	if (!id) {
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	put_u64(out, id);
+	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
 
@@ -281,4 +284,18 @@ int op_library_get_global(struct session *s, const struct rgpu_hdr *h, struct rd
 	if ((rc = D->cuLibraryGetGlobal(&p, &size, e->obj, name)))
 		return rc;
 	return global_reply(s, ctx, lib, p, size, out);
+}
+
+int op_library_kernel_count(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t lib = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	unsigned n = 0;
+	int rc = D->cuLibraryGetKernelCount(&n, e->obj);
+	put_u32(out, n);
+	return rc;
 }

@@ -118,10 +118,12 @@ typedef uint64_t rgpu_handle;
 	X(LIBRARY_UNLOAD, 35, "handle library ->")                             \
 	/* handle library, str name -> handle kernel, u32 nparams, layout */  \
 	X(LIBRARY_GET_KERNEL, 36, "look up a library kernel")                  \
-	/* handle ctx, handle kernel -> handle func */                         \
+	/* handle ctx, handle kernel -> handle func, u32 nparams, layout */                         \
 	X(KERNEL_GET_FUNCTION, 37, "kernel's function in a context")           \
 	/* handle ctx, handle library, str name -> u64 dptr, u64 size */       \
 	X(LIBRARY_GET_GLOBAL, 38, "library global in a context")               \
+	/* handle library -> u32 count */                                     \
+	X(LIBRARY_KERNEL_COUNT, 39, "number of kernels in a library")               \
 	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \
 	 * handle stream, bytes params (packed at the layout's offsets) -> */  \
 	X(LAUNCH, 40, "launch a kernel")                                       \
