@@ -1,0 +1,59 @@
+#!/bin/bash
+# Everything a fresh Debian 12 machine needs to build rgpu and run its whole
+# test suite (no GPU needed): packages, build (-Werror), `make check`
+# (unit tests, emulated-device end-to-end tests, lease tests), then the
+# Slurm mini-cluster tests (root only: network namespaces).
+#
+#   sudo test/run-all.sh            # all of it
+#   RGPU_SKIP_SLURM=1 test/run-all.sh   # without the Slurm cluster
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
+	pkgs="build-essential autoconf automake libtool pkg-config python3
+	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
+	      slurmctld slurmd slurm-client iproute2 valgrind"
+	missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null |
+		  awk '$NF != "installed" {print $1}'; for p in $pkgs; do
+		  dpkg-query -W "$p" >/dev/null 2>&1 || echo "$p"; done)
+	if [ -n "$(echo $missing)" ]; then
+		echo "== installing: $(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')"
+		$SUDO apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $(echo $missing | tr ' ' '\n' | sort -u) >/dev/null
+	fi
+fi
+if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then
+	echo "CUDA toolkit not found at /usr/local/cuda (set CUDA_HOME)" >&2
+	exit 1
+fi
+
+echo "== build"
+autoreconf -fi >/dev/null
+mkdir -p _build
+cd _build
+../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null
+make -j"$(nproc)" >/dev/null
+
+echo "== make check"
+status=0
+if ! make -j"$(nproc)" check; then
+	status=1
+	for f in $(find . -name '*.log' -path '*test*' -newer config.status); do
+		grep -q -E '^(FAIL|ERROR)' "$f" 2>/dev/null && { echo "---- $f"; tail -50 "$f"; }
+	done
+fi
+
+if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
+	echo "== Slurm mini-cluster"
+	rc=0
+	top_builddir=$PWD top_srcdir=$top "$top/test/slurm/run.sh" || rc=$?
+	case $rc in
+	0) ;;
+	77) echo "Slurm tests skipped (need root and iproute2)" ;;
+	*) status=1 ;;
+	esac
+fi
+exit $status
