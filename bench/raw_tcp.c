@@ -5,13 +5,22 @@
  * One process forks: the child is the receiver (the "server"), the parent
  * the sender and timer.  Two connections:
  *
- *   bulk  for each copy: the sender writes an 8-byte length L and then L
- *         bytes from a pre-touched buffer; the receiver reads all L bytes
- *         into its own pre-touched buffer of the same size and answers with
- *         1 byte.  Timed from the first write to the ack, like a synchronous
- *         cuMemcpyHtoD through rgpud (request + data, then the reply).
+ *   bulk  for each copy: the sender writes an 8-byte header (the length L,
+ *         the top bit set for "stream") and then L bytes from a pre-touched
+ *         buffer of the full size; the receiver reads all L bytes and
+ *         answers with 1 byte.  Timed from the first write to the ack, like
+ *         a synchronous cuMemcpyHtoD through rgpud (request + data, then the
+ *         reply).  Two modes, both measured at every size, one after the
+ *         other on the same connection:
+ *           oneway  one send() of L bytes; the receiver recv()s them into
+ *                   its own pre-touched buffer of the same size (cache-cold
+ *                   once L is much larger than the caches).
+ *           stream  L bytes in RGPU_CHUNK_SIZE (4 MiB) send()s; the receiver
+ *                   reads them in RGPU_CHUNK_SIZE pieces into ONE reused,
+ *                   pre-touched 4 MiB buffer -- as rgpud does with its
+ *                   staging buffers, which stay cache-warm.
  *         Sizes 4 KiB .. 256 MiB (--max), repetitions and median exactly as
- *         bw_lat: op "oneway", mem "-".
+ *         bw_lat: op and "mode" "oneway" / "stream", mem "-".
  *   ping  4-byte ping-pong: write 4 bytes, the receiver echoes them.
  *         op "rtt_4B", the round trip in microseconds.
  *
@@ -32,6 +41,13 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "../lib/proto.h" /* RGPU_CHUNK_SIZE: rgpud's bulk piece size */
+
+#define STREAM_FLAG (UINT64_C(1) << 63) /* in the bulk header: stream mode */
+#define CHUNK ((size_t)RGPU_CHUNK_SIZE)
+
+enum { MODE_ONEWAY, MODE_STREAM, NMODES };
+static const char *const mode_name[NMODES] = { "oneway", "stream" };
 
 static double min_time = BENCH_MIN_TIME;
 
@@ -96,16 +112,41 @@ static int serve(int fd, size_t max)
 				return -1;
 		return r;
 	}
-	char *buf = malloc(max);
-	if (!buf)
+	/* oneway: a buffer as large as the transfer; stream: one reused
+	 * RGPU_CHUNK_SIZE buffer.  Both touched before any timing. */
+	size_t sn = max < CHUNK ? max : CHUNK;
+	char *buf = malloc(max), *sbuf = malloc(sn);
+	if (!buf || !sbuf) {
+		free(buf);
+		free(sbuf);
 		return -1;
+	}
 	memset(buf, 0, max);
-	uint64_t len;
+	memset(sbuf, 0, sn);
+	uint64_t hdr;
 	int r;
-	while ((r = read_all(fd, &len, sizeof(len))) == 1) {
-		if (len > max || read_all(fd, buf, len) != 1) {
+	while ((r = read_all(fd, &hdr, sizeof(hdr))) == 1) {
+		uint64_t len = hdr & ~STREAM_FLAG;
+		if (len > max) {
 			r = -1;
 			break;
+		}
+		if (!(hdr & STREAM_FLAG)) {
+			if (read_all(fd, buf, len) != 1) {
+				r = -1;
+				break;
+			}
+		} else {
+			for (uint64_t got = 0; got < len;) {
+				size_t k = len - got < sn ? (size_t)(len - got) : sn;
+				if (read_all(fd, sbuf, k) != 1) {
+					r = -1;
+					break;
+				}
+				got += k;
+			}
+			if (r < 0)
+				break;
 		}
 		char ack = 'A';
 		if (write_all(fd, &ack, 1)) {
@@ -114,7 +155,41 @@ static int serve(int fd, size_t max)
 		}
 	}
 	free(buf);
+	free(sbuf);
 	return r;
+}
+
+/* One timed copy of n bytes in the given mode: header, data, ack. */
+static int bulk_copy(int fd, const char *buf, size_t n, int mode)
+{
+	uint64_t hdr = (uint64_t)n | (mode == MODE_STREAM ? STREAM_FLAG : 0);
+	char ack;
+	if (write_all(fd, &hdr, sizeof(hdr)))
+		return -1;
+	if (mode == MODE_STREAM) {
+		for (size_t off = 0; off < n; off += CHUNK)
+			if (write_all(fd, buf + off, n - off < CHUNK ? n - off : CHUNK))
+				return -1;
+	} else if (write_all(fd, buf, n)) {
+		return -1;
+	}
+	return read_all(fd, &ack, 1) == 1 ? 0 : -1;
+}
+
+/* bench_json_bw's line plus "mode", which says which raw TCP mode it is. */
+static void json_bw_mode(FILE *f, const char *target, int mode, size_t bytes,
+			 struct bench_samples *s)
+{
+	double med = bench_quantile(s->v, s->n, 0.5, 0);
+	double mn = s->v[0];
+	if (!f)
+		return;
+	fprintf(f, "{\"tool\": \"raw_tcp\", \"target\": \"%s\", \"kind\": \"bw\", "
+		"\"op\": \"%s\", \"mode\": \"%s\", \"mem\": \"-\", \"bytes\": %zu, "
+		"\"reps\": %zu, \"median_s\": %.9g, \"min_s\": %.9g, \"gbps\": %.6g}\n",
+		target, mode_name[mode], mode_name[mode], bytes, s->n, med, mn,
+		med > 0 ? (double)bytes / med / 1e9 : 0.0);
+	fflush(f);
 }
 
 static int connect_to(const struct sockaddr_in *sa, char mode)
@@ -224,17 +299,18 @@ int main(int argc, char **argv)
 		die("malloc");
 	memset(buf, 0x5a, top);
 	int fd = connect_to(&sa, 'B');
-	printf("bandwidth (one way + 1-byte ack, median of repeats, GB/s = 1e9 B/s):\n");
-	for (size_t i = 0; i < BENCH_NSIZES && bench_sizes[i] <= max; i++) {
-		size_t n = bench_sizes[i];
+	printf("bandwidth (one way + 1-byte ack, median of repeats, GB/s = 1e9 B/s;\n"
+	       "  oneway: into a receive buffer of the full size, stream: %zu KiB pieces\n"
+	       "  into one reused buffer):\n", CHUNK >> 10);
+	/* every size in both modes, one after the other */
+	for (size_t k = 0; k < BENCH_NSIZES * NMODES && bench_sizes[k / NMODES] <= max; k++) {
+		size_t n = bench_sizes[k / NMODES];
+		int mode = (int)(k % NMODES);
 		struct bench_samples s = { 0 };
 		double start = 0;
 		for (int warm = 1;; warm = 0) {
-			uint64_t len = n;
-			char ack;
 			double t0 = bench_now();
-			if (write_all(fd, &len, sizeof(len)) || write_all(fd, buf, n) ||
-			    read_all(fd, &ack, 1) != 1)
+			if (bulk_copy(fd, buf, n, mode))
 				die("bulk transfer");
 			double t1 = bench_now();
 			if (warm) {
@@ -246,11 +322,11 @@ int main(int argc, char **argv)
 			if (bench_done(&s, t1 - start, min_time, BENCH_MIN_REPS))
 				break;
 		}
-		bench_json_bw(json, "raw_tcp", target, "oneway", "-", n, &s);
+		json_bw_mode(json, target, mode, n, &s);
 		char sz[32];
 		double med = bench_quantile(s.v, s.n, 0.5, 1);
 		bench_fmt_size(n, sz, sizeof(sz));
-		printf("  %-6s %10s %10.3f GB/s %10.1f us %8zu reps\n", "oneway", sz,
+		printf("  %-6s %10s %10.3f GB/s %10.1f us %8zu reps\n", mode_name[mode], sz,
 		       (double)n / med / 1e9, med * 1e6, s.n);
 		free(s.v);
 	}

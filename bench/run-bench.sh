@@ -3,7 +3,10 @@
 #   local   bw_lat against the real driver (the local GPU, no rgpu)
 #   rgpud   bw_lat through the rgpu client and an rgpud on 127.0.0.1 that
 #           drives the same GPU
-#   raw_tcp the same sizes as plain TCP over loopback
+#   raw_tcp the same sizes as plain TCP over loopback, in two modes (oneway:
+#           into a receive buffer of the full size; stream: 4 MiB pieces
+#           into one reused buffer, as rgpud stages); the faster is the
+#           baseline for rgpud/TCP and the bar
 # then the combined table (bench/combine.py) and $OUT_DIR/bench.json.
 #
 # Usage: run-bench.sh [--emulated] [--max SIZE] [--min-time SEC] [--out DIR]
@@ -42,7 +45,7 @@ MAX=${BENCH_MAX_SIZE:-256M}
 MIN_TIME=0.2
 DEVICE=0
 
-usage() { sed -n '9,17p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '12,20p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--emulated) EMULATED=1 ;;
@@ -191,7 +194,7 @@ else
 fi
 
 # ---- raw TCP over the same loopback
-echo "--- raw TCP over 127.0.0.1"
+echo "--- raw TCP over 127.0.0.1 (modes oneway and stream)"
 if ! "$RAW_TCP" --max "$MAX" --min-time "$MIN_TIME" --json "$LOGDIR/raw_tcp.jsonl" \
 	2>"$LOGDIR/raw_tcp.err" | tee "$LOGDIR/raw_tcp.out"; then
 	echo "FAIL: raw_tcp:"; tail -5 "$LOGDIR/raw_tcp.err"
