@@ -119,12 +119,12 @@ int op_memcpy_htod(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	int slot = (int)((off / RGPU_CHUNK_SIZE) & 1);
 	if (rc) {
 		/* the data must still be consumed to stay in frame */
-		if (rgpu_frame_skip(s->conn, n) < 0)
+		if (session_skip(s, n) < 0)
 			return OP_DROP;
 		return rc;
 	}
 	rc = stage_wait(cs, slot);
-	if (rgpu_recv(s->conn, s->stage[slot], n) < 0)
+	if (session_recv(s, s->stage[slot], n) < 0)
 		return OP_DROP;
 	if (rc)
 		return rc;

@@ -143,6 +143,7 @@ out:
 	if (s->conn)
 		rgpu_conn_close(s->conn);
 	free(s->rx);
+	free(s->in);
 	wbuf_free(&s->tx);
 	free(s);
 	return NULL;

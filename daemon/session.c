@@ -197,7 +197,67 @@ static void session_cleanup(struct session *s)
 	ht_free(&s->ht);
 	free(s->allocs);
 	free(s->rx);
+	free(s->in);
 	wbuf_free(&s->tx);
+}
+
+/* ---- buffered input: many small frames per system call ---- */
+
+#define IN_CAP (256 * 1024)
+
+/* Makes at least need (<= IN_CAP) bytes available in s->in. */
+static int in_fill(struct session *s, size_t need)
+{
+	if (!s->in && !(s->in = malloc(IN_CAP)))
+		return -1;
+	if (s->in_len - s->in_off >= need)
+		return 0;
+	if (s->in_off) {
+		memmove(s->in, s->in + s->in_off, s->in_len - s->in_off);
+		s->in_len -= s->in_off;
+		s->in_off = 0;
+	}
+	while (s->in_len < need) {
+		ssize_t r = rgpu_recv_some(s->conn, s->in + s->in_len, IN_CAP - s->in_len);
+		if (r <= 0)
+			return -1;
+		s->in_len += (size_t)r;
+	}
+	return 0;
+}
+
+int session_recv(struct session *s, void *dst, size_t n)
+{
+	size_t have = s->in_len - s->in_off;
+	size_t k = have < n ? have : n;
+	if (k) {
+		memcpy(dst, s->in + s->in_off, k);
+		s->in_off += k;
+		n -= k;
+		dst = (char *)dst + k;
+	}
+	if (!n)
+		return 0;
+	/* bulk: straight into the destination */
+	if (n >= IN_CAP / 4)
+		return rgpu_recv(s->conn, dst, n);
+	if (in_fill(s, n) < 0)
+		return -1;
+	memcpy(dst, s->in + s->in_off, n);
+	s->in_off += n;
+	return 0;
+}
+
+int session_skip(struct session *s, size_t n)
+{
+	char buf[4096];
+	while (n) {
+		size_t k = n < sizeof(buf) ? n : sizeof(buf);
+		if (session_recv(s, buf, k) < 0)
+			return -1;
+		n -= k;
+	}
+	return 0;
 }
 
 static int read_payload(struct session *s, size_t n)
@@ -212,13 +272,26 @@ static int read_payload(struct session *s, size_t n)
 		s->rx = p;
 		s->rxcap = cap;
 	}
-	return n ? rgpu_recv(s->conn, s->rx, n) : 0;
+	return n ? session_recv(s, s->rx, n) : 0;
+}
+
+static int recv_hdr(struct session *s, struct rgpu_hdr *h)
+{
+	if (in_fill(s, RGPU_HDR_SIZE) < 0)
+		return RGPU_HDR_EOF;
+	rgpu_hdr_decode(s->in + s->in_off, h);
+	s->in_off += RGPU_HDR_SIZE;
+	if (h->magic != RGPU_PROTO_MAGIC)
+		return RGPU_HDR_BAD_MAGIC;
+	if (h->len > RGPU_MAX_PAYLOAD)
+		return RGPU_HDR_TOO_LONG;
+	return RGPU_HDR_OK;
 }
 
 int session_serve_one(struct session *s)
 {
 	struct rgpu_hdr h;
-	int hs = rgpu_frame_recv_hdr(s->conn, &h);
+	int hs = recv_hdr(s, &h);
 	if (hs == RGPU_HDR_EOF) {
 		if (errno)
 			log_info("%s: connection lost: %s", s->name, strerror(errno));

@@ -64,8 +64,10 @@ struct session {
 	void *stage[2];
 	int stage_pinned;
 
-	uint8_t *rx;
+	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
+	uint8_t *in;    /* bytes received, not yet consumed */
+	size_t in_off, in_len;
 	struct wbuf tx;
 	int32_t deferred; /* first failure of a no-reply request */
 
@@ -117,6 +119,9 @@ struct alloc session_alloc_del(struct session *s, uint64_t dptr);
 int session_stage_ready(struct session *s);
 /* Admits the session to GPU dev (lease check, once). A CUresult. */
 int session_admit(struct session *s, unsigned dev);
+/* Payload bytes of the current frame that the handler reads itself. */
+int session_recv(struct session *s, void *dst, size_t n);
+int session_skip(struct session *s, size_t n);
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len);
 

@@ -5,6 +5,7 @@
 #define RGPU_TRANSPORT_H
 
 #include <stddef.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 struct rgpu_conn;
@@ -15,6 +16,10 @@ struct rgpu_transport {
 	int (*sendv)(struct rgpu_conn *c, const struct iovec *iov, int iovcnt);
 	/* Receive exactly n bytes: 0, or -1 (errno set; 0 on orderly EOF). */
 	int (*recv)(struct rgpu_conn *c, void *buf, size_t n);
+	/* Receive what is there, at least 1 byte and at most n: the count, or
+	 * -1 (errno set; 0 on orderly EOF).  Lets a server take many small
+	 * frames in one system call. */
+	ssize_t (*recv_some)(struct rgpu_conn *c, void *buf, size_t n);
 	/* Wakes a thread blocked in recv on this connection (it then fails). */
 	void (*shutdown)(struct rgpu_conn *c);
 	void (*close)(struct rgpu_conn *c);
@@ -32,6 +37,10 @@ static inline int rgpu_sendv(struct rgpu_conn *c, const struct iovec *iov, int n
 static inline int rgpu_recv(struct rgpu_conn *c, void *buf, size_t n)
 {
 	return c->tp->recv(c, buf, n);
+}
+static inline ssize_t rgpu_recv_some(struct rgpu_conn *c, void *buf, size_t n)
+{
+	return c->tp->recv_some(c, buf, n);
 }
 static inline void rgpu_conn_shutdown(struct rgpu_conn *c)
 {

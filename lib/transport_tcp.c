@@ -71,6 +71,21 @@ static int tcp_recv(struct rgpu_conn *c, void *buf, size_t n)
 	return 0;
 }
 
+static ssize_t tcp_recv_some(struct rgpu_conn *c, void *buf, size_t n)
+{
+	struct tcp_conn *t = (struct tcp_conn *)c;
+	for (;;) {
+		ssize_t r = recv(t->fd, buf, n, 0);
+		if (r == 0) {
+			errno = 0;
+			return -1;
+		}
+		if (r < 0 && errno == EINTR)
+			continue;
+		return r;
+	}
+}
+
 static void tcp_shutdown(struct rgpu_conn *c)
 {
 	(void)shutdown(((struct tcp_conn *)c)->fd, SHUT_RDWR);
@@ -87,6 +102,7 @@ static const struct rgpu_transport tcp_transport = {
 	.name = "tcp",
 	.sendv = tcp_sendv,
 	.recv = tcp_recv,
+	.recv_some = tcp_recv_some,
 	.shutdown = tcp_shutdown,
 	.close = tcp_close,
 };
