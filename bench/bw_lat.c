@@ -111,6 +111,9 @@ static void bw_one(enum dir d, const char *mem, CUdeviceptr dp, void *hp, size_t
 	free(s.v);
 }
 
+/* launch_async: per-launch time within a batch of this many launches */
+#define LAUNCH_BATCH 200
+
 struct lat_ctx {
 	CUdeviceptr dp;
 	void *pinned;
@@ -125,6 +128,14 @@ static void lat_call(const char *op, const struct lat_ctx *c)
 		CK(cuMemcpyHtoD(c->dp, c->pinned, 4));
 	} else if (strcmp(op, "dtoh_4B") == 0) {
 		CK(cuMemcpyDtoH(c->pinned, c->dp, 4));
+	} else if (strcmp(op, "launch_async") == 0) {
+		/* launch throughput: a batch of launches, then one sync */
+		CUdeviceptr p = c->dp;
+		int n = 0;
+		void *args[] = { &p, &n };
+		for (int i = 0; i < LAUNCH_BATCH; i++)
+			CK(cuLaunchKernel(c->fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+		CK(cuCtxSynchronize());
 	} else {
 		CUdeviceptr p = c->dp;
 		int n = 0;
@@ -137,6 +148,7 @@ static void lat_call(const char *op, const struct lat_ctx *c)
 static void lat_one(const char *op, size_t bytes, const struct lat_ctx *c)
 {
 	struct bench_samples s = { 0 };
+	double div = strcmp(op, "launch_async") == 0 ? LAUNCH_BATCH : 1;
 	for (int i = 0; i < 20; i++)
 		lat_call(op, c);
 	double start = bench_now();
@@ -144,7 +156,7 @@ static void lat_one(const char *op, size_t bytes, const struct lat_ctx *c)
 		double t0 = bench_now();
 		lat_call(op, c);
 		double t1 = bench_now();
-		if (bench_add(&s, t1 - t0) < 0) {
+		if (bench_add(&s, (t1 - t0) / div) < 0) {
 			fprintf(stderr, "bw_lat: out of memory\n");
 			exit(1);
 		}
@@ -262,6 +274,7 @@ int main(int argc, char **argv)
 		CK(cuModuleLoadData(&mod, test_kernels_fatbin));
 		CK(cuModuleGetFunction(&lc.fn, mod, "inc_i32"));
 		lat_one("launch_sync", 0, &lc);
+		lat_one("launch_async", 0, &lc);
 		CK(cuModuleUnload(mod));
 #else
 		printf("  launch_sync  skipped (built without nvcc: no kernel)\n");

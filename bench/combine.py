@@ -122,7 +122,7 @@ def main(argv):
     print("%-12s %9s %9s %12s %10s %10s" % (
         "call", "local", "rgpud", "TCP rtt 4B", "rgpud/TCP", "rgpud/loc"))
     tcp_rtt = lat.get(("raw_tcp", "rtt_4B"))
-    for op in ("ctx_sync", "htod_4B", "dtoh_4B", "launch_sync"):
+    for op in ("ctx_sync", "htod_4B", "dtoh_4B", "launch_sync", "launch_async"):
         loc = lat.get(("local", op))
         rg = lat.get(("rgpud", op))
         if loc is None and rg is None:
@@ -136,6 +136,13 @@ def main(argv):
             f(c["rgpud_over_raw_tcp"], ".2f"),
             f(c["rgpud_over_local"], ".2f")))
     print("(ratios are rgpud time / other time: 1.00 = as fast)")
+    la_loc, la_rg = lat.get(("local", "launch_async")), lat.get(("rgpud", "launch_async"))
+    if la_loc and la_rg:
+        rate = la_loc / la_rg
+        print("launch rate (empty kernel, batches of launches + one sync): local %.0f/s, "
+              "rgpud %.0f/s: rgpud = %.0f%% of local" % (1e6 / la_loc, 1e6 / la_rg, rate * 100))
+        out.append({"kind": "launch_rate", "local_per_s": 1e6 / la_loc,
+                    "rgpud_per_s": 1e6 / la_rg, "rgpud_over_local": rate})
     if not have_local:
         print("(no local column: %s)" % meta.get("local_skipped", "not measured"))
 

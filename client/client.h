@@ -150,8 +150,13 @@ void rc_unsupported(const char *name);
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
 /* the calling thread's request buffer, reset */
 struct wbuf *rc_req(void);
-/* bulk copies */
-CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n);
+/* Sends a request that gets no reply (launches, async copies, event
+ * records): its failure surfaces at the next call that waits, as CUDA
+ * reports asynchronous errors.  Requests on one connection run in order. */
+CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
+/* bulk copies; an async host-to-device copy returns once the data is sent */
+CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n,
+		 int async);
 CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src, size_t n);
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);
 

@@ -18,6 +18,20 @@ static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], 
 		return rc;
 	if (c != f->ctx)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* launches get no reply: catch configuration errors here, as the
+	 * driver does synchronously */
+	const int *da = c->dev->attrs;
+	unsigned long long threads = (unsigned long long)b[0] * b[1] * b[2];
+	if (!g[0] || !g[1] || !g[2] || !threads ||
+	    threads > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] ||
+	    b[0] > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X] ||
+	    b[1] > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y] ||
+	    b[2] > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z] ||
+	    g[0] > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X] ||
+	    g[1] > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y] ||
+	    g[2] > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z] ||
+	    shmem > (unsigned)da[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN])
+		return CUDA_ERROR_INVALID_VALUE;
 	const struct rc_layout *l = &f->layout;
 	/* pack the arguments at the offsets the server's driver reported */
 	uint8_t small[1024];
@@ -66,8 +80,7 @@ static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], 
 	put_u64(w, sh);
 	put_bytes(w, buf, len);
 	free(heap);
-	struct rd r;
-	return rc_call(c->dev->conn, RGPU_OP_LAUNCH, w, &r);
+	return rc_post(c->dev->conn, RGPU_OP_LAUNCH, w);
 }
 
 RC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

@@ -241,7 +241,7 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 		return rc;
 	if (!src && n)
 		return CUDA_ERROR_INVALID_VALUE;
-	return rc_htod(c, sh, dst, src, n);
+	return rc_htod(c, sh, dst, src, n, async);
 }
 
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
@@ -278,7 +278,8 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
 	put_u64(w, n);
 	put_u32(w, !async);
 	struct rd r;
-	return rc_call(c->dev->conn, RGPU_OP_MEMCPY_DTOD, w, &r);
+	return async ? rc_post(c->dev->conn, RGPU_OP_MEMCPY_DTOD, w)
+		     : rc_call(c->dev->conn, RGPU_OP_MEMCPY_DTOD, w, &r);
 }
 
 RC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return htod(dst, src, n, NULL, 0); }
@@ -330,7 +331,8 @@ static CUresult memset_n(CUdeviceptr dst, unsigned v, unsigned esz, size_t count
 	put_u64(w, count);
 	put_u32(w, !async);
 	struct rd r;
-	return rc_call(c->dev->conn, RGPU_OP_MEMSET, w, &r);
+	return async ? rc_post(c->dev->conn, RGPU_OP_MEMSET, w)
+		     : rc_call(c->dev->conn, RGPU_OP_MEMSET, w, &r);
 }
 
 RC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset_n(d, v, 1, n, NULL, 0); }

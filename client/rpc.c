@@ -140,6 +140,20 @@ CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct 
 	return rc;
 }
 
+CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
+{
+	if (req->oom)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&c->lock);
+	CUresult rc = CUDA_SUCCESS;
+	if (c->dead)
+		rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
+	else if (rgpu_frame_send(c->c, op, RGPU_F_NOREPLY, ++c->next_id, req->data, req->len, NULL, 0) < 0)
+		rc = conn_failed(c, "sending a request");
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 {
 	void *cred = NULL;
@@ -184,7 +198,8 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	return CUDA_SUCCESS;
 }
 
-CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n)
+CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n,
+		 int async)
 {
 	if (n == 0)
 		return CUDA_SUCCESS;
@@ -201,7 +216,7 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 	/* all chunks go out back to back; only the last one is answered */
 	for (size_t off = 0; off < n; off += RGPU_CHUNK_SIZE) {
 		size_t k = n - off < RGPU_CHUNK_SIZE ? n - off : RGPU_CHUNK_SIZE;
-		int last = off + k == n;
+		int last = off + k == n && !async;
 		w.len = 0;
 		put_u64(&w, ctx->h);
 		put_u64(&w, stream);
@@ -215,7 +230,7 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 			break;
 		}
 	}
-	if (!rc) {
+	if (!rc && !async) {
 		struct rgpu_hdr h;
 		int32_t st = 0;
 		rc = recv_reply_hdr(c, id, RGPU_OP_MEMCPY_HTOD, &h);

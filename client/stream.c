@@ -181,8 +181,7 @@ RC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 	put_u64(w, h);
 	put_u64(w, ev->h);
 	put_u32(w, flags);
-	struct rd r;
-	return rc_call(c->dev->conn, RGPU_OP_STREAM_WAIT_EVENT, w, &r);
+	return rc_post(c->dev->conn, RGPU_OP_STREAM_WAIT_EVENT, w);
 }
 
 RC_EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags)
@@ -240,8 +239,7 @@ RC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 	put_u64(w, c->h);
 	put_u64(w, ev->h);
 	put_u64(w, h);
-	struct rd r;
-	return rc_call(c->dev->conn, RGPU_OP_EVENT_RECORD, w, &r);
+	return rc_post(c->dev->conn, RGPU_OP_EVENT_RECORD, w);
 }
 
 RC_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags)

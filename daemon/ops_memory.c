@@ -81,22 +81,14 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	return rc;
 }
 
-/* Waits until staging buffer i is no longer read or written by the GPU. */
-static int stage_wait(struct ctx_state *cs, int i)
-{
-	if (!cs->stage_pending[i])
-		return CUDA_SUCCESS;
-	cs->stage_pending[i] = 0;
-	return D->cuEventSynchronize(cs->stage_ev[i]);
-}
 
 /*
  * One HtoD chunk: fields (ctx, stream, dst, total, offset) then raw data.
- * The chunk lands in a staging buffer and is queued on the stream; the
- * buffer is reused only after its event fires.  Chunks of one copy arrive
- * with NOREPLY except the last, which drains the staging before replying.
+ * The chunk lands in a pool buffer and is queued on the stream, so an
+ * asynchronous copy (all chunks NOREPLY) never waits for the stream.  A
+ * synchronous copy's last chunk asks for a reply, sent once the copy is
+ * done.
  */
-
 int op_memcpy_htod(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t ctx = get_u64(r), sid = get_u64(r), dst = get_u64(r);
@@ -104,43 +96,26 @@ int op_memcpy_htod(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	if (!rd_done(r) || h->len < 40)
 		return OP_DROP;
 	size_t n = h->len - 40;
-	if (n > RGPU_CHUNK_SIZE || off > total || n > total - off) {
+	if (n > RGPU_CHUNK_SIZE || off > total || n > total - off)
 		return OP_DROP;
-	}
-	struct ctx_state *cs;
 	CUstream st;
-	int rc = session_enter_ctx(s, ctx, &cs);
+	int rc = session_enter_ctx(s, ctx, NULL);
 	if (!rc)
 		rc = session_stream(s, sid, &st);
 	if (!rc && !session_owns_range(s, dst + off, n))
 		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc && !s->stage[0])
-		rc = session_stage_ready(s) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : 0;
-	int slot = (int)((off / RGPU_CHUNK_SIZE) & 1);
-	if (rc) {
+	int i = rc ? -1 : stage_get(s, ctx, &rc);
+	if (i < 0) {
 		/* the data must still be consumed to stay in frame */
-		if (session_skip(s, n) < 0)
-			return OP_DROP;
-		return rc;
+		return session_skip(s, n) < 0 ? OP_DROP : rc;
 	}
-	rc = stage_wait(cs, slot);
-	if (session_recv(s, s->stage[slot], n) < 0)
+	if (session_recv(s, s->pool.b[i].p, n) < 0)
 		return OP_DROP;
-	if (rc)
-		return rc;
-	rc = D->cuMemcpyHtoDAsync_v2(dst + off, s->stage[slot], n, st);
+	rc = D->cuMemcpyHtoDAsync_v2(dst + off, s->pool.b[i].p, n, st);
 	if (!rc)
-		rc = D->cuEventRecord(cs->stage_ev[slot], st);
-	if (!rc)
-		cs->stage_pending[slot] = 1;
-	if (off + n == total) {
-		/* last chunk: drain the staging so the next copy starts clean;
-		 * a synchronous copy also returns only once it is done */
-		int r0 = stage_wait(cs, 0);
-		int r1 = stage_wait(cs, 1);
-		if (!rc)
-			rc = r0 ? r0 : r1;
-	}
+		rc = stage_put(s, i, st);
+	if (!rc && off + n == total && !(h->flags & RGPU_F_NOREPLY))
+		rc = stage_wait(s, i); /* copies on one stream finish in order */
 	return rc;
 }
 

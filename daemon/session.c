@@ -167,6 +167,7 @@ static void session_cleanup(struct session *s)
 		freed += s->allocs[i].size;
 	}
 	/* pinned staging must go while a context still exists */
+	stage_free(s);
 	if (s->stage[0]) {
 		for (int i = 0; i < 2; i++) {
 			if (s->stage_pinned)

@@ -11,6 +11,7 @@
 #include "driver.h"
 #include "frame.h"
 #include "handles.h"
+#include "stage.h"
 #include "wire.h"
 
 #include <pthread.h>
@@ -60,7 +61,8 @@ struct session {
 	/* GPUs this session was admitted to, and their quota */
 	uint64_t dev_admitted; /* bit mask */
 
-	/* bulk staging: two pinned buffers of RGPU_CHUNK_SIZE */
+	struct stage_pool pool; /* host-to-device staging */
+	/* device-to-host staging: two pinned buffers of RGPU_CHUNK_SIZE */
 	void *stage[2];
 	int stage_pinned;
 
