@@ -307,7 +307,7 @@ report=$RESULTS_DIR/gpu-results-$stamp.md
 	echo "- GPU: $GPU_NAMES ($NGPU GPU(s))"
 	echo "- driver: $DRIVER (real libcuda: $REAL)"
 	echo "- nvcc: ${NVCC_VER:-unknown}"
-	echo "- rgpu: $(cd "$top_srcdir" && git describe --always --dirty 2>/dev/null || echo unknown)"
+	echo "- rgpu: ${RGPU_VERSION:-?} $(cd "$top_srcdir" && git describe --always --dirty 2>/dev/null)"
 	echo "- summary: $PASS passed, $FAIL failed, $XFAIL tolerated failures (xfail), $SKIPPED skipped"
 	echo
 	echo "Modes: **direct** = the programs on the real driver; **rgpu** = through the"
