@@ -77,10 +77,14 @@ struct rc_layout {
 	uint32_t *off, *size;
 };
 
+struct rc_func;
+
 struct rc_module {
 	uint32_t magic;
 	struct rc_ctx *ctx;
 	uint64_t h;
+	pthread_mutex_t lock;
+	struct rc_func *funcs; /* looked up so far: one handle per name */
 };
 
 struct rc_func {
@@ -90,7 +94,8 @@ struct rc_func {
 	struct rc_layout layout;
 	int attrs_valid;
 	int attrs[CU_FUNC_ATTRIBUTE_MAX];
-	struct rc_func *next; /* in a kernel's per-context list */
+	char *name;           /* module functions */
+	struct rc_func *next; /* in its module's or kernel's list */
 };
 
 /* Context-independent: loaded on a server the first time a context of that

@@ -134,6 +134,7 @@ static CUresult module_load(CUmodule *pm, const void *image)
 	m->magic = RC_MODULE;
 	m->ctx = c;
 	m->h = get_u64(&r);
+	pthread_mutex_init(&m->lock, NULL);
 	*pm = (CUmodule)m;
 	return CUDA_SUCCESS;
 }
@@ -214,6 +215,14 @@ RC_EXPORT CUresult cuModuleUnload(CUmodule mod)
 	put_u64(w, m->h);
 	struct rd r;
 	rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_UNLOAD, w, &r);
+	for (struct rc_func *f = m->funcs, *nf; f; f = nf) {
+		nf = f->next;
+		rc_layout_free(&f->layout);
+		free(f->name);
+		f->magic = 0;
+		free(f);
+	}
+	pthread_mutex_destroy(&m->lock);
 	m->magic = 0;
 	free(m);
 	return rc;
@@ -244,6 +253,16 @@ RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char 
 		return rc;
 	if (!pf || !name)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* one handle per name, as the driver gives, freed with the module */
+	pthread_mutex_lock(&m->lock);
+	struct rc_func *f;
+	for (f = m->funcs; f && strcmp(f->name, name); f = f->next)
+		;
+	pthread_mutex_unlock(&m->lock);
+	if (f) {
+		*pf = (CUfunction)f;
+		return CUDA_SUCCESS;
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, m->ctx->h);
 	put_u64(w, m->h);
@@ -252,9 +271,17 @@ RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char 
 	if ((rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_GET_FUNCTION, w, &r)))
 		return rc;
 	uint64_t h = get_u64(&r);
-	struct rc_func *f;
 	if ((rc = func_new(m->ctx, h, &r, &f)))
 		return rc;
+	if (!(f->name = strdup(name))) {
+		rc_layout_free(&f->layout);
+		free(f);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&m->lock);
+	f->next = m->funcs;
+	m->funcs = f;
+	pthread_mutex_unlock(&m->lock);
 	*pf = (CUfunction)f;
 	return CUDA_SUCCESS;
 }

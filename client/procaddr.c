@@ -1,5 +1,6 @@
 /* cuGetProcAddress, error names and strings, export tables. */
 #include "client.h"
+#include "export_tables.h"
 #include "log.h"
 #include "procaddr.h"
 
@@ -181,10 +182,12 @@ RC_EXPORT CUresult cuGetErrorString(CUresult e, const char **s)
 
 RC_EXPORT CUresult cuGetExportTable(const void **table, const CUuuid *id)
 {
-	(void)table;
-	char hex[33];
-	for (int i = 0; id && i < 16; i++)
-		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->bytes[i]);
-	log_info("cuGetExportTable %s: private table not served", id ? hex : "(null)");
-	return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = rc_export_table(table, id);
+	if (rc == CUDA_ERROR_NOT_SUPPORTED) {
+		char hex[33];
+		for (int i = 0; i < 16; i++)
+			snprintf(hex + 2 * i, 3, "%02x", (unsigned char)id->bytes[i]);
+		log_info("cuGetExportTable %s: private table not served", hex);
+	}
+	return rc;
 }

@@ -156,7 +156,8 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			break;
 		p.len = (uint32_t)out.len;
 		memcpy(msg, &p, sizeof(p));
-		memcpy(msg + sizeof(p), out.data, out.len);
+		if (out.len)
+			memcpy(msg + sizeof(p), out.data, out.len);
 		if (send(fd, msg, sizeof(p) + out.len, MSG_NOSIGNAL) < 0)
 			break;
 	}

@@ -37,9 +37,9 @@ cd _build
 ../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null
 make -j"$(nproc)" >/dev/null
 
-echo "== make check"
+echo "== make check (client runs repeated under valgrind)"
 status=0
-if ! make -j"$(nproc)" check; then
+if ! RGPU_VALGRIND=1 make -j"$(nproc)" check; then
 	status=1
 	for f in $(find . -name '*.log' -path '*test*' -newer config.status); do
 		grep -q -E '^(FAIL|ERROR)' "$f" 2>/dev/null && { echo "---- $f"; tail -50 "$f"; }
@@ -49,11 +49,23 @@ fi
 if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	echo "== Slurm mini-cluster"
 	rc=0
-	top_builddir=$PWD top_srcdir=$top "$top/test/slurm/run.sh" || rc=$?
+	top_builddir=$PWD top_srcdir=$top "$top/test/slurm/run.sh" 2>&1 | tee slurm-tests.log || rc=${PIPESTATUS[0]}
+	# its closing line "N passed, M failed"
+	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' slurm-tests.log | tail -1)
+	slurm_pass=$(echo "$last" | awk '{print $1+0}')
+	slurm_fail=$(echo "$last" | awk '{print $3+0}')
 	case $rc in
 	0) ;;
 	77) echo "Slurm tests skipped (need root and iproute2)" ;;
 	*) status=1 ;;
 	esac
 fi
+# one closing line for every suite: automake's .trs files and the Slurm run
+pass=$(cat $(find . -name '*.trs') 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
+fail=$(cat $(find . -name '*.trs') 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
+if [ -n "${slurm_pass:-}" ]; then
+	pass=$((pass + slurm_pass))
+	fail=$((fail + slurm_fail))
+fi
+echo "$pass passed, $fail failed"
 exit $status
