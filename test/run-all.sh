@@ -48,8 +48,10 @@ fi
 
 if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	echo "== Slurm mini-cluster"
-	rc=0
-	top_builddir=$PWD top_srcdir=$top "$top/test/slurm/run.sh" 2>&1 | tee slurm-tests.log || rc=${PIPESTATUS[0]}
+	set +e
+	top_builddir=$PWD top_srcdir=$top "$top/test/slurm/run.sh" 2>&1 | tee slurm-tests.log
+	rc=${PIPESTATUS[0]}
+	set -e
 	# its closing line "N passed, M failed"
 	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' slurm-tests.log | tail -1)
 	slurm_pass=$(echo "$last" | awk '{print $1+0}')
