@@ -14,6 +14,7 @@
 #include "log.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -402,4 +403,18 @@ CUresult rc_export_table(const void **table, const CUuuid *id)
 		}
 	*table = NULL;
 	return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+/* ---- driver entry points cudart needs at start-up ---- */
+
+/* cudart asks before it loads any module; with lazy loading (the driver's
+ * default since CUDA 12.2) it loads kernels through cuLibraryLoadData.
+ * CUDA_MODULE_LOADING=EAGER answers eager, as the driver does. */
+RC_EXPORT CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+	if (!mode)
+		return CUDA_ERROR_INVALID_VALUE;
+	const char *e = getenv("CUDA_MODULE_LOADING");
+	*mode = e && !strcmp(e, "EAGER") ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+	return rc_initialized();
 }

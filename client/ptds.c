@@ -1,0 +1,149 @@
+/*
+ * Per-thread default stream variants (_ptds, _ptsz) of the entry points
+ * the client implements.  cuGetProcAddress hands them out for requests
+ * with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (programs built with
+ * --default-stream per-thread; cudart asks for both kinds at start-up),
+ * and they are exported under their names, as in the driver.
+ *
+ * _ptsz variants take a stream: NULL there means the calling thread's
+ * default stream, CU_STREAM_PER_THREAD.  _ptds variants are synchronous
+ * copies and memsets, which complete before returning, so the plain call
+ * serves.
+ */
+#include "client.h"
+
+static CUstream pt(CUstream s)
+{
+	return s ? s : CU_STREAM_PER_THREAD;
+}
+
+/* ---- synchronous (_ptds) ---- */
+
+RC_EXPORT CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	return cuMemcpy(dst, src, n);
+}
+
+RC_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n)
+{
+	return cuMemcpyHtoD_v2(dst, src, n);
+}
+
+RC_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n)
+{
+	return cuMemcpyDtoH_v2(dst, src, n);
+}
+
+RC_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+	return cuMemcpyDtoD_v2(dst, src, n);
+}
+
+RC_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n)
+{
+	return cuMemsetD8_v2(d, v, n);
+}
+
+RC_EXPORT CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n)
+{
+	return cuMemsetD16_v2(d, v, n);
+}
+
+RC_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n)
+{
+	return cuMemsetD32_v2(d, v, n);
+}
+
+/* ---- on a stream (_ptsz) ---- */
+
+RC_EXPORT CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return cuMemcpyAsync(dst, src, n, pt(s));
+}
+
+RC_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	return cuMemcpyHtoDAsync_v2(dst, src, n, pt(s));
+}
+
+RC_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return cuMemcpyDtoHAsync_v2(dst, src, n, pt(s));
+}
+
+RC_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return cuMemcpyDtoDAsync_v2(dst, src, n, pt(s));
+}
+
+RC_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream s)
+{
+	return cuMemsetD8Async(d, v, n, pt(s));
+}
+
+RC_EXPORT CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
+{
+	return cuMemsetD16Async(d, v, n, pt(s));
+}
+
+RC_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s)
+{
+	return cuMemsetD32Async(d, v, n, pt(s));
+}
+
+RC_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+				       unsigned int bx, unsigned int by, unsigned int bz, unsigned int smem,
+				       CUstream s, void **params, void **extra)
+{
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, pt(s), params, extra);
+}
+
+RC_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra)
+{
+	if (!cfg)
+		return cuLaunchKernelEx(cfg, f, params, extra);
+	CUlaunchConfig c = *cfg;
+	c.hStream = pt(c.hStream);
+	return cuLaunchKernelEx(&c, f, params, extra);
+}
+
+RC_EXPORT CUresult cuEventRecord_ptsz(CUevent e, CUstream s)
+{
+	return cuEventRecord(e, pt(s));
+}
+
+RC_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned int flags)
+{
+	return cuEventRecordWithFlags(e, pt(s), flags);
+}
+
+RC_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream s)
+{
+	return cuStreamSynchronize(pt(s));
+}
+
+RC_EXPORT CUresult cuStreamQuery_ptsz(CUstream s)
+{
+	return cuStreamQuery(pt(s));
+}
+
+RC_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags)
+{
+	return cuStreamWaitEvent(pt(s), e, flags);
+}
+
+/* queries: the default streams all answer alike */
+RC_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream s, int *prio)
+{
+	return cuStreamGetPriority(s, prio);
+}
+
+RC_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream s, unsigned int *flags)
+{
+	return cuStreamGetFlags(s, flags);
+}
+
+RC_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *pctx)
+{
+	return cuStreamGetCtx(s, pctx);
+}
