@@ -36,6 +36,7 @@ static const struct { const char *name; int since; } versioned[] = {
 	{ "cuGetProcAddress_v2", 12000 },
 	{ "cuGraphAddKernelNode_v2", 12000 },
 	{ "cuGraphExecKernelNodeSetParams_v2", 12000 },
+	{ "cuGraphInstantiate_v2", 11000 },
 	{ "cuGraphExecUpdate_v2", 12000 },
 	{ "cuGraphKernelNodeGetParams_v2", 12000 },
 	{ "cuGraphKernelNodeSetParams_v2", 12000 },
