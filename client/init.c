@@ -97,9 +97,34 @@ static void do_init(void)
 		d->gpu = ents[i].gpu;
 		pthread_mutex_init(&d->pctx_lock, NULL);
 	}
+	/* RGPU_TRANSPORT: auto (default: same-host Unix socket and shared
+	 * memory where the server is on this node, else TCP), tcp, local */
+	const char *tp = getenv("RGPU_TRANSPORT");
+	if (!tp || !*tp)
+		tp = "auto";
+	if (strcmp(tp, "auto") && strcmp(tp, "tcp") && strcmp(tp, "local")) {
+		log_err("RGPU_TRANSPORT=%s: expected auto, tcp or local", tp);
+		init_result = CUDA_ERROR_INVALID_VALUE;
+		return;
+	}
 	for (int i = 0; i < rc_nconn; i++) {
 		struct rc_conn *c = &rc_conns[i];
-		c->c = rgpu_tcp_connect(c->host, c->port, timeout_ms, err, sizeof(err));
+		c->c = NULL;
+		if (strcmp(tp, "tcp") && rgpu_host_is_local(c->host)) {
+			c->c = rgpu_unix_connect(c->port, err, sizeof(err));
+			if (c->c)
+				c->local = 1;
+			else
+				log_info("%s:%u: %s; using TCP", c->host, c->port, err);
+		}
+		if (!c->c && !strcmp(tp, "local")) {
+			log_err("rgpud at %s:%u: RGPU_TRANSPORT=local but the server is not on this node",
+				c->host, c->port);
+			init_result = CUDA_ERROR_NO_DEVICE;
+			return;
+		}
+		if (!c->c)
+			c->c = rgpu_tcp_connect(c->host, c->port, timeout_ms, err, sizeof(err));
 		if (!c->c) {
 			log_err("rgpud at %s:%u: %s", c->host, c->port, err);
 			init_result = CUDA_ERROR_NO_DEVICE;
@@ -111,7 +136,10 @@ static void do_init(void)
 			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
 			return;
 		}
-		log_info("connected to %s at %s:%u (%d GPUs)", c->server_id, c->host, c->port, c->ndev);
+		if (c->local)
+			rc_shm_setup(c);
+		log_info("connected to %s at %s:%u (%d GPUs, %s)", c->server_id, c->host, c->port,
+			 c->ndev, c->ring ? "same host, shared memory" : c->local ? "same host" : "TCP");
 	}
 	for (int i = 0; i < n; i++) {
 		struct rc_dev *d = &rc_devs[i];

@@ -3,6 +3,8 @@
 #include "log.h"
 
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <string.h>
 
 /* ---- the process's device allocations (sorted by base) ---- */
@@ -12,6 +14,8 @@ struct range {
 	size_t size;
 	void *owner;   /* struct rc_ctx * for device memory */
 	unsigned flags; /* host allocations: CU_MEMHOSTALLOC_* */
+	int fd;         /* host allocations shared with local servers, else -1 */
+	uint64_t shared; /* bit per connection that has it attached */
 };
 
 struct rtable {
@@ -59,7 +63,7 @@ static int rt_add(struct rtable *t, uintptr_t base, size_t size, void *owner, un
 	while (i < t->n && t->r[i].base < base)
 		i++;
 	memmove(&t->r[i + 1], &t->r[i], (t->n - i) * sizeof(*t->r));
-	t->r[i] = (struct range){ base, size, owner, flags };
+	t->r[i] = (struct range){ base, size, owner, flags, -1, 0 };
 	t->n++;
 	pthread_rwlock_unlock(&t->lock);
 	return 0;
@@ -232,6 +236,30 @@ static CUresult ctx_for(CUdeviceptr p, struct rc_ctx **c)
 	return CUDA_SUCCESS;
 }
 
+/* Host memory this process shares with a same-host server: attached on
+ * first use, then the GPU copies straight from or to it. */
+static int host_shared(struct rc_conn *conn, const void *p, size_t n)
+{
+	int ci = rc_conn_index(conn);
+	pthread_rwlock_wrlock(&host_ranges.lock);
+	ssize_t i = rt_find(&host_ranges, (uintptr_t)p);
+	struct range *r = i >= 0 ? &host_ranges.r[i] : NULL;
+	int ok = r && r->fd >= 0 && (uintptr_t)p - r->base + n <= r->size;
+	int attach = ok && !(r->shared & (1ull << ci));
+	struct range copy = ok ? *r : (struct range){ 0 };
+	pthread_rwlock_unlock(&host_ranges.lock);
+	if (!attach)
+		return ok;
+	if (rc_shm_attach(conn, 2, copy.fd, (void *)copy.base, copy.size, 0) != CUDA_SUCCESS)
+		return 0;
+	pthread_rwlock_wrlock(&host_ranges.lock);
+	i = rt_find(&host_ranges, copy.base);
+	if (i >= 0)
+		host_ranges.r[i].shared |= 1ull << ci;
+	pthread_rwlock_unlock(&host_ranges.lock);
+	return i >= 0;
+}
+
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
 {
 	struct rc_ctx *c;
@@ -241,6 +269,11 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 		return rc;
 	if (!src && n)
 		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_conn *conn = c->dev->conn;
+	if (conn->local && n && host_shared(conn, src, n))
+		return rc_shm_hostcopy(c, sh, dst, (void *)src, n, 0, async);
+	if (conn->ring)
+		return rc_shm_htod(c, sh, dst, src, n, async);
 	return rc_htod(c, sh, dst, src, n, async);
 }
 
@@ -253,6 +286,11 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 		return rc;
 	if (!dst && n)
 		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_conn *conn = c->dev->conn;
+	if (conn->local && n && host_shared(conn, dst, n))
+		return rc_shm_hostcopy(c, sh, src, dst, n, 1, async);
+	if (conn->ring)
+		return rc_shm_dtoh(c, sh, dst, src, n);
 	return rc_dtoh(c, sh, dst, src, n);
 }
 
@@ -355,12 +393,39 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 		return rc;
 	if (!pp || size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	int local = 0;
+	for (int i = 0; i < rc_nconn; i++)
+		local |= rc_conns[i].local;
 	void *p = NULL;
-	if (posix_memalign(&p, 4096, size))
+	int fd = -1;
+	if (local) {
+		/* shareable with a same-host server, which pins it for DMA */
+		fd = memfd_create("rgpu-pinned", MFD_CLOEXEC);
+		if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+			p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED)
+			p = NULL;
+		if (!p && fd >= 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	if (!p && posix_memalign(&p, 4096, size))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (rt_add(&host_ranges, (uintptr_t)p, size, NULL, flags) < 0) {
-		free(p);
+		if (fd >= 0) {
+			munmap(p, size);
+			close(fd);
+		} else {
+			free(p);
+		}
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (fd >= 0) {
+		pthread_rwlock_wrlock(&host_ranges.lock);
+		ssize_t i = rt_find(&host_ranges, (uintptr_t)p);
+		host_ranges.r[i].fd = fd;
+		pthread_rwlock_unlock(&host_ranges.lock);
 	}
 	*pp = p;
 	return CUDA_SUCCESS;
@@ -370,9 +435,24 @@ RC_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostA
 
 RC_EXPORT CUresult cuMemFreeHost(void *p)
 {
-	if (rt_del(&host_ranges, (uintptr_t)p, NULL) < 0)
+	struct range r;
+	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0 || r.base != (uintptr_t)p ||
+	    r.owner == (void *)1 || rt_del(&host_ranges, (uintptr_t)p, &r) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	free(p);
+	if (r.fd < 0) {
+		free(p);
+		return CUDA_SUCCESS;
+	}
+	for (int ci = 0; ci < rc_nconn; ci++) {
+		if (!(r.shared & (1ull << ci)))
+			continue;
+		struct wbuf *w = rc_req();
+		put_u64(w, r.base);
+		struct rd rr;
+		rc_call(&rc_conns[ci], RGPU_OP_SHM_DETACH, w, &rr);
+	}
+	munmap(p, r.size);
+	close(r.fd);
 	return CUDA_SUCCESS;
 }
 

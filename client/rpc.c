@@ -69,7 +69,7 @@ static CUresult map_status(int32_t st)
 }
 
 /* A broken connection is final for now; later: reconnect and replay. */
-static CUresult conn_failed(struct rc_conn *c, const char *what)
+CUresult rc_conn_failed(struct rc_conn *c, const char *what)
 {
 	if (!c->dead)
 		log_err("lost connection to rgpud at %s:%u (%s: %s)", c->host, c->port, what,
@@ -83,10 +83,10 @@ static CUresult recv_reply_hdr(struct rc_conn *c, uint64_t id, uint16_t op, stru
 {
 	int hs = rgpu_frame_recv_hdr(c->c, h);
 	if (hs != RGPU_HDR_OK)
-		return conn_failed(c, "reading a reply");
+		return rc_conn_failed(c, "reading a reply");
 	if (!(h->flags & RGPU_F_REPLY) || h->id != id || h->op != op || h->len < 4) {
 		errno = EPROTO;
-		return conn_failed(c, "unexpected reply");
+		return rc_conn_failed(c, "unexpected reply");
 	}
 	return CUDA_SUCCESS;
 }
@@ -95,7 +95,7 @@ static CUresult recv_status(struct rc_conn *c, int32_t *st)
 {
 	uint8_t b[4];
 	if (rgpu_recv(c->c, b, 4) < 0)
-		return conn_failed(c, "reading a reply");
+		return rc_conn_failed(c, "reading a reply");
 	*st = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
 	return CUDA_SUCCESS;
 }
@@ -110,7 +110,7 @@ static CUresult call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *r
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	uint64_t id = ++c->next_id;
 	if (rgpu_frame_send(c->c, op, 0, id, req->data, req->len, NULL, 0) < 0)
-		return conn_failed(c, "sending a request");
+		return rc_conn_failed(c, "sending a request");
 	struct rgpu_hdr h;
 	CUresult rc = recv_reply_hdr(c, id, op, &h);
 	if (rc)
@@ -119,17 +119,56 @@ static CUresult call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *r
 	if (n > b->rxcap) {
 		uint8_t *p = realloc(b->rx, n);
 		if (!p)
-			return conn_failed(c, "out of memory for a reply");
+			return rc_conn_failed(c, "out of memory for a reply");
 		b->rx = p;
 		b->rxcap = n;
 	}
 	if (rgpu_recv(c->c, b->rx, n) < 0)
-		return conn_failed(c, "reading a reply");
+		return rc_conn_failed(c, "reading a reply");
 	rd_init(r, b->rx, n);
 	int32_t st = get_i32(r);
 	if (raw_status)
 		*raw_status = st;
 	return map_status(st);
+}
+
+CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
+{
+	return call_locked(c, op, req, r, NULL);
+}
+
+CUresult rc_recv_reply(struct rc_conn *c, uint64_t id, uint16_t op, struct rd *r, int32_t *st,
+		       uint32_t *flags)
+{
+	struct tls_bufs *b = tls();
+	if (!b)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct rgpu_hdr h;
+	CUresult rc = recv_reply_hdr(c, id, op, &h);
+	if (rc)
+		return rc;
+	if (h.len > b->rxcap) {
+		uint8_t *p = realloc(b->rx, h.len);
+		if (!p)
+			return rc_conn_failed(c, "out of memory for a reply");
+		b->rx = p;
+		b->rxcap = h.len;
+	}
+	if (rgpu_recv(c->c, b->rx, h.len) < 0)
+		return rc_conn_failed(c, "reading a reply");
+	rd_init(r, b->rx, h.len);
+	*st = get_i32(r);
+	*flags = h.flags;
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_wait_status(struct rc_conn *c, uint64_t id, uint16_t op)
+{
+	struct rd r;
+	int32_t st;
+	uint32_t flags;
+	CUresult rc = rc_recv_reply(c, id, op, &r, &st, &flags);
+	return rc ? rc : map_status(st);
 }
 
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
@@ -149,7 +188,7 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 	if (c->dead)
 		rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
 	else if (rgpu_frame_send(c->c, op, RGPU_F_NOREPLY, ++c->next_id, req->data, req->len, NULL, 0) < 0)
-		rc = conn_failed(c, "sending a request");
+		rc = rc_conn_failed(c, "sending a request");
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -226,7 +265,7 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 		id = ++c->next_id;
 		if (rgpu_frame_send(c->c, RGPU_OP_MEMCPY_HTOD, last ? 0 : RGPU_F_NOREPLY, id, f,
 				    sizeof(f), (const uint8_t *)src + off, k) < 0) {
-			rc = conn_failed(c, "sending data");
+			rc = rc_conn_failed(c, "sending data");
 			break;
 		}
 	}
@@ -237,7 +276,7 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 		if (!rc)
 			rc = recv_status(c, &st);
 		if (!rc && h.len > 4 && rgpu_frame_skip(c->c, h.len - 4) < 0)
-			rc = conn_failed(c, "reading a reply");
+			rc = rc_conn_failed(c, "reading a reply");
 		if (!rc)
 			rc = map_status(st);
 	}
@@ -264,7 +303,7 @@ CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src
 	uint64_t id = ++c->next_id;
 	CUresult rc = CUDA_SUCCESS;
 	if (rgpu_frame_send(c->c, RGPU_OP_MEMCPY_DTOH, 0, id, f, sizeof(f), NULL, 0) < 0)
-		rc = conn_failed(c, "sending a request");
+		rc = rc_conn_failed(c, "sending a request");
 	size_t got = 0;
 	/* data frames land straight in the caller's buffer */
 	for (int more = 1; !rc && more;) {
@@ -279,23 +318,23 @@ CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src
 		more = (h.flags & RGPU_F_MORE) != 0;
 		if (k > n - got) {
 			errno = EPROTO;
-			rc = conn_failed(c, "more data than asked for");
+			rc = rc_conn_failed(c, "more data than asked for");
 			break;
 		}
 		if (k && rgpu_recv(c->c, (uint8_t *)dst + got, k) < 0) {
-			rc = conn_failed(c, "reading data");
+			rc = rc_conn_failed(c, "reading data");
 			break;
 		}
 		got += k;
 		if (st) {
 			rc = map_status(st);
 			if (more && rgpu_frame_skip(c->c, 0) < 0)
-				rc = conn_failed(c, "reading data");
+				rc = rc_conn_failed(c, "reading data");
 			break;
 		}
 		if (!more && got != n) {
 			errno = EPROTO;
-			rc = conn_failed(c, "short data");
+			rc = rc_conn_failed(c, "short data");
 		}
 	}
 	pthread_mutex_unlock(&c->lock);

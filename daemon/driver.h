@@ -37,6 +37,8 @@
 	X(cuMemFree_v2)                          \
 	X(cuMemHostAlloc)                        \
 	X(cuMemFreeHost)                         \
+	X(cuMemHostRegister_v2)                  \
+	X(cuMemHostUnregister)                   \
 	X(cuMemcpyHtoD_v2)                       \
 	X(cuMemcpyDtoH_v2)                       \
 	X(cuMemcpyDtoD_v2)                       \

@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -343,6 +346,18 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		return 1;
 	}
+	{
+		/* same-host clients come in over a Unix socket named after the port */
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		unsigned port = 0;
+		if (getsockname(srv->listen_fd, (struct sockaddr *)&ss, &sl) == 0)
+			port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+							      : ((struct sockaddr_in *)&ss)->sin_port);
+		srv->unix_fd = port ? rgpu_unix_listen(port, err, sizeof(err)) : -1;
+		if (srv->unix_fd < 0)
+			log_warn("%s; same-host clients will use TCP", err);
+	}
 	if (daemonize && daemon(0, use_syslog ? 0 : 1) < 0) {
 		log_err("cannot detach: %s", strerror(errno));
 		return 1;
@@ -366,6 +381,8 @@ int main(int argc, char **argv)
 	rgpud_serve(srv);
 	log_info("shutting down");
 	close(srv->listen_fd);
+	if (srv->unix_fd >= 0)
+		close(srv->unix_fd);
 	rgpud_access_fini();
 	if (pidfile)
 		unlink(pidfile);

@@ -84,6 +84,7 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		if (s->ht.e[i].kind == HK_CTX && ((uint64_t)s->ht.e[i].gen << 32 | (i + 1)) != ctx)
 			others++;
 	stage_forget_ctx(s, ctx);
+	shm_forget_ctx(s, ctx);
 	if (!others)
 		stage_free(s);
 	if (!others && s->stage[0]) {

@@ -17,6 +17,7 @@ struct rgpud {
 	int use_syslog;
 	char hostname[128];
 	int listen_fd;
+	int unix_fd; /* same-host clients: @rgpud.PORT */
 	pthread_mutex_t lock; /* guards the session list */
 	struct session *sessions;
 	int nsessions;

@@ -20,7 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-struct rgpud rgpud_server = { .lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1 };
+struct rgpud rgpud_server = { .lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .unix_fd = -1 };
 
 void rgpud_session_register(struct rgpud *srv, struct session *s)
 {
@@ -157,15 +157,17 @@ int rgpud_serve(struct rgpud *srv)
 		return -1;
 	}
 	while (!srv->stopping) {
-		struct pollfd p = { .fd = srv->listen_fd, .events = POLLIN };
-		int rc = poll(&p, 1, 500);
+		struct pollfd p[2] = { { .fd = srv->listen_fd, .events = POLLIN },
+				       { .fd = srv->unix_fd, .events = POLLIN } };
+		int rc = poll(p, srv->unix_fd >= 0 ? 2 : 1, 500);
 		if (rc < 0 && errno != EINTR) {
-			log_err("poll on the listening socket: %s", strerror(errno));
+			log_err("poll on the listening sockets: %s", strerror(errno));
 			break;
 		}
 		if (rc <= 0)
 			continue;
-		struct rgpu_conn *c = rgpu_tcp_accept(srv->listen_fd);
+		struct rgpu_conn *c = (p[0].revents & POLLIN) ? rgpu_tcp_accept(srv->listen_fd)
+							      : rgpu_unix_accept(srv->unix_fd);
 		if (!c) {
 			/* EMFILE and friends: keep serving the sessions we have */
 			log_warn("accept: %s", strerror(errno));

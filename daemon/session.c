@@ -167,6 +167,7 @@ static void session_cleanup(struct session *s)
 		freed += s->allocs[i].size;
 	}
 	/* pinned staging must go while a context still exists */
+	shm_cleanup(s);
 	stage_free(s);
 	if (s->stage[0]) {
 		for (int i = 0; i < 2; i++) {

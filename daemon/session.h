@@ -11,6 +11,7 @@
 #include "driver.h"
 #include "frame.h"
 #include "handles.h"
+#include "shm.h"
 #include "stage.h"
 #include "wire.h"
 
@@ -62,6 +63,7 @@ struct session {
 	uint64_t dev_admitted; /* bit mask */
 
 	struct stage_pool pool; /* host-to-device staging */
+	struct shm_state *shm;  /* same-host sessions: shared memory */
 	/* device-to-host staging: two pinned buffers of RGPU_CHUNK_SIZE */
 	void *stage[2];
 	int stage_pinned;
@@ -140,6 +142,8 @@ DECL_OP(launch) DECL_OP(func_get_attrs) DECL_OP(func_set_attr) DECL_OP(func_set_
 DECL_OP(stream_create) DECL_OP(stream_destroy) DECL_OP(stream_sync) DECL_OP(stream_query) DECL_OP(stream_wait_event)
 DECL_OP(event_create) DECL_OP(event_destroy) DECL_OP(event_record) DECL_OP(event_sync) DECL_OP(event_query)
 DECL_OP(event_elapsed) DECL_OP(admin)
+DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait) DECL_OP(shm_dtoh)
+DECL_OP(shm_hostcopy)
 #undef DECL_OP
 
 #endif

@@ -280,6 +280,57 @@ EMU_API CUresult CUDAAPI cuMemFreeHost(void *p)
 	return CUDA_SUCCESS;
 }
 
+/* Registration pins nothing here: host memory is already what the
+ * emulated device copies from.  Tracked so unregistering checks. */
+struct host_reg {
+	struct host_reg *next;
+	void *p;
+};
+static struct host_reg *host_regs;
+
+EMU_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	(void)Flags;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!p || !bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct host_reg *r = malloc(sizeof *r);
+	if (!r)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	r->p = p;
+	emu_lock(&host_lock);
+	for (struct host_reg *x = host_regs; x; x = x->next)
+		if (x->p == p) {
+			emu_unlock(&host_lock);
+			free(r);
+			return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+		}
+	r->next = host_regs;
+	host_regs = r;
+	emu_unlock(&host_lock);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuMemHostUnregister(void *p)
+{
+	struct host_reg *r = NULL;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&host_lock);
+	for (struct host_reg **pp = &host_regs; *pp; pp = &(*pp)->next)
+		if ((*pp)->p == p) {
+			r = *pp;
+			*pp = r->next;
+			break;
+		}
+	emu_unlock(&host_lock);
+	if (!r)
+		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+	free(r);
+	return CUDA_SUCCESS;
+}
+
 /* ---- copies and memsets: checked when called, queued on a stream,
  * checked again when they run (the memory may have gone meanwhile). */
 

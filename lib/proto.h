@@ -152,6 +152,29 @@ typedef uint64_t rgpu_handle;
 	X(EVENT_QUERY, 64, "handle ctx, handle event ->")                      \
 	/* handle ctx, handle start, handle end -> f32 ms (as u32 bits) */     \
 	X(EVENT_ELAPSED, 65, "elapsed time between events")                 \
+	/* Same host only (sessions over the Unix socket): shared memory.      \
+	 * u32 kind (1: staging ring of u32 nslots chunks after a 4 KiB page  \
+	 * of u32 slot states; 2: client host memory), u32 fd (the client's   \
+	 * memfd: the server opens /proc/<peer pid>/fd/<fd>), u64 client base  \
+	 * address, u64 size, u32 nslots -> */                                 \
+	X(SHM_ATTACH, 70, "share memory with a same-host client")             \
+	/* u64 client base -> */                                               \
+	X(SHM_DETACH, 71, "stop sharing host memory")                          \
+	/* handle ctx, handle stream, u64 dst, u64 total, u64 offset, u32     \
+	 * slot, u32 len -> (answered only for the last chunk of a            \
+	 * synchronous copy).  Slot states: 0 client's, 1 server's; the       \
+	 * server hands a slot back once the GPU has read it. */               \
+	X(SHM_HTOD, 72, "host to device through a staging slot")              \
+	/* handle ctx -> : returns once a staging slot is free again */        \
+	X(SHM_SLOT_WAIT, 73, "wait for a free staging slot")                  \
+	/* handle ctx, handle stream, u64 src, u64 size -> reply frames        \
+	 * (MORE on all but the last): u32 slot, u32 len; the client copies   \
+	 * the slot out and hands it back */                                   \
+	X(SHM_DTOH, 74, "device to host through staging slots")               \
+	/* handle ctx, handle stream, u64 device address, u64 client host      \
+	 * address (inside an attached host region), u64 size, u32 dir        \
+	 * (0: to the device, 1: to the host), u32 sync -> */                  \
+	X(SHM_HOSTCOPY, 75, "copy straight from/to shared host memory")       \
 	/* Lease management (see daemon/lease.h).  GRANT and RELEASE need an   \
 	 * admin credential (root or the SlurmUser), LIST any valid one.  On  \
 	 * failure the reply carries str message after the status:            \

@@ -61,7 +61,31 @@ int rgpu_tcp_listen(const char *addr, char *err, size_t errlen);
 struct rgpu_conn *rgpu_tcp_accept(int listen_fd);
 /* Wraps an already connected socket (a session worker's inherited one). */
 struct rgpu_conn *rgpu_tcp_from_fd(int fd);
+/* Same host (transport_unix.c): rgpud also listens on an abstract Unix
+ * socket named after its TCP port, so only processes in the server's own
+ * network namespace (the same node) reach it.  Same framing as TCP. */
+int rgpu_unix_listen(unsigned port, char *err, size_t errlen);
+struct rgpu_conn *rgpu_unix_connect(unsigned port, char *err, size_t errlen);
+struct rgpu_conn *rgpu_unix_accept(int listen_fd);
+/* True if host names an address of this machine (in this network
+ * namespace): then the Unix socket is worth trying. */
+int rgpu_host_is_local(const char *host);
+/* The peer's pid and uid on a Unix connection; -1 on others. */
+int rgpu_unix_peer(struct rgpu_conn *c, int *pid, unsigned *uid);
+/* internal: a connected stream socket as a "unix" transport connection */
+struct rgpu_conn *rgpu_stream_wrap(int fd, const char *peer);
 /* The socket under a TCP connection (for poll and credentials). */
 int rgpu_tcp_fd(struct rgpu_conn *c);
+
+/* InfiniBand verbs (transport_verbs.c; only in builds with HAVE_VERBS from
+ * config.h).  Both ends call rgpu_verbs_upgrade at the same point of the
+ * protocol with nothing else in flight on tcp.  Success: a verbs connection
+ * that owns tcp (closing it closes tcp).  NULL: err says why and tcp is the
+ * caller's still (the fallback), usable unless err names a failed exchange,
+ * in which case tcp has been shut down.  rgpu_verbs_available: 1 if a
+ * device has an ACTIVE port, else 0; why says which (docs/transports.md). */
+struct rgpu_conn *rgpu_verbs_upgrade(struct rgpu_conn *tcp, int is_server,
+				     char *err, size_t errlen);
+int rgpu_verbs_available(char *why, size_t n);
 
 #endif

@@ -116,6 +116,30 @@ static void tcp_tune(int fd)
 	(void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
 }
 
+/* The same stream operations carry a same-host Unix socket
+ * (transport_unix.c); only the name differs. */
+static const struct rgpu_transport unix_transport = {
+	.name = "unix",
+	.sendv = tcp_sendv,
+	.recv = tcp_recv,
+	.recv_some = tcp_recv_some,
+	.shutdown = tcp_shutdown,
+	.close = tcp_close,
+};
+
+struct rgpu_conn *rgpu_stream_wrap(int fd, const char *peer)
+{
+	struct tcp_conn *t = calloc(1, sizeof(*t));
+	if (!t) {
+		close(fd);
+		return NULL;
+	}
+	t->base.tp = &unix_transport;
+	t->fd = fd;
+	snprintf(t->base.peer, sizeof(t->base.peer), "%s", peer);
+	return &t->base;
+}
+
 static struct rgpu_conn *tcp_wrap(int fd, const struct sockaddr *sa, socklen_t salen)
 {
 	struct tcp_conn *t = calloc(1, sizeof(*t));
@@ -140,6 +164,8 @@ struct rgpu_conn *rgpu_tcp_from_fd(int fd)
 	socklen_t len = sizeof(ss);
 	if (getpeername(fd, (struct sockaddr *)&ss, &len) < 0)
 		return NULL;
+	if (ss.ss_family == AF_UNIX)
+		return rgpu_stream_wrap(fd, "local");
 	return tcp_wrap(fd, (struct sockaddr *)&ss, len);
 }
 

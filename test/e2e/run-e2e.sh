@@ -237,7 +237,15 @@ suite() {
 	fi
 }
 
+# first the same-host path (Unix socket, shared memory: the default for a
+# server on this node), then the network path forced with RGPU_TRANSPORT=tcp
 suite
+echo "--- again over TCP (RGPU_TRANSPORT=tcp)"
+export RGPU_TRANSPORT=tcp
+SUFFIX=_tcp
+suite
+SUFFIX=""
+unset RGPU_TRANSPORT
 
 # raw-protocol abuse, not through the client (never under valgrind)
 if want t_malformed; then

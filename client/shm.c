@@ -1,0 +1,187 @@
+/* Same-host fast path: when rgpud runs on this node the client talks to
+ * it over a Unix socket and moves data through shared memory: a staging
+ * ring for pageable buffers (one memcpy here, then the GPU reads the
+ * registered ring directly), and memfd-backed pinned host memory that the
+ * server registers, so the GPU copies straight from the application's
+ * buffer.  No socket carries bulk data. */
+#include "client.h"
+#include "frame.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define SLOT_STATE_PAGE 4096
+#define RING_SLOTS 8
+
+static uint8_t *slot_ptr(struct rc_conn *c, uint32_t i)
+{
+	return (uint8_t *)c->ring + SLOT_STATE_PAGE + (size_t)i * RGPU_CHUNK_SIZE;
+}
+
+CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
+		       uint32_t nslots)
+{
+	struct wbuf *w = rc_req();
+	put_u32(w, kind);
+	put_u32(w, (uint32_t)fd);
+	put_u64(w, (uint64_t)(uintptr_t)base);
+	put_u64(w, size);
+	put_u32(w, nslots);
+	struct rd r;
+	return rc_call(c, RGPU_OP_SHM_ATTACH, w, &r);
+}
+
+void rc_shm_setup(struct rc_conn *c)
+{
+	size_t size = SLOT_STATE_PAGE + (size_t)RING_SLOTS * RGPU_CHUNK_SIZE;
+	int fd = memfd_create("rgpu-staging", MFD_CLOEXEC);
+	void *p = MAP_FAILED;
+	if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		log_warn("no shared staging with the local rgpud: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	CUresult rc = rc_shm_attach(c, 1, fd, p, size, RING_SLOTS);
+	close(fd); /* the server has its own mapping now */
+	if (rc) {
+		log_warn("the local rgpud did not take the shared staging ring (error %d): "
+			 "copies go through the socket", (int)rc);
+		munmap(p, size);
+		return;
+	}
+	c->ring = p;
+	c->ring_size = size;
+	c->nslots = RING_SLOTS;
+	c->slot_state = p;
+}
+
+static int slot_free(struct rc_conn *c)
+{
+	for (uint32_t k = 0; k < c->nslots; k++) {
+		uint32_t i = (c->next_slot + k) % c->nslots;
+		if (__atomic_load_n(&c->slot_state[i], __ATOMIC_ACQUIRE) == 0) {
+			c->next_slot = (i + 1) % c->nslots;
+			return (int)i;
+		}
+	}
+	return -1;
+}
+
+CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src,
+		     size_t n, int async)
+{
+	struct rc_conn *c = ctx->dev->conn;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&c->lock);
+	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+	uint64_t id = 0;
+	for (size_t off = 0; !rc && off < n; off += RGPU_CHUNK_SIZE) {
+		size_t k = n - off < RGPU_CHUNK_SIZE ? n - off : RGPU_CHUNK_SIZE;
+		int last = off + k == n;
+		int slot;
+		while (!rc && (slot = slot_free(c)) < 0) {
+			/* all slots are being read by the GPU: wait for one */
+			struct wbuf *w = rc_req();
+			put_u64(w, ctx->h);
+			struct rd r;
+			rc = rc_call_locked(c, RGPU_OP_SHM_SLOT_WAIT, w, &r);
+		}
+		if (rc)
+			break;
+		memcpy(slot_ptr(c, (uint32_t)slot), (const uint8_t *)src + off, k);
+		__atomic_store_n(&c->slot_state[slot], 1, __ATOMIC_RELEASE);
+		uint8_t f[48];
+		struct wbuf w = { .data = f, .cap = sizeof(f) };
+		put_u64(&w, ctx->h);
+		put_u64(&w, stream);
+		put_u64(&w, dst);
+		put_u64(&w, n);
+		put_u64(&w, off);
+		put_u32(&w, (uint32_t)slot);
+		put_u32(&w, (uint32_t)k);
+		id = ++c->next_id;
+		if (rgpu_frame_send(c->c, RGPU_OP_SHM_HTOD, last && !async ? 0 : RGPU_F_NOREPLY, id,
+				    f, w.len, NULL, 0) < 0)
+			rc = rc_conn_failed(c, "sending a request");
+	}
+	if (!rc && !async)
+		rc = rc_wait_status(c, id, RGPU_OP_SHM_HTOD);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+CUresult rc_shm_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src, size_t n)
+{
+	struct rc_conn *c = ctx->dev->conn;
+	if (n == 0)
+		return CUDA_SUCCESS;
+	uint8_t f[32];
+	struct wbuf w = { .data = f, .cap = sizeof(f) };
+	put_u64(&w, ctx->h);
+	put_u64(&w, stream);
+	put_u64(&w, src);
+	put_u64(&w, n);
+	pthread_mutex_lock(&c->lock);
+	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+	uint64_t id = ++c->next_id;
+	if (!rc && rgpu_frame_send(c->c, RGPU_OP_SHM_DTOH, 0, id, f, w.len, NULL, 0) < 0)
+		rc = rc_conn_failed(c, "sending a request");
+	size_t got = 0;
+	for (int more = 1; !rc && more;) {
+		struct rd r;
+		int32_t st;
+		uint32_t flags;
+		rc = rc_recv_reply(c, id, RGPU_OP_SHM_DTOH, &r, &st, &flags);
+		if (rc)
+			break;
+		more = (flags & RGPU_F_MORE) != 0;
+		if (st) {
+			rc = (CUresult)st;
+			break;
+		}
+		if (r.left == 0 && !more)
+			break;
+		uint32_t slot = get_u32(&r), len = get_u32(&r);
+		if (!rd_ok(&r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > n - got) {
+			errno = EPROTO;
+			rc = rc_conn_failed(c, "bad staging reply");
+			break;
+		}
+		memcpy((uint8_t *)dst + got, slot_ptr(c, slot), len);
+		__atomic_store_n(&c->slot_state[slot], 0, __ATOMIC_RELEASE);
+		got += len;
+		if (!more && got != n) {
+			errno = EPROTO;
+			rc = rc_conn_failed(c, "short data");
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+CUresult rc_shm_hostcopy(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dev, void *host,
+			 size_t n, int to_host, int async)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, ctx->h);
+	put_u64(w, stream);
+	put_u64(w, dev);
+	put_u64(w, (uint64_t)(uintptr_t)host);
+	put_u64(w, n);
+	put_u32(w, (uint32_t)to_host);
+	put_u32(w, !async);
+	struct rd r;
+	/* the memory is shared: even device-to-host data lands in the
+	 * caller's buffer when the stream gets there, as with local CUDA */
+	if (async)
+		return rc_post(ctx->dev->conn, RGPU_OP_SHM_HOSTCOPY, w);
+	return rc_call(ctx->dev->conn, RGPU_OP_SHM_HOSTCOPY, w, &r);
+}
