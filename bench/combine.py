@@ -84,20 +84,24 @@ def main(argv):
     have_local = "local" in targets
 
     out = [meta] + rows
-    sizes = sorted({k[3] for k in bw if k[0] in ("rgpud", "local")})
+    sizes = sorted({k[3] for k in bw if k[0] in ("rgpud", "rgpud_shm", "local")})
     print()
     print("=== bandwidth, GB/s (1e9 B/s), median of repeats; raw TCP one way over loopback,")
     print("    TCP 1way: into a receive buffer of the full size, TCP strm: 4 MiB pieces into")
     print("    one reused buffer; rgpud/TCP and the bar: against the FASTER of the two")
-    print("%-4s %-8s %8s %9s %9s %9s %9s %10s %10s" % (
+    print("    rgpud = over loopback TCP; shm = same host (Unix socket + shared memory)")
+    print("%-4s %-8s %8s %9s %9s %9s %9s %10s %10s %9s %9s" % (
         "dir", "host mem", "size", "local", "rgpud", "TCP 1way", "TCP strm",
-        "rgpud/TCP", "rgpud/loc"))
+        "rgpud/TCP", "rgpud/loc", "shm", "shm/loc"))
     bars = {}
+    bars95 = {}
+    bars_shm = {}
     for op in ("h2d", "d2h"):
         for mem in ("pinned", "pageable"):
             for n in sizes:
                 loc = bw.get(("local", op, mem, n))
                 rg = bw.get(("rgpud", op, mem, n))
+                sm = bw.get(("rgpud_shm", op, mem, n))
                 t1 = bw.get(("raw_tcp", "oneway", "-", n))
                 ts = bw.get(("raw_tcp", "stream", "-", n))
                 tcp, tcp_mode = best_raw(t1, ts)
@@ -108,33 +112,40 @@ def main(argv):
                      "raw_tcp_oneway_gbps": t1, "raw_tcp_stream_gbps": ts,
                      "raw_tcp_gbps": tcp, "raw_tcp_mode": tcp_mode,
                      "rgpud_over_raw_tcp": ratio(rg, tcp),
-                     "rgpud_over_local": ratio(rg, loc)}
+                     "rgpud_over_local": ratio(rg, loc),
+                     "shm_gbps": sm, "shm_over_local": ratio(sm, loc)}
                 out.append(c)
-                print("%-4s %-8s %8s %9s %9s %9s %9s %10s %10s" % (
+                print("%-4s %-8s %8s %9s %9s %9s %9s %10s %10s %9s %9s" % (
                     op, mem, fmt_size(n), f(loc, ".2f"), f(rg, ".2f"),
                     f(t1, ".2f"), f(ts, ".2f"),
-                    f(c["rgpud_over_raw_tcp"], ".1%"), f(c["rgpud_over_local"], ".1%")))
+                    f(c["rgpud_over_raw_tcp"], ".1%"), f(c["rgpud_over_local"], ".1%"),
+                    f(sm, ".2f"), f(c["shm_over_local"], ".1%")))
                 if n >= BAR_MIN_BYTES:
                     bars.setdefault(mem, []).append((op, n, c["rgpud_over_raw_tcp"]))
+                if n >= 16 * 1024 * 1024:
+                    bars95.setdefault(mem, []).append((op, n, c["rgpud_over_raw_tcp"]))
+                    bars_shm.setdefault(mem, []).append((op, n, c["shm_over_local"]))
             print()
 
     print("=== latency, microseconds, median per call")
-    print("%-12s %9s %9s %12s %10s %10s" % (
-        "call", "local", "rgpud", "TCP rtt 4B", "rgpud/TCP", "rgpud/loc"))
+    print("%-12s %9s %9s %12s %10s %10s %9s %9s" % (
+        "call", "local", "rgpud", "TCP rtt 4B", "rgpud/TCP", "rgpud/loc", "shm", "shm/loc"))
     tcp_rtt = lat.get(("raw_tcp", "rtt_4B"))
     for op in ("ctx_sync", "htod_4B", "dtoh_4B", "launch_sync", "launch_async"):
         loc = lat.get(("local", op))
         rg = lat.get(("rgpud", op))
+        sm = lat.get(("rgpud_shm", op))
         if loc is None and rg is None:
             continue
         c = {"kind": "cmp_lat", "op": op, "local_us": loc, "rgpud_us": rg,
              "raw_tcp_rtt_us": tcp_rtt, "rgpud_over_raw_tcp": ratio(rg, tcp_rtt),
-             "rgpud_over_local": ratio(rg, loc)}
+             "rgpud_over_local": ratio(rg, loc), "shm_us": sm,
+             "shm_over_local": ratio(sm, loc)}
         out.append(c)
-        print("%-12s %9s %9s %12s %10s %10s" % (
+        print("%-12s %9s %9s %12s %10s %10s %9s %9s" % (
             op, f(loc, ".1f"), f(rg, ".1f"), f(tcp_rtt, ".1f"),
             f(c["rgpud_over_raw_tcp"], ".2f"),
-            f(c["rgpud_over_local"], ".2f")))
+            f(c["rgpud_over_local"], ".2f"), f(sm, ".1f"), f(c["shm_over_local"], ".2f")))
     print("(ratios are rgpud time / other time: 1.00 = as fast)")
     la_loc, la_rg = lat.get(("local", "launch_async")), lat.get(("rgpud", "launch_async"))
     if la_loc and la_rg:
@@ -166,6 +177,22 @@ def main(argv):
         out.append({"kind": "bar", "name": "rgpud >= 80% raw TCP at >= 64 MiB",
                     "mem": mem, "met": met, "worst_ratio": worst,
                     "sizes": [{"op": op, "bytes": n, "ratio": r} for (op, n, r) in got]})
+    for title, table, need in (
+            ("rgpud over TCP >= 95% of raw loopback TCP from 16 MiB", bars95, 0.95),
+            ("same host (shm) >= 90% of local CUDA copies from 16 MiB", bars_shm, 0.90)):
+        print("=== bar: %s" % title)
+        for mem in ("pinned", "pageable"):
+            got = [(op, n, r) for (op, n, r) in table.get(mem, []) if r is not None]
+            if not got:
+                print("  %-8s NOT MEASURED" % mem)
+                out.append({"kind": "bar", "name": title, "mem": mem, "met": None})
+                continue
+            worst = min(r for (_, _, r) in got)
+            print("  %-8s %s (worst %.1f%%: %s)" % (
+                mem, "MET" if worst >= need else "MISSED", worst * 100,
+                ", ".join("%s %s %.1f%%" % (op, fmt_size(n), r * 100) for (op, n, r) in got)))
+            out.append({"kind": "bar", "name": title, "mem": mem, "met": worst >= need,
+                        "worst_ratio": worst})
     if meta.get("emulated"):
         print("  (emulated device: the numbers say nothing about a GPU)")
 

@@ -176,10 +176,19 @@ else
 fi
 if start_daemon; then
 	echo "rgpud: 127.0.0.1:$PORT (pid $DAEMON_PID)"
-	if ! RGPU_SERVERS="127.0.0.1:$PORT/$DEVICE" LD_LIBRARY_PATH=$CLIENTDIR \
+	# the network path (TCP over loopback), then the same-host path
+	# (Unix socket and shared memory)
+	if ! RGPU_TRANSPORT=tcp RGPU_SERVERS="127.0.0.1:$PORT/$DEVICE" LD_LIBRARY_PATH=$CLIENTDIR \
 		"$BW_LAT" --target rgpud --max "$MAX" --min-time "$MIN_TIME" \
 		--json "$LOGDIR/rgpud.jsonl" 2>"$LOGDIR/rgpud.err" | tee "$LOGDIR/rgpud.out"; then
 		echo "FAIL: bw_lat through rgpud:"; tail -5 "$LOGDIR/rgpud.err"
+		STATUS=1
+	fi
+	echo "--- rgpud on this host: Unix socket and shared memory (RGPU_TRANSPORT=local)"
+	if ! RGPU_TRANSPORT=local RGPU_SERVERS="127.0.0.1:$PORT/$DEVICE" LD_LIBRARY_PATH=$CLIENTDIR \
+		"$BW_LAT" --target rgpud_shm --max "$MAX" --min-time "$MIN_TIME" \
+		--json "$LOGDIR/rgpud_shm.jsonl" 2>"$LOGDIR/rgpud_shm.err" | tee "$LOGDIR/rgpud_shm.out"; then
+		echo "FAIL: bw_lat through rgpud (same host):"; tail -5 "$LOGDIR/rgpud_shm.err"
 		STATUS=1
 	fi
 	if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
