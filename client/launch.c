@@ -5,8 +5,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Launch attributes travel as values; those holding a handle (events,
+ * graph nodes) are not served yet. */
+static CUresult put_attrs(struct wbuf *w, const CUlaunchAttribute *a, unsigned n)
+{
+	if (n > 16)
+		return CUDA_ERROR_INVALID_VALUE;
+	put_u32(w, n);
+	for (unsigned i = 0; i < n; i++) {
+		switch (a[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+		case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+		case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
+			rc_unsupported("cuLaunchKernelEx with event or graph-node attributes");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		default:
+			break;
+		}
+		put_u32(w, (uint32_t)a[i].id);
+		put_raw(w, &a[i].value, sizeof(a[i].value));
+	}
+	return CUDA_SUCCESS;
+}
+
 static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], unsigned shmem,
-		       CUstream s, void **params, void **extra)
+		       CUstream s, void **params, void **extra, const CUlaunchAttribute *attrs,
+		       unsigned nattrs)
 {
 	struct rc_func *f;
 	CUresult rc = rc_func_resolve(fn, &f);
@@ -80,6 +104,8 @@ static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], 
 	put_u64(w, sh);
 	put_bytes(w, buf, len);
 	free(heap);
+	if (nattrs && (rc = put_attrs(w, attrs, nattrs)))
+		return rc;
 	return rc_post(c->dev->conn, RGPU_OP_LAUNCH, w);
 }
 
@@ -88,28 +114,17 @@ RC_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsign
 				  void **extra)
 {
 	const unsigned g[3] = { gx, gy, gz }, b[3] = { bx, by, bz };
-	return launch(f, g, b, shmem, s, params, extra);
+	return launch(f, g, b, shmem, s, params, extra, NULL, 0);
 }
 
 RC_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra)
 {
-	if (!cfg)
+	if (!cfg || (cfg->numAttrs && !cfg->attrs))
 		return CUDA_ERROR_INVALID_VALUE;
-	for (unsigned i = 0; i < cfg->numAttrs; i++) {
-		switch (cfg->attrs[i].id) {
-		case CU_LAUNCH_ATTRIBUTE_IGNORE:
-		case CU_LAUNCH_ATTRIBUTE_PRIORITY:
-		case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
-		case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
-			break; /* performance hints: safe to drop */
-		default:
-			rc_unsupported("cuLaunchKernelEx with launch attributes");
-			return CUDA_ERROR_NOT_SUPPORTED;
-		}
-	}
 	const unsigned g[3] = { cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ };
 	const unsigned b[3] = { cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ };
-	return launch(f, g, b, cfg->sharedMemBytes, cfg->hStream, params, extra);
+	return launch(f, g, b, cfg->sharedMemBytes, cfg->hStream, params, extra, cfg->attrs,
+		      cfg->numAttrs);
 }
 
 static CUresult attrs_fetch(struct rc_func *f)
@@ -254,4 +269,83 @@ RC_EXPORT CUresult cuOccupancyMaxPotentialBlockSize(int *min_grid, int *block, C
 						    CUoccupancyB2DSize smem_fn, size_t smem, int limit)
 {
 	return cuOccupancyMaxPotentialBlockSizeWithFlags(min_grid, block, fn, smem_fn, smem, limit, 0);
+}
+
+RC_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunction fn, int nblocks,
+							   int blocksize)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!bytes)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, f->ctx->h);
+	put_u64(w, f->h);
+	put_i32(w, nblocks);
+	put_i32(w, blocksize);
+	struct rd r;
+	if ((rc = rc_call(f->ctx->dev->conn, RGPU_OP_OCC_DYN_SMEM, w, &r)))
+		return rc;
+	*bytes = get_u64(&r);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction fn, const CUlaunchConfig *cfg)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!n || !cfg || (cfg->numAttrs && !cfg->attrs))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, f->ctx->h);
+	put_u64(w, f->h);
+	put_u32(w, cfg->gridDimX);
+	put_u32(w, cfg->gridDimY);
+	put_u32(w, cfg->gridDimZ);
+	put_u32(w, cfg->blockDimX);
+	put_u32(w, cfg->blockDimY);
+	put_u32(w, cfg->blockDimZ);
+	put_u32(w, cfg->sharedMemBytes);
+	if ((rc = put_attrs(w, cfg->attrs, cfg->numAttrs)))
+		return rc;
+	struct rd r;
+	if ((rc = rc_call(f->ctx->dev->conn, RGPU_OP_OCC_MAX_CLUSTERS, w, &r)))
+		return rc;
+	*n = get_i32(&r);
+	return CUDA_SUCCESS;
+}
+
+/* Kernel (context-independent) attributes act on the kernel's function in
+ * the current context, which must be on device dev. */
+static CUresult kernel_func(CUkernel k, CUdevice dev, struct rc_func **f)
+{
+	CUresult rc = rc_func_resolve((CUfunction)k, f);
+	if (!rc && (*f)->ctx->ordinal != dev)
+		rc = CUDA_ERROR_INVALID_DEVICE;
+	return rc;
+}
+
+RC_EXPORT CUresult cuKernelGetAttribute(int *v, CUfunction_attribute a, CUkernel k, CUdevice dev)
+{
+	struct rc_func *f;
+	CUresult rc = kernel_func(k, dev, &f);
+	return rc ? rc : cuFuncGetAttribute(v, a, (CUfunction)f);
+}
+
+RC_EXPORT CUresult cuKernelSetAttribute(CUfunction_attribute a, int v, CUkernel k, CUdevice dev)
+{
+	struct rc_func *f;
+	CUresult rc = kernel_func(k, dev, &f);
+	return rc ? rc : cuFuncSetAttribute((CUfunction)f, a, v);
+}
+
+RC_EXPORT CUresult cuKernelSetCacheConfig(CUkernel k, CUfunc_cache cfg, CUdevice dev)
+{
+	struct rc_func *f;
+	CUresult rc = kernel_func(k, dev, &f);
+	return rc ? rc : cuFuncSetCacheConfig((CUfunction)f, cfg);
 }

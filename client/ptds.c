@@ -147,3 +147,28 @@ RC_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream s, CUcontext *pctx)
 {
 	return cuStreamGetCtx(s, pctx);
 }
+
+/* ---- capture queries (no stream is ever capturing) ---- */
+
+RC_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream s, CUstreamCaptureStatus *st)
+{
+	return cuStreamIsCapturing(pt(s), st);
+}
+
+RC_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+	return cuStreamGetCaptureInfo(pt(s), st, id);
+}
+
+RC_EXPORT CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id,
+						  CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+	return cuStreamGetCaptureInfo_v2(pt(s), st, id, graph, deps, ndeps);
+}
+
+RC_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id,
+						  CUgraph *graph, const CUgraphNode **deps,
+						  const CUgraphEdgeData **edges, size_t *ndeps)
+{
+	return cuStreamGetCaptureInfo_v3(pt(s), st, id, graph, deps, edges, ndeps);
+}

@@ -288,3 +288,52 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b)
 
 RC_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
 RC_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
+
+/* Stream capture (CUDA graphs) is not served yet, so no stream is ever
+ * capturing: the truthful answer, which libraries check before they
+ * launch. */
+static CUresult not_capturing(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	if (rc)
+		return rc;
+	if (!st)
+		return CUDA_ERROR_INVALID_VALUE;
+	*st = CU_STREAM_CAPTURE_STATUS_NONE;
+	if (id)
+		*id = 0;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuStreamIsCapturing(CUstream s, CUstreamCaptureStatus *st)
+{
+	return not_capturing(s, st, NULL);
+}
+
+RC_EXPORT CUresult cuStreamGetCaptureInfo(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id)
+{
+	return not_capturing(s, st, id);
+}
+
+RC_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id,
+					     CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+	if (graph)
+		*graph = NULL;
+	if (deps)
+		*deps = NULL;
+	if (ndeps)
+		*ndeps = 0;
+	return not_capturing(s, st, id);
+}
+
+RC_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id,
+					     CUgraph *graph, const CUgraphNode **deps,
+					     const CUgraphEdgeData **edges, size_t *ndeps)
+{
+	if (edges)
+		*edges = NULL;
+	return cuStreamGetCaptureInfo_v2(s, st, id, graph, deps, ndeps);
+}

@@ -40,6 +40,8 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(FUNC_SET_ATTR, func_set_attr, 0),
 	OPD(FUNC_SET_CACHE, func_set_cache, 0),
 	OPD(OCC_MAX_BLOCKS, occ_max_blocks, 0),
+	OPD(OCC_DYN_SMEM, occ_dyn_smem, 0),
+	OPD(OCC_MAX_CLUSTERS, occ_max_clusters, 0),
 	OPD(STREAM_CREATE, stream_create, 0),
 	OPD(STREAM_DESTROY, stream_destroy, 0),
 	OPD(STREAM_SYNC, stream_sync, 0),

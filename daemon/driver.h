@@ -67,6 +67,9 @@
 	X(cuFuncSetAttribute)                    \
 	X(cuFuncSetCacheConfig)                  \
 	X(cuLaunchKernel)                        \
+	X(cuLaunchKernelEx)                      \
+	X(cuOccupancyAvailableDynamicSMemPerBlock) \
+	X(cuOccupancyMaxActiveClusters)          \
 	X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
 	X(cuStreamCreateWithPriority)            \
 	X(cuStreamDestroy_v2)                    \

@@ -18,6 +18,32 @@ static struct hentry *func_in_ctx(struct session *s, uint64_t ctx, uint64_t f, i
 	return *rc ? NULL : e;
 }
 
+/* Launch attributes: values only; any carrying a handle is refused by the
+ * client before it gets here. */
+static int read_attrs(struct rd *r, CUlaunchAttribute *attrs, uint32_t *n)
+{
+	*n = get_u32(r);
+	if (!rd_ok(r) || *n > 16)
+		return -1;
+	for (uint32_t i = 0; i < *n; i++) {
+		memset(&attrs[i], 0, sizeof(attrs[i]));
+		attrs[i].id = (CUlaunchAttributeID)get_u32(r);
+		const void *v = get_raw(r, sizeof(attrs[i].value));
+		if (!v)
+			return -1;
+		memcpy(&attrs[i].value, v, sizeof(attrs[i].value));
+		switch (attrs[i].id) {
+		case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+		case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
+		case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+			return -1;
+		default:
+			break;
+		}
+	}
+	return 0;
+}
+
 int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t ctx = get_u64(r), fid = get_u64(r);
@@ -30,6 +56,10 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	uint64_t sid = get_u64(r);
 	size_t plen;
 	const uint8_t *params = get_bytes(r, &plen);
+	CUlaunchAttribute attrs[16];
+	uint32_t nattrs = 0;
+	if (rd_ok(r) && r->left && read_attrs(r, attrs, &nattrs) < 0)
+		return OP_DROP;
 	if (!rd_done(r))
 		return OP_DROP;
 	int rc;
@@ -45,8 +75,56 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	void *args[l->n ? l->n : 1];
 	for (uint32_t i = 0; i < l->n; i++)
 		args[i] = (void *)(params + l->off[i]);
-	return D->cuLaunchKernel(e->obj, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st,
-				 l->n ? args : NULL, NULL);
+	if (!nattrs)
+		return D->cuLaunchKernel(e->obj, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st,
+					 l->n ? args : NULL, NULL);
+	CUlaunchConfig cfg = { .gridDimX = g[0], .gridDimY = g[1], .gridDimZ = g[2],
+			       .blockDimX = b[0], .blockDimY = b[1], .blockDimZ = b[2],
+			       .sharedMemBytes = shmem, .hStream = st, .attrs = attrs,
+			       .numAttrs = nattrs };
+	return D->cuLaunchKernelEx(&cfg, e->obj, l->n ? args : NULL, NULL);
+}
+
+int op_occ_dyn_smem(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	int32_t nb = get_i32(r), bs = get_i32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
+	if (!e)
+		return rc;
+	size_t v = 0;
+	rc = D->cuOccupancyAvailableDynamicSMemPerBlock(&v, e->obj, nb, bs);
+	put_u64(out, v);
+	return rc;
+}
+
+int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	uint32_t g[3], b[3];
+	for (int i = 0; i < 3; i++)
+		g[i] = get_u32(r);
+	for (int i = 0; i < 3; i++)
+		b[i] = get_u32(r);
+	uint32_t shmem = get_u32(r);
+	CUlaunchAttribute attrs[16];
+	uint32_t nattrs = 0;
+	if (read_attrs(r, attrs, &nattrs) < 0 || !rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
+	if (!e)
+		return rc;
+	CUlaunchConfig cfg = { .gridDimX = g[0], .gridDimY = g[1], .gridDimZ = g[2],
+			       .blockDimX = b[0], .blockDimY = b[1], .blockDimZ = b[2],
+			       .sharedMemBytes = shmem, .attrs = attrs, .numAttrs = nattrs };
+	int n = 0;
+	rc = D->cuOccupancyMaxActiveClusters(&n, e->obj, &cfg);
+	put_i32(out, n);
+	return rc;
 }
 
 int op_func_get_attrs(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

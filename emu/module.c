@@ -814,3 +814,54 @@ out:
 	func_leave(ctx);
 	return rc;
 }
+
+/* cuBLAS sizes its kernels with these; the emulated SM has 228 KiB of
+ * shared memory and a cluster is at most 8 blocks. */
+EMU_API CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize, CUfunction func,
+								 int numBlocks, int blockSize)
+{
+	struct emu_func *f;
+	struct emu_ctx *ctx;
+	if (!dynamicSmemSize || numBlocks <= 0 || blockSize <= 0 || blockSize > 1024)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = func_enter(func, &ctx, &f);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	size_t per = 233472 / (size_t)numBlocks;
+	*dynamicSmemSize = per > 232448 ? 232448 : per;
+	func_leave(ctx);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+						      const CUlaunchConfig *config)
+{
+	struct emu_func *f;
+	struct emu_ctx *ctx;
+	if (!numClusters || !config)
+		return CUDA_ERROR_INVALID_VALUE;
+	unsigned size = 1;
+	for (unsigned i = 0; i < config->numAttrs; i++)
+		if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+			size = config->attrs[i].value.clusterDim.x * config->attrs[i].value.clusterDim.y *
+			       config->attrs[i].value.clusterDim.z;
+	if (size == 0 || size > 8)
+		return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+	CUresult rc = func_enter(func, &ctx, &f);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*numClusters = (int)(132 / size);
+	func_leave(ctx);
+	return CUDA_SUCCESS;
+}
+
+/* Launch attributes change scheduling, not results, on the host. */
+EMU_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+					  void **extra)
+{
+	if (!config)
+		return CUDA_ERROR_INVALID_VALUE;
+	return cuLaunchKernel(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX,
+			      config->blockDimY, config->blockDimZ, config->sharedMemBytes, config->hStream,
+			      kernelParams, extra);
+}

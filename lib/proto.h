@@ -125,7 +125,9 @@ typedef uint64_t rgpu_handle;
 	/* handle library -> u32 count */                                     \
 	X(LIBRARY_KERNEL_COUNT, 39, "number of kernels in a library")               \
 	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \
-	 * handle stream, bytes params (packed at the layout's offsets) -> */  \
+	 * handle stream, bytes params (packed at the layout's offsets)        \
+	 * [, u32 nattrs, (u32 id, 64 bytes value)[nattrs]: launch attributes  \
+	 * whose values hold no handle] -> */                                  \
 	X(LAUNCH, 40, "launch a kernel")                                       \
 	/* handle ctx, handle func -> u32 n, i32 attr[n] */                    \
 	X(FUNC_GET_ATTRS, 41, "all function attributes")                       \
@@ -135,6 +137,11 @@ typedef uint64_t rgpu_handle;
 	X(FUNC_SET_CACHE, 43, "set cache preference")                          \
 	/* handle ctx, handle func, i32 block, u64 smem, u32 flags -> i32 n */ \
 	X(OCC_MAX_BLOCKS, 44, "occupancy: max active blocks per SM")           \
+	/* handle ctx, handle func, i32 nblocks, i32 blocksize -> u64 bytes */ \
+	X(OCC_DYN_SMEM, 45, "occupancy: dynamic shared memory per block")     \
+	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \
+	 * u32 nattrs, (u32 id, 64 bytes value)[nattrs] -> i32 clusters */     \
+	X(OCC_MAX_CLUSTERS, 46, "occupancy: max active clusters")             \
 	/* handle ctx, u32 flags, i32 priority -> handle stream */             \
 	X(STREAM_CREATE, 50, "create a stream")                                \
 	X(STREAM_DESTROY, 51, "handle ctx, handle stream ->")                  \

@@ -249,7 +249,7 @@ if [ "$ONLY" != direct ]; then
 
 		SERVERS=$ONE
 		if [ -x "$E2E/t_runtime" ]; then
-			run rgpu t_runtime xfail -- t_runtime
+			run rgpu t_runtime -- t_runtime
 		fi
 
 		# last, since on a real GPU a fault can poison the daemon: a kernel
