@@ -223,7 +223,7 @@ cat >"$LOGDIR/meta.json" <<EOF
  "local_skipped": $(json_str "$LOCAL_SKIPPED")}
 EOF
 inputs=()
-for t in local rgpud raw_tcp; do
+for t in local rgpud rgpud_shm raw_tcp; do
 	[ -s "$LOGDIR/$t.jsonl" ] && inputs+=("$LOGDIR/$t.jsonl")
 done
 if ! "$PYTHON" "$here/combine.py" "$LOGDIR/meta.json" "$OUT_DIR/bench.json" "${inputs[@]}"; then

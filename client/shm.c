@@ -9,6 +9,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -16,6 +17,90 @@
 
 #define SLOT_STATE_PAGE 4096
 #define RING_SLOTS 8
+
+/* ---- parallel memcpy ----
+ * One core copies ~10 GB/s, below what the GPU takes from pinned memory
+ * (~50 GB/s): large chunks are split over a few helper threads. */
+#define COPY_THREADS 4
+#define COPY_MIN (1u << 20)
+
+struct copy_job {
+	uint8_t *dst;
+	const uint8_t *src;
+	size_t part, n;
+};
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t go, done;
+	struct copy_job job;
+	unsigned gen, pending;
+	int started;
+} cp = { .lock = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
+	 .done = PTHREAD_COND_INITIALIZER };
+
+static void copy_part(const struct copy_job *j, unsigned k)
+{
+	size_t off = (size_t)k * j->part;
+	if (off < j->n)
+		memcpy(j->dst + off, j->src + off, j->n - off < j->part ? j->n - off : j->part);
+}
+
+static void *copy_worker(void *arg)
+{
+	unsigned k = (unsigned)(uintptr_t)arg, seen = 0;
+	pthread_mutex_lock(&cp.lock);
+	for (;;) {
+		while (cp.gen == seen)
+			pthread_cond_wait(&cp.go, &cp.lock);
+		seen = cp.gen;
+		struct copy_job j = cp.job;
+		pthread_mutex_unlock(&cp.lock);
+		copy_part(&j, k);
+		pthread_mutex_lock(&cp.lock);
+		if (--cp.pending == 0)
+			pthread_cond_signal(&cp.done);
+	}
+	return NULL;
+}
+
+/* Called with the connection lock held, so one copy at a time per
+ * connection; the pool's own lock serialises connections. */
+static void pmemcpy(void *dst, const void *src, size_t n)
+{
+	pthread_mutex_lock(&cp.lock);
+	if (!cp.started) {
+		cp.started = 1;
+		for (unsigned k = 1; k < COPY_THREADS; k++) {
+			pthread_t t;
+			sigset_t all, old;
+			/* helpers take no signals meant for the application */
+			sigfillset(&all);
+			pthread_sigmask(SIG_SETMASK, &all, &old);
+			if (pthread_create(&t, NULL, copy_worker, (void *)(uintptr_t)k) == 0)
+				pthread_detach(t);
+			else
+				cp.started = -1;
+			pthread_sigmask(SIG_SETMASK, &old, NULL);
+		}
+	}
+	if (n < COPY_MIN || cp.started < 0) {
+		pthread_mutex_unlock(&cp.lock);
+		memcpy(dst, src, n);
+		return;
+	}
+	cp.job = (struct copy_job){ dst, src, (n + COPY_THREADS - 1) / COPY_THREADS, n };
+	cp.pending = COPY_THREADS - 1;
+	cp.gen++;
+	struct copy_job j = cp.job;
+	pthread_cond_broadcast(&cp.go);
+	pthread_mutex_unlock(&cp.lock);
+	copy_part(&j, 0);
+	pthread_mutex_lock(&cp.lock);
+	while (cp.pending)
+		pthread_cond_wait(&cp.done, &cp.lock);
+	pthread_mutex_unlock(&cp.lock);
+}
 
 static uint8_t *slot_ptr(struct rc_conn *c, uint32_t i)
 {
@@ -96,7 +181,7 @@ CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const
 		}
 		if (rc)
 			break;
-		memcpy(slot_ptr(c, (uint32_t)slot), (const uint8_t *)src + off, k);
+		pmemcpy(slot_ptr(c, (uint32_t)slot), (const uint8_t *)src + off, k);
 		__atomic_store_n(&c->slot_state[slot], 1, __ATOMIC_RELEASE);
 		uint8_t f[48];
 		struct wbuf w = { .data = f, .cap = sizeof(f) };
@@ -155,7 +240,7 @@ CUresult rc_shm_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr
 			rc = rc_conn_failed(c, "bad staging reply");
 			break;
 		}
-		memcpy((uint8_t *)dst + got, slot_ptr(c, slot), len);
+		pmemcpy((uint8_t *)dst + got, slot_ptr(c, slot), len);
 		__atomic_store_n(&c->slot_state[slot], 0, __ATOMIC_RELEASE);
 		got += len;
 		if (!more && got != n) {
