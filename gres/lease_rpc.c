@@ -1,0 +1,236 @@
+#include "lease_rpc.h"
+#include "frame.h"
+#include "proto.h"
+#include "transport.h"
+#include "wire.h"
+
+#include <config.h>
+#ifdef HAVE_MUNGE
+#include <munge.h>
+#endif
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Must match daemon/auth.h's payload (the daemon parses it strictly). */
+#define CRED_PREFIX "rgpu-job="
+
+struct rg_conn {
+	struct rgpu_conn *io;
+	uint64_t next_id;
+	uint8_t *rx;
+};
+
+/* One request, one reply; the reply payload is left in c->rx. */
+static int call(struct rg_conn *c, unsigned op, struct wbuf *req, struct rd *reply, int32_t *status)
+{
+	uint64_t id = ++c->next_id;
+	if (req->oom || rgpu_frame_send(c->io, (uint16_t)op, 0, id, req->data, req->len, NULL, 0))
+		return -1;
+	struct rgpu_hdr h;
+	if (rgpu_frame_recv_hdr(c->io, &h) != RGPU_HDR_OK || !(h.flags & RGPU_F_REPLY) ||
+	    h.id != id)
+		return -1;
+	free(c->rx);
+	c->rx = malloc(h.len ? h.len : 1);
+	if (!c->rx || (h.len && rgpu_recv(c->io, c->rx, h.len)))
+		return -1;
+	rd_init(reply, c->rx, h.len);
+	*status = get_i32(reply);
+	return rd_ok(reply) ? 0 : -1;
+}
+
+static void failure(struct rd *r, int32_t st, char *why, size_t whylen)
+{
+	const char *msg = get_str(r, 1024);
+	snprintf(why, whylen, "%s", msg ? msg : "refused");
+	(void)st;
+}
+
+static int make_cred(uint64_t job_id, char **cred, size_t *len, char *err, size_t errlen)
+{
+	*cred = NULL;
+	*len = 0;
+#ifdef HAVE_MUNGE
+	char payload[64];
+	int plen = snprintf(payload, sizeof(payload), CRED_PREFIX "%" PRIu64, job_id);
+	char *out = NULL;
+	munge_err_t e = munge_encode(&out, NULL, payload, plen);
+	if (e != EMUNGE_SUCCESS) {
+		snprintf(err, errlen, "munge: %s", munge_strerror(e));
+		free(out);
+		return -1;
+	}
+	*cred = out;
+	*len = strlen(out);
+#else
+	(void)job_id; (void)err; (void)errlen;
+#endif
+	return 0;
+}
+
+struct rg_conn *rg_connect(const char *host, unsigned port, uint64_t job_id, int timeout_ms,
+			   char *err, size_t errlen)
+{
+	struct rg_conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	c->io = rgpu_tcp_connect(host, port, timeout_ms, err, errlen);
+	if (!c->io) {
+		free(c);
+		return NULL;
+	}
+	char *cred;
+	size_t clen;
+	if (make_cred(job_id, &cred, &clen, err, errlen)) {
+		rg_close(c);
+		return NULL;
+	}
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u32(&w, RGPU_PROTO_VERSION);
+	put_str(&w, "rgpu-slurm");
+	put_bytes(&w, cred, clen);
+	free(cred);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_HELLO, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(err, errlen, "%s:%u: connection lost during HELLO", host, port);
+		rg_close(c);
+		return NULL;
+	}
+	if (st) {
+		char why[512];
+		failure(&r, st, why, sizeof(why));
+		snprintf(err, errlen, "%s:%u refused the session: %s", host, port, why);
+		rg_close(c);
+		return NULL;
+	}
+	return c;
+}
+
+void rg_close(struct rg_conn *c)
+{
+	if (!c)
+		return;
+	rgpu_conn_close(c->io);
+	free(c->rx);
+	free(c);
+}
+
+int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
+		   uint64_t mem_limit, uint64_t expires, char *why, size_t whylen)
+{
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u64(&w, job_id);
+	put_u32(&w, uid);
+	put_u32(&w, gpu);
+	put_u64(&w, mem_limit);
+	put_u64(&w, expires);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_LEASE_GRANT, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st)
+		failure(&r, st, why, whylen);
+	return st;
+}
+
+int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, char *why,
+		     size_t whylen)
+{
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u64(&w, job_id);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_LEASE_RELEASE, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st) {
+		failure(&r, st, why, whylen);
+		return st;
+	}
+	uint32_t n = get_u32(&r);
+	if (released)
+		*released = n;
+	return 0;
+}
+
+int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whylen)
+{
+	memset(out, 0, sizeof(*out));
+	struct wbuf w;
+	wbuf_init(&w);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_LEASE_LIST, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st) {
+		failure(&r, st, why, whylen);
+		return st;
+	}
+	uint32_t ng = get_u32(&r);
+	if (ng > 4096)
+		goto bad;
+	out->gpus = calloc(ng ? ng : 1, sizeof(*out->gpus));
+	if (!out->gpus)
+		goto bad;
+	out->ngpu = ng;
+	for (uint32_t i = 0; i < ng; i++) {
+		struct rg_list_gpu *g = &out->gpus[i];
+		g->gpu = get_u32(&r);
+		const char *name = get_str(&r, 1024);
+		snprintf(g->name, sizeof(g->name), "%s", name ? name : "");
+		g->total = get_u64(&r);
+		g->reserved = get_u64(&r);
+		g->exclusive = get_u32(&r);
+	}
+	uint32_t nl = get_u32(&r);
+	if (!rd_ok(&r) || nl > 1u << 20)
+		goto bad;
+	out->leases = calloc(nl ? nl : 1, sizeof(*out->leases));
+	if (!out->leases)
+		goto bad;
+	out->nlease = nl;
+	for (uint32_t i = 0; i < nl; i++) {
+		struct rg_list_lease *l = &out->leases[i];
+		l->job_id = get_u64(&r);
+		l->uid = get_u32(&r);
+		l->gpu = get_u32(&r);
+		l->mem_limit = get_u64(&r);
+		l->used = get_u64(&r);
+		l->expires = get_u64(&r);
+	}
+	if (!rd_ok(&r))
+		goto bad;
+	return 0;
+bad:
+	rg_list_free(out);
+	snprintf(why, whylen, "malformed LEASE_LIST reply");
+	return RGPU_ERR_PROTO;
+}
+
+void rg_list_free(struct rg_list *l)
+{
+	free(l->gpus);
+	free(l->leases);
+	memset(l, 0, sizeof(*l));
+}

@@ -1,0 +1,48 @@
+/*
+ * Talking to rgpud's lease opcodes (LEASE_GRANT/RELEASE/LIST, proto.h) as
+ * root or SlurmUser: a session opened with a munge credential, one request
+ * at a time.  Used by the SPANK plugin (grant, release, poll) and by the
+ * `rgpu` tool (list).
+ */
+#ifndef RGPU_GRES_LEASE_RPC_H
+#define RGPU_GRES_LEASE_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct rg_conn;
+
+/* Connects and says HELLO with a munge credential naming job_id (0 for the
+ * plugin itself).  NULL with err. */
+struct rg_conn *rg_connect(const char *host, unsigned port, uint64_t job_id, int timeout_ms,
+			   char *err, size_t errlen);
+void rg_close(struct rg_conn *c);
+
+/* Each returns the reply's status (0 = done; a CUresult or RGPU_ERR_* with
+ * the server's sentence in why), or -1 when the connection failed. */
+int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
+		   uint64_t mem_limit, uint64_t expires, char *why, size_t whylen);
+int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, char *why,
+		     size_t whylen);
+
+struct rg_list_gpu {
+	uint32_t gpu;
+	char name[64];
+	uint64_t total, reserved;
+	uint32_t exclusive;
+};
+struct rg_list_lease {
+	uint64_t job_id;
+	uint32_t uid, gpu;
+	uint64_t mem_limit, used, expires;
+};
+struct rg_list {
+	struct rg_list_gpu *gpus;
+	size_t ngpu;
+	struct rg_list_lease *leases;
+	size_t nlease;
+};
+int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whylen);
+void rg_list_free(struct rg_list *l);
+
+#endif

@@ -1,0 +1,54 @@
+/* slurmstepd, before the tasks start: the environment that makes the job's
+ * CUDA programs use its remote GPUs.  Every step of the job, on every node,
+ * gets the same GPUs (allocated once per job by the prolog). */
+#include "plugin.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Seconds a step on another node waits for the first node's prolog. */
+#define FETCH_WAIT_S 60
+
+int rgpu_remote_user_init(spank_t sp)
+{
+	uint32_t job = 0;
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+		return 0;
+	char node[256];
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) == ESPANK_SUCCESS)
+		rgpu_cfg_set_node(node);
+	struct rgpu_jobrec rec;
+	if (rgpu_jobrec_read(job, &rec))
+		return 0; /* the prolog found no rgpu request */
+	if (!strcmp(rec.error, "pending")) {
+		int rc = rgpu_jobrec_fetch(job, FETCH_WAIT_S, &rec);
+		if (rc == 1)
+			return 0;
+		if (rc < 0) {
+			slurm_error("rgpu: job %u: the job's first node published no GPUs", job);
+			return -1;
+		}
+	}
+	if (rec.error[0]) {
+		slurm_error("rgpu: job %u has no GPUs: %s", job, rec.error);
+		return -1;
+	}
+	char v[64], old[8192], ld[9300];
+	spank_setenv(sp, "RGPU_SERVERS", rec.servers, 1);
+	snprintf(v, sizeof(v), "%u", job);
+	spank_setenv(sp, "RGPU_JOB_ID", v, 1);
+	if (rec.mem) {
+		snprintf(v, sizeof(v), "%" PRIu64, rec.mem);
+		spank_setenv(sp, "RGPU_MEM", v, 1);
+	}
+	if (spank_getenv(sp, "LD_LIBRARY_PATH", old, sizeof(old)) != ESPANK_SUCCESS)
+		old[0] = '\0';
+	size_t n = strlen(rgpu_cfg.client_dir);
+	/* A step inherits the batch script's variable: prefix only once. */
+	if (!strncmp(old, rgpu_cfg.client_dir, n) && (old[n] == ':' || old[n] == '\0'))
+		return 0;
+	snprintf(ld, sizeof(ld), "%s%s%s", rgpu_cfg.client_dir, old[0] ? ":" : "", old);
+	spank_setenv(sp, "LD_LIBRARY_PATH", ld, 1);
+	return 0;
+}

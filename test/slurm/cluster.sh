@@ -1,0 +1,257 @@
+# Mini-cluster on one machine: munge, slurmctld and three slurmd, each slurmd
+# in its own network namespace on a private bridge, plus rgpud (emulated GPUs,
+# leases on) on the two GPU nodes.  Sourced by test/slurm/run.sh and
+# contrib/demo.sh; needs root and iproute2.
+#
+#   cpu1  10.77.0.11  no GPUs
+#   gpu1  10.77.0.12  rgpud, 2 emulated GPUs
+#   gpu2  10.77.0.13  rgpud, 2 emulated GPUs
+#   slurmctld on the bridge address 10.77.0.1 (root namespace)
+#
+# Traffic stays on the bridge: nothing is routed out of it.
+
+RC_BR=rgpubr0
+RC_NET=10.77.0
+RC_NODES="cpu1 gpu1 gpu2"
+RC_GPU_NODES="gpu1 gpu2"
+RC_CTLD_PORT=16817
+RC_SLURMD_PORT=16818
+RC_RGPU_PORT=7420
+: "${RC_EMU_DEVICES:=2}"
+: "${RC_EMU_MEM:=4G}"
+# License seats per GPU (job_submit.lua's SEATS_PER_GPU): 2 lets two slices
+# share a GPU.
+: "${RC_SEATS:=2}"
+
+rc_log() { echo "[cluster] $*" >&2; }
+
+rc_addr() {
+	case $1 in
+	cpu1) echo $RC_NET.11 ;; gpu1) echo $RC_NET.12 ;; gpu2) echo $RC_NET.13 ;;
+	esac
+}
+
+rc_ns() { echo "rgpu-$1"; }
+
+# Run a command inside a node's network namespace.  nsenter, not
+# `ip netns exec`: the latter remounts /sys and slurmd then finds no cgroups.
+rc_in() {
+	local n=$1; shift
+	nsenter --net=/run/netns/"$(rc_ns "$n")" "$@"
+}
+
+# $1: repository root, $2: build dir.  Sets RC_DIR (scratch), exports
+# SLURM_CONF so sbatch/squeue/scontrol talk to this cluster.
+rc_up() {
+	RC_SRC=$1
+	RC_BUILD=$2
+	RC_DIR=$(mktemp -d /tmp/rgpu-slurm.XXXXXX)
+	chmod 755 "$RC_DIR"
+	mkdir -p "$RC_DIR/work" "$RC_DIR/state"
+	chmod 1777 "$RC_DIR/work"
+	export SLURM_CONF=$RC_DIR/slurm.conf
+	rc_net_up || return 1
+	rc_munge_up || return 1
+	rc_write_conf || return 1
+	rc_rgpud_up || return 1
+	rc_slurm_up || return 1
+}
+
+rc_net_up() {
+	rc_net_down 2>/dev/null
+	ip link add $RC_BR type bridge || return 1
+	ip addr add $RC_NET.1/24 dev $RC_BR
+	ip link set $RC_BR up
+	local n i=0
+	for n in $RC_NODES; do
+		i=$((i + 1))
+		ip netns add "$(rc_ns $n)" || return 1
+		ip link add "rgpuv$i" type veth peer name "rgpuv${i}p" || return 1
+		ip link set "rgpuv${i}p" netns "$(rc_ns $n)"
+		ip link set "rgpuv$i" master $RC_BR up
+		ip -n "$(rc_ns $n)" link set lo up
+		ip -n "$(rc_ns $n)" link set "rgpuv${i}p" name eth0
+		ip -n "$(rc_ns $n)" addr add "$(rc_addr $n)/24" dev eth0
+		ip -n "$(rc_ns $n)" link set eth0 up
+	done
+}
+
+rc_net_down() {
+	local n i=0
+	for n in $RC_NODES; do
+		i=$((i + 1))
+		ip link del "rgpuv$i" 2>/dev/null
+		ip netns del "$(rc_ns $n)" 2>/dev/null
+	done
+	ip link del $RC_BR 2>/dev/null
+	return 0
+}
+
+# Reuse a running munged (it may serve a real Slurm); start one otherwise
+# and remember that we did.
+rc_munge_up() {
+	RC_MUNGE_STARTED=
+	if munge -n </dev/null >/dev/null 2>&1; then
+		return 0
+	fi
+	mkdir -p /run/munge && chown munge:munge /run/munge && chmod 755 /run/munge
+	runuser -u munge -- /usr/sbin/munged || { rc_log "munged failed to start"; return 1; }
+	RC_MUNGE_STARTED=1
+	local t
+	for t in 1 2 3 4 5 6 7 8 9 10; do
+		munge -n </dev/null >/dev/null 2>&1 && return 0
+		sleep 0.3
+	done
+	rc_log "munged does not answer"
+	return 1
+}
+
+rc_munge_down() {
+	[ -n "${RC_MUNGE_STARTED:-}" ] || return 0
+	local pid
+	pid=$(cat /run/munge/munged.pid 2>/dev/null)
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null
+	RC_MUNGE_STARTED=
+}
+
+rc_write_conf() {
+	local host
+	host=$(hostname -s)
+	local ngpu=0 n
+	for n in $RC_GPU_NODES; do ngpu=$((ngpu + RC_EMU_DEVICES)); done
+	# The same shape as contrib/slurm.conf.example, with per-node paths
+	# because every slurmd shares this file system.
+	cat >"$RC_DIR/slurm.conf" <<EOF
+ClusterName=rgputest
+SlurmctldHost=$host($RC_NET.1)
+SlurmctldPort=$RC_CTLD_PORT
+SlurmdPort=$RC_SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$RC_DIR/state
+SlurmctldPidFile=$RC_DIR/slurmctld.pid
+SlurmctldLogFile=$RC_DIR/slurmctld.log
+SlurmdPidFile=$RC_DIR/%n/slurmd.pid
+SlurmdSpoolDir=$RC_DIR/%n/spool
+SlurmdLogFile=$RC_DIR/%n/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SwitchType=switch/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmctldTimeout=30
+SlurmdTimeout=30
+MessageTimeout=10
+InactiveLimit=0
+KillWait=5
+MinJobAge=300
+PlugStackConfig=$RC_DIR/plugstack.conf
+PrologFlags=Alloc
+JobSubmitPlugins=lua
+GresTypes=rgpu
+Licenses=rgpu:$((ngpu * RC_SEATS))
+NodeName=cpu1 NodeAddr=$(rc_addr cpu1) NodeHostname=cpu1 CPUs=2 RealMemory=1000 State=UNKNOWN
+NodeName=gpu1 NodeAddr=$(rc_addr gpu1) NodeHostname=gpu1 CPUs=2 RealMemory=1000 Gres=rgpu:$RC_EMU_DEVICES State=UNKNOWN
+NodeName=gpu2 NodeAddr=$(rc_addr gpu2) NodeHostname=gpu2 CPUs=2 RealMemory=1000 Gres=rgpu:$RC_EMU_DEVICES State=UNKNOWN
+PartitionName=main Nodes=cpu1,gpu1,gpu2 Default=YES MaxTime=30 State=UP OverSubscribe=YES
+EOF
+	cat >"$RC_DIR/gres.conf" <<EOF
+NodeName=gpu[1-2] Name=rgpu Count=$RC_EMU_DEVICES
+EOF
+	sed "s/^local SEATS_PER_GPU = .*/local SEATS_PER_GPU = $RC_SEATS/" \
+		"$RC_SRC/contrib/job_submit.lua" >"$RC_DIR/job_submit.lua" || return 1
+	cat >"$RC_DIR/plugstack.conf" <<EOF
+required $RC_BUILD/spank/.libs/spank_rgpu.so client_dir=$RC_BUILD/client/.libs port=$RC_RGPU_PORT state_dir=$RC_DIR/rgpu-state/%n ttl=30
+EOF
+	for n in $RC_NODES; do mkdir -p "$RC_DIR/$n/spool"; done
+}
+
+rc_rgpud_up() {
+	local n bin=$RC_BUILD/daemon/rgpud
+	if [ ! -x "$bin" ]; then
+		rc_log "no $bin: GPU nodes run without rgpud"
+		return 0
+	fi
+	for n in $RC_GPU_NODES; do
+		mkdir -p "$RC_DIR/$n/rgpud"
+		RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM \
+			nsenter --net=/run/netns/"$(rc_ns $n)" "$bin" --listen "$(rc_addr $n):$RC_RGPU_PORT" \
+			--emulated --leases --state-dir "$RC_DIR/$n/rgpud" \
+			--slurm-user root >"$RC_DIR/$n/rgpud.log" 2>&1 &
+		echo $! >"$RC_DIR/$n/rgpud.pid"
+	done
+}
+
+rc_slurm_up() {
+	slurmctld -D -i -f "$RC_DIR/slurm.conf" >"$RC_DIR/slurmctld.out" 2>&1 &
+	echo $! >"$RC_DIR/slurmctld.dpid"
+	local n
+	for n in $RC_NODES; do
+		nsenter --net=/run/netns/"$(rc_ns $n)" slurmd -D -N $n -f "$RC_DIR/slurm.conf" >"$RC_DIR/$n/slurmd.out" 2>&1 &
+		echo $! >"$RC_DIR/$n/slurmd.dpid"
+	done
+	# Nodes come up idle within a few seconds.
+	local t idle
+	for t in $(seq 1 60); do
+		idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | grep -c ' idle')
+		[ "$idle" = 3 ] && return 0
+		sleep 1
+	done
+	rc_log "nodes did not come up idle:"
+	sinfo -N -o '%N %t %E' >&2
+	return 1
+}
+
+# Stop one daemon by the pid we recorded, then wait for it.
+rc_kill_pidfile() {
+	local f=$1 pid
+	[ -f "$f" ] || return 0
+	pid=$(cat "$f")
+	[ -n "$pid" ] && kill "$pid" 2>/dev/null
+	local t
+	for t in 1 2 3 4 5 6 7 8 9 10; do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.3
+	done
+	kill -9 "$pid" 2>/dev/null
+	rm -f "$f"
+}
+
+# Tear everything down; safe to call twice and after a partial rc_up.
+rc_down() {
+	[ -n "${RC_DIR:-}" ] || { rc_net_down; return 0; }
+	if [ -f "$RC_DIR/slurmctld.dpid" ]; then
+		# Jobs first, so no slurmstepd outlives its slurmd.
+		scancel -u root >/dev/null 2>&1
+		scancel -u nobody >/dev/null 2>&1
+		local t
+		for t in $(seq 1 20); do
+			[ -z "$(squeue -h -t R,CG 2>/dev/null)" ] && break
+			sleep 0.5
+		done
+	fi
+	local n
+	for n in $RC_NODES; do
+		rc_kill_pidfile "$RC_DIR/$n/slurmd.dpid"
+		rc_kill_pidfile "$RC_DIR/$n/rgpud.pid"
+	done
+	rc_kill_pidfile "$RC_DIR/slurmctld.dpid"
+	rc_munge_down
+	rc_net_down
+	if [ -z "${RC_KEEP:-}" ]; then
+		rm -rf "$RC_DIR"
+	else
+		rc_log "kept $RC_DIR"
+	fi
+	RC_DIR=
+}
