@@ -16,6 +16,9 @@
  *   ctx->mem_rw    the context's allocation table; read-held while a copy,
  *                  memset or kernel touches device memory, write-held while
  *                  the table changes
+ *   emu_vmm_rw     the VMM tables of vmm.c (handles, reservations, mappings);
+ *                  read-held with ctx->mem_rw (emu_mem_rdlock) by every
+ *                  access to device memory; never held with emu_glock
  */
 #ifndef RGPU_EMU_H
 #define RGPU_EMU_H
@@ -74,11 +77,22 @@ struct emu_alloc {
 CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdeviceptr *out);
 CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p);
 void emu_mem_free_all(struct emu_ctx *ctx);
-/* Host address of [p, p+len) if it lies inside one allocation of ctx, else
- * NULL.  Caller read-holds ctx->mem_rw. len 0 is always valid. */
+/* Host address of [p, p+len) if it lies inside one allocation of ctx, or
+ * in VMM memory accessible from ctx's device, else NULL.  Caller holds
+ * emu_mem_rdlock(ctx).  len 0 is always valid. */
 void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len);
+/* Read-holds ctx->mem_rw and emu_vmm_rw: what emu_mem_map needs. */
+void emu_mem_rdlock(struct emu_ctx *ctx);
+void emu_mem_rdunlock(struct emu_ctx *ctx);
 /* Runs a queued copy or memset (stream worker, no lock held). */
 CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op);
+
+/* ---- vmm.c */
+#define EMU_VMM_GRANULARITY (2ULL << 20)
+extern pthread_rwlock_t emu_vmm_rw;
+/* [p, p+len) is mapped VMM memory accessible from device dev (caller
+ * read-holds emu_vmm_rw). */
+int emu_vmm_ok(int dev, uintptr_t p, size_t len);
 
 /* ---- stream.c */
 enum emu_op_kind {

@@ -3,7 +3,7 @@
  * with the parameter layouts the CUDA ABI gives them: the parameters of a
  * kernel are laid out like the members of a C struct.
  *
- * A kernel runs in its stream's worker thread with ctx->mem_rw read-held
+ * A kernel runs in its stream's worker thread with emu_mem_rdlock() held
  * (unless it touches no memory).  Every device range it touches is checked
  * against the context's allocations first; a miss is an illegal address,
  * which the caller makes the context's sticky error, like a GPU fault.

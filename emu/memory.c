@@ -62,12 +62,24 @@ void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
 	if (len == 0)
 		return (void *)(uintptr_t)p;
 	i = upper_bound(ctx, (uintptr_t)p);
-	if (i == 0)
-		return NULL;
-	a = &ctx->allocs[i - 1];
-	if (p - a->base >= a->size || len > a->size - (p - a->base))
-		return NULL;
-	return (void *)(uintptr_t)p;
+	if (i > 0) {
+		a = &ctx->allocs[i - 1];
+		if (p - a->base < a->size && len <= a->size - (p - a->base))
+			return (void *)(uintptr_t)p;
+	}
+	return emu_vmm_ok(ctx->dev, (uintptr_t)p, len) ? (void *)(uintptr_t)p : NULL;
+}
+
+void emu_mem_rdlock(struct emu_ctx *ctx)
+{
+	emu_rdlock(&ctx->mem_rw);
+	emu_rdlock(&emu_vmm_rw);
+}
+
+void emu_mem_rdunlock(struct emu_ctx *ctx)
+{
+	emu_rwunlock(&emu_vmm_rw);
+	emu_rwunlock(&ctx->mem_rw);
 }
 
 CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdeviceptr *out)
@@ -338,9 +350,9 @@ static int range_ok(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
 {
 	int ok;
 
-	emu_rdlock(&ctx->mem_rw);
+	emu_mem_rdlock(ctx);
 	ok = emu_mem_map(ctx, p, len) != NULL;
-	emu_rwunlock(&ctx->mem_rw);
+	emu_mem_rdunlock(ctx);
 	return ok;
 }
 
@@ -351,7 +363,7 @@ CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op)
 
 	if (op->bytes == 0)
 		return CUDA_SUCCESS;
-	emu_rdlock(&ctx->mem_rw);
+	emu_mem_rdlock(ctx);
 	switch (op->kind) {
 	case EMU_OP_HTOD:
 		d = emu_mem_map(ctx, op->dptr, op->bytes);
@@ -392,7 +404,7 @@ CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op)
 		rc = CUDA_ERROR_UNKNOWN;
 		break;
 	}
-	emu_rwunlock(&ctx->mem_rw);
+	emu_mem_rdunlock(ctx);
 	return rc;
 }
 

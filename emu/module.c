@@ -715,9 +715,9 @@ CUresult emu_launch_exec(struct emu_launch *l)
 
 	if (!l->kernel->touches_memory)
 		return l->kernel->run(l);
-	emu_rdlock(&l->ctx->mem_rw);
+	emu_mem_rdlock(l->ctx);
 	rc = l->kernel->run(l);
-	emu_rwunlock(&l->ctx->mem_rw);
+	emu_mem_rdunlock(l->ctx);
 	return rc;
 }
 

@@ -797,6 +797,190 @@ static void test_threads(void)
 	OK(D.cuLibraryUnload(lib));
 }
 
+/* Virtual memory management: resolved by name so the test does not depend
+ * on daemon/driver.h listing them. */
+static struct {
+	CUresult (*gran)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
+	CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+	CUresult (*afree)(CUdeviceptr, size_t);
+	CUresult (*create)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
+	CUresult (*release)(CUmemGenericAllocationHandle);
+	CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+	CUresult (*unmap)(CUdeviceptr, size_t);
+	CUresult (*access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+} V;
+
+static void test_vmm(void)
+{
+	enum { N = 1000 };
+	const size_t G = 2ULL << 20;
+	const CUdeviceptr fixed = 0x600000000000ULL + (64ULL << 20);
+	static float a[N], b[N], c[N];
+	CUmemAllocationProp prop = { 0 };
+	CUmemAccessDesc acc = { 0 };
+	CUmemGenericAllocationHandle h, h2, hbig;
+	CUdeviceptr base, any, p, da, db, dc, plain;
+	CUcontext ctx, ctx2, other;
+	CUmodule mod;
+	CUfunction f;
+	CUstream s;
+	size_t g, fr0, fr, total;
+	uint32_t buf[64];
+	int n = N;
+
+#define VLOAD(field, name) EXPECT((*(void **)&V.field = dlsym(D.dl, name)) != NULL)
+	VLOAD(gran, "cuMemGetAllocationGranularity");
+	VLOAD(reserve, "cuMemAddressReserve");
+	VLOAD(afree, "cuMemAddressFree");
+	VLOAD(create, "cuMemCreate");
+	VLOAD(release, "cuMemRelease");
+	VLOAD(map, "cuMemMap");
+	VLOAD(unmap, "cuMemUnmap");
+	VLOAD(access, "cuMemSetAccess");
+#undef VLOAD
+
+	OK(D.cuCtxCreate_v2(&ctx, 0, 0));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	OK(V.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	EXPECT(g == G);
+	OK(V.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+	EXPECT(g == G);
+	prop.location.id = 2;
+	CK(V.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_ERROR_INVALID_DEVICE);
+	prop.location.id = 0;
+	prop.type = CU_MEM_ALLOCATION_TYPE_INVALID;
+	CK(V.gran(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), CUDA_ERROR_INVALID_VALUE);
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+
+	/* Reservations: exactly at a fixed address, or anywhere aligned. */
+	CK(V.reserve(&base, G + 4096, 0, fixed, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(V.reserve(&base, 4 * G, 0, fixed, 0));
+	EXPECT(base == fixed);
+	CK(V.reserve(&p, 2 * G, 0, fixed + G, 0), CUDA_ERROR_INVALID_VALUE);
+	CK(V.reserve(&p, 2 * G, 0, fixed - G, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(V.reserve(&any, 2 * G, 0, 0, 0));
+	EXPECT(any % G == 0 && any != base);
+
+	/* Physical memory is charged like cuMemAlloc. */
+	OK(D.cuMemGetInfo_v2(&fr0, &total));
+	CK(V.create(&hbig, (total + G) / G * G, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+	CK(V.create(&h, G + 1, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(V.create(&h, 2 * G, &prop, 0));
+	OK(V.create(&h2, G, &prop, 0));
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0 - 3 * G);
+
+	/* Mapped but not yet accessible; then accessible to device 0. */
+	CK(V.map(base + 3 * G, 2 * G, 0, h, 0), CUDA_ERROR_INVALID_VALUE);    /* past the reservation */
+	OK(V.map(base, 2 * G, 0, h, 0));
+	CK(V.map(base + G, G, 0, h2, 0), CUDA_ERROR_INVALID_VALUE);           /* overlaps */
+	OK(V.map(base + 2 * G, G, 0, h2, 0));
+	CK(D.cuMemcpyHtoD_v2(base, buf, sizeof buf), CUDA_ERROR_INVALID_VALUE);
+	acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = 0;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	CK(V.access(base, G, &acc, 1), CUDA_ERROR_INVALID_VALUE);             /* half a mapping */
+	OK(V.access(base, 3 * G, &acc, 1));
+	CK(V.afree(base, 4 * G), CUDA_ERROR_INVALID_VALUE);                   /* still mapped */
+
+	/* Copies, memsets and a kernel on it, like cuMemAlloc memory. */
+	for (int i = 0; i < 64; i++)
+		buf[i] = 0x1000u + (uint32_t)i;
+	OK(D.cuMemcpyHtoD_v2(base + 4096, buf, sizeof buf));
+	memset(buf, 0, sizeof buf);
+	OK(D.cuMemcpyDtoH_v2(buf, base + 4096, sizeof buf));
+	for (int i = 0; i < 64; i++)
+		EXPECT(buf[i] == 0x1000u + (uint32_t)i);
+	OK(D.cuMemsetD32_v2(base + 2 * G - 128, 0xabcdu, 64));  /* spans two mappings */
+	OK(D.cuMemcpyDtoH_v2(buf, base + 2 * G - 128, sizeof buf));
+	for (int i = 0; i < 64; i++)
+		EXPECT(buf[i] == 0xabcdu);
+	CK(D.cuMemcpyHtoD_v2(base + 3 * G - 128, buf, sizeof buf), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuMemAlloc_v2(&plain, sizeof buf));
+	OK(D.cuMemcpyDtoD_v2(plain, base + 4096, sizeof buf));
+	OK(D.cuStreamCreateWithPriority(&s, 0, 0));
+	OK(D.cuMemcpyDtoDAsync_v2(base + G, plain, sizeof buf, s));
+	OK(D.cuMemcpyDtoHAsync_v2(buf, base + G, sizeof buf, s));
+	OK(D.cuStreamSynchronize(s));
+	for (int i = 0; i < 64; i++)
+		EXPECT(buf[i] == 0x1000u + (uint32_t)i);
+
+	for (int i = 0; i < N; i++) {
+		a[i] = (float)i * 1.5f;
+		b[i] = (float)(7 - i);
+	}
+	da = base + 3 * G - 4096 * 2;   /* in h2 */
+	db = base + G;                  /* in h */
+	dc = base + 2 * G - 2048;       /* spans h and h2 */
+	OK(D.cuMemcpyHtoDAsync_v2(da, a, sizeof a, s));
+	OK(D.cuMemcpyHtoD_v2(db, b, sizeof b));
+	OK(D.cuModuleLoadData(&mod, ptx));
+	OK(D.cuModuleGetFunction(&f, mod, "vec_add"));
+	launch(f, 4, 1, 256, 1, s, (void *[]){ &da, &db, &dc, &n });
+	OK(D.cuMemcpyDtoHAsync_v2(c, dc, sizeof c, s));
+	OK(D.cuStreamSynchronize(s));
+	for (int i = 0; i < N; i++)
+		EXPECT(c[i] == a[i] + b[i]);
+
+	/* Device 1 was given no access: its contexts can not use it. */
+	OK(D.cuCtxCreate_v2(&other, 0, 1));
+	CK(D.cuMemcpyDtoH_v2(buf, base, sizeof buf), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuCtxDestroy_v2(other));
+
+	/* The mappings outlive the context they were used from. */
+	OK(D.cuCtxCreate_v2(&ctx2, 0, 0));
+	OK(D.cuCtxSetCurrent(ctx));
+	OK(D.cuCtxDestroy_v2(ctx));
+	OK(D.cuCtxSetCurrent(ctx2));
+	OK(D.cuMemcpyDtoH_v2(buf, base + 4096, sizeof buf));
+	for (int i = 0; i < 64; i++)
+		EXPECT(buf[i] == 0x1000u + (uint32_t)i);
+
+	/* Released memory lives while it is mapped. */
+	OK(V.release(h));
+	CK(V.release(h), CUDA_ERROR_INVALID_VALUE);
+	CK(V.map(base + 3 * G, G, 0, h, 0), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0 - 3 * G);
+	OK(D.cuMemcpyDtoH_v2(buf, base + 4096, sizeof buf));
+	EXPECT(buf[5] == 0x1005u);
+
+	/* Unmapping: whole mappings only, then the range is unusable. */
+	CK(V.unmap(base, G), CUDA_ERROR_INVALID_VALUE);
+	OK(V.unmap(base, 2 * G));
+	CK(D.cuMemcpyDtoH_v2(buf, base + 4096, sizeof buf), CUDA_ERROR_INVALID_VALUE);
+	CK(D.cuMemsetD8_v2(base, 0, 16), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0 - G);
+	OK(D.cuMemcpyDtoH_v2(buf, base + 2 * G, sizeof buf));  /* h2 still there */
+	OK(V.unmap(base + 2 * G, G));
+	CK(D.cuMemcpyDtoH_v2(buf, base + 2 * G, sizeof buf), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0 - G);      /* h2 not released yet */
+	/* Memory can be mapped again, elsewhere. */
+	OK(V.map(any + G, G, 0, h2, 0));
+	acc.location.id = 1;
+	OK(V.access(any + G, G, &acc, 1));
+	CK(D.cuMemcpyDtoH_v2(buf, any + G, sizeof buf), CUDA_ERROR_INVALID_VALUE);  /* device 1 only */
+	acc.location.id = 0;
+	OK(V.access(any + G, G, &acc, 1));
+	OK(D.cuMemcpyDtoH_v2(buf, any + G, sizeof buf));
+	OK(V.unmap(any + G, G));
+	OK(V.release(h2));
+	OK(D.cuMemGetInfo_v2(&fr, &total));
+	EXPECT(fr == fr0);
+
+	CK(V.afree(base, 2 * G), CUDA_ERROR_INVALID_VALUE);
+	OK(V.afree(base, 4 * G));
+	OK(V.afree(any, 2 * G));
+	OK(V.reserve(&p, 2 * G, 0, fixed + G, 0));   /* free again */
+	EXPECT(p == fixed + G);
+	OK(V.afree(p, 2 * G));
+	OK(D.cuCtxDestroy_v2(ctx2));
+}
+
 int main(void)
 {
 	double t0 = now_ms();
@@ -813,6 +997,7 @@ int main(void)
 	test_faults();
 	test_destroy_frees();
 	test_threads();
+	test_vmm();
 	dlclose(D.dl);
 	printf("emu_selftest: all checks passed (%.0f ms)\n", now_ms() - t0);
 	return 0;
