@@ -203,6 +203,20 @@ void rc_layout_free(struct rc_layout *l);
 /* the function behind a CUfunction or a CUkernel (in the current context) */
 CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
 
+/* coherence.c: managed and mapped host memory (see there) */
+void *rc_va_alloc(size_t *size, int fd);
+CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
+void rc_mapped_add(void *p, size_t size, int fd);
+int rc_region_free(void *p, size_t *size);
+int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped */
+CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);
+CUresult rc_coh_acquire(struct rc_conn *conn);
+void rc_coh_host_use(const void *p, size_t n, int write);
+void rc_coh_device_use(uint64_t p);
+CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,
+		     int async);
+CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n);
+
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */
 int rc_alloc_lookup(CUdeviceptr p, struct rc_ctx **ctx, CUdeviceptr *base, size_t *size);

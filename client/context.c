@@ -301,18 +301,26 @@ static CUresult ctx_call(struct rc_ctx *c, uint16_t op)
 	return rc_call(c->dev->conn, op, w, &r);
 }
 
+/* A synchronisation is an acquire: managed memory the GPU may have written
+ * comes back (coherence.c). */
+static CUresult ctx_sync(struct rc_ctx *c)
+{
+	CUresult rc = ctx_call(c, RGPU_OP_CTX_SYNC);
+	return rc ? rc : rc_coh_acquire(c->dev->conn);
+}
+
 RC_EXPORT CUresult cuCtxSynchronize(void)
 {
 	struct rc_ctx *c;
 	CUresult rc = rc_need_ctx(&c);
-	return rc ? rc : ctx_call(c, RGPU_OP_CTX_SYNC);
+	return rc ? rc : ctx_sync(c);
 }
 
 RC_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
 	struct rc_ctx *c;
 	CUresult rc = ctx_or_current(ctx, &c);
-	return rc ? rc : ctx_call(c, RGPU_OP_CTX_SYNC);
+	return rc ? rc : ctx_sync(c);
 }
 
 RC_EXPORT CUresult cuCtxGetLimit(size_t *v, CUlimit limit)

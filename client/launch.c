@@ -93,6 +93,12 @@ static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], 
 	} else if (l->n) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	/* release: the kernel sees managed and mapped memory as the host
+	 * left it */
+	if ((rc = rc_coh_launch(c, sh, buf, len))) {
+		free(heap);
+		return rc;
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, f->h);

@@ -192,6 +192,11 @@ RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 		return rc;
 	if (!p)
 		return CUDA_SUCCESS;
+	size_t msize;
+	if (rc_region_kind((void *)(uintptr_t)p) == 1 && rc_region_free((void *)(uintptr_t)p, &msize) == 0) {
+		munmap((void *)(uintptr_t)p, msize);
+		return CUDA_SUCCESS;
+	}
 	struct range r;
 	int ci;
 	if (dev_lookup(p, &r, &ci) < 0 || rt_del(&dev_ranges[ci], p, &r) < 0)
@@ -260,15 +265,11 @@ static int host_shared(struct rc_conn *conn, const void *p, size_t n)
 	return i >= 0;
 }
 
-static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+/* The data path for a copy, by where the server is and what the host
+ * buffer is. */
+CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,
+		     int async)
 {
-	struct rc_ctx *c;
-	uint64_t sh = 0;
-	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
-	if (rc)
-		return rc;
-	if (!src && n)
-		return CUDA_ERROR_INVALID_VALUE;
 	struct rc_conn *conn = c->dev->conn;
 	if (conn->local && n && host_shared(conn, src, n))
 		return rc_shm_hostcopy(c, sh, dst, (void *)src, n, 0, async);
@@ -277,15 +278,53 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 	return rc_htod(c, sh, dst, src, n, async);
 }
 
+CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n)
+{
+	struct rc_conn *conn = c->dev->conn;
+	if (conn->local && n && host_shared(conn, dst, n))
+		return rc_shm_hostcopy(c, sh, src, dst, n, 1, 0);
+	if (conn->ring)
+		return rc_shm_dtoh(c, sh, dst, src, n);
+	return rc_dtoh(c, sh, dst, src, n);
+}
+
+static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+{
+	struct rc_ctx *c;
+	uint64_t sh = 0;
+	if (rc_region_kind((void *)(uintptr_t)dst) == 1) {
+		/* into managed memory: the client's copy is the one to write */
+		rc_coh_host_use((void *)(uintptr_t)dst, n, 1);
+		rc_coh_host_use(src, n, 0);
+		memmove((void *)(uintptr_t)dst, src, n);
+		return CUDA_SUCCESS;
+	}
+	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
+	if (rc)
+		return rc;
+	if (!src && n)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc_coh_host_use(src, n, 0);
+	return rc_htod_any(c, sh, dst, src, n, async);
+}
+
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
 	struct rc_ctx *c;
 	uint64_t sh = 0;
+	if (rc_region_kind((void *)(uintptr_t)src) == 1) {
+		/* out of managed memory: up to date once fetched */
+		rc_coh_host_use((void *)(uintptr_t)src, n, 0);
+		rc_coh_host_use(dst, n, 1);
+		memmove(dst, (void *)(uintptr_t)src, n);
+		return CUDA_SUCCESS;
+	}
 	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(src, &c);
 	if (rc)
 		return rc;
 	if (!dst && n)
 		return CUDA_ERROR_INVALID_VALUE;
+	rc_coh_host_use(dst, n, 1);
 	struct rc_conn *conn = c->dev->conn;
 	if (conn->local && n && host_shared(conn, dst, n))
 		return rc_shm_hostcopy(c, sh, src, dst, n, 1, async);
@@ -303,6 +342,8 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
 		return rc;
 	if (n == 0)
 		return CUDA_SUCCESS;
+	rc_coh_device_use(dst);
+	rc_coh_device_use(src);
 	struct rc_ctx *sc;
 	if (rc_alloc_lookup(src, &sc, NULL, NULL) == 0 && sc->dev->conn != c->dev->conn) {
 		rc_unsupported("device-to-device copies between two servers");
@@ -342,6 +383,8 @@ static CUresult memcpy_any(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream 
 		return htod(dst, (const void *)(uintptr_t)src, n, s, async);
 	if (sd)
 		return dtoh((void *)(uintptr_t)dst, src, n, s, async);
+	rc_coh_host_use((void *)(uintptr_t)src, n, 0);
+	rc_coh_host_use((void *)(uintptr_t)dst, n, 1);
 	memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
 	return CUDA_SUCCESS;
 }
@@ -360,6 +403,7 @@ static CUresult memset_n(CUdeviceptr dst, unsigned v, unsigned esz, size_t count
 		return rc;
 	if (count == 0)
 		return CUDA_SUCCESS;
+	rc_coh_device_use(dst);
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, sh);
@@ -396,31 +440,24 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 	int local = 0;
 	for (int i = 0; i < rc_nconn; i++)
 		local |= rc_conns[i].local;
-	void *p = NULL;
-	int fd = -1;
-	if (local) {
-		/* shareable with a same-host server, which pins it for DMA */
-		fd = memfd_create("rgpu-pinned", MFD_CLOEXEC);
-		if (fd >= 0 && ftruncate(fd, (off_t)size) == 0)
-			p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (p == MAP_FAILED)
-			p = NULL;
-		if (!p && fd >= 0) {
+	/* In the shared address range, so that a device copy can sit at the
+	 * same address if a kernel is handed it (coherence.c); memfd-backed
+	 * when a same-host server can pin it for DMA. */
+	int fd = local ? memfd_create("rgpu-pinned", MFD_CLOEXEC) : -1;
+	size_t vsize = size;
+	void *p = rc_va_alloc(&vsize, fd);
+	if (!p) {
+		if (fd >= 0)
 			close(fd);
-			fd = -1;
-		}
-	}
-	if (!p && posix_memalign(&p, 4096, size))
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	if (rt_add(&host_ranges, (uintptr_t)p, size, NULL, flags) < 0) {
-		if (fd >= 0) {
-			munmap(p, size);
+		munmap(p, vsize);
+		if (fd >= 0)
 			close(fd);
-		} else {
-			free(p);
-		}
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	rc_mapped_add(p, vsize, fd);
 	if (fd >= 0) {
 		pthread_rwlock_wrlock(&host_ranges.lock);
 		ssize_t i = rt_find(&host_ranges, (uintptr_t)p);
@@ -439,11 +476,9 @@ RC_EXPORT CUresult cuMemFreeHost(void *p)
 	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0 || r.base != (uintptr_t)p ||
 	    r.owner == (void *)1 || rt_del(&host_ranges, (uintptr_t)p, &r) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (r.fd < 0) {
-		free(p);
-		return CUDA_SUCCESS;
-	}
-	for (int ci = 0; ci < rc_nconn; ci++) {
+	size_t vsize = r.size;
+	rc_region_free(p, &vsize);
+	for (int ci = 0; r.fd >= 0 && ci < rc_nconn; ci++) {
 		if (!(r.shared & (1ull << ci)))
 			continue;
 		struct wbuf *w = rc_req();
@@ -451,8 +486,9 @@ RC_EXPORT CUresult cuMemFreeHost(void *p)
 		struct rd rr;
 		rc_call(&rc_conns[ci], RGPU_OP_SHM_DETACH, w, &rr);
 	}
-	munmap(p, r.size);
-	close(r.fd);
+	munmap(p, vsize);
+	if (r.fd >= 0)
+		close(r.fd);
 	return CUDA_SUCCESS;
 }
 
@@ -499,11 +535,38 @@ RC_EXPORT CUresult cuMemHostUnregister(void *p)
 	return CUDA_SUCCESS;
 }
 
+/* With unified addressing the device address of mapped host memory is its
+ * host address: a device copy appears at that address when a kernel is
+ * handed it (coherence.c). */
 RC_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int flags)
 {
-	(void)pdptr; (void)p; (void)flags;
-	rc_unsupported("cuMemHostGetDevicePointer (mapped host memory over the network)");
-	return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct range r;
+	if (!pdptr || flags || rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (rc_region_kind(p) != 2) {
+		rc_unsupported("device pointers to cuMemHostRegister'd memory");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	*pdptr = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned int flags)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!dptr || !size || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+		return CUDA_ERROR_INVALID_VALUE;
+	void *p;
+	if ((rc = rc_managed_alloc(c, size, &p)))
+		return rc;
+	*dptr = (CUdeviceptr)(uintptr_t)p;
+	return CUDA_SUCCESS;
 }
 
 /* ---- pointer attributes ---- */

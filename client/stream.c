@@ -95,7 +95,10 @@ RC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 	struct rc_ctx *c;
 	uint64_t h;
 	CUresult rc = rc_stream_resolve(s, &c, &h);
-	return rc ? rc : two_handles(c, RGPU_OP_STREAM_SYNC, h);
+	if (!rc)
+		rc = two_handles(c, RGPU_OP_STREAM_SYNC, h);
+	/* an acquire (coherence.c) */
+	return rc ? rc : rc_coh_acquire(c->dev->conn);
 }
 
 RC_EXPORT CUresult cuStreamQuery(CUstream s)
@@ -253,7 +256,9 @@ RC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
 	struct rc_event *ev;
 	CUresult rc = event_obj(e, &ev);
-	return rc ? rc : two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
+	if (!rc)
+		rc = two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
+	return rc ? rc : rc_coh_acquire(ev->ctx->dev->conn);
 }
 
 RC_EXPORT CUresult cuEventQuery(CUevent e)

@@ -35,6 +35,13 @@ int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_
 	}
 	RGPUD_DRIVER_FUNCS(RGPUD_DRV_LOAD)
 #undef RGPUD_DRV_LOAD
+	d->have_vmm = 1;
+#define RGPUD_DRV_OPT(fn)                                \
+	*(void **)(&d->fn) = dlsym(d->dl, #fn);          \
+	if (!d->fn)                                      \
+		d->have_vmm = 0;
+	RGPUD_DRIVER_OPTIONAL(RGPUD_DRV_OPT)
+#undef RGPUD_DRV_OPT
 	/* Prefer the current elapsed-time entry point where the driver has it. */
 	void *et = dlsym(d->dl, "cuEventElapsedTime_v2");
 	if (et)

@@ -83,12 +83,27 @@
 	X(cuEventQuery)                          \
 	X(cuEventElapsedTime)
 
+/* Entry points used when present (NULL otherwise: the feature is then
+ * refused with CUDA_ERROR_NOT_SUPPORTED): CUDA's virtual memory management,
+ * which places managed and mapped memory at the client's addresses. */
+#define RGPUD_DRIVER_OPTIONAL(X)                 \
+	X(cuMemGetAllocationGranularity)         \
+	X(cuMemAddressReserve)                   \
+	X(cuMemAddressFree)                      \
+	X(cuMemCreate)                           \
+	X(cuMemRelease)                          \
+	X(cuMemMap)                              \
+	X(cuMemUnmap)                            \
+	X(cuMemSetAccess)
+
 struct rgpud_driver {
 	void *dl;
 	char path[512];
 #define RGPUD_DRV_FIELD(fn) __typeof__(&fn) fn;
 	RGPUD_DRIVER_FUNCS(RGPUD_DRV_FIELD)
+	RGPUD_DRIVER_OPTIONAL(RGPUD_DRV_FIELD)
 #undef RGPUD_DRV_FIELD
+	int have_vmm;
 };
 
 /* Loads every entry point from path; on failure writes why into err. */

@@ -85,6 +85,7 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 			others++;
 	stage_forget_ctx(s, ctx);
 	shm_forget_ctx(s, ctx);
+	vmem_forget_ctx(s, ctx);
 	if (!others)
 		stage_free(s);
 	if (!others && s->stage[0]) {

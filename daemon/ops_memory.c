@@ -73,6 +73,8 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	int rc = session_enter_ctx(s, ctx, NULL);
 	if (rc)
 		return rc;
+	if (vmem_owns(s, p))
+		return CUDA_ERROR_INVALID_VALUE; /* VMEM_UNMAP frees those */
 	struct alloc a = session_alloc_del(s, p);
 	if (!a.size || a.module)
 		return CUDA_ERROR_INVALID_VALUE; /* not ours: never free another tenant's */

@@ -169,6 +169,7 @@ static void session_cleanup(struct session *s)
 	/* pinned staging must go while a context still exists */
 	shm_cleanup(s);
 	stage_free(s);
+	vmem_cleanup(s);
 	if (s->stage[0]) {
 		for (int i = 0; i < 2; i++) {
 			if (s->stage_pinned)

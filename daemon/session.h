@@ -22,6 +22,7 @@
 #define RGPUD_MAX_GPUS 64
 
 struct rgpud;
+struct vmem;
 
 /* extra data of an HK_CTX entry */
 struct ctx_state {
@@ -64,6 +65,7 @@ struct session {
 
 	struct stage_pool pool; /* host-to-device staging */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
+	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
 	/* device-to-host staging: two pinned buffers of RGPU_CHUNK_SIZE */
 	void *stage[2];
 	int stage_pinned;
@@ -129,6 +131,11 @@ int session_skip(struct session *s, size_t n);
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len);
 
+/* ops_vmem.c */
+int vmem_owns(struct session *s, uint64_t addr);
+void vmem_forget_ctx(struct session *s, uint64_t ctx);
+void vmem_cleanup(struct session *s);
+
 /* ops (ops_*.c) */
 #define DECL_OP(name) int op_##name(struct session *, const struct rgpu_hdr *, struct rd *, struct wbuf *);
 DECL_OP(hello) DECL_OP(device_info)
@@ -143,7 +150,7 @@ DECL_OP(stream_create) DECL_OP(stream_destroy) DECL_OP(stream_sync) DECL_OP(stre
 DECL_OP(event_create) DECL_OP(event_destroy) DECL_OP(event_record) DECL_OP(event_sync) DECL_OP(event_query)
 DECL_OP(event_elapsed) DECL_OP(admin)
 DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait) DECL_OP(shm_dtoh)
-DECL_OP(shm_hostcopy)
+DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap)
 #undef DECL_OP
 
 #endif

@@ -182,6 +182,13 @@ typedef uint64_t rgpu_handle;
 	 * address (inside an attached host region), u64 size, u32 dir        \
 	 * (0: to the device, 1: to the host), u32 sync -> */                  \
 	X(SHM_HOSTCOPY, 75, "copy straight from/to shared host memory")       \
+	/* Device memory at an address the client chose (managed and mapped   \
+	 * host memory: the same address on both sides).                       \
+	 * handle ctx, u64 addr (2 MiB aligned), u64 size (2 MiB multiple) ->  \
+	 * (CUDA_ERROR_INVALID_VALUE if the address is taken here) */          \
+	X(VMEM_MAP, 76, "device memory at a fixed address")                   \
+	/* handle ctx, u64 addr -> */                                          \
+	X(VMEM_UNMAP, 77, "release fixed-address device memory")             \
 	/* Lease management (see daemon/lease.h).  GRANT and RELEASE need an   \
 	 * admin credential (root or the SlurmUser), LIST any valid one.  On  \
 	 * failure the reply carries str message after the status:            \

@@ -184,6 +184,7 @@ suite() {
 	run t_library_ctx_first "$ONE" -- T_LIBRARY_CTX_FIRST=1 t_library
 	run t_multi "$TWO" -- t_multi
 	run t_errors "$ONE" -- t_errors
+	run t_managed "$ONE" -- t_managed
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then

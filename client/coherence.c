@@ -1,0 +1,370 @@
+/*
+ * Managed and mapped host memory over the network: the GMAC seed's release
+ * consistency on a shared address space.
+ *
+ * Such memory lives on the client at an address from a range reserved for
+ * it (RC_VA_BASE...), and its device copy lives on the server at the SAME
+ * address (VMEM_MAP), so pointers stored in data or passed to kernels mean
+ * the same on both sides and are never translated.
+ *
+ * Coherence points:
+ *  - release, before a kernel launch (or a device-side copy/memset touching
+ *    the region): the client's changes since the last release are sent;
+ *  - acquire, at a synchronisation (cuCtx/Stream/EventSynchronize, a
+ *    synchronous copy) after a launch: the device copy is fetched.
+ * Host writes are tracked by page protection: after a release the region is
+ * read-only; the first write faults, marks the region dirty and opens it
+ * again.  What is coherent: memory reached from kernels of the context that
+ * allocated it (managed), or mapped host memory whose address is passed as
+ * a kernel argument.  What is not: concurrent host and device access
+ * between coherence points (as on devices without concurrent managed
+ * access), and device pointers to mapped memory stored inside other data.
+ */
+#include "client.h"
+#include "log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define RC_VA_BASE 0x600000000000ull /* honoured by the driver (NOTES.md) */
+#define RC_VA_SPAN (16ull << 40)
+#define GRAIN (2ull << 20)
+#define REGIONS_MAX 4096
+
+enum { R_MANAGED = 1, R_MAPPED = 2 };
+
+struct region {
+	volatile int used;
+	uintptr_t base;
+	size_t size;             /* rounded to GRAIN */
+	int kind;
+	int fd;                  /* memfd when shareable with a local server */
+	struct rc_ctx *mirror;   /* context whose server holds the device copy */
+	volatile int host_dirty; /* written on the host since the last release */
+	int dev_dirty;           /* a launch since the last acquire may have written */
+	int ro;                  /* write-protected */
+};
+
+static struct region regions[REGIONS_MAX];
+static volatile int regions_hw; /* one past the highest slot ever used */
+static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t va_next = RC_VA_BASE;
+static struct sigaction old_segv;
+static int handler_set;
+
+static struct region *find(uintptr_t p)
+{
+	int hw = regions_hw;
+	for (int i = 0; i < hw; i++) {
+		struct region *r = &regions[i];
+		if (r->used && p >= r->base && p - r->base < r->size)
+			return r;
+	}
+	return NULL;
+}
+
+/* First write after a release: note it and open the region again.  Only
+ * async-signal-safe work here (a scan and mprotect). */
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+	struct region *r = find((uintptr_t)si->si_addr);
+	if (r && r->ro) {
+		r->host_dirty = 1;
+		r->ro = 0;
+		if (mprotect((void *)r->base, r->size, PROT_READ | PROT_WRITE) == 0)
+			return;
+	}
+	/* A protection fault whose address we cannot place (valgrind reports
+	 * a wrong one): open every protected region and count them all as
+	 * written.  Safe: it only costs an extra publish.  If the fault was
+	 * not ours it recurs with nothing protected and goes on below. */
+	if (!r) {
+		int opened = 0;
+		int hw = regions_hw;
+		for (int i = 0; i < hw; i++) {
+			struct region *x = &regions[i];
+			if (x->used && x->ro &&
+			    mprotect((void *)x->base, x->size, PROT_READ | PROT_WRITE) == 0) {
+				x->host_dirty = 1;
+				x->ro = 0;
+				opened = 1;
+			}
+		}
+		if (opened)
+			return;
+	}
+	/* not ours: as if we were not here */
+	if (old_segv.sa_flags & SA_SIGINFO) {
+		old_segv.sa_sigaction(sig, si, uc);
+	} else if (old_segv.sa_handler == SIG_DFL || old_segv.sa_handler == SIG_IGN) {
+		signal(SIGSEGV, SIG_DFL);
+		raise(SIGSEGV);
+	} else {
+		old_segv.sa_handler(sig);
+	}
+}
+
+static void handler_install(void)
+{
+	if (handler_set)
+		return;
+	struct sigaction sa = { .sa_sigaction = on_segv, .sa_flags = SA_SIGINFO | SA_NODEFER };
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGSEGV, &sa, &old_segv) == 0)
+		handler_set = 1;
+}
+
+/* Write tracking by page protection; off (every region counts as written
+ * at each release: correct, slower) with RGPU_WRITE_TRACKING=0 and under
+ * valgrind, which does not hand such faults to the program's handler. */
+static int tracking(void)
+{
+	static int on = -1;
+	if (on < 0) {
+		const char *e = getenv("RGPU_WRITE_TRACKING");
+		const char *pre = getenv("LD_PRELOAD");
+		on = !(e && !strcmp(e, "0")) && !(pre && strstr(pre, "vgpreload"));
+	}
+	return on;
+}
+
+static void protect(struct region *r)
+{
+	if (!tracking()) {
+		r->host_dirty = 1;
+		return;
+	}
+	if (!r->ro && mprotect((void *)r->base, r->size, PROT_READ) == 0)
+		r->ro = 1;
+}
+
+static void unprotect(struct region *r)
+{
+	if (r->ro && mprotect((void *)r->base, r->size, PROT_READ | PROT_WRITE) == 0)
+		r->ro = 0;
+}
+
+/* Host memory at a fresh address of the shared range (memfd-backed if fd
+ * >= 0, so a same-host server can map it too). */
+void *rc_va_alloc(size_t *size, int fd)
+{
+	*size = (*size + GRAIN - 1) / GRAIN * GRAIN;
+	if (fd >= 0 && ftruncate(fd, (off_t)*size) < 0)
+		return NULL;
+	pthread_mutex_lock(&reg_lock);
+	void *p = MAP_FAILED;
+	for (int tries = 0; tries < 64 && p == MAP_FAILED; tries++) {
+		uint64_t at = va_next;
+		if (at + *size > RC_VA_BASE + RC_VA_SPAN)
+			break;
+		va_next += *size + GRAIN; /* a guard gap */
+		p = mmap((void *)at, *size, PROT_READ | PROT_WRITE,
+			 (fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS) | MAP_FIXED_NOREPLACE,
+			 fd, 0);
+		if (p != MAP_FAILED && p != (void *)at) {
+			munmap(p, *size); /* an old kernel ignored the flag */
+			p = MAP_FAILED;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static struct region *region_add(void *p, size_t size, int kind, int fd, struct rc_ctx *mirror)
+{
+	pthread_mutex_lock(&reg_lock);
+	handler_install();
+	struct region *r = NULL;
+	for (int i = 0; i < REGIONS_MAX && !r; i++)
+		if (!regions[i].used)
+			r = &regions[i];
+	if (r) {
+		r->base = (uintptr_t)p;
+		r->size = size;
+		r->kind = kind;
+		r->fd = fd;
+		r->mirror = mirror;
+		r->host_dirty = 1; /* the device copy starts undefined */
+		r->dev_dirty = 0;
+		r->ro = 0;
+		__atomic_store_n(&r->used, 1, __ATOMIC_RELEASE);
+		if (r - regions + 1 > regions_hw)
+			regions_hw = (int)(r - regions + 1);
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return r;
+}
+
+static CUresult mirror_map(struct rc_ctx *c, uintptr_t base, size_t size)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, base);
+	put_u64(w, size);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_VMEM_MAP, w, &r);
+}
+
+static void mirror_unmap(struct rc_ctx *c, uintptr_t base)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, base);
+	struct rd r;
+	rc_call(c->dev->conn, RGPU_OP_VMEM_UNMAP, w, &r);
+}
+
+CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out)
+{
+	size_t size = bytes;
+	void *p = rc_va_alloc(&size, -1);
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = mirror_map(c, (uintptr_t)p, size);
+	if (rc) {
+		if (rc == CUDA_ERROR_NOT_SUPPORTED)
+			rc_unsupported("managed memory on a server without virtual memory management");
+		munmap(p, size);
+		return rc;
+	}
+	if (!region_add(p, size, R_MANAGED, -1, c)) {
+		mirror_unmap(c, (uintptr_t)p);
+		munmap(p, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*out = p;
+	return CUDA_SUCCESS;
+}
+
+void rc_mapped_add(void *p, size_t size, int fd)
+{
+	region_add(p, size, R_MAPPED, fd, NULL);
+}
+
+/* Forgets a region (cuMemFree of managed memory, cuMemFreeHost); the
+ * caller unmaps the host side.  0 if p was one. */
+int rc_region_free(void *p, size_t *size)
+{
+	pthread_mutex_lock(&reg_lock);
+	struct region *r = find((uintptr_t)p);
+	if (!r || r->base != (uintptr_t)p) {
+		pthread_mutex_unlock(&reg_lock);
+		return -1;
+	}
+	struct rc_ctx *m = r->mirror;
+	*size = r->size;
+	__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&reg_lock);
+	if (m)
+		mirror_unmap(m, (uintptr_t)p);
+	return 0;
+}
+
+int rc_region_kind(const void *p)
+{
+	struct region *r = find((uintptr_t)p);
+	return r ? r->kind : 0;
+}
+
+static CUresult publish(struct region *r, uint64_t stream, int async)
+{
+	if (!r->host_dirty)
+		return CUDA_SUCCESS;
+	/* clear first: a write racing with the copy faults and re-marks */
+	r->host_dirty = 0;
+	protect(r);
+	return async ? rc_htod_any(r->mirror, stream, r->base, (void *)r->base, r->size, 1)
+		     : rc_htod_any(r->mirror, 0, r->base, (void *)r->base, r->size, 0);
+}
+
+static CUresult fetch(struct region *r)
+{
+	if (!r->dev_dirty)
+		return CUDA_SUCCESS;
+	unprotect(r);
+	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)r->base, r->base, r->size);
+	r->dev_dirty = 0;
+	r->host_dirty = 0;
+	protect(r);
+	return rc;
+}
+
+/* Release before a launch in context c: managed memory of c's server, and
+ * mapped memory whose address is among the kernel's arguments. */
+CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len)
+{
+	CUresult rc = CUDA_SUCCESS;
+	int hw = regions_hw;
+	for (int i = 0; i < hw && !rc; i++) {
+		struct region *r = &regions[i];
+		if (!__atomic_load_n(&r->used, __ATOMIC_ACQUIRE))
+			continue;
+		if (r->kind == R_MAPPED) {
+			int hit = 0;
+			for (size_t o = 0; !hit && o + 8 <= len; o += 8) {
+				uint64_t v;
+				memcpy(&v, params + o, 8);
+				hit = v >= r->base && v - r->base < r->size;
+			}
+			if (!hit)
+				continue;
+			if (!r->mirror) {
+				if ((rc = mirror_map(c, r->base, r->size)))
+					break;
+				r->mirror = c;
+			}
+		}
+		if (!r->mirror || r->mirror->dev->conn != c->dev->conn)
+			continue;
+		rc = publish(r, stream, 1);
+		r->dev_dirty = 1;
+	}
+	return rc;
+}
+
+/* Acquire at a synchronisation on conn. */
+CUresult rc_coh_acquire(struct rc_conn *conn)
+{
+	CUresult rc = CUDA_SUCCESS;
+	int hw = regions_hw;
+	for (int i = 0; i < hw; i++) {
+		struct region *r = &regions[i];
+		if (__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) && r->dev_dirty && r->mirror &&
+		    r->mirror->dev->conn == conn) {
+			CUresult x = fetch(r);
+			if (x && !rc)
+				rc = x;
+		}
+	}
+	return rc;
+}
+
+/* Before the client itself reads or writes [p, p+n) of a region (copies
+ * from or into managed memory): fetch if the device may have written. */
+void rc_coh_host_use(const void *p, size_t n, int write)
+{
+	(void)n;
+	struct region *r = find((uintptr_t)p);
+	if (!r)
+		return;
+	fetch(r);
+	if (write) {
+		unprotect(r);
+		r->host_dirty = 1;
+	}
+}
+
+/* Before a device-side operation on a managed address (memset, device
+ * copy): publish, and note the device copy may change. */
+void rc_coh_device_use(uint64_t p)
+{
+	struct region *r = find((uintptr_t)p);
+	if (!r || !r->mirror)
+		return;
+	publish(r, 0, 0);
+	r->dev_dirty = 1;
+}

@@ -1,0 +1,135 @@
+/* Device memory at the client's chosen address, through the driver's
+ * virtual memory management: managed and mapped host memory get a device
+ * copy at the very address the application uses, so pointers inside data
+ * and kernel arguments mean the same on both sides (the GMAC idea). */
+#include "log.h"
+#include "rgpud.h"
+#include "gate.h"
+#include "session.h"
+
+#include <stdlib.h>
+
+#define D (&rgpud_server.drv)
+#define VMEM_GRAIN (2u << 20)
+
+struct vmem {
+	uint64_t addr, size;
+	CUmemGenericAllocationHandle h;
+	uint64_t ctx;
+	unsigned dev;
+	struct vmem *next;
+};
+
+int op_vmem_map(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), addr = get_u64(r), size = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	struct ctx_state *cs;
+	int rc = session_enter_ctx(s, ctx, &cs);
+	if (rc)
+		return rc;
+	if (!D->have_vmm)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!addr || !size || addr % VMEM_GRAIN || size % VMEM_GRAIN || addr + size < addr)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (gate_charge(cs->dev, (int64_t)size) < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
+						   .id = (int)cs->dev } };
+	CUdeviceptr got = 0;
+	CUmemGenericAllocationHandle h = 0;
+	int stage = 0;
+	rc = D->cuMemAddressReserve(&got, size, VMEM_GRAIN, addr, 0);
+	if (!rc && got != addr)
+		rc = CUDA_ERROR_INVALID_VALUE; /* taken here: refuse, never move */
+	if (!rc && ++stage && !(rc = D->cuMemCreate(&h, size, &prop, 0)) && ++stage &&
+	    !(rc = D->cuMemMap(addr, size, 0, h, 0)) && ++stage) {
+		CUmemAccessDesc acc = { .location = prop.location,
+					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		rc = D->cuMemSetAccess(addr, size, &acc, 1);
+	}
+	struct vmem *v = rc ? NULL : calloc(1, sizeof(*v));
+	if (!rc && (!v || session_alloc_add(s, addr, size, ctx, 0, cs->dev) < 0))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc) {
+		if (stage >= 3)
+			D->cuMemUnmap(addr, size);
+		if (stage >= 2)
+			D->cuMemRelease(h);
+		if (got)
+			D->cuMemAddressFree(got, size);
+		free(v);
+		gate_charge(cs->dev, -(int64_t)size);
+		return rc;
+	}
+	*v = (struct vmem){ addr, size, h, ctx, cs->dev, s->vmem };
+	s->vmem = v;
+	return CUDA_SUCCESS;
+}
+
+static void vmem_release(struct vmem *v)
+{
+	D->cuMemUnmap(v->addr, v->size);
+	D->cuMemRelease(v->h);
+	D->cuMemAddressFree(v->addr, v->size);
+}
+
+int op_vmem_unmap(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), addr = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	for (struct vmem **pp = &s->vmem; *pp; pp = &(*pp)->next) {
+		struct vmem *v = *pp;
+		if (v->addr != addr)
+			continue;
+		/* the GPU may still use it: wait, as cuMemFree does */
+		D->cuCtxSynchronize();
+		session_alloc_del(s, addr);
+		vmem_release(v);
+		gate_charge(v->dev, -(int64_t)v->size);
+		*pp = v->next;
+		free(v);
+		return CUDA_SUCCESS;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+void vmem_cleanup(struct session *s)
+{
+	while (s->vmem) {
+		struct vmem *v = s->vmem;
+		s->vmem = v->next;
+		vmem_release(v);
+		free(v);
+	}
+}
+
+int vmem_owns(struct session *s, uint64_t addr)
+{
+	for (struct vmem *v = s->vmem; v; v = v->next)
+		if (v->addr == addr)
+			return 1;
+	return 0;
+}
+
+/* A context is going away: its fixed-address memory goes with it (the
+ * caller has already refunded it with the context's allocations). */
+void vmem_forget_ctx(struct session *s, uint64_t ctx)
+{
+	for (struct vmem **pp = &s->vmem; *pp;) {
+		struct vmem *v = *pp;
+		if (v->ctx == ctx) {
+			vmem_release(v);
+			*pp = v->next;
+			free(v);
+		} else {
+			pp = &v->next;
+		}
+	}
+}

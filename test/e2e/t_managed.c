@@ -1,0 +1,92 @@
+/* Managed memory (cuMemAllocManaged) and mapped pinned host memory
+ * (cuMemHostAlloc + cuMemHostGetDevicePointer): the host writes, a kernel
+ * reads and writes, the host sees the result after a synchronisation;
+ * repeated, so both directions of the coherence protocol are exercised
+ * more than once.  Through rgpu the device copy sits at the same address
+ * as the host copy. */
+#include "common.h"
+
+static void check_vals(const float *c, const float *a, const float *b, int n, const char *what)
+{
+	for (int i = 0; i < n; i++) {
+		float want = a[i] + b[i];
+		if (memcmp(&c[i], &want, sizeof(float)) != 0)
+			fail("%s: c[%d] = %.9g, want %.9g", what, i, c[i], want);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	e2e_init(argv[0]);
+	const int n = (1 << 20) + 7;
+	size_t bytes = (size_t)n * sizeof(float);
+	primary_ctx(0, NULL);
+	CUmodule mod = load_test_module();
+	CUfunction add = get_func(mod, "vec_add");
+	CUfunction fill = get_func(mod, "fill_u32");
+
+	/* ---- managed ---- */
+	CUdeviceptr ma, mb, mc;
+	CUresult rc = cuMemAllocManaged(&ma, bytes, CU_MEM_ATTACH_GLOBAL);
+	if (rc == CUDA_ERROR_NOT_SUPPORTED)
+		skip("managed memory not supported here");
+	CK(rc);
+	CK(cuMemAllocManaged(&mb, bytes, CU_MEM_ATTACH_GLOBAL));
+	CK(cuMemAllocManaged(&mc, bytes, CU_MEM_ATTACH_GLOBAL));
+	float *a = (float *)(uintptr_t)ma, *b = (float *)(uintptr_t)mb, *c = (float *)(uintptr_t)mc;
+	uint32_t seed = 7;
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < n; i++) {
+			a[i] = lcg_float(&seed) * 100.0f;
+			b[i] = (float)(i % 977) + (float)round;
+			c[i] = -1.0f;
+		}
+		int nn = n;
+		void *args[] = { &ma, &mb, &mc, &nn };
+		launch1d(add, (unsigned)n, NULL, args);
+		CK(cuCtxSynchronize());
+		check_vals(c, a, b, n, "managed");
+	}
+	/* a copy into managed memory is seen by the next kernel */
+	float *h = xmalloc(bytes);
+	for (int i = 0; i < n; i++)
+		h[i] = (float)i;
+	CK(cuMemcpy(ma, (CUdeviceptr)(uintptr_t)h, bytes));
+	int nn = n;
+	void *args[] = { &ma, &ma, &mc, &nn };
+	launch1d(add, (unsigned)n, NULL, args);
+	CK(cuStreamSynchronize(NULL));
+	for (int i = 0; i < n; i++)
+		if (c[i] != 2.0f * (float)i)
+			fail("after cuMemcpy into managed memory: c[%d] = %g, want %g", i, c[i], 2.0f * i);
+	result("managed", c, bytes);
+	CK(cuMemFree(ma));
+	CK(cuMemFree(mb));
+	CK(cuMemFree(mc));
+
+	/* ---- mapped pinned host memory ---- */
+	unsigned *hp;
+	CK(cuMemHostAlloc((void **)&hp, bytes, CU_MEMHOSTALLOC_DEVICEMAP));
+	CUdeviceptr dp;
+	CK(cuMemHostGetDevicePointer(&dp, hp, 0));
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < n; i++)
+			hp[i] = 0xdeadbeefu;
+		unsigned v = 0x1234u + (unsigned)round;
+		unsigned long long cnt = (unsigned long long)(n - 5);
+		void *fa[] = { &dp, &v, &cnt };
+		launch1d(fill, (unsigned)n, NULL, fa);
+		CK(cuCtxSynchronize());
+		for (int i = 0; i < n; i++) {
+			unsigned want = i < n - 5 ? v : 0xdeadbeefu;
+			if (hp[i] != want)
+				fail("mapped round %d: hp[%d] = %#x, want %#x", round, i, hp[i], want);
+		}
+	}
+	result("mapped", hp, bytes);
+	CK(cuMemFreeHost(hp));
+	CK(cuModuleUnload(mod));
+	free(h);
+	say("PASS");
+	return 0;
+}
