@@ -88,15 +88,4 @@ struct rgpu_conn *rgpu_verbs_upgrade(struct rgpu_conn *tcp, int is_server,
 				     char *err, size_t errlen);
 int rgpu_verbs_available(char *why, size_t n);
 
-/* InfiniBand verbs (transport_verbs.c; only in builds with HAVE_VERBS from
- * config.h).  Both ends call rgpu_verbs_upgrade at the same point of the
- * protocol with nothing else in flight on tcp.  Success: a verbs connection
- * that owns tcp (closing it closes tcp).  NULL: err says why and tcp is the
- * caller's still (the fallback), usable unless err names a failed exchange,
- * in which case tcp has been shut down.  rgpu_verbs_available: 1 if a
- * device has an ACTIVE port, else 0; why says which (docs/transports.md). */
-struct rgpu_conn *rgpu_verbs_upgrade(struct rgpu_conn *tcp, int is_server,
-				     char *err, size_t errlen);
-int rgpu_verbs_available(char *why, size_t n);
-
 #endif
