@@ -162,10 +162,10 @@ int main(void)
 	is_u64(d.srv[1].up, 0, "down kept");
 	is_u64(d.srv[1].reserved, c.srv[1].reserved, "server sums rebuilt");
 	unlink(path);
+	rg_cluster_free(&c);
 	rg_cluster_init(&c);
 	ok(rg_snapshot_load(path, &c) < 0, "missing snapshot reported");
 	rg_cluster_free(&d);
-	rg_cluster_free(&c);
 
 	/* Polling a server that is not there marks it down. */
 	struct rg_server_addr a = { "gpu9", "127.0.0.1", 1 };

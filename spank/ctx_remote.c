@@ -36,6 +36,8 @@ int rgpu_remote_user_init(spank_t sp)
 	}
 	char v[64], old[8192], ld[9300];
 	spank_setenv(sp, "RGPU_SERVERS", rec.servers, 1);
+	/* Slurm node names of the same devices, for `rgpu status`. */
+	spank_setenv(sp, "RGPU_NODES", rec.gpus, 1);
 	snprintf(v, sizeof(v), "%u", job);
 	spank_setenv(sp, "RGPU_JOB_ID", v, 1);
 	if (rec.mem) {

@@ -28,6 +28,7 @@ struct dev {
 	char name[64];
 	uint64_t total, quota, used, expires;
 	char err[256];
+	char node[64]; /* Slurm node (RGPU_NODES), "" if unknown */
 };
 
 static void usage(FILE *f)
@@ -100,6 +101,16 @@ static int status(int json)
 	memset(d, 0, sizeof(d));
 	for (int i = 0; i < n; i++)
 		d[i].ent = ents[i];
+	/* RGPU_NODES=node:gpu,... parallels RGPU_SERVERS (set by the plugin). */
+	const char *nodes = getenv("RGPU_NODES");
+	for (int i = 0; nodes && *nodes && i < n; i++) {
+		size_t len = strcspn(nodes, ":,");
+		snprintf(d[i].node, sizeof(d[i].node), "%.*s", (int)len, nodes);
+		nodes = strchr(nodes, ',');
+		if (!nodes)
+			break;
+		nodes++;
+	}
 	query(d, n, job);
 	int bad = 0;
 	if (json) {
@@ -108,6 +119,7 @@ static int status(int json)
 		for (int i = 0; i < n; i++) {
 			json_object *g = json_object_new_object();
 			json_object_object_add(g, "device", json_object_new_int(i));
+			json_object_object_add(g, "node", json_object_new_string(d[i].node));
 			json_object_object_add(g, "host", json_object_new_string(d[i].ent.host));
 			json_object_object_add(g, "port", json_object_new_int((int)d[i].ent.port));
 			json_object_object_add(g, "gpu", json_object_new_int((int)d[i].ent.gpu));
@@ -131,13 +143,14 @@ static int status(int json)
 		return bad;
 	}
 	printf("job %" PRIu64 ": %d remote GPU(s)\n", job, n);
-	printf("%-4s %-24s %-4s %-20s %-10s %-12s %-10s %s\n", "DEV", "SERVER", "GPU", "NAME",
-	       "MEMORY", "QUOTA", "USED", "LEASE UNTIL");
+	printf("%-4s %-10s %-22s %-4s %-24s %-10s %-10s %-10s %s\n", "DEV", "NODE", "SERVER",
+	       "GPU", "NAME", "MEMORY", "QUOTA", "USED", "LEASE UNTIL");
 	for (int i = 0; i < n; i++) {
 		char where[300], tot[32], quo[32], used[32], until[32] = "-";
 		snprintf(where, sizeof(where), "%s:%u", d[i].ent.host, d[i].ent.port);
 		if (!d[i].found) {
-			printf("%-4d %-24s %-4u unreachable: %s\n", i, where, d[i].ent.gpu, d[i].err);
+			printf("%-4d %-10s %-22s %-4u unreachable: %s\n", i, d[i].node[0] ? d[i].node : "-",
+			       where, d[i].ent.gpu, d[i].err);
 			bad = 1;
 			continue;
 		}
@@ -146,7 +159,7 @@ static int status(int json)
 		if (!d[i].leased)
 			snprintf(quo, sizeof(quo), "no lease");
 		else if (!d[i].quota)
-			snprintf(quo, sizeof(quo), "whole GPU");
+			snprintf(quo, sizeof(quo), "whole");
 		else
 			fmt_size(d[i].quota, quo, sizeof(quo));
 		if (d[i].expires) {
@@ -154,8 +167,9 @@ static int status(int json)
 			struct tm tm;
 			strftime(until, sizeof(until), "%Y-%m-%d %H:%M", localtime_r(&t, &tm));
 		}
-		printf("%-4d %-24s %-4u %-20s %-10s %-12s %-10s %s\n", i, where, d[i].ent.gpu,
-		       d[i].name, tot, quo, used, until);
+		printf("%-4d %-10s %-22s %-4u %-24s %-10s %-10s %-10s %s\n", i,
+		       d[i].node[0] ? d[i].node : "-", where, d[i].ent.gpu, d[i].name, tot, quo, used,
+		       until);
 		bad |= !d[i].leased;
 	}
 	return bad;

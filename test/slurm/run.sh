@@ -163,7 +163,7 @@ t_two_gpus() {
 	elif ! echo "$s" | grep -q "$(rc_addr gpu1):" || ! echo "$s" | grep -q "$(rc_addr gpu2):"; then
 		fail $name "not one GPU per GPU node: RGPU_SERVERS=$s"
 	elif out "$j" | grep -q "error"; then fail $name "probe error: $(out "$j" | tr '\n' '|')"
-	elif ! out "$j" | grep -q "whole GPU"; then fail $name "rgpu status: $(out "$j" | tr '\n' '|')"
+	elif ! out "$j" | grep -q " whole "; then fail $name "rgpu status: $(out "$j" | tr '\n' '|')"
 	else
 		echo "      job $j: RGPU_SERVERS=$s"
 		pass $name
