@@ -69,6 +69,46 @@ static CUresult fetch_device(struct rc_dev *d)
 	return CUDA_SUCCESS;
 }
 
+/* InfiniBand verbs where a device is up (or demanded): asked of the
+ * server first, then both ends upgrade; TCP stays otherwise. */
+static CUresult verbs_upgrade(struct rc_conn *c, int required)
+{
+#ifdef HAVE_VERBS
+	char why[256];
+	if (!required && !rgpu_verbs_available(why, sizeof(why))) {
+		log_debug("%s:%u: no verbs: %s", c->host, c->port, why);
+		return CUDA_SUCCESS;
+	}
+	struct wbuf *w = rc_req();
+	put_u32(w, 1);
+	struct rd r;
+	CUresult rc = rc_call(c, RGPU_OP_TRANSPORT, w, &r);
+	if (rc) {
+		const char *s = get_str(&r, 255);
+		log_info("%s:%u: server stays on TCP: %s", c->host, c->port, s ? s : "refused");
+		return required ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+	}
+	char err[256];
+	struct rgpu_conn *v = rgpu_verbs_upgrade(c->c, 0, err, sizeof(err));
+	if (v) {
+		c->c = v;
+		log_info("%s:%u: on InfiniBand verbs", c->host, c->port);
+		return CUDA_SUCCESS;
+	}
+	log_warn("%s:%u: verbs failed (%s)%s", c->host, c->port, err, required ? "" : "; using TCP");
+	if (strstr(err, "exchange over TCP failed") || strstr(err, "bad verbs"))
+		c->dead = 1;
+	return required || c->dead ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+#else
+	if (required) {
+		log_err("%s:%u: RGPU_TRANSPORT=verbs, but rgpu was built without libibverbs", c->host, c->port);
+		return CUDA_ERROR_NO_DEVICE;
+	}
+	(void)c;
+	return CUDA_SUCCESS;
+#endif
+}
+
 static void do_init(void)
 {
 	log_setup();
@@ -98,12 +138,13 @@ static void do_init(void)
 		pthread_mutex_init(&d->pctx_lock, NULL);
 	}
 	/* RGPU_TRANSPORT: auto (default: same-host Unix socket and shared
-	 * memory where the server is on this node, else TCP), tcp, local */
+	 * memory where the server is on this node, InfiniBand verbs where a
+	 * device is up, else TCP), tcp, local, verbs */
 	const char *tp = getenv("RGPU_TRANSPORT");
 	if (!tp || !*tp)
 		tp = "auto";
-	if (strcmp(tp, "auto") && strcmp(tp, "tcp") && strcmp(tp, "local")) {
-		log_err("RGPU_TRANSPORT=%s: expected auto, tcp or local", tp);
+	if (strcmp(tp, "auto") && strcmp(tp, "tcp") && strcmp(tp, "local") && strcmp(tp, "verbs")) {
+		log_err("RGPU_TRANSPORT=%s: expected auto, tcp, local or verbs", tp);
 		init_result = CUDA_ERROR_INVALID_VALUE;
 		return;
 	}
@@ -138,6 +179,13 @@ static void do_init(void)
 		}
 		if (c->local)
 			rc_shm_setup(c);
+		else if (!strcmp(tp, "verbs") || !strcmp(tp, "auto")) {
+			rc = verbs_upgrade(c, !strcmp(tp, "verbs"));
+			if (rc) {
+				init_result = rc;
+				return;
+			}
+		}
 		log_info("connected to %s at %s:%u (%d GPUs, %s)", c->server_id, c->host, c->port,
 			 c->ndev, c->ring ? "same host, shared memory" : c->local ? "same host" : "TCP");
 	}

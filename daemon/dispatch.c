@@ -59,6 +59,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(SHM_SLOT_WAIT, shm_slot_wait, 0),
 	OPD(SHM_DTOH, shm_dtoh, 0),
 	OPD(SHM_HOSTCOPY, shm_hostcopy, 0),
+	OPD(TRANSPORT, transport, 0),
 	OPD(VMEM_MAP, vmem_map, 0),
 	OPD(VMEM_UNMAP, vmem_unmap, 0),
 	OPD(LEASE_GRANT, admin, 0),

@@ -150,7 +150,7 @@ DECL_OP(stream_create) DECL_OP(stream_destroy) DECL_OP(stream_sync) DECL_OP(stre
 DECL_OP(event_create) DECL_OP(event_destroy) DECL_OP(event_record) DECL_OP(event_sync) DECL_OP(event_query)
 DECL_OP(event_elapsed) DECL_OP(admin)
 DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait) DECL_OP(shm_dtoh)
-DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap)
+DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap) DECL_OP(transport)
 #undef DECL_OP
 
 #endif

@@ -189,6 +189,10 @@ typedef uint64_t rgpu_handle;
 	X(VMEM_MAP, 76, "device memory at a fixed address")                   \
 	/* handle ctx, u64 addr -> */                                          \
 	X(VMEM_UNMAP, 77, "release fixed-address device memory")             \
+	/* u32 kind (1: InfiniBand verbs) -> ; on success both ends switch the \
+	 * connection to that transport right after this reply (nothing else  \
+	 * may be in flight) */                                                \
+	X(TRANSPORT, 78, "switch the connection to another transport")        \
 	/* Lease management (see daemon/lease.h).  GRANT and RELEASE need an   \
 	 * admin credential (root or the SlurmUser), LIST any valid one.  On  \
 	 * failure the reply carries str message after the status:            \
