@@ -85,7 +85,8 @@ static CUresult verbs_upgrade(struct rc_conn *c, int required)
 	CUresult rc = rc_call(c, RGPU_OP_TRANSPORT, w, &r);
 	if (rc) {
 		const char *s = get_str(&r, 255);
-		log_info("%s:%u: server stays on TCP: %s", c->host, c->port, s ? s : "refused");
+		rgpu_log(required ? RGPU_LOG_ERR : RGPU_LOG_INFO, "%s:%u: no InfiniBand verbs: %s%s",
+			 c->host, c->port, s ? s : "refused", required ? "" : "; using TCP");
 		return required ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 	}
 	char err[256];
@@ -151,7 +152,7 @@ static void do_init(void)
 	for (int i = 0; i < rc_nconn; i++) {
 		struct rc_conn *c = &rc_conns[i];
 		c->c = NULL;
-		if (strcmp(tp, "tcp") && rgpu_host_is_local(c->host)) {
+		if ((!strcmp(tp, "auto") || !strcmp(tp, "local")) && rgpu_host_is_local(c->host)) {
 			c->c = rgpu_unix_connect(c->port, err, sizeof(err));
 			if (c->c)
 				c->local = 1;

@@ -248,6 +248,16 @@ suite
 SUFFIX=""
 unset RGPU_TRANSPORT
 
+# RGPU_TRANSPORT=verbs on a machine without RDMA: cuInit fails and says why
+# (auto mode falls back to TCP: every run above)
+if want t_verbs_required; then
+	run t_verbs_required "$ONE" -- RGPU_TRANSPORT=verbs t_noserver
+	if [ "$LAST_RC" -eq 0 ]; then
+		grep -qi "verbs" "$LOGDIR/t_verbs_required.err"
+		verdict t_verbs_required_log $? "stderr does not say why verbs is unavailable"
+	fi
+fi
+
 # raw-protocol abuse, not through the client (never under valgrind)
 if want t_malformed; then
 	run t_malformed "" -- t_malformed 127.0.0.1 "$P1"
