@@ -39,7 +39,9 @@ skipped() { SKIPPED=$((SKIPPED + 1)); RESULTS+=("SKIP  $1: $2"); echo "SKIP  $1:
 finish() {
 	local rc=$?
 	trap - EXIT INT TERM
-	[ -n "${WATCHDOG:-}" ] && kill "$WATCHDOG" 2>/dev/null
+	if [ -n "${WATCHDOG:-}" ]; then
+		kill $(pgrep -P "$WATCHDOG") "$WATCHDOG" 2>/dev/null
+	fi
 	if [ "$FAILED" -gt 0 ] && [ -n "${RC_DIR:-}" ]; then
 		echo "---- logs (last lines) ----"
 		tail -n 15 "$RC_DIR"/slurmctld.log "$RC_DIR"/*/slurmd.log "$RC_DIR"/*/rgpud.log 2>/dev/null
@@ -57,8 +59,9 @@ trap finish EXIT
 trap 'echo "interrupted or out of time"; FAILED=$((FAILED + 1)); exit 1' INT TERM
 
 # Watchdog: the whole run, teardown included, stays under 10 minutes.
-# (fd 9 closed: a lingering sleep must not hold the lock.)
-( exec 9>&-; sleep "${RGPU_SLURM_TIMEOUT:-540}"; kill -TERM $$ ) 2>/dev/null &
+# (fd 9 and the output closed: a lingering sleep must hold neither the lock
+# nor a caller's pipe open.)
+( exec 9>&- >/dev/null 2>&1; sleep "${RGPU_SLURM_TIMEOUT:-540}"; kill -TERM $$ ) &
 WATCHDOG=$!
 
 RGPUD_OK=1 CLIENT_OK=1
