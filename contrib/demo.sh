@@ -4,7 +4,8 @@
 # GPU nodes each running `rgpud --emulated` with two emulated GPUs), submits
 # a job to the GPU-less node asking for two remote GPUs, prints what it got,
 # and tears everything down.  Needs root, iproute2, Debian's slurmctld,
-# slurmd and munge, and a build (./configure && make, or _build/).
+# slurmd and munge; on a fresh machine it installs them and builds rgpu
+# into _build/ first.
 #
 #   contrib/demo.sh [BUILD_DIR]
 set -u
@@ -14,8 +15,14 @@ BUILD=${1:-}
 if [ -z "$BUILD" ]; then
 	if [ -e "$SRC/_build/spank/.libs/spank_rgpu.so" ]; then BUILD=$SRC/_build; else BUILD=$SRC; fi
 fi
-BUILD=$(cd "$BUILD" && pwd)
 [ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (network namespaces, slurmd)"; exit 1; }
+# a fresh machine: install the packages and build first (into _build)
+if [ ! -e "$BUILD/spank/.libs/spank_rgpu.so" ] && [ -z "${1:-}" ]; then
+	echo "== installing packages and building rgpu (test/run-all.sh, build only)"
+	RGPU_BUILD_ONLY=1 bash "$SRC/test/run-all.sh" || { echo "demo.sh: the build failed"; exit 1; }
+	BUILD=$SRC/_build
+fi
+BUILD=$(cd "$BUILD" && pwd)
 for f in spank/.libs/spank_rgpu.so daemon/rgpud client/.libs/libcuda.so.1 tools/rgpu; do
 	[ -e "$BUILD/$f" ] || { echo "demo.sh: $BUILD/$f is missing: build first"; exit 1; }
 done

@@ -6,6 +6,7 @@
 #
 #   sudo test/run-all.sh            # all of it
 #   RGPU_SKIP_SLURM=1 test/run-all.sh   # without the Slurm cluster
+#   RGPU_BUILD_ONLY=1 test/run-all.sh   # packages and build, no tests
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -36,6 +37,9 @@ mkdir -p _build
 cd _build
 ../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null
 make -j"$(nproc)" >/dev/null
+
+# contrib/demo.sh uses this script for its setup only
+[ -z "${RGPU_BUILD_ONLY:-}" ] || exit 0
 
 echo "== make check (client runs repeated under valgrind)"
 status=0
