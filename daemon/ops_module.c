@@ -56,28 +56,38 @@ static void patch_id(struct wbuf *out, uint64_t id)
 		out->data[i] = (uint8_t)(id >> (8 * i));
 }
 
-int op_module_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+/* Reads an image request (ctx, kind, bytes) and copies the image to an
+ * aligned buffer (ELF and fatbin want it; in the receive buffer it sits
+ * after 12 field bytes).  A status or OP_DROP; *img to free() on success. */
+static int read_image(struct session *s, struct rd *r, int need_ctx, uint64_t *ctx, void **img)
 {
-	uint64_t ctx = get_u64(r);
+	*ctx = get_u64(r);
 	uint32_t kind = get_u32(r);
 	size_t n;
-	const uint8_t *img = get_bytes(r, &n);
+	const uint8_t *p = get_bytes(r, &n);
 	if (!rd_done(r) || n == 0)
 		return OP_DROP;
-	if (kind == RGPU_IMAGE_PTX && img[n - 1] != '\0')
+	if (kind == RGPU_IMAGE_PTX && p[n - 1] != '\0')
 		return CUDA_ERROR_INVALID_IMAGE;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = need_ctx || *ctx ? session_enter_ctx(s, *ctx, NULL) : 0;
+	if (rc)
+		return rc;
+	if (!(*img = aligned_alloc(64, (n + 63) & ~(size_t)63)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(*img, p, n);
+	return CUDA_SUCCESS;
+}
+
+int op_module_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx;
+	void *img;
+	int rc = read_image(s, r, 1, &ctx, &img);
 	if (rc)
 		return rc;
 	CUmodule m;
-	/* the image sits in the receive buffer, suitably aligned by malloc
-	 * plus the 4+8+8 field bytes: copy to an aligned buffer for ELF/fatbin */
-	void *al = aligned_alloc(64, (n + 63) & ~(size_t)63);
-	if (!al)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	memcpy(al, img, n);
-	rc = D->cuModuleLoadData(&m, al);
-	free(al);
+	rc = D->cuModuleLoadData(&m, img);
+	free(img);
 	if (rc)
 		return rc;
 	uint64_t id = ht_add(&s->ht, HK_MODULE, m, ctx, NULL);
@@ -143,47 +153,43 @@ static int global_reply(struct session *s, uint64_t ctx, uint64_t owner, CUdevic
 	return CUDA_SUCCESS;
 }
 
-int op_module_get_global(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+/* A global of a module or library, in a context of this session. */
+static int get_global(struct session *s, struct rd *r, struct wbuf *out, enum hkind kind)
 {
-	uint64_t ctx = get_u64(r), mod = get_u64(r);
+	uint64_t ctx = get_u64(r), owner = get_u64(r);
 	const char *name = get_str(r, 4096);
 	if (!rd_done(r))
 		return OP_DROP;
 	int rc = session_enter_ctx(s, ctx, NULL);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
+	struct hentry *e = ht_get(&s->ht, owner, kind);
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUdeviceptr p;
 	size_t size;
-	if ((rc = D->cuModuleGetGlobal_v2(&p, &size, e->obj, name)))
-		return rc;
-	return global_reply(s, ctx, mod, p, size, out);
+	rc = kind == HK_MODULE ? D->cuModuleGetGlobal_v2(&p, &size, e->obj, name)
+			       : D->cuLibraryGetGlobal(&p, &size, e->obj, name);
+	return rc ? rc : global_reply(s, ctx, owner, p, size, out);
+}
+
+int op_module_get_global(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	return get_global(s, r, out, HK_MODULE);
 }
 
 int op_library_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
-	uint32_t kind = get_u32(r);
-	size_t n;
-	const uint8_t *img = get_bytes(r, &n);
-	if (!rd_done(r) || n == 0)
-		return OP_DROP;
-	if (kind == RGPU_IMAGE_PTX && img[n - 1] != '\0')
-		return CUDA_ERROR_INVALID_IMAGE;
-	/* Load in the session's context so the library lands there (eagerly);
-	 * it is context-independent to the driver, but owned by this session. */
-	int rc = ctx ? session_enter_ctx(s, ctx, NULL) : 0;
+	/* context-independent to the driver, but owned by this session; with
+	 * no context named it loads before any exists, as cudart does it */
+	uint64_t ctx;
+	void *img;
+	int rc = read_image(s, r, 0, &ctx, &img);
 	if (rc)
 		return rc;
-	void *al = aligned_alloc(64, (n + 63) & ~(size_t)63);
-	if (!al)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	memcpy(al, img, n);
 	CUlibrary lib;
-	rc = D->cuLibraryLoadData(&lib, al, NULL, NULL, 0, NULL, NULL, 0);
-	free(al);
+	rc = D->cuLibraryLoadData(&lib, img, NULL, NULL, 0, NULL, NULL, 0);
+	free(img);
 	if (rc)
 		return rc;
 	uint64_t id = ht_add(&s->ht, HK_LIBRARY, lib, 0, NULL);
@@ -269,21 +275,7 @@ int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 
 int op_library_get_global(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), lib = get_u64(r);
-	const char *name = get_str(r, 4096);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	if (rc)
-		return rc;
-	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	CUdeviceptr p;
-	size_t size;
-	if ((rc = D->cuLibraryGetGlobal(&p, &size, e->obj, name)))
-		return rc;
-	return global_reply(s, ctx, lib, p, size, out);
+	return get_global(s, r, out, HK_LIBRARY);
 }
 
 int op_library_kernel_count(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
