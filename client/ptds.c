@@ -172,3 +172,37 @@ RC_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream s, CUstreamCaptureSta
 {
 	return cuStreamGetCaptureInfo_v3(pt(s), st, id, graph, deps, edges, ndeps);
 }
+
+/* ---- composed calls (memcpy2d.c) ---- */
+
+RC_EXPORT CUresult cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *p)
+{
+	return cuMemcpy2D_v2(p);
+}
+
+RC_EXPORT CUresult cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *p)
+{
+	return cuMemcpy2DUnaligned_v2(p);
+}
+
+RC_EXPORT CUresult cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *p, CUstream s)
+{
+	return cuMemcpy2DAsync_v2(p, pt(s));
+}
+
+RC_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+	return cuMemAllocAsync(dptr, size, pt(s));
+}
+
+RC_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+	return cuMemFreeAsync(p, pt(s));
+}
+
+RC_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+						  unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+						  CUstream s, void **params)
+{
+	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, pt(s), params);
+}

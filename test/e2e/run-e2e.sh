@@ -185,6 +185,7 @@ suite() {
 	run t_multi "$TWO" -- t_multi
 	run t_errors "$ONE" -- t_errors
 	run t_managed "$ONE" -- t_managed
+	run t_memcpy2d "$ONE" -- t_memcpy2d
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then

@@ -1,0 +1,132 @@
+/* Pitched (2D) copies, stream-ordered allocation, cooperative launches,
+ * names: composed from the calls the client already forwards. */
+#include "client.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* UNIFIED resolves to where the address lives. */
+static CUmemorytype kind_of(CUmemorytype t, CUdeviceptr d, const void *h)
+{
+	if (t != CU_MEMORYTYPE_UNIFIED)
+		return t;
+	return rc_alloc_lookup(d ? d : (CUdeviceptr)(uintptr_t)h, NULL, NULL, NULL) == 0
+		       ? CU_MEMORYTYPE_DEVICE
+		       : CU_MEMORYTYPE_HOST;
+}
+
+static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUmemorytype st = kind_of(p->srcMemoryType, p->srcDevice, p->srcHost);
+	CUmemorytype dt = kind_of(p->dstMemoryType, p->dstDevice, p->dstHost);
+	if (st == CU_MEMORYTYPE_ARRAY || dt == CU_MEMORYTYPE_ARRAY) {
+		rc_unsupported("cuMemcpy2D with CUDA arrays");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	size_t w = p->WidthInBytes, h = p->Height;
+	size_t sp = st == CU_MEMORYTYPE_HOST && !p->srcPitch ? w : p->srcPitch;
+	size_t dp = dt == CU_MEMORYTYPE_HOST && !p->dstPitch ? w : p->dstPitch;
+	if (!w || !h)
+		return CUDA_SUCCESS;
+	if (sp < w || dp < w)
+		return CUDA_ERROR_INVALID_VALUE;
+	uintptr_t src = (st == CU_MEMORYTYPE_HOST ? (uintptr_t)p->srcHost : p->srcDevice) +
+			p->srcXInBytes + p->srcY * sp;
+	uintptr_t dst = (dt == CU_MEMORYTYPE_HOST ? (uintptr_t)p->dstHost : p->dstDevice) +
+			p->dstXInBytes + p->dstY * dp;
+	if (st == CU_MEMORYTYPE_HOST && dt == CU_MEMORYTYPE_HOST) {
+		for (size_t y = 0; y < h; y++)
+			memmove((void *)(dst + y * dp), (const void *)(src + y * sp), w);
+		return CUDA_SUCCESS;
+	}
+	if (st == CU_MEMORYTYPE_DEVICE && dt == CU_MEMORYTYPE_HOST) {
+		/* one fetch of the whole pitched span, then the rows here */
+		size_t span = (h - 1) * sp + w;
+		if (sp == w && dp == w)
+			return async ? cuMemcpyDtoHAsync_v2((void *)dst, src, span, s)
+				     : cuMemcpyDtoH_v2((void *)dst, src, span);
+		uint8_t *tmp = malloc(span);
+		if (!tmp)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		rc = async ? cuMemcpyDtoHAsync_v2(tmp, src, span, s) : cuMemcpyDtoH_v2(tmp, src, span);
+		if (!rc && async)
+			rc = cuStreamSynchronize(s); /* the rows are placed here */
+		for (size_t y = 0; !rc && y < h; y++)
+			memcpy((void *)(dst + y * dp), tmp + y * sp, w);
+		free(tmp);
+		return rc;
+	}
+	/* to the device: whole rows only (the gaps between rows are not the
+	 * caller's to overwrite); rows go without waiting, in order */
+	if (sp == w && dp == w) {
+		size_t n = w * h;
+		if (st == CU_MEMORYTYPE_HOST)
+			return async ? cuMemcpyHtoDAsync_v2(dst, (const void *)src, n, s)
+				     : cuMemcpyHtoD_v2(dst, (const void *)src, n);
+		return async ? cuMemcpyDtoDAsync_v2(dst, src, n, s) : cuMemcpyDtoD_v2(dst, src, n);
+	}
+	for (size_t y = 0; !rc && y < h; y++) {
+		if (st == CU_MEMORYTYPE_HOST)
+			rc = cuMemcpyHtoDAsync_v2(dst + y * dp, (const void *)(src + y * sp), w, s);
+		else
+			rc = cuMemcpyDtoDAsync_v2(dst + y * dp, src + y * sp, w, s);
+	}
+	if (!rc && !async)
+		rc = cuStreamSynchronize(s);
+	return rc;
+}
+
+RC_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return memcpy2d(p, NULL, 0); }
+RC_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return memcpy2d(p, NULL, 0); }
+RC_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s) { return memcpy2d(p, s, 1); }
+
+/* Stream-ordered allocation, served in order but not deferred: memory is
+ * ready at once, and a free waits for the stream's earlier work. */
+RC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	return rc ? rc : cuMemAlloc_v2(dptr, size);
+}
+
+RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+	CUresult rc = cuStreamSynchronize(s);
+	return rc ? rc : cuMemFree_v2(p);
+}
+
+RC_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+					     unsigned bx, unsigned by, unsigned bz, unsigned shmem,
+					     CUstream s, void **params)
+{
+	CUlaunchAttribute a = { .id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE, .value.cooperative = 1 };
+	CUlaunchConfig cfg = { .gridDimX = gx, .gridDimY = gy, .gridDimZ = gz, .blockDimX = bx,
+			       .blockDimY = by, .blockDimZ = bz, .sharedMemBytes = shmem,
+			       .hStream = s, .attrs = &a, .numAttrs = 1 };
+	return cuLaunchKernelEx(&cfg, f, params, NULL);
+}
+
+RC_EXPORT CUresult cuFuncGetName(const char **name, CUfunction fn)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_kernel *k = (struct rc_kernel *)fn;
+	*name = k->magic == RC_KERNEL ? k->name : f->name;
+	return *name ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
+RC_EXPORT CUresult cuKernelGetName(const char **name, CUkernel k)
+{
+	return cuFuncGetName(name, (CUfunction)k);
+}
