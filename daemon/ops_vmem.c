@@ -11,6 +11,12 @@
 
 #define D (&rgpud_server.drv)
 #define VMEM_GRAIN (2u << 20)
+/* The shared range the client allocates such memory in (coherence.c).
+ * The driver honours a fixed address for one large reservation of this
+ * range (NOTES.md), not for small ones placed at will, so the session
+ * reserves the whole window once and maps pieces into it. */
+#define VMEM_WINDOW_BASE 0x600000000000ull
+#define VMEM_WINDOW_SIZE (16ull << 40)
 
 struct vmem {
 	uint64_t addr, size;
@@ -38,14 +44,34 @@ int op_vmem_map(struct session *s, const struct rgpu_hdr *hd, struct rd *r, stru
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
 						   .id = (int)cs->dev } };
-	CUdeviceptr got = 0;
+	if (addr < VMEM_WINDOW_BASE || addr + size > VMEM_WINDOW_BASE + VMEM_WINDOW_SIZE) {
+		gate_charge(cs->dev, -(int64_t)size);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (!s->vmem_window) {
+		CUdeviceptr got = 0;
+		rc = D->cuMemAddressReserve(&got, VMEM_WINDOW_SIZE, VMEM_GRAIN, VMEM_WINDOW_BASE, 0);
+		if (!rc && got != VMEM_WINDOW_BASE) {
+			/* taken here: refuse, never move */
+			log_warn("%s: the driver placed the shared window at %#llx, not %#llx",
+				 s->name, (unsigned long long)got, VMEM_WINDOW_BASE);
+			D->cuMemAddressFree(got, VMEM_WINDOW_SIZE);
+			rc = CUDA_ERROR_INVALID_VALUE;
+		}
+		if (rc) {
+			gate_charge(cs->dev, -(int64_t)size);
+			return rc;
+		}
+		s->vmem_window = got;
+	}
+	/* physical memory, mapped at addr inside the window, made usable */
 	CUmemGenericAllocationHandle h = 0;
-	int stage = 0;
-	rc = D->cuMemAddressReserve(&got, size, VMEM_GRAIN, addr, 0);
-	if (!rc && got != addr)
-		rc = CUDA_ERROR_INVALID_VALUE; /* taken here: refuse, never move */
-	if (!rc && ++stage && !(rc = D->cuMemCreate(&h, size, &prop, 0)) && ++stage &&
-	    !(rc = D->cuMemMap(addr, size, 0, h, 0)) && ++stage) {
+	int created = 0, mapped = 0;
+	rc = D->cuMemCreate(&h, size, &prop, 0);
+	created = rc == CUDA_SUCCESS;
+	if (!rc)
+		mapped = (rc = D->cuMemMap(addr, size, 0, h, 0)) == CUDA_SUCCESS;
+	if (!rc) {
 		CUmemAccessDesc acc = { .location = prop.location,
 					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 		rc = D->cuMemSetAccess(addr, size, &acc, 1);
@@ -54,12 +80,10 @@ int op_vmem_map(struct session *s, const struct rgpu_hdr *hd, struct rd *r, stru
 	if (!rc && (!v || session_alloc_add(s, addr, size, ctx, 0, cs->dev) < 0))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	if (rc) {
-		if (stage >= 3)
+		if (mapped)
 			D->cuMemUnmap(addr, size);
-		if (stage >= 2)
+		if (created)
 			D->cuMemRelease(h);
-		if (got)
-			D->cuMemAddressFree(got, size);
 		free(v);
 		gate_charge(cs->dev, -(int64_t)size);
 		return rc;
@@ -73,7 +97,6 @@ static void vmem_release(struct vmem *v)
 {
 	D->cuMemUnmap(v->addr, v->size);
 	D->cuMemRelease(v->h);
-	D->cuMemAddressFree(v->addr, v->size);
 }
 
 int op_vmem_unmap(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
@@ -108,6 +131,9 @@ void vmem_cleanup(struct session *s)
 		vmem_release(v);
 		free(v);
 	}
+	if (s->vmem_window)
+		D->cuMemAddressFree(s->vmem_window, VMEM_WINDOW_SIZE);
+	s->vmem_window = 0;
 }
 
 int vmem_owns(struct session *s, uint64_t addr)

@@ -66,6 +66,7 @@ struct session {
 	struct stage_pool pool; /* host-to-device staging */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
+	uint64_t vmem_window;   /* its reserved address range, once reserved */
 	/* device-to-host staging: two pinned buffers of RGPU_CHUNK_SIZE */
 	void *stage[2];
 	int stage_pinned;
