@@ -287,6 +287,34 @@ static CUresult libctx_39(CUcontext ctx, void *obj, uint32_t *out)
 	return CUDA_SUCCESS;
 }
 
+/* ---- 1734dc26-800d-4745-8726-c0f1e7dd8bca: asked for by PyTorch's
+ * cuBLASLt path (17 words).  Traced on the driver: entries [4] and [13]
+ * are called and return 0; nothing else is called.  The caller does not
+ * check cuGetExportTable's result, so the table must exist. */
+static CUresult ok_entry(void) { return CUDA_SUCCESS; }
+/* an entry never seen called: says so once and refuses */
+static CUresult unknown_stub(void) { return unknown_entry("1734dc26/6e163fbe", -1); }
+
+/* ---- 6e163fbe-b958-444d-835c-e182aff1991e: asked for by cuFFT (99
+ * words).  Traced: only [7] is called, once per plan, and the driver
+ * returns CUDA_ERROR_INVALID_VALUE every time; cuFFT carries on. */
+static CUresult invalid_entry(void) { return CUDA_ERROR_INVALID_VALUE; }
+
+static void *pt_table[17], *fft_table[99];
+
+static void fill_more(void)
+{
+	for (int i = 1; i < 17; i++)
+		pt_table[i] = (void *)unknown_stub;
+	pt_table[0] = (void *)sizeof(pt_table);
+	pt_table[4] = (void *)ok_entry;
+	pt_table[13] = (void *)ok_entry;
+	for (int i = 1; i < 99; i++)
+		fft_table[i] = (void *)unknown_stub;
+	fft_table[0] = (void *)sizeof(fft_table);
+	fft_table[7] = (void *)invalid_entry;
+}
+
 /* ---- the tables ---- */
 
 static void *tools_table[7], *cls_table[4], *ctxcheck_table[15], *f8cf_table[3], *ctxget_table[3];
@@ -365,6 +393,7 @@ static void fill(void)
 		S(libctx, 90), NULL /* as in the driver */, S(libctx, 92),
 	};
 	memcpy(libctx_table, lc, sizeof(lc));
+	fill_more();
 }
 
 static const struct {
@@ -387,6 +416,10 @@ static const struct {
 	  ctxget_table },
 	{ { 0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2 },
 	  libctx_table },
+	{ { 0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca },
+	  pt_table },
+	{ { 0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e },
+	  fft_table },
 };
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
