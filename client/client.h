@@ -33,6 +33,8 @@ enum rc_magic {
 	RC_KERNEL = 0x52636b6e,
 	RC_STREAM = 0x52637374,
 	RC_EVENT = 0x52636576,
+	RC_GRAPH = 0x52636772,
+	RC_GEXEC = 0x52636778,
 };
 
 /* one per distinct host:port in RGPU_SERVERS */
@@ -132,7 +134,11 @@ struct rc_stream {
 	uint64_t h;
 	unsigned flags;
 	int priority;
+	uint64_t capture_id; /* non-zero while capturing (graph.c) */
 };
+
+/* graph.c: capture id of a stream (0 when not capturing) */
+uint64_t rc_stream_capture_id(CUstream s);
 
 struct rc_event {
 	uint32_t magic;

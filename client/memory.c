@@ -304,6 +304,11 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 		return rc;
 	if (!src && n)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (async && rc_stream_capture_id(s)) {
+		/* the server would capture its own staging buffer */
+		rc_unsupported("capturing host-to-device copies in a CUDA graph");
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
 	rc_coh_host_use(src, n, 0);
 	return rc_htod_any(c, sh, dst, src, n, async);
 }
@@ -324,6 +329,10 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 		return rc;
 	if (!dst && n)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (async && rc_stream_capture_id(s)) {
+		rc_unsupported("capturing device-to-host copies in a CUDA graph");
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	}
 	rc_coh_host_use(dst, n, 1);
 	struct rc_conn *conn = c->dev->conn;
 	if (conn->local && n && host_shared(conn, dst, n))

@@ -206,3 +206,30 @@ RC_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, uns
 {
 	return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, pt(s), params);
 }
+
+/* ---- graphs (graph.c) ---- */
+
+RC_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream s)
+{
+	return cuStreamBeginCapture(pt(s));
+}
+
+RC_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode)
+{
+	return cuStreamBeginCapture_v2(pt(s), mode);
+}
+
+RC_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+	return cuStreamEndCapture(pt(s), g);
+}
+
+RC_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec e, CUstream s)
+{
+	return cuGraphLaunch(e, pt(s));
+}
+
+RC_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream s)
+{
+	return cuGraphUpload(e, pt(s));
+}

@@ -294,9 +294,8 @@ static CUresult elapsed(float *ms, CUevent a, CUevent b)
 RC_EXPORT CUresult cuEventElapsedTime(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
 RC_EXPORT CUresult cuEventElapsedTime_v2(float *ms, CUevent a, CUevent b) { return elapsed(ms, a, b); }
 
-/* Stream capture (CUDA graphs) is not served yet, so no stream is ever
- * capturing: the truthful answer, which libraries check before they
- * launch. */
+/* Capture state is known here: the client begins and ends every capture
+ * (graph.c). */
 static CUresult not_capturing(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id)
 {
 	struct rc_ctx *c;
@@ -306,9 +305,10 @@ static CUresult not_capturing(CUstream s, CUstreamCaptureStatus *st, cuuint64_t 
 		return rc;
 	if (!st)
 		return CUDA_ERROR_INVALID_VALUE;
-	*st = CU_STREAM_CAPTURE_STATUS_NONE;
+	uint64_t cid = rc_stream_capture_id(s);
+	*st = cid ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
 	if (id)
-		*id = 0;
+		*id = cid;
 	return CUDA_SUCCESS;
 }
 

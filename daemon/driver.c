@@ -41,6 +41,13 @@ int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_
 	if (!d->fn)                                      \
 		d->have_vmm = 0;
 	RGPUD_DRIVER_OPTIONAL(RGPUD_DRV_OPT)
+	d->have_graphs = 1;
+#define RGPUD_DRV_OPT_G(fn)                              \
+	*(void **)(&d->fn) = dlsym(d->dl, #fn);          \
+	if (!d->fn)                                      \
+		d->have_graphs = 0;
+	RGPUD_DRIVER_GRAPHS(RGPUD_DRV_OPT_G)
+#undef RGPUD_DRV_OPT_G
 #undef RGPUD_DRV_OPT
 	/* Prefer the current elapsed-time entry point where the driver has it. */
 	void *et = dlsym(d->dl, "cuEventElapsedTime_v2");

@@ -96,14 +96,27 @@
 	X(cuMemUnmap)                            \
 	X(cuMemSetAccess)
 
+/* CUDA graphs by stream capture (optional too: not emulated). */
+#define RGPUD_DRIVER_GRAPHS(X)                   \
+	X(cuStreamBeginCapture_v2)               \
+	X(cuStreamEndCapture)                    \
+	X(cuStreamIsCapturing)                   \
+	X(cuGraphInstantiateWithFlags)           \
+	X(cuGraphLaunch)                         \
+	X(cuGraphExecDestroy)                    \
+	X(cuGraphDestroy)                        \
+	X(cuGraphGetNodes)
+
 struct rgpud_driver {
 	void *dl;
 	char path[512];
 #define RGPUD_DRV_FIELD(fn) __typeof__(&fn) fn;
 	RGPUD_DRIVER_FUNCS(RGPUD_DRV_FIELD)
 	RGPUD_DRIVER_OPTIONAL(RGPUD_DRV_FIELD)
+	RGPUD_DRIVER_GRAPHS(RGPUD_DRV_FIELD)
 #undef RGPUD_DRV_FIELD
 	int have_vmm;
+	int have_graphs;
 };
 
 /* Loads every entry point from path; on failure writes why into err. */

@@ -16,6 +16,8 @@ enum hkind {
 	HK_KERNEL,
 	HK_STREAM,
 	HK_EVENT,
+	HK_GRAPH,
+	HK_GRAPHEXEC,
 };
 
 struct hentry {

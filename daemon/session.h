@@ -152,6 +152,8 @@ DECL_OP(event_create) DECL_OP(event_destroy) DECL_OP(event_record) DECL_OP(event
 DECL_OP(event_elapsed) DECL_OP(admin)
 DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait) DECL_OP(shm_dtoh)
 DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap) DECL_OP(transport)
+DECL_OP(capture_begin) DECL_OP(capture_end) DECL_OP(capture_status) DECL_OP(graph_instantiate)
+DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
 #undef DECL_OP
 
 #endif

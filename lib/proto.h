@@ -193,6 +193,21 @@ typedef uint64_t rgpu_handle;
 	 * connection to that transport right after this reply (nothing else  \
 	 * may be in flight) */                                                \
 	X(TRANSPORT, 78, "switch the connection to another transport")        \
+	/* CUDA graphs, captured on the server from the stream's work.         \
+	 * handle ctx, handle stream, u32 mode -> */                          \
+	X(CAPTURE_BEGIN, 90, "begin capturing a stream")                       \
+	/* handle ctx, handle stream -> handle graph */                        \
+	X(CAPTURE_END, 91, "end a capture: the graph")                         \
+	/* handle ctx, handle graph, u64 flags -> handle exec */               \
+	X(GRAPH_INSTANTIATE, 92, "instantiate a graph")                        \
+	/* handle ctx, handle exec, handle stream -> (no reply) */             \
+	X(GRAPH_LAUNCH, 93, "launch a graph")                                  \
+	/* handle ctx, handle graph or exec, u32 is_exec -> */                 \
+	X(GRAPH_DESTROY, 94, "destroy a graph or an executable graph")         \
+	/* handle ctx, handle graph -> u64 nodes */                            \
+	X(GRAPH_NODES, 95, "number of nodes in a graph")                       \
+	/* handle ctx, handle stream -> u32 status */                          \
+	X(CAPTURE_STATUS, 96, "is a stream capturing")                         \
 	/* Lease management (see daemon/lease.h).  GRANT and RELEASE need an   \
 	 * admin credential (root or the SlurmUser), LIST any valid one.  On  \
 	 * failure the reply carries str message after the status:            \

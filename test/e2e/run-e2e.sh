@@ -186,6 +186,7 @@ suite() {
 	run t_errors "$ONE" -- t_errors
 	run t_managed "$ONE" -- t_managed
 	run t_memcpy2d "$ONE" -- t_memcpy2d
+	run t_graph "$ONE" -- t_graph
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then
