@@ -81,7 +81,22 @@ CUresult rc_conn_failed(struct rc_conn *c, const char *what)
 /* Reads one reply frame header for request id; payload follows. */
 static CUresult recv_reply_hdr(struct rc_conn *c, uint64_t id, uint16_t op, struct rgpu_hdr *h)
 {
-	int hs = rgpu_frame_recv_hdr(c->c, h);
+	int hs;
+	/* device printf output comes ahead of the reply: print it as the
+	 * program's own */
+	while ((hs = rgpu_frame_recv_hdr(c->c, h)) == RGPU_HDR_OK && h->op == RGPU_OP_OUTPUT &&
+	       (h->flags & RGPU_F_REPLY) && h->id == id) {
+		char buf[4096];
+		for (size_t left = h->len; left;) {
+			size_t k = left < sizeof(buf) ? left : sizeof(buf);
+			if (rgpu_recv(c->c, buf, k) < 0)
+				return rc_conn_failed(c, "reading output");
+			fflush(stdout);
+			ssize_t w = write(STDOUT_FILENO, buf, k);
+			(void)w;
+			left -= k;
+		}
+	}
 	if (hs != RGPU_HDR_OK)
 		return rc_conn_failed(c, "reading a reply");
 	if (!(h->flags & RGPU_F_REPLY) || h->id != id || h->op != op || h->len < 4) {

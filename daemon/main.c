@@ -202,12 +202,20 @@ static int worker_main(const char *fds, const char *who, const char *name, const
 		return 1;
 	}
 	gate_attach(ctl);
+	/* what kernels print (device printf) goes to the client: the worker's
+	 * stdout becomes a pipe drained at synchronising calls */
+	int outp[2], out_fd = -1;
+	if (pipe2(outp, O_CLOEXEC | O_NONBLOCK) == 0 && dup2(outp[1], STDOUT_FILENO) >= 0) {
+		close(outp[1]);
+		out_fd = outp[0];
+	}
 	struct session *s = calloc(1, sizeof(*s));
 	if (!s || !(s->conn = rgpu_tcp_from_fd(cfd))) {
 		log_err("%s: cannot take over the connection", name);
 		return 1;
 	}
 	s->srv = srv;
+	s->out_fd = out_fd;
 	s->hello_done = 1;
 	s->who = (struct rgpud_principal){ .uid = uid, .gid = gid, .job_id = job,
 					   .admin = admin, .authenticated = authd };

@@ -112,7 +112,10 @@ int op_ctx_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if (!rd_done(r))
 		return OP_DROP;
 	int rc = session_enter_ctx(s, ctx, NULL);
-	return rc ? rc : (int)rgpud_server.drv.cuCtxSynchronize();
+	if (!rc)
+		rc = rgpud_server.drv.cuCtxSynchronize();
+	session_forward_output(s, h);
+	return rc;
 }
 
 int op_ctx_get_limit(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

@@ -68,7 +68,9 @@ static int stream_call(struct session *s, struct rd *r, CUresult (*fn)(CUstream)
 
 int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	return stream_call(s, r, D->cuStreamSynchronize);
+	int rc = stream_call(s, r, D->cuStreamSynchronize);
+	session_forward_output(s, h);
+	return rc;
 }
 
 int op_stream_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -157,7 +159,9 @@ static int event_call(struct session *s, struct rd *r, CUresult (*fn)(CUevent))
 
 int op_event_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	return event_call(s, r, D->cuEventSynchronize);
+	int rc = event_call(s, r, D->cuEventSynchronize);
+	session_forward_output(s, h);
+	return rc;
 }
 
 int op_event_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

@@ -181,6 +181,7 @@ int rgpud_serve(struct rgpud *srv)
 		}
 		s->srv = srv;
 		s->conn = c;
+		s->out_fd = -1;
 		ht_init(&s->ht);
 		wbuf_init(&s->tx);
 		rgpud_session_register(srv, s);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len)
@@ -25,6 +26,22 @@ int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t fla
 	rgpu_hdr_encode(&rh, hb);
 	struct iovec iov[3] = { { hb, sizeof(hb) }, { st, 4 }, { (void *)data, len } };
 	return rgpu_sendv(s->conn, iov, len ? 3 : 2);
+}
+
+void session_forward_output(struct session *s, const struct rgpu_hdr *h)
+{
+	if (s->out_fd < 0)
+		return;
+	/* the driver prints through stdio: push it into the pipe first */
+	fflush(stdout);
+	char buf[16384];
+	for (;;) {
+		ssize_t n = read(s->out_fd, buf, sizeof(buf));
+		if (n <= 0)
+			return;
+		if (rgpu_frame_send(s->conn, RGPU_OP_OUTPUT, RGPU_F_REPLY, h->id, buf, (size_t)n, NULL, 0) < 0)
+			return;
+	}
 }
 
 int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs)

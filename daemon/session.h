@@ -77,6 +77,7 @@ struct session {
 	size_t in_off, in_len;
 	struct wbuf tx;
 	int32_t deferred; /* first failure of a no-reply request */
+	int out_fd;       /* worker: read end of its stdout (device printf), or -1 */
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
@@ -129,6 +130,8 @@ int session_admit(struct session *s, unsigned dev);
 /* Payload bytes of the current frame that the handler reads itself. */
 int session_recv(struct session *s, void *dst, size_t n);
 int session_skip(struct session *s, size_t n);
+/* Sends what kernels printed since the last call (before h's reply). */
+void session_forward_output(struct session *s, const struct rgpu_hdr *h);
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len);
 

@@ -208,6 +208,10 @@ typedef uint64_t rgpu_handle;
 	X(GRAPH_NODES, 95, "number of nodes in a graph")                       \
 	/* handle ctx, handle stream -> u32 status */                          \
 	X(CAPTURE_STATUS, 96, "is a stream capturing")                         \
+	/* Server to client only: text the GPU printed (device printf), sent   \
+	 * with the id and RGPU_F_REPLY of the synchronising call that flushed \
+	 * it, before that call's reply.  Payload: the raw bytes. */           \
+	X(OUTPUT, 97, "device printf output")                                  \
 	/* Lease management (see daemon/lease.h).  GRANT and RELEASE need an   \
 	 * admin credential (root or the SlurmUser), LIST any valid one.  On  \
 	 * failure the reply carries str message after the status:            \
