@@ -22,6 +22,14 @@ RC_RGPU_PORT=7420
 # License seats per GPU (job_submit.lua's SEATS_PER_GPU): 2 lets two slices
 # share a GPU.
 : "${RC_SEATS:=2}"
+# Hooks for a machine whose Slurm is not installed in the usual places
+# (test/slurm/gpu-machine.sh); they change nothing when unset.  RC_RGPUD_ARGS
+# replaces --emulated (e.g. --driver=PATH for a real GPU), RC_SLURMD_ARGS is
+# added to slurmd's command line (e.g. -d PATH/slurmstepd), RC_CONF_EXTRA
+# (lines) is appended to slurm.conf (e.g. PluginDir=...).
+: "${RC_RGPUD_ARGS=--emulated}"
+: "${RC_SLURMD_ARGS=}"
+: "${RC_CONF_EXTRA=}"
 
 rc_log() { echo "[cluster] $*" >&2; }
 
@@ -165,6 +173,7 @@ NodeName=gpu1 NodeAddr=$(rc_addr gpu1) NodeHostname=gpu1 CPUs=2 RealMemory=1000 
 NodeName=gpu2 NodeAddr=$(rc_addr gpu2) NodeHostname=gpu2 CPUs=2 RealMemory=1000 Gres=rgpu:$RC_EMU_DEVICES State=UNKNOWN
 PartitionName=main Nodes=cpu1,gpu1,gpu2 Default=YES MaxTime=30 State=UP OverSubscribe=YES
 EOF
+	[ -z "$RC_CONF_EXTRA" ] || printf '%s\n' "$RC_CONF_EXTRA" >>"$RC_DIR/slurm.conf"
 	cat >"$RC_DIR/gres.conf" <<EOF
 NodeName=gpu[1-2] Name=rgpu Count=$RC_EMU_DEVICES
 EOF
@@ -186,7 +195,7 @@ rc_rgpud_up() {
 		mkdir -p "$RC_DIR/$n/rgpud"
 		RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM \
 			nsenter --net=/run/netns/"$(rc_ns $n)" "$bin" --listen "$(rc_addr $n):$RC_RGPU_PORT" \
-			--emulated --leases --state-dir "$RC_DIR/$n/rgpud" \
+			$RC_RGPUD_ARGS --leases --state-dir "$RC_DIR/$n/rgpud" \
 			--slurm-user root >"$RC_DIR/$n/rgpud.log" 2>&1 &
 		echo $! >"$RC_DIR/$n/rgpud.pid"
 	done
@@ -197,7 +206,7 @@ rc_slurm_up() {
 	echo $! >"$RC_DIR/slurmctld.dpid"
 	local n
 	for n in $RC_NODES; do
-		nsenter --net=/run/netns/"$(rc_ns $n)" slurmd -D -N $n -f "$RC_DIR/slurm.conf" >"$RC_DIR/$n/slurmd.out" 2>&1 &
+		nsenter --net=/run/netns/"$(rc_ns $n)" slurmd -D -N $n $RC_SLURMD_ARGS -f "$RC_DIR/slurm.conf" >"$RC_DIR/$n/slurmd.out" 2>&1 &
 		echo $! >"$RC_DIR/$n/slurmd.dpid"
 	done
 	# Nodes come up idle within a few seconds.
