@@ -296,9 +296,25 @@ static CUresult ok_entry(void) { return CUDA_SUCCESS; }
 static CUresult unknown_stub(void) { return unknown_entry("1734dc26/6e163fbe", -1); }
 
 /* ---- 6e163fbe-b958-444d-835c-e182aff1991e: asked for by cuFFT (99
- * words).  Traced: only [7] is called, once per plan, and the driver
- * returns CUDA_ERROR_INVALID_VALUE every time; cuFFT carries on. */
-static CUresult invalid_entry(void) { return CUDA_ERROR_INVALID_VALUE; }
+ * words).  Traced: only [7] is called, once per plan. */
+/* [7] (ctx, module, callback, arg, ...): the trace shows the callback
+ * (`mov [rdi], rsi; ret`) receiving arg and a function of the module (the
+ * function handle lands in *arg and cuFFT then asks its attributes), and
+ * the driver returning CUDA_ERROR_INVALID_VALUE all the same.  So: call it
+ * for each function of the module. */
+static CUresult fft_functions(CUcontext ctx, CUmodule mod, void (*cb)(void *, CUfunction), void *arg)
+{
+	(void)ctx;
+	unsigned n = 0;
+	if (!cb || cuModuleGetFunctionCount(&n, mod) != CUDA_SUCCESS || n == 0 || n > 4096)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUfunction *fs = calloc(n, sizeof(*fs));
+	if (fs && cuModuleEnumerateFunctions(fs, n, mod) == CUDA_SUCCESS)
+		for (unsigned i = 0; i < n; i++)
+			cb(arg, fs[i]);
+	free(fs);
+	return CUDA_ERROR_INVALID_VALUE;
+}
 
 static void *pt_table[17], *fft_table[99];
 
@@ -312,7 +328,7 @@ static void fill_more(void)
 	for (int i = 1; i < 99; i++)
 		fft_table[i] = (void *)unknown_stub;
 	fft_table[0] = (void *)sizeof(fft_table);
-	fft_table[7] = (void *)invalid_entry;
+	fft_table[7] = (void *)fft_functions;
 }
 
 /* ---- the tables ---- */

@@ -627,6 +627,17 @@ RC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, C
 	case CU_POINTER_ATTRIBUTE_MAPPED:
 		*(unsigned *)data = dev;
 		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+		/* unique per allocation while it lives: its base address */
+		*(unsigned long long *)data = r.base;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+		/* copies through rgpu are ordered by the one connection anyway */
+		*(int *)data = 1;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+		*(int *)data = 0;
+		return CUDA_SUCCESS;
 	default:
 		rc_unsupported("cuPointerGetAttribute for this attribute");
 		return CUDA_ERROR_NOT_SUPPORTED;

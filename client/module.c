@@ -641,3 +641,58 @@ RC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary l)
 	*count = get_u32(&r);
 	return CUDA_SUCCESS;
 }
+
+/* The module's functions, by name from the server, as client handles. */
+static CUresult module_functions(struct rc_module *m, CUfunction *fs, unsigned max, unsigned *n)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, m->ctx->h);
+	put_u64(w, m->h);
+	struct rd r;
+	CUresult rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_FUNCTIONS, w, &r);
+	if (rc)
+		return rc;
+	uint32_t cnt = get_u32(&r);
+	if (!rd_ok(&r) || cnt > 65536)
+		return CUDA_ERROR_UNKNOWN;
+	*n = cnt;
+	if (!fs)
+		return CUDA_SUCCESS;
+	/* names first: the reply buffer is reused by the lookups */
+	char **names = calloc(cnt ? cnt : 1, sizeof(*names));
+	if (!names)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (uint32_t i = 0; i < cnt && rd_ok(&r); i++) {
+		const char *nm = get_str(&r, 4096);
+		names[i] = nm ? strdup(nm) : NULL;
+	}
+	for (uint32_t i = 0; i < cnt && i < max && !rc; i++)
+		rc = names[i] ? cuModuleGetFunction(&fs[i], (CUmodule)m, names[i]) : CUDA_ERROR_UNKNOWN;
+	for (uint32_t i = 0; i < cnt; i++)
+		free(names[i]);
+	free(names);
+	return rc;
+}
+
+RC_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
+{
+	struct rc_module *m;
+	CUresult rc = module_obj(mod, &m);
+	if (rc)
+		return rc;
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	return module_functions(m, NULL, 0, count);
+}
+
+RC_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *fs, unsigned int max, CUmodule mod)
+{
+	struct rc_module *m;
+	CUresult rc = module_obj(mod, &m);
+	if (rc)
+		return rc;
+	if (!fs)
+		return CUDA_ERROR_INVALID_VALUE;
+	unsigned n;
+	return module_functions(m, fs, max, &n);
+}

@@ -35,6 +35,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(KERNEL_GET_FUNCTION, kernel_get_function, 0),
 	OPD(LIBRARY_GET_GLOBAL, library_get_global, 0),
 	OPD(LIBRARY_KERNEL_COUNT, library_kernel_count, 0),
+	OPD(MODULE_FUNCTIONS, module_functions, 0),
 	OPD(LAUNCH, launch, 0),
 	OPD(FUNC_GET_ATTRS, func_get_attrs, 0),
 	OPD(FUNC_SET_ATTR, func_set_attr, 0),

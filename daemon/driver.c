@@ -48,6 +48,13 @@ int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_
 		d->have_graphs = 0;
 	RGPUD_DRIVER_GRAPHS(RGPUD_DRV_OPT_G)
 #undef RGPUD_DRV_OPT_G
+	d->have_modfuncs = 1;
+#define RGPUD_DRV_OPT_M(fn)                              \
+	*(void **)(&d->fn) = dlsym(d->dl, #fn);          \
+	if (!d->fn)                                      \
+		d->have_modfuncs = 0;
+	RGPUD_DRIVER_MODFUNCS(RGPUD_DRV_OPT_M)
+#undef RGPUD_DRV_OPT_M
 #undef RGPUD_DRV_OPT
 	/* Prefer the current elapsed-time entry point where the driver has it. */
 	void *et = dlsym(d->dl, "cuEventElapsedTime_v2");

@@ -107,6 +107,12 @@
 	X(cuGraphDestroy)                        \
 	X(cuGraphGetNodes)
 
+/* Listing a module's functions (CUDA 12.4+; optional, not emulated). */
+#define RGPUD_DRIVER_MODFUNCS(X)                 \
+	X(cuModuleGetFunctionCount)              \
+	X(cuModuleEnumerateFunctions)            \
+	X(cuFuncGetName)
+
 struct rgpud_driver {
 	void *dl;
 	char path[512];
@@ -114,9 +120,11 @@ struct rgpud_driver {
 	RGPUD_DRIVER_FUNCS(RGPUD_DRV_FIELD)
 	RGPUD_DRIVER_OPTIONAL(RGPUD_DRV_FIELD)
 	RGPUD_DRIVER_GRAPHS(RGPUD_DRV_FIELD)
+	RGPUD_DRIVER_MODFUNCS(RGPUD_DRV_FIELD)
 #undef RGPUD_DRV_FIELD
 	int have_vmm;
 	int have_graphs;
+	int have_modfuncs;
 };
 
 /* Loads every entry point from path; on failure writes why into err. */

@@ -291,3 +291,35 @@ int op_library_kernel_count(struct session *s, const struct rgpu_hdr *h, struct 
 	put_u32(out, n);
 	return rc;
 }
+
+int op_module_functions(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t ctx = get_u64(r), mod = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (rc)
+		return rc;
+	if (!D->have_modfuncs)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	unsigned n = 0;
+	if ((rc = D->cuModuleGetFunctionCount(&n, e->obj)))
+		return rc;
+	if (n > 65536)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUfunction *fs = calloc(n ? n : 1, sizeof(*fs));
+	if (!fs)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = D->cuModuleEnumerateFunctions(fs, n, e->obj);
+	put_u32(out, n);
+	for (unsigned i = 0; !rc && i < n; i++) {
+		const char *name = NULL;
+		rc = D->cuFuncGetName(&name, fs[i]);
+		put_str(out, name ? name : "");
+	}
+	free(fs);
+	return rc;
+}

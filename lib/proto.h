@@ -122,6 +122,8 @@ typedef uint64_t rgpu_handle;
 	X(KERNEL_GET_FUNCTION, 37, "kernel's function in a context")           \
 	/* handle ctx, handle library, str name -> u64 dptr, u64 size */       \
 	X(LIBRARY_GET_GLOBAL, 38, "library global in a context")               \
+	/* handle ctx, handle module -> u32 n, str name[n] */                 \
+	X(MODULE_FUNCTIONS, 48, "names of a module's functions")              \
 	/* handle library -> u32 count */                                     \
 	X(LIBRARY_KERNEL_COUNT, 39, "number of kernels in a library")               \
 	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \
