@@ -252,9 +252,31 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	return CUDA_SUCCESS;
 }
 
+size_t rc_chunk_bytes(void)
+{
+	/* RGPU_CHUNK_KB: pieces host-to-device copies are cut into (64 KiB to
+	 * the protocol's 4 MiB, the default); bench/chunk-sweep.sh measures
+	 * the curve this default was picked from */
+	static size_t chunk;
+	if (!chunk) {
+		size_t v = RGPU_CHUNK_SIZE;
+		const char *e = getenv("RGPU_CHUNK_KB");
+		if (e && atol(e) > 0) {
+			v = (size_t)atol(e) * 1024;
+			if (v < 65536)
+				v = 65536;
+			if (v > RGPU_CHUNK_SIZE)
+				v = RGPU_CHUNK_SIZE;
+		}
+		chunk = v;
+	}
+	return chunk;
+}
+
 CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n,
 		 int async)
 {
+	const size_t chunk = rc_chunk_bytes();
 	if (n == 0)
 		return CUDA_SUCCESS;
 	struct rc_conn *c = ctx->dev->conn;
@@ -268,8 +290,8 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 	uint64_t id = 0;
 	CUresult rc = CUDA_SUCCESS;
 	/* all chunks go out back to back; only the last one is answered */
-	for (size_t off = 0; off < n; off += RGPU_CHUNK_SIZE) {
-		size_t k = n - off < RGPU_CHUNK_SIZE ? n - off : RGPU_CHUNK_SIZE;
+	for (size_t off = 0; off < n; off += chunk) {
+		size_t k = n - off < chunk ? n - off : chunk;
 		int last = off + k == n && !async;
 		w.len = 0;
 		put_u64(&w, ctx->h);

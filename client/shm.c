@@ -168,8 +168,9 @@ CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const
 	pthread_mutex_lock(&c->lock);
 	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
 	uint64_t id = 0;
-	for (size_t off = 0; !rc && off < n; off += RGPU_CHUNK_SIZE) {
-		size_t k = n - off < RGPU_CHUNK_SIZE ? n - off : RGPU_CHUNK_SIZE;
+	const size_t chunk = rc_chunk_bytes();
+	for (size_t off = 0; !rc && off < n; off += chunk) {
+		size_t k = n - off < chunk ? n - off : chunk;
 		int last = off + k == n;
 		int slot;
 		while (!rc && (slot = slot_free(c)) < 0) {
