@@ -172,7 +172,7 @@ struct wbuf *rc_req(void);
  * reports asynchronous errors.  Requests on one connection run in order. */
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
 /* how host-to-device copies are cut (RGPU_CHUNK_KB) */
-size_t rc_chunk_bytes(void);
+size_t rc_chunk_bytes(size_t dflt);
 /* with the connection's lock held */
 CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
 CUresult rc_recv_reply(struct rc_conn *c, uint64_t id, uint16_t op, struct rd *r, int32_t *st,

@@ -252,14 +252,15 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	return CUDA_SUCCESS;
 }
 
-size_t rc_chunk_bytes(void)
+size_t rc_chunk_bytes(size_t dflt)
 {
 	/* RGPU_CHUNK_KB: pieces host-to-device copies are cut into (64 KiB to
-	 * the protocol's 4 MiB, the default); bench/chunk-sweep.sh measures
-	 * the curve this default was picked from */
+	 * the protocol's 4 MiB); by default 4 MiB over a network and 2 MiB
+	 * through shared memory, from bench/chunk-sweep.sh's curves on the
+	 * H200 (docs/benchmarks.md) */
 	static size_t chunk;
 	if (!chunk) {
-		size_t v = RGPU_CHUNK_SIZE;
+		size_t v = SIZE_MAX;
 		const char *e = getenv("RGPU_CHUNK_KB");
 		if (e && atol(e) > 0) {
 			v = (size_t)atol(e) * 1024;
@@ -270,13 +271,13 @@ size_t rc_chunk_bytes(void)
 		}
 		chunk = v;
 	}
-	return chunk;
+	return chunk == SIZE_MAX ? dflt : chunk;
 }
 
 CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n,
 		 int async)
 {
-	const size_t chunk = rc_chunk_bytes();
+	const size_t chunk = rc_chunk_bytes(RGPU_CHUNK_SIZE);
 	if (n == 0)
 		return CUDA_SUCCESS;
 	struct rc_conn *c = ctx->dev->conn;

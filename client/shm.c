@@ -168,7 +168,7 @@ CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const
 	pthread_mutex_lock(&c->lock);
 	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
 	uint64_t id = 0;
-	const size_t chunk = rc_chunk_bytes();
+	const size_t chunk = rc_chunk_bytes(RGPU_CHUNK_SIZE / 2);
 	for (size_t off = 0; !rc && off < n; off += chunk) {
 		size_t k = n - off < chunk ? n - off : chunk;
 		int last = off + k == n;
