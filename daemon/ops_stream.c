@@ -18,6 +18,35 @@ static struct hentry *obj_in_ctx(struct session *s, uint64_t ctx, uint64_t id,
 	return *rc ? NULL : e;
 }
 
+/* A new object of the session, or undone if it cannot be registered. */
+static int add_obj(struct session *s, enum hkind kind, void *obj, uint64_t ctx, struct wbuf *out)
+{
+	uint64_t id = ht_add(&s->ht, kind, obj, ctx, NULL);
+	if (!id) {
+		if (kind == HK_STREAM)
+			D->cuStreamDestroy_v2(obj);
+		else
+			D->cuEventDestroy_v2(obj);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+static int destroy_obj(struct session *s, struct rd *r, enum hkind kind)
+{
+	uint64_t ctx = get_u64(r), id = get_u64(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc;
+	struct hentry *e = obj_in_ctx(s, ctx, id, kind, &rc);
+	if (!e)
+		return rc;
+	rc = kind == HK_STREAM ? D->cuStreamDestroy_v2(e->obj) : D->cuEventDestroy_v2(e->obj);
+	ht_del(&s->ht, id);
+	return rc;
+}
+
 int op_stream_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t ctx = get_u64(r);
@@ -31,27 +60,12 @@ int op_stream_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	CUstream st;
 	if ((rc = D->cuStreamCreateWithPriority(&st, flags, prio)))
 		return rc;
-	uint64_t id = ht_add(&s->ht, HK_STREAM, st, ctx, NULL);
-	if (!id) {
-		D->cuStreamDestroy_v2(st);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	put_u64(out, id);
-	return CUDA_SUCCESS;
+	return add_obj(s, HK_STREAM, st, ctx, out);
 }
 
 int op_stream_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), id = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = obj_in_ctx(s, ctx, id, HK_STREAM, &rc);
-	if (!e)
-		return rc;
-	rc = D->cuStreamDestroy_v2(e->obj);
-	ht_del(&s->ht, id);
-	return rc;
+	return destroy_obj(s, r, HK_STREAM);
 }
 
 static int stream_call(struct session *s, struct rd *r, CUresult (*fn)(CUstream))
@@ -109,27 +123,12 @@ int op_event_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	CUevent ev;
 	if ((rc = D->cuEventCreate(&ev, flags)))
 		return rc;
-	uint64_t id = ht_add(&s->ht, HK_EVENT, ev, ctx, NULL);
-	if (!id) {
-		D->cuEventDestroy_v2(ev);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	put_u64(out, id);
-	return CUDA_SUCCESS;
+	return add_obj(s, HK_EVENT, ev, ctx, out);
 }
 
 int op_event_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), id = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = obj_in_ctx(s, ctx, id, HK_EVENT, &rc);
-	if (!e)
-		return rc;
-	rc = D->cuEventDestroy_v2(e->obj);
-	ht_del(&s->ht, id);
-	return rc;
+	return destroy_obj(s, r, HK_EVENT);
 }
 
 int op_event_record(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
