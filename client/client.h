@@ -214,7 +214,7 @@ CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
 /* coherence.c: managed and mapped host memory (see there) */
 void *rc_va_alloc(size_t *size, int fd);
 CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
-void rc_mapped_add(void *p, size_t size, int fd);
+void rc_mapped_add(void *p, size_t size);
 int rc_region_free(void *p, size_t *size);
 int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped */
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);

@@ -42,7 +42,6 @@ struct region {
 	uintptr_t base;
 	size_t size;             /* rounded to GRAIN */
 	int kind;
-	int fd;                  /* memfd when shareable with a local server */
 	struct rc_ctx *mirror;   /* context whose server holds the device copy */
 	volatile int host_dirty; /* written on the host since the last release */
 	int dev_dirty;           /* a launch since the last acquire may have written */
@@ -174,7 +173,7 @@ void *rc_va_alloc(size_t *size, int fd)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-static struct region *region_add(void *p, size_t size, int kind, int fd, struct rc_ctx *mirror)
+static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *mirror)
 {
 	pthread_mutex_lock(&reg_lock);
 	handler_install();
@@ -186,7 +185,6 @@ static struct region *region_add(void *p, size_t size, int kind, int fd, struct 
 		r->base = (uintptr_t)p;
 		r->size = size;
 		r->kind = kind;
-		r->fd = fd;
 		r->mirror = mirror;
 		r->host_dirty = 1; /* the device copy starts undefined */
 		r->dev_dirty = 0;
@@ -231,7 +229,7 @@ CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out)
 		munmap(p, size);
 		return rc;
 	}
-	if (!region_add(p, size, R_MANAGED, -1, c)) {
+	if (!region_add(p, size, R_MANAGED, c)) {
 		mirror_unmap(c, (uintptr_t)p);
 		munmap(p, size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -240,9 +238,9 @@ CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out)
 	return CUDA_SUCCESS;
 }
 
-void rc_mapped_add(void *p, size_t size, int fd)
+void rc_mapped_add(void *p, size_t size)
 {
-	region_add(p, size, R_MAPPED, fd, NULL);
+	region_add(p, size, R_MAPPED, NULL);
 }
 
 /* Forgets a region (cuMemFree of managed memory, cuMemFreeHost); the

@@ -14,8 +14,7 @@ struct range {
 	size_t size;
 	void *owner;   /* struct rc_ctx * for device memory */
 	unsigned flags; /* host allocations: CU_MEMHOSTALLOC_* */
-	int fd;         /* host allocations shared with local servers, else -1 */
-	uint64_t shared; /* bit per connection that has it attached */
+	uint64_t shared; /* bit per same-host connection that has it mapped */
 };
 
 struct rtable {
@@ -63,7 +62,7 @@ static int rt_add(struct rtable *t, uintptr_t base, size_t size, void *owner, un
 	while (i < t->n && t->r[i].base < base)
 		i++;
 	memmove(&t->r[i + 1], &t->r[i], (t->n - i) * sizeof(*t->r));
-	t->r[i] = (struct range){ base, size, owner, flags, -1, 0 };
+	t->r[i] = (struct range){ base, size, owner, flags, 0 };
 	t->n++;
 	pthread_rwlock_unlock(&t->lock);
 	return 0;
@@ -243,26 +242,17 @@ static CUresult ctx_for(CUdeviceptr p, struct rc_ctx **c)
 
 /* Host memory this process shares with a same-host server: attached on
  * first use, then the GPU copies straight from or to it. */
+/* Whether [p, p+n) is host memory the same-host server conn has mapped
+ * (attached when it was allocated: cuMemHostAlloc). */
 static int host_shared(struct rc_conn *conn, const void *p, size_t n)
 {
 	int ci = rc_conn_index(conn);
-	pthread_rwlock_wrlock(&host_ranges.lock);
+	pthread_rwlock_rdlock(&host_ranges.lock);
 	ssize_t i = rt_find(&host_ranges, (uintptr_t)p);
-	struct range *r = i >= 0 ? &host_ranges.r[i] : NULL;
-	int ok = r && r->fd >= 0 && (uintptr_t)p - r->base + n <= r->size;
-	int attach = ok && !(r->shared & (1ull << ci));
-	struct range copy = ok ? *r : (struct range){ 0 };
+	const struct range *r = i >= 0 ? &host_ranges.r[i] : NULL;
+	int ok = r && (r->shared & (1ull << ci)) && (uintptr_t)p - r->base + n <= r->size;
 	pthread_rwlock_unlock(&host_ranges.lock);
-	if (!attach)
-		return ok;
-	if (rc_shm_attach(conn, 2, copy.fd, (void *)copy.base, copy.size, 0) != CUDA_SUCCESS)
-		return 0;
-	pthread_rwlock_wrlock(&host_ranges.lock);
-	i = rt_find(&host_ranges, copy.base);
-	if (i >= 0)
-		host_ranges.r[i].shared |= 1ull << ci;
-	pthread_rwlock_unlock(&host_ranges.lock);
-	return i >= 0;
+	return ok;
 }
 
 /* The data path for a copy, by where the server is and what the host
@@ -466,11 +456,19 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 			close(fd);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	rc_mapped_add(p, vsize, fd);
+	rc_mapped_add(p, vsize);
 	if (fd >= 0) {
+		/* every same-host server maps it now; then the descriptor can go
+		 * (one per allocation would run a program out of them) */
+		uint64_t shared = 0;
+		for (int ci = 0; ci < rc_nconn; ci++)
+			if (rc_conns[ci].local &&
+			    rc_shm_attach(&rc_conns[ci], 2, fd, p, size, 0) == CUDA_SUCCESS)
+				shared |= 1ull << ci;
+		close(fd);
 		pthread_rwlock_wrlock(&host_ranges.lock);
 		ssize_t i = rt_find(&host_ranges, (uintptr_t)p);
-		host_ranges.r[i].fd = fd;
+		host_ranges.r[i].shared = shared;
 		pthread_rwlock_unlock(&host_ranges.lock);
 	}
 	*pp = p;
@@ -487,7 +485,7 @@ RC_EXPORT CUresult cuMemFreeHost(void *p)
 		return CUDA_ERROR_INVALID_VALUE;
 	size_t vsize = r.size;
 	rc_region_free(p, &vsize);
-	for (int ci = 0; r.fd >= 0 && ci < rc_nconn; ci++) {
+	for (int ci = 0; ci < rc_nconn; ci++) {
 		if (!(r.shared & (1ull << ci)))
 			continue;
 		struct wbuf *w = rc_req();
@@ -496,8 +494,6 @@ RC_EXPORT CUresult cuMemFreeHost(void *p)
 		rc_call(&rc_conns[ci], RGPU_OP_SHM_DETACH, w, &rr);
 	}
 	munmap(p, vsize);
-	if (r.fd >= 0)
-		close(r.fd);
 	return CUDA_SUCCESS;
 }
 
