@@ -12,13 +12,38 @@ static __thread int depth;
 
 struct rc_ctx *rc_current(void) { return depth ? stack[depth - 1] : NULL; }
 
+/* A primary context exists on its server only once something runs in it:
+ * the CUDA runtime retains the primary context of every device it
+ * enumerates, and a context costs ~0.5 GiB of a (possibly shared) GPU. */
+static CUresult ctx_activate(struct rc_ctx *c)
+{
+	if (__atomic_load_n(&c->h, __ATOMIC_ACQUIRE))
+		return CUDA_SUCCESS;
+	pthread_mutex_lock(&c->dev->pctx_lock);
+	CUresult rc = CUDA_SUCCESS;
+	if (!c->h) {
+		struct wbuf *w = rc_req();
+		put_u32(w, c->dev->gpu);
+		put_u32(w, c->flags);
+		struct rd r;
+		rc = rc_call(c->dev->conn, RGPU_OP_CTX_CREATE, w, &r);
+		uint64_t h = rc ? 0 : get_u64(&r);
+		if (!rc && !rd_ok(&r))
+			rc = CUDA_ERROR_UNKNOWN;
+		if (!rc)
+			__atomic_store_n(&c->h, h, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&c->dev->pctx_lock);
+	return rc;
+}
+
 CUresult rc_need_ctx(struct rc_ctx **out)
 {
 	CUresult rc = rc_initialized();
 	if (rc)
 		return rc;
 	*out = rc_current();
-	return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+	return *out ? ctx_activate(*out) : CUDA_ERROR_INVALID_CONTEXT;
 }
 
 static CUresult ctx_check(CUcontext c, struct rc_ctx **out)
@@ -27,7 +52,7 @@ static CUresult ctx_check(CUcontext c, struct rc_ctx **out)
 	if (!x || x->magic != RC_CTX)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	*out = x;
-	return CUDA_SUCCESS;
+	return ctx_activate(x);
 }
 
 static CUresult ctx_new(CUdevice dev, unsigned flags, int primary, struct rc_ctx **out)
@@ -36,35 +61,33 @@ static CUresult ctx_new(CUdevice dev, unsigned flags, int primary, struct rc_ctx
 	CUresult rc = rc_dev_get(dev, &d);
 	if (rc)
 		return rc;
-	struct wbuf *w = rc_req();
-	put_u32(w, d->gpu);
-	put_u32(w, flags);
-	struct rd r;
-	rc = rc_call(d->conn, RGPU_OP_CTX_CREATE, w, &r);
-	if (rc)
-		return rc;
-	uint64_t h = get_u64(&r);
-	if (!rd_ok(&r))
-		return CUDA_ERROR_UNKNOWN;
 	struct rc_ctx *c = calloc(1, sizeof(*c));
 	if (!c)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	c->magic = RC_CTX;
 	c->dev = d;
 	c->ordinal = dev;
-	c->h = h;
 	c->flags = flags;
 	c->is_primary = primary;
+	/* an explicit context is made at once, as cuCtxCreate reports
+	 * failures; a primary one when first used (ctx_activate) */
+	if (!primary && (rc = ctx_activate(c))) {
+		free(c);
+		return rc;
+	}
 	*out = c;
 	return CUDA_SUCCESS;
 }
 
 static CUresult ctx_free(struct rc_ctx *c)
 {
-	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	struct rd r;
-	CUresult rc = rc_call(c->dev->conn, RGPU_OP_CTX_DESTROY, w, &r);
+	CUresult rc = CUDA_SUCCESS;
+	if (c->h) {
+		struct wbuf *w = rc_req();
+		put_u64(w, c->h);
+		struct rd r;
+		rc = rc_call(c->dev->conn, RGPU_OP_CTX_DESTROY, w, &r);
+	}
 	/* drop it from this thread's stack; other threads' stacks would hold a
 	 * dangling context in CUDA too */
 	for (int i = 0; i < depth; i++)
