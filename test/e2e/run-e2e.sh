@@ -260,6 +260,31 @@ if want t_verbs_required; then
 	fi
 fi
 
+# a client killed mid-session: its worker frees what it held, and the
+# daemon goes on serving
+if want t_killed_client && [ -z "${RGPU_E2E_ONLY:-}" ]; then
+	out=$LOGDIR/t_killed_client.out
+	RGPU_SERVERS=$ONE LD_LIBRARY_PATH=$CLIENTDIR "$E2E/t_hold" >"$out" 2>&1 &
+	hp=$!
+	for i in $(seq 1 100); do
+		grep -q held "$out" 2>/dev/null && break
+		sleep 0.1
+	done
+	kill -KILL "$hp" 2>/dev/null
+	wait "$hp" 2>/dev/null
+	ok=1
+	for i in $(seq 1 50); do
+		# the worker logs what it freed when the connection drops
+		if grep -q "67137536 bytes of device memory freed" "$LOGDIR/d1.log"; then
+			ok=0
+			break
+		fi
+		sleep 0.1
+	done
+	verdict t_killed_client $ok "rgpud did not report freeing the killed client's 64 MiB + 7 pages (see $LOGDIR/d1.log)"
+	run t_killed_client_then_vecadd "$ONE" -- t_vecadd
+fi
+
 # raw-protocol abuse, not through the client (never under valgrind)
 if want t_malformed; then
 	run t_malformed "" -- t_malformed 127.0.0.1 "$P1"
