@@ -30,7 +30,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define RC_VA_BASE 0x600000000000ull /* honoured by the driver (NOTES.md) */
+/* The shared range: honoured by the driver at 0x600000000000 (NOTES.md);
+ * RGPU_VA_BASE (hex, 16 TiB aligned) moves it, e.g. where AddressSanitizer
+ * keeps its heap there. */
+#define RC_VA_DEFAULT 0x600000000000ull
 #define RC_VA_SPAN (16ull << 40)
 #define GRAIN (2ull << 20)
 #define REGIONS_MAX 4096
@@ -51,7 +54,7 @@ struct region {
 static struct region regions[REGIONS_MAX];
 static volatile int regions_hw; /* one past the highest slot ever used */
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t va_next = RC_VA_BASE;
+static uint64_t va_base, va_next;
 static struct sigaction old_segv;
 static int handler_set;
 
@@ -155,10 +158,19 @@ void *rc_va_alloc(size_t *size, int fd)
 	if (fd >= 0 && ftruncate(fd, (off_t)*size) < 0)
 		return NULL;
 	pthread_mutex_lock(&reg_lock);
+	if (!va_base) {
+		const char *e = getenv("RGPU_VA_BASE");
+		unsigned long long b = e ? strtoull(e, NULL, 16) : 0;
+		va_base = b && !(b & (RC_VA_SPAN - 1)) ? b : RC_VA_DEFAULT;
+		if (e && va_base != b)
+			log_warn("RGPU_VA_BASE=%s is not a 16 TiB-aligned address; using %#llx", e,
+				 (unsigned long long)va_base);
+		va_next = va_base;
+	}
 	void *p = MAP_FAILED;
 	for (int tries = 0; tries < 64 && p == MAP_FAILED; tries++) {
 		uint64_t at = va_next;
-		if (at + *size > RC_VA_BASE + RC_VA_SPAN)
+		if (at + *size > va_base + RC_VA_SPAN)
 			break;
 		va_next += *size + GRAIN; /* a guard gap */
 		p = mmap((void *)at, *size, PROT_READ | PROT_WRITE,

@@ -11,11 +11,11 @@
 
 #define D (&rgpud_server.drv)
 #define VMEM_GRAIN (2u << 20)
-/* The shared range the client allocates such memory in (coherence.c).
- * The driver honours a fixed address for one large reservation of this
- * range (NOTES.md), not for small ones placed at will, so the session
- * reserves the whole window once and maps pieces into it. */
-#define VMEM_WINDOW_BASE 0x600000000000ull
+/* The shared range the client allocates such memory in (coherence.c;
+ * 0x600000000000 unless RGPU_VA_BASE moves it).  The driver honours a fixed
+ * address for one large reservation of this range (NOTES.md), not for
+ * small ones placed at will, so the session reserves the client's whole
+ * window (16 TiB, aligned) at its first request and maps pieces into it. */
 #define VMEM_WINDOW_SIZE (16ull << 40)
 
 struct vmem {
@@ -44,17 +44,19 @@ int op_vmem_map(struct session *s, const struct rgpu_hdr *hd, struct rd *r, stru
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
 						   .id = (int)cs->dev } };
-	if (addr < VMEM_WINDOW_BASE || addr + size > VMEM_WINDOW_BASE + VMEM_WINDOW_SIZE) {
+	uint64_t base = addr & ~(VMEM_WINDOW_SIZE - 1);
+	if ((s->vmem_window && base != s->vmem_window) || addr + size > base + VMEM_WINDOW_SIZE ||
+	    base == 0) {
 		gate_charge(cs->dev, -(int64_t)size);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	if (!s->vmem_window) {
 		CUdeviceptr got = 0;
-		rc = D->cuMemAddressReserve(&got, VMEM_WINDOW_SIZE, VMEM_GRAIN, VMEM_WINDOW_BASE, 0);
-		if (!rc && got != VMEM_WINDOW_BASE) {
+		rc = D->cuMemAddressReserve(&got, VMEM_WINDOW_SIZE, VMEM_GRAIN, base, 0);
+		if (!rc && got != base) {
 			/* taken here: refuse, never move */
 			log_warn("%s: the driver placed the shared window at %#llx, not %#llx",
-				 s->name, (unsigned long long)got, VMEM_WINDOW_BASE);
+				 s->name, (unsigned long long)got, (unsigned long long)base);
 			D->cuMemAddressFree(got, VMEM_WINDOW_SIZE);
 			rc = CUDA_ERROR_INVALID_VALUE;
 		}

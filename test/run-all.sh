@@ -50,6 +50,32 @@ if ! RGPU_VALGRIND=1 make -j"$(nproc)" check; then
 	done
 fi
 
+# rgpud and the emulated device again, built with AddressSanitizer and
+# UBSan, serving the whole end-to-end suite (the script fails on any
+# sanitizer report in their logs)
+if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
+	echo "== rgpud under ASan/UBSan"
+	mkdir -p "$top/_build-san"
+	( cd "$top/_build-san" &&
+	  ../configure --enable-werror --enable-sanitizers ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null &&
+	  make -j"$(nproc)" -C lib >/dev/null && make -j"$(nproc)" -C emu >/dev/null &&
+	  make -j"$(nproc)" -C daemon rgpud >/dev/null ) || { echo "sanitizer build failed"; status=1; }
+	if [ -x "$top/_build-san/daemon/rgpud" ]; then
+		# (ASan keeps its heap at 0x600000000000, the default shared window)
+		if RGPU_E2E_DAEMON_BUILD=$top/_build-san RGPU_E2E_LOGDIR=$PWD/e2e-san-logs \
+		   RGPU_VA_BASE=0x400000000000 \
+		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD bash "$top/test/e2e/run-e2e.sh" > e2e-san.log 2>&1; then
+			echo "PASS: e2e with rgpud under ASan/UBSan"
+			san_pass=1
+		else
+			echo "FAIL: e2e with rgpud under ASan/UBSan:"
+			tail -30 e2e-san.log
+			san_fail=1
+			status=1
+		fi
+	fi
+fi
+
 if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	echo "== Slurm mini-cluster"
 	set +e
@@ -73,5 +99,7 @@ if [ -n "${slurm_pass:-}" ]; then
 	pass=$((pass + slurm_pass))
 	fail=$((fail + slurm_fail))
 fi
+pass=$((pass + ${san_pass:-0}))
+fail=$((fail + ${san_fail:-0}))
 echo "$pass passed, $fail failed"
 exit $status

@@ -19,9 +19,12 @@ set -u
 : "${RGPU_TEST_TIMEOUT:=120}"
 LOGDIR=${RGPU_E2E_LOGDIR:-$PWD/e2e-logs}
 E2E=$top_builddir/test/e2e
-RGPUD=$top_builddir/daemon/rgpud
+# RGPU_E2E_DAEMON_BUILD: another build tree whose rgpud and emulated device
+# serve (a sanitizer build: test/run-all.sh); the clients stay this tree's
+DAEMON_BUILD=${RGPU_E2E_DAEMON_BUILD:-$top_builddir}
+RGPUD=$DAEMON_BUILD/daemon/rgpud
 CLIENTDIR=$top_builddir/client/.libs
-EMULIB=$top_builddir/emu/.libs/librgpu-emu.so
+EMULIB=$DAEMON_BUILD/emu/.libs/librgpu-emu.so
 
 missing=""
 [ -x "$RGPUD" ] || missing="$missing $RGPUD"
