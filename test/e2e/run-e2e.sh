@@ -293,6 +293,14 @@ if want t_malformed; then
 	run t_malformed "" -- t_malformed 127.0.0.1 "$P1"
 	run t_malformed_then_vecadd "$ONE" -- t_vecadd
 fi
+# random requests of every kind: answered or dropped, never a hang, and no
+# session worker may die of a signal
+if want t_fuzz; then
+	run t_fuzz "" -- t_fuzz 127.0.0.1 "$P1" 3000
+	! grep -q "died of signal" "$LOGDIR/d1.log"
+	verdict t_fuzz_no_worker_crash $? "a session worker died (see $LOGDIR/d1.log)"
+	run t_fuzz_then_vecadd "$ONE" -- t_vecadd
+fi
 
 if [ "${RGPU_VALGRIND:-0}" = 1 ]; then
 	if command -v valgrind >/dev/null; then
