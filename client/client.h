@@ -153,6 +153,22 @@ extern struct rc_dev rc_devs[RGPU_MAX_DEVICES];
 extern int rc_nconn;
 extern struct rc_conn rc_conns[RGPU_MAX_DEVICES];
 
+CUresult rc_initialized(void);
+
+/* A handle the application passed, checked: every client object starts
+ * with its magic.  CUDA_ERROR_INVALID_HANDLE for anything else. */
+static inline CUresult rc_obj(const void *p, uint32_t magic, void *out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	/* the special stream values are not pointers */
+	if ((uintptr_t)p < 4096 || *(const uint32_t *)p != magic)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*(const void **)out = p;
+	return CUDA_SUCCESS;
+}
+
 /* init.c */
 CUresult rc_initialized(void);       /* CUDA_ERROR_NOT_INITIALIZED before cuInit */
 CUresult rc_dev_get(CUdevice d, struct rc_dev **out);
@@ -217,13 +233,14 @@ CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
 void rc_mapped_add(void *p, size_t size);
 int rc_region_free(void *p, size_t *size);
 int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped */
+int rc_managed(const void *p);      /* cheap when there is no managed memory */
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);
 CUresult rc_coh_acquire(struct rc_conn *conn);
 void rc_coh_host_use(const void *p, size_t n, int write);
 void rc_coh_device_use(uint64_t p);
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,
 		     int async);
-CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n);
+CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async);
 
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */

@@ -53,6 +53,10 @@ struct region {
 
 static struct region regions[REGIONS_MAX];
 static volatile int regions_hw; /* one past the highest slot ever used */
+/* Regions with a device copy: only they need work at copies and
+ * synchronisations, so with none (the common case: pinned buffers used for
+ * copies only) those paths skip the scan. */
+static int mirrored;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t va_base, va_next;
 static struct sigaction old_segv;
@@ -199,6 +203,8 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 		r->kind = kind;
 		r->mirror = mirror;
 		r->host_dirty = 1; /* the device copy starts undefined */
+		if (mirror)
+			__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
 		r->dev_dirty = 0;
 		r->ro = 0;
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELEASE);
@@ -269,9 +275,20 @@ int rc_region_free(void *p, size_t *size)
 	*size = r->size;
 	__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&reg_lock);
-	if (m)
+	if (m) {
+		__atomic_fetch_sub(&mirrored, 1, __ATOMIC_RELAXED);
 		mirror_unmap(m, (uintptr_t)p);
+	}
 	return 0;
+}
+
+int rc_managed(const void *p)
+{
+	/* managed memory always has a device copy */
+	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
+		return 0;
+	struct region *r = find((uintptr_t)p);
+	return r && r->kind == R_MANAGED;
 }
 
 int rc_region_kind(const void *p)
@@ -296,7 +313,7 @@ static CUresult fetch(struct region *r)
 	if (!r->dev_dirty)
 		return CUDA_SUCCESS;
 	unprotect(r);
-	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)r->base, r->base, r->size);
+	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)r->base, r->base, r->size, 0);
 	r->dev_dirty = 0;
 	r->host_dirty = 0;
 	protect(r);
@@ -326,6 +343,7 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 				if ((rc = mirror_map(c, r->base, r->size)))
 					break;
 				r->mirror = c;
+				__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
 			}
 		}
 		if (!r->mirror || r->mirror->dev->conn != c->dev->conn)
@@ -340,6 +358,8 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 CUresult rc_coh_acquire(struct rc_conn *conn)
 {
 	CUresult rc = CUDA_SUCCESS;
+	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
+		return rc;
 	int hw = regions_hw;
 	for (int i = 0; i < hw; i++) {
 		struct region *r = &regions[i];
@@ -358,8 +378,10 @@ CUresult rc_coh_acquire(struct rc_conn *conn)
 void rc_coh_host_use(const void *p, size_t n, int write)
 {
 	(void)n;
+	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
+		return;
 	struct region *r = find((uintptr_t)p);
-	if (!r)
+	if (!r || !r->mirror)
 		return;
 	fetch(r);
 	if (write) {
@@ -372,6 +394,8 @@ void rc_coh_host_use(const void *p, size_t n, int write)
  * copy): publish, and note the device copy may change. */
 void rc_coh_device_use(uint64_t p)
 {
+	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
+		return;
 	struct region *r = find((uintptr_t)p);
 	if (!r || !r->mirror)
 		return;

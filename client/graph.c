@@ -94,22 +94,10 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 	return CUDA_SUCCESS;
 }
 
-static CUresult graph_obj(void *p, uint32_t magic, struct rc_graph **out)
-{
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
-	struct rc_graph *g = p;
-	if (!g || g->magic != magic)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*out = g;
-	return CUDA_SUCCESS;
-}
-
 RC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph graph, unsigned long long flags)
 {
 	struct rc_graph *g;
-	CUresult rc = graph_obj(graph, RC_GRAPH, &g);
+	CUresult rc = rc_obj(graph, RC_GRAPH, &g);
 	if (rc)
 		return rc;
 	if (!pe)
@@ -140,7 +128,7 @@ RC_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 	struct rc_graph *e;
 	struct rc_ctx *c;
 	uint64_t h;
-	CUresult rc = graph_obj(exec, RC_GEXEC, &e);
+	CUresult rc = rc_obj(exec, RC_GEXEC, &e);
 	if (!rc)
 		rc = rc_stream_resolve(s, &c, &h);
 	if (rc)
@@ -159,13 +147,13 @@ RC_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s)
 	struct rc_graph *e;
 	/* an optimisation only: the launch uploads anyway */
 	(void)s;
-	return graph_obj(exec, RC_GEXEC, &e);
+	return rc_obj(exec, RC_GEXEC, &e);
 }
 
 static CUresult destroy(void *p, uint32_t magic)
 {
 	struct rc_graph *g;
-	CUresult rc = graph_obj(p, magic, &g);
+	CUresult rc = rc_obj(p, magic, &g);
 	if (rc)
 		return rc;
 	struct wbuf *w = rc_req();
@@ -185,7 +173,7 @@ RC_EXPORT CUresult cuGraphDestroy(CUgraph g) { return destroy(g, RC_GRAPH); }
 RC_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *n)
 {
 	struct rc_graph *g;
-	CUresult rc = graph_obj(graph, RC_GRAPH, &g);
+	CUresult rc = rc_obj(graph, RC_GRAPH, &g);
 	if (rc)
 		return rc;
 	if (!n)

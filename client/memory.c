@@ -192,7 +192,7 @@ RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 	if (!p)
 		return CUDA_SUCCESS;
 	size_t msize;
-	if (rc_region_kind((void *)(uintptr_t)p) == 1 && rc_region_free((void *)(uintptr_t)p, &msize) == 0) {
+	if (rc_managed((void *)(uintptr_t)p) && rc_region_free((void *)(uintptr_t)p, &msize) == 0) {
 		munmap((void *)(uintptr_t)p, msize);
 		return CUDA_SUCCESS;
 	}
@@ -268,11 +268,11 @@ CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void 
 	return rc_htod(c, sh, dst, src, n, async);
 }
 
-CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n)
+CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async)
 {
 	struct rc_conn *conn = c->dev->conn;
 	if (conn->local && n && host_shared(conn, dst, n))
-		return rc_shm_hostcopy(c, sh, src, dst, n, 1, 0);
+		return rc_shm_hostcopy(c, sh, src, dst, n, 1, async);
 	if (conn->ring)
 		return rc_shm_dtoh(c, sh, dst, src, n);
 	return rc_dtoh(c, sh, dst, src, n);
@@ -282,7 +282,7 @@ static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int
 {
 	struct rc_ctx *c;
 	uint64_t sh = 0;
-	if (rc_region_kind((void *)(uintptr_t)dst) == 1) {
+	if (rc_managed((void *)(uintptr_t)dst)) {
 		/* into managed memory: the client's copy is the one to write */
 		rc_coh_host_use((void *)(uintptr_t)dst, n, 1);
 		rc_coh_host_use(src, n, 0);
@@ -307,7 +307,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 {
 	struct rc_ctx *c;
 	uint64_t sh = 0;
-	if (rc_region_kind((void *)(uintptr_t)src) == 1) {
+	if (rc_managed((void *)(uintptr_t)src)) {
 		/* out of managed memory: up to date once fetched */
 		rc_coh_host_use((void *)(uintptr_t)src, n, 0);
 		rc_coh_host_use(dst, n, 1);
@@ -324,12 +324,7 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
 	rc_coh_host_use(dst, n, 1);
-	struct rc_conn *conn = c->dev->conn;
-	if (conn->local && n && host_shared(conn, dst, n))
-		return rc_shm_hostcopy(c, sh, src, dst, n, 1, async);
-	if (conn->ring)
-		return rc_shm_dtoh(c, sh, dst, src, n);
-	return rc_dtoh(c, sh, dst, src, n);
+	return rc_dtoh_any(c, sh, dst, src, n, async);
 }
 
 static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)

@@ -192,22 +192,10 @@ RC_EXPORT CUresult cuModuleLoad(CUmodule *pm, const char *path)
 	return rc;
 }
 
-static CUresult module_obj(CUmodule m, struct rc_module **out)
-{
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
-	struct rc_module *x = (struct rc_module *)m;
-	if (!x || x->magic != RC_MODULE)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*out = x;
-	return CUDA_SUCCESS;
-}
-
 RC_EXPORT CUresult cuModuleUnload(CUmodule mod)
 {
 	struct rc_module *m;
-	CUresult rc = module_obj(mod, &m);
+	CUresult rc = rc_obj(mod, RC_MODULE, &m);
 	if (rc)
 		return rc;
 	struct wbuf *w = rc_req();
@@ -248,7 +236,7 @@ static CUresult func_new(struct rc_ctx *c, uint64_t h, struct rd *r, struct rc_f
 RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char *name)
 {
 	struct rc_module *m;
-	CUresult rc = module_obj(mod, &m);
+	CUresult rc = rc_obj(mod, RC_MODULE, &m);
 	if (rc)
 		return rc;
 	if (!pf || !name)
@@ -289,7 +277,7 @@ RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char 
 RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule mod, const char *name)
 {
 	struct rc_module *m;
-	CUresult rc = module_obj(mod, &m);
+	CUresult rc = rc_obj(mod, RC_MODULE, &m);
 	if (rc)
 		return rc;
 	if (!name)
@@ -311,18 +299,6 @@ RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodu
 }
 
 /* ---- libraries (context-independent loading) ---- */
-
-static CUresult library_obj(CUlibrary l, struct rc_library **out)
-{
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
-	struct rc_library *x = (struct rc_library *)l;
-	if (!x || x->magic != RC_LIBRARY)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*out = x;
-	return CUDA_SUCCESS;
-}
 
 /* Where a library goes: the current context's server, or (before any
  * context exists, as the CUDA runtime does it) device 0's, context-free. */
@@ -434,7 +410,7 @@ RC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *pl, const char *path, CUjit_
 RC_EXPORT CUresult cuLibraryUnload(CUlibrary l)
 {
 	struct rc_library *lib;
-	CUresult rc = library_obj(l, &lib);
+	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
 	if (rc)
 		return rc;
 	for (int ci = 0; ci < rc_nconn; ci++) {
@@ -470,7 +446,7 @@ RC_EXPORT CUresult cuLibraryUnload(CUlibrary l)
 RC_EXPORT CUresult cuLibraryGetKernel(CUkernel *pk, CUlibrary l, const char *name)
 {
 	struct rc_library *lib;
-	CUresult rc = library_obj(l, &lib);
+	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
 	if (rc)
 		return rc;
 	if (!pk || !name)
@@ -570,7 +546,7 @@ RC_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrar
 {
 	struct rc_library *lib;
 	struct rc_ctx *c;
-	CUresult rc = library_obj(l, &lib);
+	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
 	if (!rc)
 		rc = rc_need_ctx(&c);
 	if (rc)
@@ -624,7 +600,7 @@ RC_EXPORT CUresult cuKernelGetParamInfo(CUkernel kn, size_t i, size_t *off, size
 RC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary l)
 {
 	struct rc_library *lib;
-	CUresult rc = library_obj(l, &lib);
+	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
 	if (rc)
 		return rc;
 	if (!count)
@@ -677,7 +653,7 @@ static CUresult module_functions(struct rc_module *m, CUfunction *fs, unsigned m
 RC_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 {
 	struct rc_module *m;
-	CUresult rc = module_obj(mod, &m);
+	CUresult rc = rc_obj(mod, RC_MODULE, &m);
 	if (rc)
 		return rc;
 	if (!count)
@@ -688,7 +664,7 @@ RC_EXPORT CUresult cuModuleGetFunctionCount(unsigned int *count, CUmodule mod)
 RC_EXPORT CUresult cuModuleEnumerateFunctions(CUfunction *fs, unsigned int max, CUmodule mod)
 {
 	struct rc_module *m;
-	CUresult rc = module_obj(mod, &m);
+	CUresult rc = rc_obj(mod, RC_MODULE, &m);
 	if (rc)
 		return rc;
 	if (!fs)

@@ -365,9 +365,7 @@ CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src
 		}
 		got += k;
 		if (st) {
-			rc = map_status(st);
-			if (more && rgpu_frame_skip(c->c, 0) < 0)
-				rc = rc_conn_failed(c, "reading data");
+			rc = map_status(st); /* an error frame is always the last */
 			break;
 		}
 		if (!more && got != n) {

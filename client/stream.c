@@ -64,22 +64,10 @@ RC_EXPORT CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
 	return cuStreamCreateWithPriority(ps, flags, 0);
 }
 
-static CUresult stream_obj(CUstream s, struct rc_stream **out)
-{
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
-	struct rc_stream *st = (struct rc_stream *)s;
-	if (!st || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || st->magic != RC_STREAM)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*out = st;
-	return CUDA_SUCCESS;
-}
-
 RC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 {
 	struct rc_stream *st;
-	CUresult rc = stream_obj(s, &st);
+	CUresult rc = rc_obj(s, RC_STREAM, &st);
 	if (rc)
 		return rc;
 	rc = two_handles(st->ctx, RGPU_OP_STREAM_DESTROY, st->h);
@@ -118,7 +106,7 @@ RC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *prio)
 		return rc_initialized();
 	}
 	struct rc_stream *st;
-	CUresult rc = stream_obj(s, &st);
+	CUresult rc = rc_obj(s, RC_STREAM, &st);
 	if (!rc)
 		*prio = st->priority;
 	return rc;
@@ -133,7 +121,7 @@ RC_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
 		return rc_initialized();
 	}
 	struct rc_stream *st;
-	CUresult rc = stream_obj(s, &st);
+	CUresult rc = rc_obj(s, RC_STREAM, &st);
 	if (!rc)
 		*flags = st->flags;
 	return rc;
@@ -153,18 +141,6 @@ RC_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
 
 /* ---- events ---- */
 
-static CUresult event_obj(CUevent e, struct rc_event **out)
-{
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
-	struct rc_event *ev = (struct rc_event *)e;
-	if (!ev || ev->magic != RC_EVENT)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*out = ev;
-	return CUDA_SUCCESS;
-}
-
 RC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 {
 	struct rc_ctx *c;
@@ -172,7 +148,7 @@ RC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 	struct rc_event *ev;
 	CUresult rc = rc_stream_resolve(s, &c, &h);
 	if (!rc)
-		rc = event_obj(e, &ev);
+		rc = rc_obj(e, RC_EVENT, &ev);
 	if (rc)
 		return rc;
 	if (ev->ctx->dev->conn != c->dev->conn) {
@@ -215,7 +191,7 @@ RC_EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 RC_EXPORT CUresult cuEventDestroy_v2(CUevent e)
 {
 	struct rc_event *ev;
-	CUresult rc = event_obj(e, &ev);
+	CUresult rc = rc_obj(e, RC_EVENT, &ev);
 	if (rc)
 		return rc;
 	rc = two_handles(ev->ctx, RGPU_OP_EVENT_DESTROY, ev->h);
@@ -231,7 +207,7 @@ RC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 	struct rc_event *ev;
 	struct rc_ctx *c;
 	uint64_t h;
-	CUresult rc = event_obj(e, &ev);
+	CUresult rc = rc_obj(e, RC_EVENT, &ev);
 	if (!rc)
 		rc = rc_stream_resolve(s, &c, &h);
 	if (rc)
@@ -255,7 +231,7 @@ RC_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int fl
 RC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
 	struct rc_event *ev;
-	CUresult rc = event_obj(e, &ev);
+	CUresult rc = rc_obj(e, RC_EVENT, &ev);
 	if (!rc)
 		rc = two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
 	return rc ? rc : rc_coh_acquire(ev->ctx->dev->conn);
@@ -264,16 +240,16 @@ RC_EXPORT CUresult cuEventSynchronize(CUevent e)
 RC_EXPORT CUresult cuEventQuery(CUevent e)
 {
 	struct rc_event *ev;
-	CUresult rc = event_obj(e, &ev);
+	CUresult rc = rc_obj(e, RC_EVENT, &ev);
 	return rc ? rc : two_handles(ev->ctx, RGPU_OP_EVENT_QUERY, ev->h);
 }
 
 static CUresult elapsed(float *ms, CUevent a, CUevent b)
 {
 	struct rc_event *ea, *eb;
-	CUresult rc = event_obj(a, &ea);
+	CUresult rc = rc_obj(a, RC_EVENT, &ea);
 	if (!rc)
-		rc = event_obj(b, &eb);
+		rc = rc_obj(b, RC_EVENT, &eb);
 	if (rc)
 		return rc;
 	if (!ms)

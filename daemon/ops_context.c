@@ -30,13 +30,6 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		free(cs);
 		return rc;
 	}
-	for (int i = 0; i < 2; i++) {
-		if ((rc = d->cuEventCreate(&cs->stage_ev[i], CU_EVENT_DISABLE_TIMING))) {
-			d->cuCtxDestroy_v2(ctx);
-			free(cs);
-			return rc;
-		}
-	}
 	uint64_t id = ht_add(&s->ht, HK_CTX, ctx, 0, cs);
 	if (!id) {
 		d->cuCtxDestroy_v2(ctx);
@@ -45,8 +38,6 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	}
 	/* cuCtxCreate made it current on this thread */
 	s->cur_ctx = id;
-	if (session_stage_ready(s) < 0)
-		log_warn("%s: no staging buffers", s->name);
 	put_u64(out, id);
 	return CUDA_SUCCESS;
 }
@@ -76,27 +67,16 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		if (o->kind != HK_FREE && o->kind != HK_CTX && o->ctx == ctx)
 			ht_del(&s->ht, ((uint64_t)o->gen << 32) | (i + 1));
 	}
-	/* keep one context alive for the pinned staging buffers' sake: they
-	 * are portable, so any other context will do; if this is the last,
-	 * free them first */
-	int others = 0;
+	/* pinned staging is portable, so it outlives any one context; with
+	 * the last one gone it must go first */
+	int contexts = 0;
 	for (uint32_t i = 0; i < s->ht.n; i++)
-		if (s->ht.e[i].kind == HK_CTX && ((uint64_t)s->ht.e[i].gen << 32 | (i + 1)) != ctx)
-			others++;
+		contexts += s->ht.e[i].kind == HK_CTX;
 	stage_forget_ctx(s, ctx);
 	shm_forget_ctx(s, ctx);
 	vmem_forget_ctx(s, ctx);
-	if (!others)
+	if (contexts == 1)
 		stage_free(s);
-	if (!others && s->stage[0]) {
-		for (int i = 0; i < 2; i++) {
-			if (s->stage_pinned)
-				d->cuMemFreeHost(s->stage[i]);
-			else
-				free(s->stage[i]);
-			s->stage[i] = NULL;
-		}
-	}
 	int rc = d->cuCtxDestroy_v2(e->obj);
 	ht_del(&s->ht, ctx);
 	if (s->cur_ctx == ctx) {

@@ -14,6 +14,12 @@ static int ready(struct session *s, uint64_t ctx)
 	return rc;
 }
 
+static int ready_stream(struct session *s, uint64_t ctx, uint64_t sid, CUstream *st)
+{
+	int rc = ready(s, ctx);
+	return rc ? rc : session_stream(s, sid, st);
+}
+
 int op_capture_begin(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t ctx = get_u64(r), sid = get_u64(r);
@@ -21,9 +27,7 @@ int op_capture_begin(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	if (!rd_done(r))
 		return OP_DROP;
 	CUstream st;
-	int rc = ready(s, ctx);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
+	int rc = ready_stream(s, ctx, sid, &st);
 	return rc ? rc : (int)D->cuStreamBeginCapture_v2(st, (CUstreamCaptureMode)mode);
 }
 
@@ -33,9 +37,7 @@ int op_capture_end(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	if (!rd_done(r))
 		return OP_DROP;
 	CUstream st;
-	int rc = ready(s, ctx);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
+	int rc = ready_stream(s, ctx, sid, &st);
 	CUgraph g = NULL;
 	if (!rc)
 		rc = D->cuStreamEndCapture(st, &g);
@@ -56,9 +58,7 @@ int op_capture_status(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 	if (!rd_done(r))
 		return OP_DROP;
 	CUstream st;
-	int rc = ready(s, ctx);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
+	int rc = ready_stream(s, ctx, sid, &st);
 	CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
 	if (!rc)
 		rc = D->cuStreamIsCapturing(st, &cs);
@@ -95,9 +95,7 @@ int op_graph_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	if (!rd_done(r))
 		return OP_DROP;
 	CUstream st;
-	int rc = ready(s, ctx);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
+	int rc = ready_stream(s, ctx, sid, &st);
 	if (rc)
 		return rc;
 	struct hentry *e = ht_get(&s->ht, eid, HK_GRAPHEXEC);

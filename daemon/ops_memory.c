@@ -126,51 +126,46 @@ int op_memcpy_dtoh(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	uint64_t ctx = get_u64(r), sid = get_u64(r), src = get_u64(r), size = get_u64(r);
 	if (!rd_done(r))
 		return OP_DROP;
-	struct ctx_state *cs;
 	CUstream st;
-	int rc = session_enter_ctx(s, ctx, &cs);
+	int rc = session_enter_ctx(s, ctx, NULL);
 	if (!rc)
 		rc = session_stream(s, sid, &st);
 	if (!rc && !session_owns_range(s, src, size))
 		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc && !s->stage[0])
-		rc = session_stage_ready(s) < 0 ? CUDA_ERROR_OUT_OF_MEMORY : 0;
 	if (!rc && s->deferred) {
 		rc = s->deferred;
 		s->deferred = 0;
 	}
-	if (rc || size == 0) {
-		if (session_send_reply(s, h, 0, rc, NULL, 0) < 0)
-			return OP_DROP;
-		return OP_REPLIED;
-	}
-	/* queue chunk k+1 before sending chunk k: the wire and the GPU overlap */
+	/* queue chunk k into a pool buffer, then finish and send chunk k-1:
+	 * the wire and the GPU overlap */
 	uint64_t nchunks = (size + RGPU_CHUNK_SIZE - 1) / RGPU_CHUNK_SIZE;
-	for (uint64_t k = 0; k <= nchunks && !rc; k++) {
+	int prev = -1;
+	size_t prev_n = 0;
+	for (uint64_t k = 0; !rc && k <= nchunks; k++) {
+		int cur = -1;
+		size_t n = 0;
 		if (k < nchunks) {
-			int slot = (int)(k & 1);
 			uint64_t off = k * RGPU_CHUNK_SIZE;
-			size_t n = size - off < RGPU_CHUNK_SIZE ? size - off : RGPU_CHUNK_SIZE;
-			rc = D->cuMemcpyDtoHAsync_v2(s->stage[slot], src + off, n, st);
+			n = size - off < RGPU_CHUNK_SIZE ? size - off : RGPU_CHUNK_SIZE;
+			if ((cur = stage_get(s, ctx, &rc)) < 0)
+				break;
+			rc = D->cuMemcpyDtoHAsync_v2(s->pool.b[cur].p, src + off, n, st);
 			if (!rc)
-				rc = D->cuEventRecord(cs->stage_ev[slot], st);
+				rc = stage_put(s, cur, st);
 		}
-		if (k > 0 && !rc) {
-			uint64_t pk = k - 1;
-			int slot = (int)(pk & 1);
-			uint64_t off = pk * RGPU_CHUNK_SIZE;
-			size_t n = size - off < RGPU_CHUNK_SIZE ? size - off : RGPU_CHUNK_SIZE;
-			rc = D->cuEventSynchronize(cs->stage_ev[slot]);
-			if (!rc) {
-				uint32_t more = pk + 1 < nchunks ? RGPU_F_MORE : 0;
-				if (session_send_reply(s, h, more, 0, s->stage[slot], n) < 0)
-					return OP_DROP;
-			}
+		if (prev >= 0 && !rc) {
+			rc = stage_wait(s, prev);
+			if (!rc && session_send_reply(s, h, k < nchunks ? RGPU_F_MORE : 0, 0,
+						      s->pool.b[prev].p, prev_n) < 0)
+				return OP_DROP;
 		}
+		prev = cur;
+		prev_n = n;
 	}
-	if (rc) {
+	if (rc || size == 0) {
 		/* a failure ends the reply: final frame, error status, no data */
-		D->cuStreamSynchronize(st);
+		if (rc)
+			D->cuStreamSynchronize(st);
 		if (session_send_reply(s, h, 0, rc, NULL, 0) < 0)
 			return OP_DROP;
 	}

@@ -140,36 +140,6 @@ struct alloc session_alloc_del(struct session *s, uint64_t dptr)
 	return a;
 }
 
-int session_stage_ready(struct session *s)
-{
-	if (s->stage[0])
-		return 0;
-	/* Pinned staging lets the GPU DMA straight from the receive buffer; it
-	 * needs a current context, which the caller has made. */
-	for (int i = 0; i < 2; i++) {
-		void *p = NULL;
-		if (s->srv->drv.cuMemHostAlloc(&p, RGPU_CHUNK_SIZE, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) {
-			if (i == 1)
-				s->srv->drv.cuMemFreeHost(s->stage[0]);
-			s->stage[0] = NULL;
-			log_warn("%s: pinned staging unavailable, copies use pageable memory", s->name);
-			for (int j = 0; j < 2; j++) {
-				s->stage[j] = malloc(RGPU_CHUNK_SIZE);
-				if (!s->stage[j]) {
-					free(s->stage[0]);
-					s->stage[0] = NULL;
-					return -1;
-				}
-			}
-			s->stage_pinned = 0;
-			return 0;
-		}
-		s->stage[i] = p;
-	}
-	s->stage_pinned = 1;
-	return 0;
-}
-
 /* Frees everything the session created.  Destroying a context frees its
  * memory, modules, streams and events in the driver; quotas are refunded
  * per allocation. */
@@ -187,14 +157,6 @@ static void session_cleanup(struct session *s)
 	shm_cleanup(s);
 	stage_free(s);
 	vmem_cleanup(s);
-	if (s->stage[0]) {
-		for (int i = 0; i < 2; i++) {
-			if (s->stage_pinned)
-				d->cuMemFreeHost(s->stage[i]);
-			else
-				free(s->stage[i]);
-		}
-	}
 	int nctx = 0;
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];

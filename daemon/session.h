@@ -27,8 +27,6 @@ struct vmem;
 /* extra data of an HK_CTX entry */
 struct ctx_state {
 	unsigned dev;
-	CUevent stage_ev[2]; /* orders reuse of the staging buffers */
-	int stage_pending[2];
 };
 
 /* extra data of an HK_FUNC / HK_KERNEL entry: the parameter layout */
@@ -63,13 +61,10 @@ struct session {
 	/* GPUs this session was admitted to, and their quota */
 	uint64_t dev_admitted; /* bit mask */
 
-	struct stage_pool pool; /* host-to-device staging */
+	struct stage_pool pool; /* pinned staging for bulk copies */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
-	/* device-to-host staging: two pinned buffers of RGPU_CHUNK_SIZE */
-	void *stage[2];
-	int stage_pinned;
 
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
@@ -124,7 +119,6 @@ int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t 
 void session_alloc_drop_module(struct session *s, uint64_t module);
 /* Removes and returns the allocation starting at dptr (size 0 if none). */
 struct alloc session_alloc_del(struct session *s, uint64_t dptr);
-int session_stage_ready(struct session *s);
 /* Admits the session to GPU dev (lease check, once). A CUresult. */
 int session_admit(struct session *s, unsigned dev);
 /* Payload bytes of the current frame that the handler reads itself. */

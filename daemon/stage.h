@@ -1,7 +1,8 @@
-/* Pinned staging buffers for host-to-device data.  A chunk received from
- * the client lands in a pool buffer and is copied to the GPU on the
- * caller's stream; the buffer returns to the pool when its event fires, so
- * an asynchronous copy never makes the session wait for its stream. */
+/* Pinned staging buffers for bulk copies over a socket.  A host-to-device
+ * chunk lands in a pool buffer and is copied to the GPU on the caller's
+ * stream; a device-to-host chunk is copied into one and sent from it.  A
+ * buffer returns to the pool when its event fires, so an asynchronous copy
+ * never makes the session wait for its stream. */
 #ifndef RGPUD_STAGE_H
 #define RGPUD_STAGE_H
 
