@@ -11,7 +11,7 @@ B=${top_builddir:-$top/_build}
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 args=()
 [ "${1:-}" = --emulated ] && args=(--emulated)
-"$B/daemon/rgpud" "${args[@]}" --listen "127.0.0.1:$PORT" -v warn >/tmp/chunk-sweep-rgpud.log 2>&1 &
+"$B/daemon/rgpud" "${args[@]}" --open --listen "127.0.0.1:$PORT" -v warn >/tmp/chunk-sweep-rgpud.log 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null' EXIT
 sleep 1

@@ -112,11 +112,11 @@ start_daemon() {
 	for try in 1 2 3 4 5; do
 		PORT=$(free_port) || { echo "cannot pick a free port" >&2; return 1; }
 		if [ $EMULATED = 1 ]; then
-			RGPU_EMU_LIB=$EMULIB "$RGPUD" --emulated --listen "127.0.0.1:$PORT" \
+			RGPU_EMU_LIB=$EMULIB "$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" \
 				${RGPUD_ARGS:-} >"$LOGDIR/rgpud.log" 2>&1 &
 		else
 			LD_LIBRARY_PATH=$([ $HAVE_REAL = 1 ] && echo "$REAL" || echo "${LD_LIBRARY_PATH:-}") \
-				"$RGPUD" --listen "127.0.0.1:$PORT" \
+				"$RGPUD" --open --listen "127.0.0.1:$PORT" \
 				${RGPUD_ARGS:-} >"$LOGDIR/rgpud.log" 2>&1 &
 		fi
 		pid=$!

@@ -45,6 +45,7 @@ static void usage(FILE *f)
 "      --leases              require a munge credential and a Slurm job lease for\n"
 "                            every client (cluster mode); without it anyone who\n"
 "                            can connect may use the GPUs\n"
+"      --open                serve clients without a credential\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
 "      --slurm-user=USER     besides root, the user allowed to manage leases\n"
 "  -d, --daemon              detach and run in the background\n"
@@ -235,6 +236,7 @@ int main(int argc, char **argv)
 		{ "emulated", no_argument, NULL, 'e' },
 		{ "driver", required_argument, NULL, 'D' },
 		{ "leases", no_argument, NULL, 'L' },
+		{ "open", no_argument, NULL, 'O' },
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
 		{ "daemon", no_argument, NULL, 'd' },
@@ -252,6 +254,7 @@ int main(int argc, char **argv)
 	char listen_addr[300];
 	snprintf(listen_addr, sizeof(listen_addr), "0.0.0.0:%d", RGPU_DEFAULT_PORT);
 	const char *driver = NULL, *pidfile = NULL;
+	int open_access = 0; /* today's default; deny-by-default is issue 16 */
 	int emulated = 0, daemonize = 0, use_syslog = 0, level = RGPU_LOG_INFO;
 	struct rgpud_access_config acfg = { .state_dir = RGPU_STATEDIR };
 	const char *worker_fds = NULL, *worker_who = NULL, *worker_name = "client";
@@ -272,6 +275,7 @@ int main(int argc, char **argv)
 		case 'e': emulated = 1; break;
 		case 'D': driver = optarg; break;
 		case 'L': acfg.require_lease = 1; break;
+		case 'O': open_access = 1; break;
 		case 'S': acfg.state_dir = optarg; break;
 		case 'U': {
 			struct passwd *pw = getpwnam(optarg);
@@ -311,6 +315,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rgpu_log_open("rgpud", level, use_syslog);
+	(void)open_access;
 	if (worker_fds)
 		return worker_main(worker_fds, worker_who, worker_name, driver);
 

@@ -41,7 +41,7 @@ calls() { # TRACE NAME...: the named calls with their results
 # ---- 1. rgpud behind the tracer
 P=$(port)
 RGPU_TRACE_LOG=$L/rgpud-trace.log RGPU_TRACE_NODUMP=1 RGPU_TRACE_REAL=$REAL/libcuda.so.1 \
-	LD_LIBRARY_PATH=$TRACER:$REAL "$RGPUD" --listen "127.0.0.1:$P" --driver="$TRACER/libcuda.so.1" \
+	LD_LIBRARY_PATH=$TRACER:$REAL "$RGPUD" --open --listen "127.0.0.1:$P" --driver="$TRACER/libcuda.so.1" \
 	>"$L/rgpud.log" 2>&1 &
 DP=$!
 if wait_port "$P"; then
@@ -65,7 +65,7 @@ wait "$DP" 2>/dev/null
 
 # ---- 2. PyTorch fp16 matmul through rgpu, client behind the tracer
 P=$(port)
-LD_LIBRARY_PATH=$REAL "$RGPUD" --listen "127.0.0.1:$P" >"$L/rgpud2.log" 2>&1 &
+LD_LIBRARY_PATH=$REAL "$RGPUD" --open --listen "127.0.0.1:$P" >"$L/rgpud2.log" 2>&1 &
 DP=$!
 if wait_port "$P"; then
 	env LD_LIBRARY_PATH="$TRACER:$CLIENTDIR:$CUDA_HOME/lib64" RGPU_TRACE_REAL="$CLIENTDIR/libcuda.so.1" \

@@ -144,7 +144,7 @@ start_daemon() {
 	local try
 	for try in 1 2 3; do
 		PORT=$(free_port)
-		LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$RGPUD" --listen "127.0.0.1:$PORT" \
+		LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$RGPUD" --open --listen "127.0.0.1:$PORT" \
 			${RGPUD_ARGS:-} >>"$LOGDIR/rgpud.log" 2>&1 &
 		DPID=$!
 		for _ in $(seq 1 300); do

@@ -66,7 +66,7 @@ start_daemon() {
 	local name=$1 try pid
 	for try in 1 2 3 4 5; do
 		PORT=$(free_port) || { echo "cannot pick a free port"; exit 1; }
-		"$RGPUD" --emulated --listen "127.0.0.1:$PORT" >"$LOGDIR/$name.log" 2>&1 &
+		"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" >"$LOGDIR/$name.log" 2>&1 &
 		pid=$!
 		# ready when it accepts a connection
 		for _ in $(seq 1 100); do

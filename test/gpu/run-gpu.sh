@@ -160,7 +160,7 @@ start_daemon() { # NAME -> PORT
 	for try in 1 2 3; do
 		PORT=$(free_port)
 		# shellcheck disable=SC2086
-		LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$RGPUD" --listen "127.0.0.1:$PORT" ${RGPUD_ARGS:-} \
+		LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$RGPUD" --open --listen "127.0.0.1:$PORT" ${RGPUD_ARGS:-} \
 			>"$LOGDIR/$name.log" 2>&1 &
 		pid=$!
 		for _ in $(seq 1 300); do
