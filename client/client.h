@@ -187,29 +187,16 @@ struct wbuf *rc_req(void);
  * records): its failure surfaces at the next call that waits, as CUDA
  * reports asynchronous errors.  Requests on one connection run in order. */
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
-/* how host-to-device copies are cut (RGPU_CHUNK_KB) */
-size_t rc_chunk_bytes(size_t dflt);
 /* with the connection's lock held */
 CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
-CUresult rc_recv_reply(struct rc_conn *c, uint64_t id, uint16_t op, struct rd *r, int32_t *st,
-		       uint32_t *flags);
-CUresult rc_wait_status(struct rc_conn *c, uint64_t id, uint16_t op);
 CUresult rc_conn_failed(struct rc_conn *c, const char *what);
+/* a reply status as the application sees it (protocol codes mapped) */
+CUresult rc_status(int32_t st);
 
-/* shm.c: the same-host data path */
+/* shm.c: the same-host data path (copies: xfer_client.h) */
 void rc_shm_setup(struct rc_conn *c);
 CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
 		       uint32_t nslots);
-CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src,
-		     size_t n, int async);
-CUresult rc_shm_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src, size_t n);
-CUresult rc_shm_hostcopy(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dev, void *host,
-			 size_t n, int to_host, int async);
-
-/* bulk copies; an async host-to-device copy returns once the data is sent */
-CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n,
-		 int async);
-CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src, size_t n);
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);
 
 /* context.c */

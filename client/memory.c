@@ -1,5 +1,6 @@
 /* Device memory, copies and memset; host ("pinned") memory. */
 #include "client.h"
+#include "xfer_client.h"
 #include "log.h"
 
 #include <stdlib.h>
@@ -257,25 +258,24 @@ static int host_shared(struct rc_conn *conn, const void *p, size_t n)
 
 /* The data path for a copy, by where the server is and what the host
  * buffer is. */
+static const struct rc_xfer_provider *provider(struct rc_conn *conn, const void *host, size_t n)
+{
+	if (conn->local && n && host_shared(conn, host, n))
+		return &rc_xfer_direct;
+	return conn->ring ? &rc_xfer_ring : &rc_xfer_socket;
+}
+
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,
 		     int async)
 {
-	struct rc_conn *conn = c->dev->conn;
-	if (conn->local && n && host_shared(conn, src, n))
-		return rc_shm_hostcopy(c, sh, dst, (void *)src, n, 0, async);
-	if (conn->ring)
-		return rc_shm_htod(c, sh, dst, src, n, async);
-	return rc_htod(c, sh, dst, src, n, async);
+	return rc_xfer_copy(provider(c->dev->conn, src, n), c, sh, dst, (void *)src, n, 0, async);
 }
 
+/* device-to-host copies through staging are synchronous */
 CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async)
 {
-	struct rc_conn *conn = c->dev->conn;
-	if (conn->local && n && host_shared(conn, dst, n))
-		return rc_shm_hostcopy(c, sh, src, dst, n, 1, async);
-	if (conn->ring)
-		return rc_shm_dtoh(c, sh, dst, src, n);
-	return rc_dtoh(c, sh, dst, src, n);
+	const struct rc_xfer_provider *pv = provider(c->dev->conn, dst, n);
+	return rc_xfer_copy(pv, c, sh, src, dst, n, 1, pv == &rc_xfer_direct && async);
 }
 
 static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)

@@ -1,5 +1,8 @@
-/* Request/reply exchanges with rgpud, including bulk copies. */
+/* Request/reply exchanges with rgpud.  Bulk copies are the transfer
+ * layer's (xfer_client.c); it talks to the connection only through
+ * rc_send_frame, rc_reply_frame and rc_conn_failed. */
 #include "client.h"
+#include "xfer_client.h"
 #include "cred.h"
 #include "frame.h"
 #include "log.h"
@@ -56,15 +59,16 @@ struct wbuf *rc_req(void)
 	return w;
 }
 
-static CUresult map_status(int32_t st)
+CUresult rc_status(int32_t st)
 {
 	switch (st) {
 	case RGPU_ERR_AUTH: return CUDA_ERROR_NOT_PERMITTED;
 	case RGPU_ERR_HANDLE: return CUDA_ERROR_INVALID_HANDLE;
 	case RGPU_ERR_VERSION: return CUDA_ERROR_NOT_INITIALIZED;
-	case RGPU_ERR_PROTO:
-	case RGPU_ERR_BADOP: return CUDA_ERROR_UNKNOWN;
-	default: return (CUresult)st;
+	default:
+		/* protocol codes the driver has no name for, and anything
+		 * outside the driver's range, are never handed on as they are */
+		return st < 0 || st >= RGPU_ERR_PROTO ? CUDA_ERROR_UNKNOWN : (CUresult)st;
 	}
 }
 
@@ -115,75 +119,76 @@ static CUresult recv_status(struct rc_conn *c, int32_t *st)
 	return CUDA_SUCCESS;
 }
 
-static CUresult call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req,
-			    struct rd *r, int32_t *raw_status)
+CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
+		       const void *a, size_t alen, const void *b, size_t blen)
 {
-	struct tls_bufs *b = tls();
-	if (!b || req->oom)
-		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (c->dead)
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	uint64_t id = ++c->next_id;
-	if (rgpu_frame_send(c->c, op, 0, id, req->data, req->len, NULL, 0) < 0)
+	*id = ++c->next_id;
+	if (rgpu_frame_send(c->c, op, flags, *id, a, alen, b, blen) < 0)
 		return rc_conn_failed(c, "sending a request");
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_reply *f,
+			void *sink, size_t sinkcap)
+{
 	struct rgpu_hdr h;
 	CUresult rc = recv_reply_hdr(c, id, op, &h);
+	if (!rc)
+		rc = recv_status(c, &f->st);
 	if (rc)
 		return rc;
-	size_t n = h.len;
-	if (n > b->rxcap) {
-		uint8_t *p = realloc(b->rx, n);
+	f->flags = h.flags;
+	f->len = h.len - 4;
+	if (sink) {
+		/* bulk data: straight into the caller's buffer */
+		if (f->len > sinkcap) {
+			errno = EPROTO;
+			return rc_conn_failed(c, "more data than asked for");
+		}
+		if (f->len && rgpu_recv(c->c, sink, f->len) < 0)
+			return rc_conn_failed(c, "reading data");
+		rd_init(&f->r, sink, 0);
+		return CUDA_SUCCESS;
+	}
+	struct tls_bufs *b = tls();
+	if (!b)
+		return rc_conn_failed(c, "out of memory for a reply");
+	if (f->len > b->rxcap) {
+		uint8_t *p = realloc(b->rx, f->len);
 		if (!p)
 			return rc_conn_failed(c, "out of memory for a reply");
 		b->rx = p;
-		b->rxcap = n;
+		b->rxcap = f->len;
 	}
-	if (rgpu_recv(c->c, b->rx, n) < 0)
+	if (f->len && rgpu_recv(c->c, b->rx, f->len) < 0)
 		return rc_conn_failed(c, "reading a reply");
-	rd_init(r, b->rx, n);
-	int32_t st = get_i32(r);
+	rd_init(&f->r, b->rx, f->len);
+	return CUDA_SUCCESS;
+}
+
+static CUresult call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req,
+			    struct rd *r, int32_t *raw_status)
+{
+	if (req->oom)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	uint64_t id;
+	struct rc_reply f;
+	CUresult rc = rc_send_frame(c, op, 0, &id, req->data, req->len, NULL, 0);
+	if (!rc)
+		rc = rc_reply_frame(c, id, op, &f, NULL, 0);
+	if (rc)
+		return rc;
+	*r = f.r;
 	if (raw_status)
-		*raw_status = st;
-	return map_status(st);
+		*raw_status = f.st;
+	return rc_status(f.st);
 }
 
 CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
 {
 	return call_locked(c, op, req, r, NULL);
-}
-
-CUresult rc_recv_reply(struct rc_conn *c, uint64_t id, uint16_t op, struct rd *r, int32_t *st,
-		       uint32_t *flags)
-{
-	struct tls_bufs *b = tls();
-	if (!b)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	struct rgpu_hdr h;
-	CUresult rc = recv_reply_hdr(c, id, op, &h);
-	if (rc)
-		return rc;
-	if (h.len > b->rxcap) {
-		uint8_t *p = realloc(b->rx, h.len);
-		if (!p)
-			return rc_conn_failed(c, "out of memory for a reply");
-		b->rx = p;
-		b->rxcap = h.len;
-	}
-	if (rgpu_recv(c->c, b->rx, h.len) < 0)
-		return rc_conn_failed(c, "reading a reply");
-	rd_init(r, b->rx, h.len);
-	*st = get_i32(r);
-	*flags = h.flags;
-	return CUDA_SUCCESS;
-}
-
-CUresult rc_wait_status(struct rc_conn *c, uint64_t id, uint16_t op)
-{
-	struct rd r;
-	int32_t st;
-	uint32_t flags;
-	CUresult rc = rc_recv_reply(c, id, op, &r, &st, &flags);
-	return rc ? rc : map_status(st);
 }
 
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
@@ -198,12 +203,9 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 {
 	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	uint64_t id;
 	pthread_mutex_lock(&c->lock);
-	CUresult rc = CUDA_SUCCESS;
-	if (c->dead)
-		rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
-	else if (rgpu_frame_send(c->c, op, RGPU_F_NOREPLY, ++c->next_id, req->data, req->len, NULL, 0) < 0)
-		rc = rc_conn_failed(c, "sending a request");
+	CUresult rc = rc_send_frame(c, op, RGPU_F_NOREPLY, &id, req->data, req->len, NULL, 0);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -250,129 +252,4 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	snprintf(c->server_id, sizeof(c->server_id), "%s", sid);
 	c->ndev = (int)ndev;
 	return CUDA_SUCCESS;
-}
-
-size_t rc_chunk_bytes(size_t dflt)
-{
-	/* RGPU_CHUNK_KB: pieces host-to-device copies are cut into (64 KiB to
-	 * the protocol's 4 MiB); by default 4 MiB over a network and 2 MiB
-	 * through shared memory, from bench/chunk-sweep.sh's curves on the
-	 * H200 (docs/benchmarks.md) */
-	static size_t chunk;
-	if (!chunk) {
-		size_t v = SIZE_MAX;
-		const char *e = getenv("RGPU_CHUNK_KB");
-		if (e && atol(e) > 0) {
-			v = (size_t)atol(e) * 1024;
-			if (v < 65536)
-				v = 65536;
-			if (v > RGPU_CHUNK_SIZE)
-				v = RGPU_CHUNK_SIZE;
-		}
-		chunk = v;
-	}
-	return chunk == SIZE_MAX ? dflt : chunk;
-}
-
-CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n,
-		 int async)
-{
-	const size_t chunk = rc_chunk_bytes(RGPU_CHUNK_SIZE);
-	if (n == 0)
-		return CUDA_SUCCESS;
-	struct rc_conn *c = ctx->dev->conn;
-	uint8_t f[40];
-	struct wbuf w = { .data = f, .cap = sizeof(f) };
-	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		pthread_mutex_unlock(&c->lock);
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	}
-	uint64_t id = 0;
-	CUresult rc = CUDA_SUCCESS;
-	/* all chunks go out back to back; only the last one is answered */
-	for (size_t off = 0; off < n; off += chunk) {
-		size_t k = n - off < chunk ? n - off : chunk;
-		int last = off + k == n && !async;
-		w.len = 0;
-		put_u64(&w, ctx->h);
-		put_u64(&w, stream);
-		put_u64(&w, dst);
-		put_u64(&w, n);
-		put_u64(&w, off);
-		id = ++c->next_id;
-		if (rgpu_frame_send(c->c, RGPU_OP_MEMCPY_HTOD, last ? 0 : RGPU_F_NOREPLY, id, f,
-				    sizeof(f), (const uint8_t *)src + off, k) < 0) {
-			rc = rc_conn_failed(c, "sending data");
-			break;
-		}
-	}
-	if (!rc && !async) {
-		struct rgpu_hdr h;
-		int32_t st = 0;
-		rc = recv_reply_hdr(c, id, RGPU_OP_MEMCPY_HTOD, &h);
-		if (!rc)
-			rc = recv_status(c, &st);
-		if (!rc && h.len > 4 && rgpu_frame_skip(c->c, h.len - 4) < 0)
-			rc = rc_conn_failed(c, "reading a reply");
-		if (!rc)
-			rc = map_status(st);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return rc;
-}
-
-CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src, size_t n)
-{
-	if (n == 0)
-		return CUDA_SUCCESS;
-	struct rc_conn *c = ctx->dev->conn;
-	uint8_t f[32];
-	struct wbuf w = { .data = f, .cap = sizeof(f) };
-	put_u64(&w, ctx->h);
-	put_u64(&w, stream);
-	put_u64(&w, src);
-	put_u64(&w, n);
-	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		pthread_mutex_unlock(&c->lock);
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	}
-	uint64_t id = ++c->next_id;
-	CUresult rc = CUDA_SUCCESS;
-	if (rgpu_frame_send(c->c, RGPU_OP_MEMCPY_DTOH, 0, id, f, sizeof(f), NULL, 0) < 0)
-		rc = rc_conn_failed(c, "sending a request");
-	size_t got = 0;
-	/* data frames land straight in the caller's buffer */
-	for (int more = 1; !rc && more;) {
-		struct rgpu_hdr h;
-		int32_t st = 0;
-		rc = recv_reply_hdr(c, id, RGPU_OP_MEMCPY_DTOH, &h);
-		if (!rc)
-			rc = recv_status(c, &st);
-		if (rc)
-			break;
-		size_t k = h.len - 4;
-		more = (h.flags & RGPU_F_MORE) != 0;
-		if (k > n - got) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "more data than asked for");
-			break;
-		}
-		if (k && rgpu_recv(c->c, (uint8_t *)dst + got, k) < 0) {
-			rc = rc_conn_failed(c, "reading data");
-			break;
-		}
-		got += k;
-		if (st) {
-			rc = map_status(st); /* an error frame is always the last */
-			break;
-		}
-		if (!more && got != n) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "short data");
-		}
-	}
-	pthread_mutex_unlock(&c->lock);
-	return rc;
 }

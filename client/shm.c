@@ -5,6 +5,7 @@
  * server registers, so the GPU copies straight from the application's
  * buffer.  No socket carries bulk data. */
 #include "client.h"
+#include "xfer_client.h"
 #include "frame.h"
 #include "log.h"
 
@@ -31,13 +32,14 @@ struct copy_job {
 };
 
 static struct {
-	pthread_mutex_t lock;
+	pthread_mutex_t use;  /* held by the one copy the helpers serve */
+	pthread_mutex_t lock; /* guards what follows */
 	pthread_cond_t go, done;
 	struct copy_job job;
 	unsigned gen, pending;
 	int started;
-} cp = { .lock = PTHREAD_MUTEX_INITIALIZER, .go = PTHREAD_COND_INITIALIZER,
-	 .done = PTHREAD_COND_INITIALIZER };
+} cp = { .use = PTHREAD_MUTEX_INITIALIZER, .lock = PTHREAD_MUTEX_INITIALIZER,
+	 .go = PTHREAD_COND_INITIALIZER, .done = PTHREAD_COND_INITIALIZER };
 
 static void copy_part(const struct copy_job *j, unsigned k)
 {
@@ -64,9 +66,7 @@ static void *copy_worker(void *arg)
 	return NULL;
 }
 
-/* Called with the connection lock held, so one copy at a time per
- * connection; the pool's own lock serialises connections. */
-static void pmemcpy(void *dst, const void *src, size_t n)
+static void pool_start(void)
 {
 	pthread_mutex_lock(&cp.lock);
 	if (!cp.started) {
@@ -84,11 +84,21 @@ static void pmemcpy(void *dst, const void *src, size_t n)
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
 		}
 	}
-	if (n < COPY_MIN || cp.started < 0) {
-		pthread_mutex_unlock(&cp.lock);
+	pthread_mutex_unlock(&cp.lock);
+}
+
+/* The helpers serve one copy at a time: the job and its pending count are
+ * that copy's until every part is done.  A copy that finds them busy
+ * (another connection's) copies on its own thread instead. */
+static void pmemcpy(void *dst, const void *src, size_t n)
+{
+	if (n >= COPY_MIN)
+		pool_start();
+	if (n < COPY_MIN || cp.started < 0 || pthread_mutex_trylock(&cp.use) != 0) {
 		memcpy(dst, src, n);
 		return;
 	}
+	pthread_mutex_lock(&cp.lock);
 	cp.job = (struct copy_job){ dst, src, (n + COPY_THREADS - 1) / COPY_THREADS, n };
 	cp.pending = COPY_THREADS - 1;
 	cp.gen++;
@@ -100,6 +110,7 @@ static void pmemcpy(void *dst, const void *src, size_t n)
 	while (cp.pending)
 		pthread_cond_wait(&cp.done, &cp.lock);
 	pthread_mutex_unlock(&cp.lock);
+	pthread_mutex_unlock(&cp.use);
 }
 
 static uint8_t *slot_ptr(struct rc_conn *c, uint32_t i)
@@ -159,115 +170,63 @@ static int slot_free(struct rc_conn *c)
 	return -1;
 }
 
-CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src,
-		     size_t n, int async)
-{
-	struct rc_conn *c = ctx->dev->conn;
-	if (n == 0)
-		return CUDA_SUCCESS;
-	pthread_mutex_lock(&c->lock);
-	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
-	uint64_t id = 0;
-	const size_t chunk = rc_chunk_bytes(RGPU_CHUNK_SIZE / 2);
-	for (size_t off = 0; !rc && off < n; off += chunk) {
-		size_t k = n - off < chunk ? n - off : chunk;
-		int last = off + k == n;
-		int slot;
-		while (!rc && (slot = slot_free(c)) < 0) {
-			/* all slots are being read by the GPU: wait for one */
-			struct wbuf *w = rc_req();
-			put_u64(w, ctx->h);
-			struct rd r;
-			rc = rc_call_locked(c, RGPU_OP_SHM_SLOT_WAIT, w, &r);
-		}
-		if (rc)
-			break;
-		pmemcpy(slot_ptr(c, (uint32_t)slot), (const uint8_t *)src + off, k);
-		__atomic_store_n(&c->slot_state[slot], 1, __ATOMIC_RELEASE);
-		uint8_t f[48];
-		struct wbuf w = { .data = f, .cap = sizeof(f) };
-		put_u64(&w, ctx->h);
-		put_u64(&w, stream);
-		put_u64(&w, dst);
-		put_u64(&w, n);
-		put_u64(&w, off);
-		put_u32(&w, (uint32_t)slot);
-		put_u32(&w, (uint32_t)k);
-		id = ++c->next_id;
-		if (rgpu_frame_send(c->c, RGPU_OP_SHM_HTOD, last && !async ? 0 : RGPU_F_NOREPLY, id,
-				    f, w.len, NULL, 0) < 0)
-			rc = rc_conn_failed(c, "sending a request");
-	}
-	if (!rc && !async)
-		rc = rc_wait_status(c, id, RGPU_OP_SHM_HTOD);
-	pthread_mutex_unlock(&c->lock);
-	return rc;
-}
+/* ---- the shm-ring provider ---- */
 
-CUresult rc_shm_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src, size_t n)
+static CUresult ring_stage(struct rc_xfer *x, struct xfer_chunk *c)
 {
-	struct rc_conn *c = ctx->dev->conn;
-	if (n == 0)
-		return CUDA_SUCCESS;
-	uint8_t f[32];
-	struct wbuf w = { .data = f, .cap = sizeof(f) };
-	put_u64(&w, ctx->h);
-	put_u64(&w, stream);
-	put_u64(&w, src);
-	put_u64(&w, n);
-	pthread_mutex_lock(&c->lock);
-	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
-	uint64_t id = ++c->next_id;
-	if (!rc && rgpu_frame_send(c->c, RGPU_OP_SHM_DTOH, 0, id, f, w.len, NULL, 0) < 0)
-		rc = rc_conn_failed(c, "sending a request");
-	size_t got = 0;
-	for (int more = 1; !rc && more;) {
+	struct rc_conn *conn = x->c;
+	CUresult rc = CUDA_SUCCESS;
+	int slot;
+	while ((slot = slot_free(conn)) < 0) {
+		/* all slots are being read by the GPU: wait for one */
+		struct wbuf *w = rc_req();
+		put_u64(w, x->ctx->h);
 		struct rd r;
-		int32_t st;
-		uint32_t flags;
-		rc = rc_recv_reply(c, id, RGPU_OP_SHM_DTOH, &r, &st, &flags);
-		if (rc)
-			break;
-		more = (flags & RGPU_F_MORE) != 0;
-		if (st) {
-			rc = (CUresult)st;
-			break;
-		}
-		if (r.left == 0 && !more)
-			break;
-		uint32_t slot = get_u32(&r), len = get_u32(&r);
-		if (!rd_ok(&r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > n - got) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "bad staging reply");
-			break;
-		}
-		pmemcpy((uint8_t *)dst + got, slot_ptr(c, slot), len);
-		__atomic_store_n(&c->slot_state[slot], 0, __ATOMIC_RELEASE);
-		got += len;
-		if (!more && got != n) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "short data");
-		}
+		if ((rc = rc_call_locked(conn, RGPU_OP_SHM_SLOT_WAIT, w, &r)))
+			return rc;
 	}
-	pthread_mutex_unlock(&c->lock);
-	return rc;
+	c->buf = slot;
+	pmemcpy(slot_ptr(conn, (uint32_t)slot), x->host + c->off, c->len);
+	__atomic_store_n(&conn->slot_state[slot], 1, __ATOMIC_RELEASE);
+	struct wbuf w = { .data = x->extra, .cap = sizeof(x->extra) };
+	put_u32(&w, (uint32_t)slot);
+	put_u32(&w, (uint32_t)c->len);
+	x->extra_len = w.len;
+	x->data = NULL;
+	x->dlen = 0;
+	return CUDA_SUCCESS;
 }
 
-CUresult rc_shm_hostcopy(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dev, void *host,
-			 size_t n, int to_host, int async)
+static void ring_abandon(struct rc_xfer *x, struct xfer_chunk *c)
 {
-	struct wbuf *w = rc_req();
-	put_u64(w, ctx->h);
-	put_u64(w, stream);
-	put_u64(w, dev);
-	put_u64(w, (uint64_t)(uintptr_t)host);
-	put_u64(w, n);
-	put_u32(w, (uint32_t)to_host);
-	put_u32(w, !async);
-	struct rd r;
-	/* the memory is shared: even device-to-host data lands in the
-	 * caller's buffer when the stream gets there, as with local CUDA */
-	if (async)
-		return rc_post(ctx->dev->conn, RGPU_OP_SHM_HOSTCOPY, w);
-	return rc_call(ctx->dev->conn, RGPU_OP_SHM_HOSTCOPY, w, &r);
+	if (c->buf >= 0)
+		__atomic_store_n(&x->c->slot_state[c->buf], 0, __ATOMIC_RELEASE);
 }
+
+static CUresult ring_take(struct rc_xfer *x, struct rc_reply *f, size_t *n)
+{
+	struct rc_conn *c = x->c;
+	*n = 0;
+	CUresult rc = rc_reply_frame(c, x->id, RGPU_OP_SHM_DTOH, f, NULL, 0);
+	if (rc || f->st || (f->len == 0 && !(f->flags & RGPU_F_MORE)))
+		return rc;
+	uint32_t slot = get_u32(&f->r), len = get_u32(&f->r);
+	if (!rd_ok(&f->r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > x->n - x->got) {
+		errno = EPROTO;
+		return rc_conn_failed(c, "bad staging reply");
+	}
+	pmemcpy(x->host + x->got, slot_ptr(c, slot), len);
+	__atomic_store_n(&c->slot_state[slot], 0, __ATOMIC_RELEASE);
+	*n = len;
+	return CUDA_SUCCESS;
+}
+
+const struct rc_xfer_provider rc_xfer_ring = {
+	.name = "shm-ring",
+	.op_htod = RGPU_OP_SHM_HTOD,
+	.op_dtoh = RGPU_OP_SHM_DTOH,
+	.chunk = RGPU_CHUNK_SIZE / 2,
+	.stage = ring_stage,
+	.abandon = ring_abandon,
+	.take = ring_take,
+};

@@ -1,6 +1,6 @@
 /* Device memory: allocation under quota, and copies.  Bulk copies move in
- * RGPU_CHUNK_SIZE pieces through two pinned staging buffers so receiving
- * one chunk overlaps the GPU's copy of the previous one. */
+ * RGPU_CHUNK_SIZE pieces through the session's pinned pool (stage.c), so
+ * receiving one chunk overlaps the GPU's copy of the previous one. */
 #include "log.h"
 #include "gate.h"
 #include "rgpud.h"
@@ -100,25 +100,25 @@ int op_memcpy_htod(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	size_t n = h->len - 40;
 	if (n > RGPU_CHUNK_SIZE || off > total || n > total - off)
 		return OP_DROP;
-	CUstream st;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
-	if (!rc && !session_owns_range(s, dst + off, n))
-		rc = CUDA_ERROR_INVALID_VALUE;
-	int i = rc ? -1 : stage_get(s, ctx, &rc);
+	void *st;
+	struct xfer_pool *pool = stage_pool(s);
+	int rc = stage_check(s, ctx, sid, dst + off, n, &st);
+	int i = rc ? -1 : xfer_pool_get(pool, ctx, &rc);
 	if (i < 0) {
 		/* the data must still be consumed to stay in frame */
 		return session_skip(s, n) < 0 ? OP_DROP : rc;
 	}
-	if (session_recv(s, s->pool.b[i].p, n) < 0)
+	if (session_recv(s, pool->b[i].p, n) < 0)
 		return OP_DROP;
-	rc = D->cuMemcpyHtoDAsync_v2(dst + off, s->pool.b[i].p, n, st);
-	if (!rc)
-		rc = stage_put(s, i, st);
-	if (!rc && off + n == total && !(h->flags & RGPU_F_NOREPLY))
-		rc = stage_wait(s, i); /* copies on one stream finish in order */
-	return rc;
+	return stage_htod(pool, i, dst + off, n, st, 0,
+			  off + n == total && !(h->flags & RGPU_F_NOREPLY));
+}
+
+/* data frames: status, then the chunk's bytes straight from the buffer */
+static int send_data(struct session *s, const struct rgpu_hdr *h, struct xfer_pool *pool, int i,
+		     size_t n, int more)
+{
+	return session_send_reply(s, h, more ? RGPU_F_MORE : 0, 0, pool->b[i].p, n);
 }
 
 int op_memcpy_dtoh(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -126,50 +126,9 @@ int op_memcpy_dtoh(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	uint64_t ctx = get_u64(r), sid = get_u64(r), src = get_u64(r), size = get_u64(r);
 	if (!rd_done(r))
 		return OP_DROP;
-	CUstream st;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
-	if (!rc && !session_owns_range(s, src, size))
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc && s->deferred) {
-		rc = s->deferred;
-		s->deferred = 0;
-	}
-	/* queue chunk k into a pool buffer, then finish and send chunk k-1:
-	 * the wire and the GPU overlap */
-	uint64_t nchunks = (size + RGPU_CHUNK_SIZE - 1) / RGPU_CHUNK_SIZE;
-	int prev = -1;
-	size_t prev_n = 0;
-	for (uint64_t k = 0; !rc && k <= nchunks; k++) {
-		int cur = -1;
-		size_t n = 0;
-		if (k < nchunks) {
-			uint64_t off = k * RGPU_CHUNK_SIZE;
-			n = size - off < RGPU_CHUNK_SIZE ? size - off : RGPU_CHUNK_SIZE;
-			if ((cur = stage_get(s, ctx, &rc)) < 0)
-				break;
-			rc = D->cuMemcpyDtoHAsync_v2(s->pool.b[cur].p, src + off, n, st);
-			if (!rc)
-				rc = stage_put(s, cur, st);
-		}
-		if (prev >= 0 && !rc) {
-			rc = stage_wait(s, prev);
-			if (!rc && session_send_reply(s, h, k < nchunks ? RGPU_F_MORE : 0, 0,
-						      s->pool.b[prev].p, prev_n) < 0)
-				return OP_DROP;
-		}
-		prev = cur;
-		prev_n = n;
-	}
-	if (rc || size == 0) {
-		/* a failure ends the reply: final frame, error status, no data */
-		if (rc)
-			D->cuStreamSynchronize(st);
-		if (session_send_reply(s, h, 0, rc, NULL, 0) < 0)
-			return OP_DROP;
-	}
-	return OP_REPLIED;
+	void *st;
+	int rc = stage_check(s, ctx, sid, src, size, &st);
+	return stage_dtoh(s, h, stage_pool(s), ctx, st, src, size, send_data, rc);
 }
 
 int op_memcpy_dtod(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

@@ -3,9 +3,12 @@
 #include "rgpud.h"
 #include "session.h"
 #include "shm.h"
+#include "size.h"
+#include "stage.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +20,24 @@
 #define D (&rgpud_server.drv)
 #define SLOT_STATE_PAGE 4096
 
-static uint8_t *slot_ptr(struct shm_state *sh, uint32_t i)
+/* A client that holds every slot this long while rgpud waits is stuck. */
+#define SHM_GIVEBACK_MS 30000
+
+uint64_t shm_pin_cap(void)
 {
-	return sh->map[sh->ring].sbase + SLOT_STATE_PAGE + (size_t)i * RGPU_CHUNK_SIZE;
+	static uint64_t cap;
+	if (!cap) {
+		const char *e = getenv("RGPUD_MAX_PINNED");
+		char err[200];
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		uint64_t v = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : 1ull << 30;
+		if (e && *e && rgpu_parse_size(e, &v, err, sizeof(err)) < 0) {
+			log_warn("RGPUD_MAX_PINNED=%s: %s; using a quarter of memory", e, err);
+			v = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : 1ull << 30;
+		}
+		cap = v ? v : 1;
+	}
+	return cap;
 }
 
 /* Pins a region with the driver on first use (needs a current context);
@@ -45,19 +63,8 @@ static void map_drop(struct shm_map *m)
 
 void shm_forget_ctx(struct session *s, uint64_t ctx)
 {
-	struct shm_state *sh = s->shm;
-	for (uint32_t i = 0; sh && i < sh->nslots; i++) {
-		if (sh->slot_ev[i] && sh->slot_ctx[i] == ctx) {
-			if (sh->slot_seq[i])
-				D->cuEventSynchronize(sh->slot_ev[i]);
-			D->cuEventDestroy_v2(sh->slot_ev[i]);
-			sh->slot_ev[i] = NULL;
-			if (sh->slot_seq[i]) {
-				sh->slot_seq[i] = 0;
-				__atomic_store_n(&sh->slot_state[i], 0, __ATOMIC_RELEASE);
-			}
-		}
-	}
+	if (s->shm)
+		xfer_pool_forget_ctx(&s->shm->pool, ctx);
 }
 
 void shm_cleanup(struct session *s)
@@ -65,18 +72,31 @@ void shm_cleanup(struct session *s)
 	struct shm_state *sh = s->shm;
 	if (!sh)
 		return;
-	for (uint32_t i = 0; i < sh->nslots; i++) {
-		if (sh->slot_ev[i]) {
-			if (sh->slot_seq[i])
-				D->cuEventSynchronize(sh->slot_ev[i]);
-			D->cuEventDestroy_v2(sh->slot_ev[i]);
-		}
-	}
+	xfer_pool_free(&sh->pool);
 	for (int i = 0; i < sh->n; i++)
 		if (sh->map[i].sbase)
 			map_drop(&sh->map[i]);
 	free(sh);
 	s->shm = NULL;
+}
+
+/* While the ring waits for the client to hand a slot back: a client that
+ * is gone (killed mid-copy) ends the session at once, not after the wait. */
+static int shm_idle(void *arg, unsigned waited_ms)
+{
+	struct session *s = arg;
+	struct pollfd p = { .fd = rgpu_tcp_fd(s->conn), .events = POLLRDHUP };
+	if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+		log_info("%s: the client went away during a copy", s->name);
+		return XFER_LOST;
+	}
+	if (waited_ms > SHM_GIVEBACK_MS) {
+		log_warn("%s: the client hands back no staging slot", s->name);
+		return CUDA_ERROR_UNKNOWN;
+	}
+	struct timespec ts = { 0, 20 * 1000 };
+	nanosleep(&ts, NULL);
+	return 0;
 }
 
 int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -102,6 +122,15 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	struct shm_state *sh = s->shm;
 	if (sh->n == SHM_MAPS_MAX || (kind == 1 && sh->ring >= 0))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (size > shm_pin_cap() - sh->mapped || sh->mapped > shm_pin_cap()) {
+		char a[32], b[32], c[32];
+		rgpu_format_size(size, a, sizeof(a));
+		rgpu_format_size(sh->mapped, b, sizeof(b));
+		rgpu_format_size(shm_pin_cap(), c, sizeof(c));
+		log_warn("%s: refused to share %s more of the client's memory: the session has %s, "
+			 "the cap is %s (RGPUD_MAX_PINNED)", s->name, a, b, c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/%d/fd/%u", pid, fd);
 	int mfd = open(path, O_RDWR | O_CLOEXEC);
@@ -122,9 +151,10 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	*m = (struct shm_map){ .cbase = cbase, .sbase = p, .size = size, .kind = (int)kind };
 	if (kind == 1) {
 		sh->ring = sh->n;
-		sh->nslots = nslots;
-		sh->slot_state = p;
+		xfer_pool_init_shared(&sh->pool, &stage_dev, (uint8_t *)p + SLOT_STATE_PAGE,
+				      (int)nslots, RGPU_CHUNK_SIZE, p, shm_idle, s);
 	}
+	sh->mapped += size;
 	sh->n++;
 	log_debug("%s: sharing %llu bytes of client memory (%s)", s->name,
 		  (unsigned long long)size, kind == 1 ? "staging" : "host memory");
@@ -139,6 +169,7 @@ int op_shm_detach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	struct shm_state *sh = s->shm;
 	for (int i = 0; sh && i < sh->n; i++) {
 		if (sh->map[i].kind == 2 && sh->map[i].sbase && sh->map[i].cbase == cbase) {
+			sh->mapped -= sh->map[i].size;
 			map_drop(&sh->map[i]);
 			sh->map[i] = sh->map[--sh->n];
 			if (sh->ring == sh->n)
@@ -149,44 +180,6 @@ int op_shm_detach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	return CUDA_ERROR_INVALID_VALUE;
 }
 
-/* Hands back every slot the GPU has finished reading. */
-static void slots_reap(struct shm_state *sh)
-{
-	for (uint32_t i = 0; i < sh->nslots; i++) {
-		if (sh->slot_seq[i] && D->cuEventQuery(sh->slot_ev[i]) == CUDA_SUCCESS) {
-			sh->slot_seq[i] = 0;
-			__atomic_store_n(&sh->slot_state[i], 0, __ATOMIC_RELEASE);
-		}
-	}
-}
-
-static int slot_wait(struct shm_state *sh, uint32_t i)
-{
-	if (!sh->slot_seq[i])
-		return CUDA_SUCCESS;
-	int rc = D->cuEventSynchronize(sh->slot_ev[i]);
-	sh->slot_seq[i] = 0;
-	__atomic_store_n(&sh->slot_state[i], 0, __ATOMIC_RELEASE);
-	return rc;
-}
-
-static int slot_event(struct shm_state *sh, uint32_t i, uint64_t ctx)
-{
-	if (sh->slot_ev[i] && sh->slot_ctx[i] != ctx) {
-		D->cuEventDestroy_v2(sh->slot_ev[i]);
-		sh->slot_ev[i] = NULL;
-	}
-	if (!sh->slot_ev[i]) {
-		CUevent ev;
-		int rc = D->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING);
-		if (rc)
-			return rc;
-		sh->slot_ev[i] = ev;
-		sh->slot_ctx[i] = ctx;
-	}
-	return CUDA_SUCCESS;
-}
-
 int op_shm_htod(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t ctx = get_u64(r), sid = get_u64(r), dst = get_u64(r);
@@ -195,34 +188,21 @@ int op_shm_htod(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if (!rd_done(r))
 		return OP_DROP;
 	struct shm_state *sh = s->shm;
-	if (!sh || sh->ring < 0 || slot >= sh->nslots || len > RGPU_CHUNK_SIZE || off > total ||
-	    len > total - off)
+	if (!sh || sh->ring < 0 || slot >= (uint32_t)sh->pool.n || len > RGPU_CHUNK_SIZE ||
+	    off > total || len > total - off)
 		return OP_DROP;
-	CUstream st;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	void *st;
+	int rc = stage_check(s, ctx, sid, dst + off, len, &st);
 	if (!rc)
-		rc = session_stream(s, sid, &st);
-	if (!rc && !session_owns_range(s, dst + off, len))
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		rc = slot_event(sh, slot, ctx);
+		rc = xfer_pool_claim(&sh->pool, (int)slot, ctx);
 	if (rc) {
-		__atomic_store_n(&sh->slot_state[slot], 0, __ATOMIC_RELEASE);
+		xfer_pool_drop(&sh->pool, (int)slot);
 		return rc;
 	}
 	shm_register(s, &sh->map[sh->ring]);
-	slots_reap(sh);
-	rc = D->cuMemcpyHtoDAsync_v2(dst + off, slot_ptr(sh, slot), len, st);
-	if (!rc)
-		rc = D->cuEventRecord(sh->slot_ev[slot], st);
-	if (rc) {
-		__atomic_store_n(&sh->slot_state[slot], 0, __ATOMIC_RELEASE);
-		return rc;
-	}
-	sh->slot_seq[slot] = ++sh->seq;
-	if (off + len == total && !(h->flags & RGPU_F_NOREPLY))
-		rc = slot_wait(sh, slot);
-	return rc;
+	xfer_pool_reap(&sh->pool);
+	return stage_htod(&sh->pool, (int)slot, dst + off, len, st, 1,
+			  off + len == total && !(h->flags & RGPU_F_NOREPLY));
 }
 
 int op_shm_slot_wait(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -234,36 +214,19 @@ int op_shm_slot_wait(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	struct shm_state *sh = s->shm;
 	if (!sh || sh->ring < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	slots_reap(sh);
-	uint32_t oldest = UINT32_MAX;
-	for (uint32_t i = 0; i < sh->nslots; i++) {
-		if (!sh->slot_seq[i] && __atomic_load_n(&sh->slot_state[i], __ATOMIC_ACQUIRE) == 0)
-			return CUDA_SUCCESS;
-		if (sh->slot_seq[i] && (oldest == UINT32_MAX || sh->slot_seq[i] < sh->slot_seq[oldest]))
-			oldest = i;
-	}
-	return oldest == UINT32_MAX ? CUDA_SUCCESS : slot_wait(sh, oldest);
+	return xfer_pool_wait_any(&sh->pool);
 }
 
-/* A slot the client has handed back, waiting for it if need be: the client
- * is busy copying earlier chunks out. */
-static int slot_take(struct session *s, struct shm_state *sh, uint32_t *next)
+/* data frames: status, then (slot, length) of the chunk in the ring */
+static int send_slot(struct session *s, const struct rgpu_hdr *h, struct xfer_pool *pool, int i,
+		     size_t n, int more)
 {
-	for (int spins = 0; spins < 500000; spins++) {
-		slots_reap(sh);
-		for (uint32_t k = 0; k < sh->nslots; k++) {
-			uint32_t i = (*next + k) % sh->nslots;
-			if (!sh->slot_seq[i] && __atomic_load_n(&sh->slot_state[i], __ATOMIC_ACQUIRE) == 0) {
-				__atomic_store_n(&sh->slot_state[i], 1, __ATOMIC_RELEASE);
-				*next = (i + 1) % sh->nslots;
-				return (int)i;
-			}
-		}
-		struct timespec ts = { 0, 20 * 1000 };
-		nanosleep(&ts, NULL);
+	uint8_t f[8];
+	for (int b = 0; b < 4; b++) {
+		f[b] = (uint8_t)((uint32_t)i >> (8 * b));
+		f[4 + b] = (uint8_t)((uint32_t)n >> (8 * b));
 	}
-	log_warn("%s: the client hands back no staging slot", s->name);
-	return -1;
+	return session_send_reply(s, h, more ? RGPU_F_MORE : 0, 0, f, 8);
 }
 
 int op_shm_dtoh(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -272,69 +235,12 @@ int op_shm_dtoh(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if (!rd_done(r))
 		return OP_DROP;
 	struct shm_state *sh = s->shm;
-	CUstream st;
-	int rc = sh && sh->ring >= 0 ? session_enter_ctx(s, ctx, NULL) : CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		rc = session_stream(s, sid, &st);
-	if (!rc && !session_owns_range(s, src, size))
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc && s->deferred) {
-		rc = s->deferred;
-		s->deferred = 0;
-	}
+	void *st = NULL;
+	int rc = sh && sh->ring >= 0 ? stage_check(s, ctx, sid, src, size, &st)
+				     : CUDA_ERROR_INVALID_VALUE;
 	if (!rc)
 		shm_register(s, &sh->map[sh->ring]);
-	uint64_t nchunks = (size + RGPU_CHUNK_SIZE - 1) / RGPU_CHUNK_SIZE;
-	uint32_t next = 0;
-	int prev = -1;
-	size_t prev_len = 0;
-	/* queue chunk k, then finish and announce chunk k-1: GPU and client
-	 * copies overlap */
-	for (uint64_t k = 0; !rc && k <= nchunks; k++) {
-		int cur = -1;
-		size_t n = 0;
-		if (k < nchunks) {
-			uint64_t off = k * RGPU_CHUNK_SIZE;
-			n = size - off < RGPU_CHUNK_SIZE ? size - off : RGPU_CHUNK_SIZE;
-			cur = slot_take(s, sh, &next);
-			if (cur < 0) {
-				rc = CUDA_ERROR_UNKNOWN;
-				break;
-			}
-			rc = slot_event(sh, (uint32_t)cur, ctx);
-			if (!rc)
-				rc = D->cuMemcpyDtoHAsync_v2(slot_ptr(sh, (uint32_t)cur), src + off, n, st);
-			if (!rc)
-				rc = D->cuEventRecord(sh->slot_ev[cur], st);
-			if (rc) {
-				__atomic_store_n(&sh->slot_state[cur], 0, __ATOMIC_RELEASE);
-				break;
-			}
-		}
-		if (prev >= 0) {
-			rc = D->cuEventSynchronize(sh->slot_ev[prev]);
-			if (rc)
-				break;
-			uint8_t f[8];
-			for (int b = 0; b < 4; b++) {
-				f[b] = (uint8_t)((uint32_t)prev >> (8 * b));
-				f[4 + b] = (uint8_t)((uint32_t)prev_len >> (8 * b));
-			}
-			if (session_send_reply(s, h, k < nchunks ? RGPU_F_MORE : 0, 0, f, 8) < 0)
-				return OP_DROP;
-		}
-		prev = cur;
-		prev_len = n;
-	}
-	if (rc || size == 0) {
-		if (rc)
-			D->cuStreamSynchronize(st);
-		if (prev >= 0 && rc)
-			__atomic_store_n(&sh->slot_state[prev], 0, __ATOMIC_RELEASE);
-		if (session_send_reply(s, h, 0, rc, NULL, 0) < 0)
-			return OP_DROP;
-	}
-	return OP_REPLIED;
+	return stage_dtoh(s, h, rc ? NULL : &sh->pool, ctx, st, src, size, send_slot, rc);
 }
 
 int op_shm_hostcopy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -344,12 +250,8 @@ int op_shm_hostcopy(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	uint32_t dir = get_u32(r), sync = get_u32(r);
 	if (!rd_done(r))
 		return OP_DROP;
-	CUstream st;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
-	if (!rc && !session_owns_range(s, dev, size))
-		rc = CUDA_ERROR_INVALID_VALUE;
+	void *st;
+	int rc = stage_check(s, ctx, sid, dev, size, &st);
 	if (rc)
 		return rc;
 	struct shm_state *sh = s->shm;

@@ -61,7 +61,7 @@ struct session {
 	/* GPUs this session was admitted to, and their quota */
 	uint64_t dev_admitted; /* bit mask */
 
-	struct stage_pool pool; /* pinned staging for bulk copies */
+	struct xfer_pool pool;  /* pinned staging for bulk copies (stage.c) */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */

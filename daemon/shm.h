@@ -1,9 +1,11 @@
 /* Shared memory with a same-host client (sessions over the Unix socket):
  * a staging ring for pageable copies, and the client's pinned host memory,
  * both registered with the driver so the GPU reads and writes them
- * directly. */
+ * directly.  The ring is a shared buffer-plus-event pool (lib/xfer.h). */
 #ifndef RGPUD_SHM_H
 #define RGPUD_SHM_H
+
+#include "xfer.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -24,14 +26,14 @@ struct shm_map {
 struct shm_state {
 	struct shm_map map[SHM_MAPS_MAX];
 	int n;
-	int ring;                     /* index of the staging ring, or -1 */
-	uint32_t nslots;
-	uint32_t *slot_state;         /* in the shared page */
-	void *slot_ev[SHM_SLOTS_MAX]; /* CUevent after the GPU's read */
-	uint64_t slot_ctx[SHM_SLOTS_MAX];
-	uint64_t slot_seq[SHM_SLOTS_MAX]; /* 0: not in flight */
-	uint64_t seq;
+	int ring;             /* index of the staging ring's map, or -1 */
+	struct xfer_pool pool; /* the ring's slots */
+	uint64_t mapped;      /* bytes of client memory mapped (and pinnable) */
 };
+
+/* Per-session cap on client memory shared (and so pinned) by rgpud:
+ * RGPUD_MAX_PINNED, default a quarter of this machine's memory. */
+uint64_t shm_pin_cap(void);
 
 void shm_cleanup(struct session *s);
 /* A context is going away: its slot events go with it. */

@@ -7,116 +7,130 @@
 
 #define D (&rgpud_server.drv)
 
-static int buf_done(struct stage_buf *b)
+_Static_assert(XFER_ERR_NOMEM == CUDA_ERROR_OUT_OF_MEMORY, "xfer.h's status values are CUresults");
+
+static int ev_create(void **ev) { return D->cuEventCreate((CUevent *)ev, CU_EVENT_DISABLE_TIMING); }
+static void ev_destroy(void *ev) { D->cuEventDestroy_v2(ev); }
+static int ev_record(void *ev, void *st) { return D->cuEventRecord(ev, st); }
+static int ev_query(void *ev) { return D->cuEventQuery(ev); }
+static int ev_sync(void *ev) { return D->cuEventSynchronize(ev); }
+static int host_alloc(void **p, size_t n) { return D->cuMemHostAlloc(p, n, CU_MEMHOSTALLOC_PORTABLE); }
+static void host_free(void *p) { D->cuMemFreeHost(p); }
+
+const struct xfer_dev stage_dev = {
+	.event_create = ev_create,
+	.event_destroy = ev_destroy,
+	.event_record = ev_record,
+	.event_query = ev_query,
+	.event_sync = ev_sync,
+	.host_alloc = host_alloc,
+	.host_free = host_free,
+};
+
+struct xfer_pool *stage_pool(struct session *s)
 {
-	if (!b->busy)
-		return 1;
-	if (D->cuEventQuery(b->ev) == CUDA_SUCCESS) {
-		b->busy = 0;
-		return 1;
-	}
-	return 0;
+	if (!s->pool.dev)
+		xfer_pool_init(&s->pool, &stage_dev, STAGE_MAX, RGPU_CHUNK_SIZE);
+	return &s->pool;
 }
 
-int stage_wait(struct session *s, int i)
+int stage_check(struct session *s, uint64_t ctx, uint64_t sid, uint64_t dev, uint64_t n,
+		void **st)
 {
-	struct stage_buf *b = &s->pool.b[i];
-	if (!b->busy)
-		return CUDA_SUCCESS;
-	b->busy = 0;
-	return D->cuEventSynchronize(b->ev);
+	CUstream cs = NULL;
+	int rc = session_enter_ctx(s, ctx, NULL);
+	if (!rc)
+		rc = session_stream(s, sid, &cs);
+	if (!rc && !session_owns_range(s, dev, n))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	*st = cs;
+	return rc;
 }
 
-static int stage_add(struct session *s, int *rc)
+int stage_htod(struct xfer_pool *pool, int i, uint64_t dst, size_t n, void *st, int release,
+	       int sync)
 {
-	struct stage_pool *pl = &s->pool;
-	void *p = NULL;
-	int pinned = D->cuMemHostAlloc(&p, RGPU_CHUNK_SIZE, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS;
-	if (!pinned) {
-		if (pl->n == 0)
-			log_warn("%s: pinned staging unavailable, copies use pageable memory", s->name);
-		if (!(p = malloc(RGPU_CHUNK_SIZE))) {
-			*rc = CUDA_ERROR_OUT_OF_MEMORY;
-			return -1;
-		}
+	int rc = D->cuMemcpyHtoDAsync_v2(dst, pool->b[i].p, n, st);
+	if (!rc)
+		rc = xfer_pool_put(pool, i, st, release);
+	if (rc) {
+		xfer_pool_drop(pool, i);
+		return rc;
 	}
-	pl->b[pl->n] = (struct stage_buf){ .p = p, .pinned = pinned };
-	return pl->n++;
+	/* copies on one stream finish in order: the last one done, all are */
+	return sync ? xfer_pool_wait(pool, i) : CUDA_SUCCESS;
 }
 
-int stage_get(struct session *s, uint64_t ctx, int *rc)
-{
-	struct stage_pool *pl = &s->pool;
-	int i = -1;
-	for (int k = 0; k < pl->n; k++) {
-		int j = (pl->next + k) % pl->n;
-		if (buf_done(&pl->b[j])) {
-			i = j;
-			break;
-		}
-	}
-	if (i < 0 && pl->n < STAGE_MAX)
-		i = stage_add(s, rc);
-	if (i < 0 && pl->n == STAGE_MAX) {
-		/* all in flight: wait for the oldest */
-		i = pl->next % pl->n;
-		if ((*rc = stage_wait(s, i)))
-			return -1;
-	}
-	if (i < 0)
-		return -1;
-	struct stage_buf *b = &pl->b[i];
-	if (b->ev && b->ctx != ctx) {
-		D->cuEventDestroy_v2(b->ev);
-		b->ev = NULL;
-	}
-	if (!b->ev) {
-		CUevent ev;
-		if ((*rc = D->cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING)))
-			return -1;
-		b->ev = ev;
-		b->ctx = ctx;
-	}
-	pl->next = (i + 1) % (pl->n ? pl->n : 1);
-	return i;
-}
+struct dtoh_job {
+	struct session *s;
+	const struct rgpu_hdr *h;
+	struct xfer_pool *pool;
+	uint64_t ctx, src;
+	void *st;
+	stage_send_fn send;
+};
 
-int stage_put(struct session *s, int i, void *st)
+static int dtoh_stage(void *arg, struct xfer_chunk *c)
 {
-	struct stage_buf *b = &s->pool.b[i];
-	int rc = D->cuEventRecord(b->ev, (CUstream)st);
+	struct dtoh_job *j = arg;
+	int rc;
+	if ((c->buf = xfer_pool_get(j->pool, j->ctx, &rc)) < 0)
+		return rc;
+	rc = D->cuMemcpyDtoHAsync_v2(j->pool->b[c->buf].p, j->src + c->off, c->len, j->st);
 	if (rc)
-		return rc; /* b stays free: nothing was queued after the failure */
-	b->busy = 1;
-	return CUDA_SUCCESS;
+		return rc;
+	c->queued = 1;
+	return xfer_pool_put(j->pool, c->buf, j->st, 0);
+}
+
+static int dtoh_emit(void *arg, struct xfer_chunk *c, int last)
+{
+	struct dtoh_job *j = arg;
+	int rc = xfer_pool_wait(j->pool, c->buf);
+	if (rc)
+		return rc;
+	return j->send(j->s, j->h, j->pool, c->buf, c->len, !last) < 0 ? XFER_LOST : 0;
+}
+
+static void dtoh_abandon(void *arg, struct xfer_chunk *c)
+{
+	struct dtoh_job *j = arg;
+	xfer_pool_drop(j->pool, c->buf);
+}
+
+static const struct xfer_steps dtoh_steps = { dtoh_stage, dtoh_emit, dtoh_abandon };
+
+int stage_dtoh(struct session *s, const struct rgpu_hdr *h, struct xfer_pool *pool, uint64_t ctx,
+	       void *st, uint64_t src, uint64_t size, stage_send_fn send, int rc)
+{
+	if (!rc && s->deferred) {
+		rc = s->deferred;
+		s->deferred = 0;
+	}
+	int queued = 0;
+	if (!rc) {
+		struct dtoh_job j = { s, h, pool, ctx, src, st, send };
+		rc = xfer_run(size, RGPU_CHUNK_SIZE, 1, &dtoh_steps, &j, &queued);
+		if (rc == XFER_LOST)
+			return OP_DROP;
+	}
+	if (rc || size == 0) {
+		/* a failure ends the reply: final frame, error status, no data;
+		 * the stream is waited for only if this copy used it */
+		if (rc && queued)
+			D->cuStreamSynchronize(st);
+		if (session_send_reply(s, h, 0, rc, NULL, 0) < 0)
+			return OP_DROP;
+	}
+	return OP_REPLIED;
 }
 
 void stage_forget_ctx(struct session *s, uint64_t ctx)
 {
-	for (int i = 0; i < s->pool.n; i++) {
-		struct stage_buf *b = &s->pool.b[i];
-		if (b->ev && b->ctx == ctx) {
-			if (b->busy)
-				D->cuEventSynchronize(b->ev);
-			D->cuEventDestroy_v2(b->ev);
-			b->ev = NULL;
-			b->busy = 0;
-		}
-	}
+	xfer_pool_forget_ctx(&s->pool, ctx);
 }
 
 void stage_free(struct session *s)
 {
-	for (int i = 0; i < s->pool.n; i++) {
-		struct stage_buf *b = &s->pool.b[i];
-		if (b->busy)
-			D->cuEventSynchronize(b->ev);
-		if (b->ev)
-			D->cuEventDestroy_v2(b->ev);
-		if (b->pinned)
-			D->cuMemFreeHost(b->p);
-		else
-			free(b->p);
-	}
-	s->pool.n = 0;
+	xfer_pool_free(&s->pool);
 }
