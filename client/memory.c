@@ -278,53 +278,64 @@ CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, 
 	return rc_xfer_copy(pv, c, sh, src, dst, n, 1, pv == &rc_xfer_direct && async);
 }
 
-static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+/* A copy between host memory and device memory dev, either way. */
+static CUresult host_dev(CUdeviceptr dev, void *host, size_t n, CUstream s, int async, int to_host)
 {
 	struct rc_ctx *c;
 	uint64_t sh = 0;
-	if (rc_managed((void *)(uintptr_t)dst)) {
-		/* into managed memory: the client's copy is the one to write */
-		rc_coh_host_use((void *)(uintptr_t)dst, n, 1);
-		rc_coh_host_use(src, n, 0);
-		memmove((void *)(uintptr_t)dst, src, n);
+	void *dp = (void *)(uintptr_t)dev;
+	if (rc_managed(dp)) {
+		/* managed memory: the client's copy is the one to read or write */
+		rc_coh_host_use(dp, n, !to_host);
+		rc_coh_host_use(host, n, to_host);
+		if (to_host)
+			memmove(host, dp, n);
+		else
+			memmove(dp, host, n);
 		return CUDA_SUCCESS;
 	}
-	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
+	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dev, &c);
 	if (rc)
 		return rc;
-	if (!src && n)
+	if (!host && n)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (async && rc_stream_capture_id(s)) {
 		/* the server would capture its own staging buffer */
-		rc_unsupported("capturing host-to-device copies in a CUDA graph");
+		rc_unsupported(to_host ? "capturing device-to-host copies in a CUDA graph"
+				       : "capturing host-to-device copies in a CUDA graph");
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
-	rc_coh_host_use(src, n, 0);
-	return rc_htod_any(c, sh, dst, src, n, async);
+	rc_coh_host_use(host, n, to_host);
+	return to_host ? rc_dtoh_any(c, sh, host, dev, n, async)
+		       : rc_htod_any(c, sh, dev, host, n, async);
+}
+
+static CUresult htod(CUdeviceptr dst, const void *src, size_t n, CUstream s, int async)
+{
+	return host_dev(dst, (void *)src, n, s, async, 0);
 }
 
 static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
-	struct rc_ctx *c;
-	uint64_t sh = 0;
-	if (rc_managed((void *)(uintptr_t)src)) {
-		/* out of managed memory: up to date once fetched */
-		rc_coh_host_use((void *)(uintptr_t)src, n, 0);
-		rc_coh_host_use(dst, n, 1);
-		memmove(dst, (void *)(uintptr_t)src, n);
-		return CUDA_SUCCESS;
-	}
-	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(src, &c);
-	if (rc)
-		return rc;
-	if (!dst && n)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (async && rc_stream_capture_id(s)) {
-		rc_unsupported("capturing device-to-host copies in a CUDA graph");
-		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-	}
-	rc_coh_host_use(dst, n, 1);
-	return rc_dtoh_any(c, sh, dst, src, n, async);
+	return host_dev(src, dst, n, s, async, 1);
+}
+
+/* Device-side work in stream order: (context, stream, address, ...). */
+static struct wbuf *stream_req(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, sh);
+	put_u64(w, dst);
+	return w;
+}
+
+/* ... then whether to wait: an asynchronous one is posted, with no reply */
+static CUresult stream_op(struct rc_ctx *c, uint16_t op, struct wbuf *w, int async)
+{
+	struct rd r;
+	put_u32(w, !async);
+	return async ? rc_post(c->dev->conn, op, w) : rc_call(c->dev->conn, op, w, &r);
 }
 
 static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
@@ -343,16 +354,10 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
 		rc_unsupported("device-to-device copies between two servers");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	put_u64(w, sh);
-	put_u64(w, dst);
+	struct wbuf *w = stream_req(c, sh, dst);
 	put_u64(w, src);
 	put_u64(w, n);
-	put_u32(w, !async);
-	struct rd r;
-	return async ? rc_post(c->dev->conn, RGPU_OP_MEMCPY_DTOD, w)
-		     : rc_call(c->dev->conn, RGPU_OP_MEMCPY_DTOD, w, &r);
+	return stream_op(c, RGPU_OP_MEMCPY_DTOD, w, async);
 }
 
 RC_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return htod(dst, src, n, NULL, 0); }
@@ -398,17 +403,11 @@ static CUresult memset_n(CUdeviceptr dst, unsigned v, unsigned esz, size_t count
 	if (count == 0)
 		return CUDA_SUCCESS;
 	rc_coh_device_use(dst);
-	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	put_u64(w, sh);
-	put_u64(w, dst);
+	struct wbuf *w = stream_req(c, sh, dst);
 	put_u32(w, v);
 	put_u32(w, esz);
 	put_u64(w, count);
-	put_u32(w, !async);
-	struct rd r;
-	return async ? rc_post(c->dev->conn, RGPU_OP_MEMSET, w)
-		     : rc_call(c->dev->conn, RGPU_OP_MEMSET, w, &r);
+	return stream_op(c, RGPU_OP_MEMSET, w, async);
 }
 
 RC_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return memset_n(d, v, 1, n, NULL, 0); }

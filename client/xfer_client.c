@@ -28,6 +28,15 @@ size_t rc_chunk_bytes(size_t dflt)
 	return chunk == SIZE_MAX ? dflt : chunk;
 }
 
+/* fields every copy request starts with */
+static void put_copy(struct wbuf *w, const struct rc_xfer *x)
+{
+	put_u64(w, x->ctx->h);
+	put_u64(w, x->stream);
+	put_u64(w, x->dev);
+	put_u64(w, x->n);
+}
+
 /* ---- host to device: chunks back to back, only the last one answered ---- */
 
 static int htod_stage(void *arg, struct xfer_chunk *c)
@@ -41,10 +50,7 @@ static int htod_emit(void *arg, struct xfer_chunk *c, int last)
 	struct rc_xfer *x = arg;
 	uint8_t f[48];
 	struct wbuf w = { .data = f, .cap = sizeof(f) };
-	put_u64(&w, x->ctx->h);
-	put_u64(&w, x->stream);
-	put_u64(&w, x->dev);
-	put_u64(&w, x->n);
+	put_copy(&w, x);
 	put_u64(&w, c->off);
 	put_raw(&w, x->extra, x->extra_len);
 	return (int)rc_send_frame(x->c, x->pv->op_htod, last && !x->async ? 0 : RGPU_F_NOREPLY,
@@ -80,10 +86,7 @@ static CUresult dtoh(struct rc_xfer *x)
 {
 	uint8_t f[32];
 	struct wbuf w = { .data = f, .cap = sizeof(f) };
-	put_u64(&w, x->ctx->h);
-	put_u64(&w, x->stream);
-	put_u64(&w, x->dev);
-	put_u64(&w, x->n);
+	put_copy(&w, x);
 	CUresult rc = rc_send_frame(x->c, x->pv->op_dtoh, 0, &x->id, f, w.len, NULL, 0);
 	for (int more = 1; !rc && more;) {
 		struct rc_reply r;

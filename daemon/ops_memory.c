@@ -138,11 +138,9 @@ int op_memcpy_dtod(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	uint32_t sync = get_u32(r);
 	if (!rd_done(r))
 		return OP_DROP;
-	CUstream st;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
-	if (!rc && (!session_owns_range(s, dst, size) || !session_owns_range(s, src, size)))
+	void *st;
+	int rc = stage_check(s, ctx, sid, dst, size, &st);
+	if (!rc && !session_owns_range(s, src, size))
 		rc = CUDA_ERROR_INVALID_VALUE;
 	if (rc)
 		return rc;
@@ -157,15 +155,12 @@ int op_memset(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	uint32_t sync = get_u32(r);
 	if (!rd_done(r))
 		return OP_DROP;
-	CUstream st;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	if (!rc)
-		rc = session_stream(s, sid, &st);
+	if ((esz != 1 && esz != 2 && esz != 4) || count > UINT64_MAX / esz)
+		return CUDA_ERROR_INVALID_VALUE;
+	void *st;
+	int rc = stage_check(s, ctx, sid, dst, count * esz, &st);
 	if (rc)
 		return rc;
-	if ((esz != 1 && esz != 2 && esz != 4) || count > UINT64_MAX / esz ||
-	    !session_owns_range(s, dst, count * esz))
-		return CUDA_ERROR_INVALID_VALUE;
 	switch (esz) {
 	case 1: return sync ? (int)D->cuMemsetD8_v2(dst, (unsigned char)val, count)
 			    : (int)D->cuMemsetD8Async(dst, (unsigned char)val, count, st);

@@ -190,6 +190,7 @@ suite() {
 	run t_managed "$ONE" -- t_managed
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_graph "$ONE" -- t_graph
+	run t_shm_parallel "$TWO" -- t_shm_parallel
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then
