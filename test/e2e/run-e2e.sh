@@ -219,6 +219,37 @@ suite() {
 		fi
 	fi
 
+	# a client killed mid-copy: rgpud frees its session at once
+	# (issue 16 item 8: the shared-memory wait spun for 50 s)
+	if want t_killcopy; then
+		local kout=$LOGDIR/t_killcopy$SUFFIX.out kpid waited=0 freed=1
+		RGPU_SERVERS=$ONE LD_LIBRARY_PATH=$CLIENTDIR "$E2E/t_killcopy" >"$kout" \
+			2>"$LOGDIR/t_killcopy$SUFFIX.err" &
+		kpid=$!
+		for _ in $(seq 1 100); do
+			grep -q READY "$kout" && break
+			sleep 0.1
+		done
+		sleep 0.2
+		kill -STOP "$kpid" 2>/dev/null # rgpud now waits for it mid-copy
+		sleep 0.5
+		kill -KILL "$kpid" 2>/dev/null
+		wait "$kpid" 2>/dev/null
+		# the session's name in the log (over TCP it names no pid)
+		local sname
+		sname=$(sed -n "s/^rgpud\[[0-9]*\]: info: \(.*\): session opened by pid $kpid .*/\1/p" \
+			"$LOGDIR/d1.log" | tail -1)
+		while [ -n "$sname" ] && [ $waited -lt 30 ]; do
+			if grep -qF "$sname: disconnected" "$LOGDIR/d1.log"; then
+				freed=0
+				break
+			fi
+			sleep 0.1
+			waited=$((waited + 1))
+		done
+		verdict "t_killcopy$SUFFIX" $freed "the session of a client killed mid-copy was not freed within 3 s"
+	fi
+
 	# a kernel fault, then another client on the same rgpud
 	if want t_fault; then
 		run t_fault "$ONE" -- t_fault
