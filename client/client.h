@@ -217,7 +217,7 @@ CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
 /* coherence.c: managed and mapped host memory (see there) */
 void *rc_va_alloc(size_t *size, int fd);
 CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
-void rc_mapped_add(void *p, size_t size);
+int rc_mapped_add(void *p, size_t size); /* -1: the region table is full */
 int rc_region_free(void *p, size_t *size);
 int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped */
 int rc_managed(const void *p);      /* cheap when there is no managed memory */

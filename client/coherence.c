@@ -256,9 +256,9 @@ CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out)
 	return CUDA_SUCCESS;
 }
 
-void rc_mapped_add(void *p, size_t size)
+int rc_mapped_add(void *p, size_t size)
 {
-	region_add(p, size, R_MAPPED, NULL);
+	return region_add(p, size, R_MAPPED, NULL) ? 0 : -1;
 }
 
 /* Forgets a region (cuMemFree of managed memory, cuMemFreeHost); the

@@ -16,6 +16,20 @@ static CUmemorytype kind_of(CUmemorytype t, CUdeviceptr d, const void *h)
 		       : CU_MEMORYTYPE_HOST;
 }
 
+/* The first byte of a pitched area at base + y * pitch + x, checked so that
+ * neither it nor the last byte of h rows of w wraps around the address
+ * space: 0, or -1. */
+static int place(uintptr_t base, size_t x, size_t y, size_t pitch, size_t w, size_t h,
+		 uintptr_t *out)
+{
+	size_t off, span, end;
+	if (__builtin_mul_overflow(y, pitch, &off) || __builtin_add_overflow(off, x, &off) ||
+	    __builtin_mul_overflow(h - 1, pitch, &span) || __builtin_add_overflow(span, w, &span) ||
+	    __builtin_add_overflow(base, off, out) || __builtin_add_overflow(*out, span, &end))
+		return -1;
+	return 0;
+}
+
 static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
 {
 	CUresult rc = rc_initialized();
@@ -36,10 +50,13 @@ static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
 		return CUDA_SUCCESS;
 	if (sp < w || dp < w)
 		return CUDA_ERROR_INVALID_VALUE;
-	uintptr_t src = (st == CU_MEMORYTYPE_HOST ? (uintptr_t)p->srcHost : p->srcDevice) +
-			p->srcXInBytes + p->srcY * sp;
-	uintptr_t dst = (dt == CU_MEMORYTYPE_HOST ? (uintptr_t)p->dstHost : p->dstDevice) +
-			p->dstXInBytes + p->dstY * dp;
+	uintptr_t src, dst;
+	size_t span;
+	if (place(st == CU_MEMORYTYPE_HOST ? (uintptr_t)p->srcHost : p->srcDevice, p->srcXInBytes,
+		  p->srcY, sp, w, h, &src) < 0 ||
+	    place(dt == CU_MEMORYTYPE_HOST ? (uintptr_t)p->dstHost : p->dstDevice, p->dstXInBytes,
+		  p->dstY, dp, w, h, &dst) < 0)
+		return CUDA_ERROR_INVALID_VALUE;
 	if (st == CU_MEMORYTYPE_HOST && dt == CU_MEMORYTYPE_HOST) {
 		for (size_t y = 0; y < h; y++)
 			memmove((void *)(dst + y * dp), (const void *)(src + y * sp), w);
@@ -47,7 +64,7 @@ static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
 	}
 	if (st == CU_MEMORYTYPE_DEVICE && dt == CU_MEMORYTYPE_HOST) {
 		/* one fetch of the whole pitched span, then the rows here */
-		size_t span = (h - 1) * sp + w;
+		span = (h - 1) * sp + w; /* checked by place() */
 		if (sp == w && dp == w)
 			return async ? cuMemcpyDtoHAsync_v2((void *)dst, src, span, s)
 				     : cuMemcpyDtoH_v2((void *)dst, src, span);

@@ -16,6 +16,7 @@ struct range {
 	void *owner;   /* struct rc_ctx * for device memory */
 	unsigned flags; /* host allocations: CU_MEMHOSTALLOC_* */
 	uint64_t shared; /* bit per same-host connection that has it mapped */
+	size_t vsize;    /* host allocations: the whole mapping */
 };
 
 struct rtable {
@@ -63,7 +64,7 @@ static int rt_add(struct rtable *t, uintptr_t base, size_t size, void *owner, un
 	while (i < t->n && t->r[i].base < base)
 		i++;
 	memmove(&t->r[i + 1], &t->r[i], (t->n - i) * sizeof(*t->r));
-	t->r[i] = (struct range){ base, size, owner, flags, 0 };
+	t->r[i] = (struct range){ base, size, owner, flags, 0, size };
 	t->n++;
 	pthread_rwlock_unlock(&t->lock);
 	return 0;
@@ -178,8 +179,13 @@ RC_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
 {
 	if (!pitch || (elem != 4 && elem != 8 && elem != 16) || !width || !height)
 		return CUDA_ERROR_INVALID_VALUE;
-	size_t p = (width + 511) & ~(size_t)511; /* texture pitch alignment */
-	CUresult rc = cuMemAlloc_v2(dptr, p * height);
+	size_t p, bytes;
+	/* texture pitch alignment; sizes that wrap around are refused, not
+	 * served with a smaller allocation */
+	if (width > SIZE_MAX - 511 || __builtin_mul_overflow((width + 511) & ~(size_t)511, height, &bytes))
+		return CUDA_ERROR_INVALID_VALUE;
+	p = (width + 511) & ~(size_t)511;
+	CUresult rc = cuMemAlloc_v2(dptr, bytes);
 	if (!rc)
 		*pitch = p;
 	return rc;
@@ -444,27 +450,44 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 			close(fd);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	if (rt_add(&host_ranges, (uintptr_t)p, size, NULL, flags) < 0) {
+	/* a full region table fails the allocation: untracked, the memory
+	 * would be unmapped short at cuMemFreeHost */
+	if (rc_mapped_add(p, vsize) < 0) {
 		munmap(p, vsize);
 		if (fd >= 0)
 			close(fd);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	rc_mapped_add(p, vsize);
+	if (rt_add(&host_ranges, (uintptr_t)p, size, NULL, flags) < 0) {
+		rc_region_free(p, &vsize);
+		munmap(p, vsize);
+		if (fd >= 0)
+			close(fd);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	uint64_t shared = 0;
 	if (fd >= 0) {
 		/* every same-host server maps it now; then the descriptor can go
 		 * (one per allocation would run a program out of them) */
-		uint64_t shared = 0;
-		for (int ci = 0; ci < rc_nconn; ci++)
-			if (rc_conns[ci].local &&
-			    rc_shm_attach(&rc_conns[ci], 2, fd, p, size, 0) == CUDA_SUCCESS)
+		for (int ci = 0; ci < rc_nconn; ci++) {
+			if (!rc_conns[ci].local)
+				continue;
+			CUresult arc = rc_shm_attach(&rc_conns[ci], 2, fd, p, size, 0);
+			if (arc == CUDA_SUCCESS)
 				shared |= 1ull << ci;
+			else if (arc == CUDA_ERROR_OUT_OF_MEMORY)
+				log_warn("rgpud at %s:%u did not share %zu bytes of pinned memory "
+					 "(over its per-session cap, RGPUD_MAX_PINNED): copies "
+					 "from it go through staging",
+					 rc_conns[ci].host, rc_conns[ci].port, size);
+		}
 		close(fd);
-		pthread_rwlock_wrlock(&host_ranges.lock);
-		ssize_t i = rt_find(&host_ranges, (uintptr_t)p);
-		host_ranges.r[i].shared = shared;
-		pthread_rwlock_unlock(&host_ranges.lock);
 	}
+	pthread_rwlock_wrlock(&host_ranges.lock);
+	ssize_t i = rt_find(&host_ranges, (uintptr_t)p);
+	host_ranges.r[i].shared = shared;
+	host_ranges.r[i].vsize = vsize;
+	pthread_rwlock_unlock(&host_ranges.lock);
 	*pp = p;
 	return CUDA_SUCCESS;
 }
@@ -477,8 +500,8 @@ RC_EXPORT CUresult cuMemFreeHost(void *p)
 	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0 || r.base != (uintptr_t)p ||
 	    r.owner == (void *)1 || rt_del(&host_ranges, (uintptr_t)p, &r) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	size_t vsize = r.size;
-	rc_region_free(p, &vsize);
+	size_t vsize = r.vsize, rsize;
+	rc_region_free(p, &rsize);
 	for (int ci = 0; ci < rc_nconn; ci++) {
 		if (!(r.shared & (1ull << ci)))
 			continue;

@@ -49,6 +49,10 @@ s.bind(("127.0.0.1", 0))
 print(s.getsockname()[1])'
 }
 
+# a per-session cap on client memory rgpud shares (and pins) for same-host
+# copies; t_copy_proto checks it with the same value
+export RGPUD_MAX_PINNED=${RGPUD_MAX_PINNED:-1G}
+
 DAEMON_PIDS=""
 cleanup() {
 	for p in $DAEMON_PIDS; do
@@ -191,6 +195,7 @@ suite() {
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_graph "$ONE" -- t_graph
 	run t_shm_parallel "$TWO" -- t_shm_parallel
+	run t_sizes "$ONE" -- t_sizes
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then
@@ -318,6 +323,12 @@ if want t_killed_client && [ -z "${RGPU_E2E_ONLY:-}" ]; then
 	done
 	verdict t_killed_client $ok "rgpud did not report freeing the killed client's 64 MiB + 7 pages (see $LOGDIR/d1.log)"
 	run t_killed_client_then_vecadd "$ONE" -- t_vecadd
+fi
+
+# the copy requests' failure paths and the cap on shared client memory,
+# in raw frames over the same-host socket
+if want t_copy_proto; then
+	run t_copy_proto "" -- t_copy_proto "$P1"
 fi
 
 # raw-protocol abuse, not through the client (never under valgrind)

@@ -1,1 +1,71 @@
-int main(void){return 77;}
+/* Size arithmetic on the copy path (issue 15 item 9):
+ *  - cuMemAllocPitch with a width and height whose product wraps around
+ *    is refused, not served with a small allocation;
+ *  - cuMemcpy2D with a row offset that wraps the address space back onto
+ *    the allocation is refused, not served from the wrong row;
+ *  - when the client's host-region table is full, cuMemHostAlloc fails
+ *    instead of handing out memory that cuMemFreeHost then unmaps only in
+ *    part. */
+#include "common.h"
+
+#include <errno.h>
+#include <sys/mman.h>
+
+#define MAX_HOST 4200 /* more than the client's region table holds */
+
+static int mapped(const void *p)
+{
+	return msync((void *)((uintptr_t)p & ~(uintptr_t)4095), 4096, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+int main(int argc, char **argv)
+{
+	e2e_init(argv[0]);
+	primary_ctx(0, NULL);
+
+	/* 2^20-byte rows times 2^44 + 1 rows is 2^64 + 2^20: 1 MiB if wrapped */
+	CUdeviceptr d = 0;
+	size_t pitch = 0;
+	CUresult rc = cuMemAllocPitch(&d, &pitch, 1u << 20, (1ull << 44) + 1, 4);
+	CHECK(rc != CUDA_SUCCESS, "cuMemAllocPitch of 2^64 + 2^20 bytes succeeded (pitch %zu)",
+	      pitch);
+	say("cuMemAllocPitch with a wrapping size: %s", cu_name(rc));
+
+	/* row 2^44 of 2^20-byte rows is 2^64 bytes in: back at the start */
+	CK(cuMemAlloc(&d, 1u << 20));
+	CK(cuMemsetD8(d, 7, 1u << 20));
+	uint8_t row[16];
+	CUDA_MEMCPY2D m = { .srcMemoryType = CU_MEMORYTYPE_DEVICE, .srcDevice = d,
+			    .srcY = 1ull << 44, .srcPitch = 1u << 20,
+			    .dstMemoryType = CU_MEMORYTYPE_HOST, .dstHost = row, .dstPitch = 16,
+			    .WidthInBytes = 16, .Height = 1 };
+	EXPECT_RC(cuMemcpy2D(&m), CUDA_ERROR_INVALID_VALUE);
+	m.srcY = 0; /* the same copy without the wrap works */
+	CK(cuMemcpy2D(&m));
+	CHECK(row[0] == 7 && row[15] == 7, "cuMemcpy2D copied the wrong bytes");
+	CK(cuMemFree(d));
+
+	static void *h[MAX_HOST];
+	int n = 0;
+	for (; n < MAX_HOST; n++) {
+		rc = cuMemHostAlloc(&h[n], 4096, 0);
+		if (rc)
+			break;
+		((volatile char *)h[n])[0] = 1;
+	}
+	CHECK(n < MAX_HOST, "%d host allocations all succeeded: the region table never filled", n);
+	CHECK(rc == CUDA_ERROR_OUT_OF_MEMORY, "a full region table gave %s", cu_name(rc));
+	say("cuMemHostAlloc fails with %s after %d allocations", cu_name(rc), n);
+	/* every allocation handed out is freed whole: nothing of its
+	 * mapping stays behind */
+	for (int i = 0; i < n; i++) {
+		CK(cuMemFreeHost(h[i]));
+		CHECK(!mapped(h[i]) && !mapped((char *)h[i] + (64u << 10)),
+		      "allocation %d is still mapped after cuMemFreeHost", i);
+	}
+	void *again;
+	CK(cuMemHostAlloc(&again, 4096, 0));
+	CK(cuMemFreeHost(again));
+	say("all freed whole; allocating works again");
+	return 0;
+}
