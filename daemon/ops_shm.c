@@ -30,10 +30,11 @@ uint64_t shm_pin_cap(void)
 		const char *e = getenv("RGPUD_MAX_PINNED");
 		char err[200];
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-		uint64_t v = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : 1ull << 30;
+		uint64_t quarter = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : 1ull << 30;
+		uint64_t v = quarter;
 		if (e && *e && rgpu_parse_size(e, &v, err, sizeof(err)) < 0) {
 			log_warn("RGPUD_MAX_PINNED=%s: %s; using a quarter of memory", e, err);
-			v = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : 1ull << 30;
+			v = quarter;
 		}
 		cap = v ? v : 1;
 	}

@@ -195,7 +195,6 @@ suite() {
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_graph "$ONE" -- t_graph
 	run t_shm_parallel "$TWO" -- t_shm_parallel
-	run t_sizes "$ONE" -- t_sizes
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then
@@ -329,6 +328,11 @@ fi
 # in raw frames over the same-host socket
 if want t_copy_proto; then
 	run t_copy_proto "" -- t_copy_proto "$P1"
+fi
+# wrapping sizes and a full host-region table (once: thousands of
+# allocations are slow under valgrind)
+if want t_sizes; then
+	run t_sizes "$ONE" -- RGPU_TRANSPORT=auto t_sizes
 fi
 
 # raw-protocol abuse, not through the client (never under valgrind)
