@@ -247,6 +247,14 @@ static CUresult ctx_for(CUdeviceptr p, struct rc_ctx **c)
 	return CUDA_SUCCESS;
 }
 
+/* Where stream-ordered work on device memory p goes: the stream's context
+ * and server id, or (synchronous) the context that owns p. */
+static CUresult where(CUdeviceptr p, CUstream s, int async, struct rc_ctx **c, uint64_t *sh)
+{
+	*sh = 0;
+	return async ? rc_stream_resolve(s, c, sh) : ctx_for(p, c);
+}
+
 /* Host memory this process shares with a same-host server: attached on
  * first use, then the GPU copies straight from or to it. */
 /* Whether [p, p+n) is host memory the same-host server conn has mapped
@@ -288,7 +296,7 @@ CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, 
 static CUresult host_dev(CUdeviceptr dev, void *host, size_t n, CUstream s, int async, int to_host)
 {
 	struct rc_ctx *c;
-	uint64_t sh = 0;
+	uint64_t sh;
 	void *dp = (void *)(uintptr_t)dev;
 	if (rc_managed(dp)) {
 		/* managed memory: the client's copy is the one to read or write */
@@ -300,7 +308,7 @@ static CUresult host_dev(CUdeviceptr dev, void *host, size_t n, CUstream s, int 
 			memmove(dp, host, n);
 		return CUDA_SUCCESS;
 	}
-	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dev, &c);
+	CUresult rc = where(dev, s, async, &c, &sh);
 	if (rc)
 		return rc;
 	if (!host && n)
@@ -326,6 +334,19 @@ static CUresult dtoh(void *dst, CUdeviceptr src, size_t n, CUstream s, int async
 	return host_dev(src, dst, n, s, async, 1);
 }
 
+/* Device-side work on n units at dst: where it goes, its device copy
+ * marked used; *c NULL when there is nothing to do. */
+static CUresult device_op(CUdeviceptr dst, size_t n, CUstream s, int async, struct rc_ctx **c,
+			  uint64_t *sh)
+{
+	CUresult rc = where(dst, s, async, c, sh);
+	if (!rc && n == 0)
+		*c = NULL;
+	else if (!rc)
+		rc_coh_device_use(dst);
+	return rc;
+}
+
 /* Device-side work in stream order: (context, stream, address, ...). */
 static struct wbuf *stream_req(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst)
 {
@@ -347,13 +368,10 @@ static CUresult stream_op(struct rc_ctx *c, uint16_t op, struct wbuf *w, int asy
 static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async)
 {
 	struct rc_ctx *c;
-	uint64_t sh = 0;
-	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
-	if (rc)
+	uint64_t sh;
+	CUresult rc = device_op(dst, n, s, async, &c, &sh);
+	if (rc || !c)
 		return rc;
-	if (n == 0)
-		return CUDA_SUCCESS;
-	rc_coh_device_use(dst);
 	rc_coh_device_use(src);
 	struct rc_ctx *sc;
 	if (rc_alloc_lookup(src, &sc, NULL, NULL) == 0 && sc->dev->conn != c->dev->conn) {
@@ -402,13 +420,10 @@ RC_EXPORT CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUs
 static CUresult memset_n(CUdeviceptr dst, unsigned v, unsigned esz, size_t count, CUstream s, int async)
 {
 	struct rc_ctx *c;
-	uint64_t sh = 0;
-	CUresult rc = async ? rc_stream_resolve(s, &c, &sh) : ctx_for(dst, &c);
-	if (rc)
+	uint64_t sh;
+	CUresult rc = device_op(dst, count, s, async, &c, &sh);
+	if (rc || !c)
 		return rc;
-	if (count == 0)
-		return CUDA_SUCCESS;
-	rc_coh_device_use(dst);
 	struct wbuf *w = stream_req(c, sh, dst);
 	put_u32(w, v);
 	put_u32(w, esz);
