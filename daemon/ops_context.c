@@ -92,8 +92,11 @@ int op_ctx_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if (!rd_done(r))
 		return OP_DROP;
 	int rc = session_enter_ctx(s, ctx, NULL);
-	if (!rc)
-		rc = rgpud_server.drv.cuCtxSynchronize();
+	if (rc)
+		return rc;
+	if (session_wait_elsewhere(s, h, WAIT_CTX, ht_get(&s->ht, ctx, HK_CTX)->obj, NULL) == 0)
+		return OP_REPLIED;
+	rc = rgpud_server.drv.cuCtxSynchronize();
 	session_forward_output(s, h);
 	return rc;
 }

@@ -1,6 +1,7 @@
 /* Modules, libraries, kernels, functions and globals.  Parameter layouts
  * come from the driver (cuFuncGetParamInfo) and travel with the function
  * handle, so the client never parses a module image. */
+#include "image.h"
 #include "log.h"
 #include "rgpud.h"
 #include "session.h"
@@ -67,14 +68,20 @@ static int read_image(struct session *s, struct rd *r, int need_ctx, uint64_t *c
 	const uint8_t *p = get_bytes(r, &n);
 	if (!rd_done(r) || n == 0)
 		return OP_DROP;
-	if (kind == RGPU_IMAGE_PTX && p[n - 1] != '\0')
+	(void)kind; /* the driver goes by the content */
+	const char *why = image_check(p, n);
+	if (why) {
+		log_info("%s: module image refused: %s", s->name, why);
 		return CUDA_ERROR_INVALID_IMAGE;
+	}
 	int rc = need_ctx || *ctx ? session_enter_ctx(s, *ctx, NULL) : 0;
 	if (rc)
 		return rc;
-	if (!(*img = aligned_alloc(64, (n + 63) & ~(size_t)63)))
+	size_t cap = (n + 63) & ~(size_t)63;
+	if (!(*img = aligned_alloc(64, cap)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	memcpy(*img, p, n);
+	memset((char *)*img + n, 0, cap - n);
 	return CUDA_SUCCESS;
 }
 
@@ -111,7 +118,10 @@ int op_module_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	rc = D->cuModuleUnload(e->obj);
+	/* its functions and globals die with it: a stale id is refused here
+	 * rather than handed to the driver as a dangling CUfunction */
 	session_alloc_drop_module(s, mod);
+	ht_del_children(&s->ht, mod);
 	ht_del(&s->ht, mod);
 	return rc;
 }
@@ -138,6 +148,7 @@ int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	ht_get(&s->ht, id, HK_FUNC)->parent = mod;
 	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
@@ -211,12 +222,8 @@ int op_library_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 		return CUDA_ERROR_INVALID_HANDLE;
 	int rc = D->cuLibraryUnload(e->obj);
 	session_alloc_drop_module(s, lib);
-	/* kernels of the library die with it */
-	for (uint32_t i = 0; i < s->ht.n; i++) {
-		struct hentry *k = &s->ht.e[i];
-		if (k->kind == HK_KERNEL && k->ctx == lib)
-			ht_del(&s->ht, ((uint64_t)k->gen << 32) | (i + 1));
-	}
+	/* kernels of the library, and their functions, die with it */
+	ht_del_children(&s->ht, lib);
 	ht_del(&s->ht, lib);
 	return rc;
 }
@@ -242,6 +249,7 @@ int op_library_get_kernel(struct session *s, const struct rgpu_hdr *h, struct rd
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	ht_get(&s->ht, id, HK_KERNEL)->parent = lib;
 	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
@@ -258,6 +266,7 @@ int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 	if (!k)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUfunction f;
+	uint64_t lib = k->parent; /* k moves if the table grows */
 	if ((rc = D->cuKernelGetFunction(&f, k->obj)))
 		return rc;
 	/* the function's own layout: the kernel's may be empty until the
@@ -269,6 +278,8 @@ int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	/* of the kernel's library: dies with it */
+	ht_get(&s->ht, id, HK_FUNC)->parent = lib;
 	patch_id(out, id);
 	return CUDA_SUCCESS;
 }

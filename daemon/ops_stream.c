@@ -68,28 +68,40 @@ int op_stream_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 	return destroy_obj(s, r, HK_STREAM);
 }
 
-static int stream_call(struct session *s, struct rd *r, CUresult (*fn)(CUstream))
+static int stream_call(struct session *s, struct rd *r, CUresult (*fn)(CUstream), CUstream *out)
 {
 	uint64_t ctx = get_u64(r), id = get_u64(r);
 	if (!rd_done(r))
 		return OP_DROP;
 	int rc = session_enter_ctx(s, ctx, NULL);
-	CUstream st;
+	CUstream st = NULL;
 	if (!rc)
 		rc = session_stream(s, id, &st);
+	if (out)
+		*out = st;
 	return rc ? rc : (int)fn(st);
 }
 
 int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	int rc = stream_call(s, r, D->cuStreamSynchronize);
-	session_forward_output(s, h);
+	/* done already (the query): answered here; else waited for off the
+	 * main loop.  The per-thread stream is the main loop's own. */
+	CUstream st;
+	int rc = stream_call(s, r, D->cuStreamQuery, &st);
+	if (rc == CUDA_ERROR_NOT_READY) {
+		if (st != CU_STREAM_PER_THREAD &&
+		    session_wait_elsewhere(s, h, WAIT_STREAM, ht_get(&s->ht, s->cur_ctx, HK_CTX)->obj, st) == 0)
+			return OP_REPLIED;
+		rc = D->cuStreamSynchronize(st);
+	}
+	if (rc != OP_DROP)
+		session_forward_output(s, h);
 	return rc;
 }
 
 int op_stream_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	return stream_call(s, r, D->cuStreamQuery);
+	return stream_call(s, r, D->cuStreamQuery, NULL);
 }
 
 int op_stream_wait_event(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -120,7 +132,7 @@ int op_event_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	/* interprocess events would hand the client a server-local IPC handle */
 	if (flags & CU_EVENT_INTERPROCESS)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	CUevent ev;
+	CUevent ev = NULL;
 	if ((rc = D->cuEventCreate(&ev, flags)))
 		return rc;
 	return add_obj(s, HK_EVENT, ev, ctx, out);
@@ -146,26 +158,35 @@ int op_event_record(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	return D->cuEventRecord(e->obj, st);
 }
 
-static int event_call(struct session *s, struct rd *r, CUresult (*fn)(CUevent))
+static int event_call(struct session *s, struct rd *r, CUresult (*fn)(CUevent), CUevent *out)
 {
 	uint64_t ctx = get_u64(r), id = get_u64(r);
 	if (!rd_done(r))
 		return OP_DROP;
 	int rc;
 	struct hentry *e = obj_in_ctx(s, ctx, id, HK_EVENT, &rc);
+	if (e && out)
+		*out = e->obj;
 	return e ? (int)fn(e->obj) : rc;
 }
 
 int op_event_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	int rc = event_call(s, r, D->cuEventSynchronize);
-	session_forward_output(s, h);
+	CUevent ev = NULL;
+	int rc = event_call(s, r, D->cuEventQuery, &ev);
+	if (rc == CUDA_ERROR_NOT_READY) {
+		if (session_wait_elsewhere(s, h, WAIT_EVENT, ht_get(&s->ht, s->cur_ctx, HK_CTX)->obj, ev) == 0)
+			return OP_REPLIED;
+		rc = D->cuEventSynchronize(ev);
+	}
+	if (rc != OP_DROP)
+		session_forward_output(s, h);
 	return rc;
 }
 
 int op_event_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	return event_call(s, r, D->cuEventQuery);
+	return event_call(s, r, D->cuEventQuery, NULL);
 }
 
 int op_event_elapsed(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

@@ -13,6 +13,7 @@
 #include "handles.h"
 #include "shm.h"
 #include "stage.h"
+#include "waiter.h"
 #include "wire.h"
 
 #include <pthread.h>
@@ -73,6 +74,10 @@ struct session {
 	struct wbuf tx;
 	int32_t deferred; /* first failure of a no-reply request */
 	int out_fd;       /* worker: read end of its stdout (device printf), or -1 */
+	struct devout *out; /* its reader (devout.h), once started */
+	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
+	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
+	int prepared;     /* session_prepare done */
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
@@ -93,11 +98,22 @@ struct op_desc {
 	 * many bytes are; the handler reads the rest (bulk data) itself. */
 	uint32_t prefix;
 	int needs_hello;
+	unsigned flags; /* OPF_* */
 };
+
+/* Success creates a resource: its reply is never replaced by a deferred
+ * error (the client would not learn of the resource). */
+#define OPF_CREATES 1u
+/* Destroys or replaces what a pending wait may use: runs after every
+ * pending synchronising call has been answered. */
+#define OPF_DRAINS 2u
 
 /* The table lives in dispatch.c; ops_*.c define the handlers. */
 const struct op_desc *rgpud_op(unsigned op);
 
+/* Starts what a session needs besides its fields (send lock, output
+ * reader); idempotent, called by session_run and session_serve_one. */
+void session_prepare(struct session *s);
 /* Reads and serves one request: 0, or -1 when the session is over. */
 int session_serve_one(struct session *s);
 /* Worker: serves the session until the client leaves, then frees all. */
@@ -109,6 +125,10 @@ void rgpud_sessions_end_job(uint64_t job_id);
 /* helpers for handlers (session.c) */
 /* Makes ctx current; fills *cs.  Returns a CUresult. */
 int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs);
+/* Answers synchronising request h from a waiter thread (waiter.h) once the
+ * wait in driver context ctx is over; 0, or -1: wait here instead. */
+int session_wait_elsewhere(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind,
+			   void *ctx, void *obj);
 /* Resolves a stream handle (0 = NULL stream) in the current context. */
 int session_stream(struct session *s, uint64_t id, CUstream *out);
 /* Range [p, p+n) lies in one of this session's allocations or globals. */
