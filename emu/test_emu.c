@@ -447,7 +447,7 @@ static void test_libraries(void)
 	OK(lib_load(&lib2, ptx));
 	EXPECT(lib != lib2);
 	OK(D.cuLibraryGetKernelCount(&count, lib));
-	EXPECT(count == 9);
+	EXPECT(count == 10);
 	CK(D.cuLibraryGetKernelCount(NULL, lib), CUDA_ERROR_INVALID_VALUE);
 	CK(D.cuLibraryGetKernelCount(&count, (CUlibrary)&count), CUDA_ERROR_INVALID_HANDLE);
 	OK(D.cuLibraryGetKernel(&kern, lib, "scale_by_global"));

@@ -295,6 +295,13 @@ if want t_malformed; then
 fi
 # random requests of every kind: answered or dropped, never a hang, and no
 # session worker may die of a signal
+# the session worker over the raw protocol: deferred errors, stale
+# functions, syncs overtaken, 200 KB of device printf, bad images
+if want t_worker; then
+	run t_worker "" -- t_worker 127.0.0.1 "$P1"
+	run t_worker_then_vecadd "$ONE" -- t_vecadd
+fi
+
 if want t_fuzz; then
 	run t_fuzz "" -- t_fuzz 127.0.0.1 "$P1" 3000
 	! grep -q "died of signal" "$LOGDIR/d1.log"
