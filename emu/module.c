@@ -22,24 +22,89 @@
 #define SHARED_PER_BLOCK 49152
 #define SHARED_OPTIN 232448
 
-/* A CUDA fatbin, an ELF cubin, or PTX text.  Compared byte by byte so a
- * short NUL-terminated string is never read past its end. */
+/*
+ * A CUDA fatbin, an ELF cubin, or PTX text.  The API passes no length, so,
+ * as the driver does, the loader learns the extent from the image itself
+ * and reads nothing beyond what the image claims: the magic is compared
+ * byte by byte (a short NUL-terminated string stops the compare), and a
+ * fatbin's or ELF's header fields must agree with each other before any
+ * byte they point to is read.  PTX is text up to its NUL.
+ */
+#define FATBIN_HDR 16           /* u32 magic, u16 version, u16 header size, u64 size */
+#define FATBIN_ENTRY_HDR 16     /* u16 kind, u16, u32 header size, u64 size */
+#define FATBIN_MAX (1ull << 32) /* larger is corrupt: no GPU code is 4 GiB */
+
+static int prefix_is(const unsigned char *p, const unsigned char *magic, int n)
+{
+	int i;
+
+	for (i = 0; i < n && p[i] == magic[i]; i++)
+		;
+	return i == n;
+}
+
+static uint64_t le(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static int fatbin_ok(const unsigned char *p)
+{
+	uint64_t hsize = le(p + 6, 2), size = le(p + 8, 8);
+	const unsigned char *e = p + hsize;
+
+	if (le(p + 4, 2) != 1 || hsize < FATBIN_HDR || size < FATBIN_ENTRY_HDR || size > FATBIN_MAX)
+		return 0;
+	/* entries back to back, each inside the size the header gives */
+	for (uint64_t off = 0; off < size;) {
+		uint64_t eh, es;
+
+		if (size - off < FATBIN_ENTRY_HDR)
+			return 0;
+		eh = le(e + off + 4, 4);
+		es = le(e + off + 8, 8);
+		if (eh < FATBIN_ENTRY_HDR || eh > size - off || es > size - off - eh)
+			return 0;
+		off += eh + es;
+	}
+	return 1;
+}
+
+static int elf_ok(const unsigned char *p)
+{
+	/* e_ident (class 2: 64-bit, data 1: little-endian) before reading
+	 * the rest of the 64-byte header */
+	if (p[4] != 2 || p[5] != 1)
+		return 0;
+	uint64_t phoff = le(p + 32, 8), shoff = le(p + 40, 8);
+	unsigned ehsize = (unsigned)le(p + 52, 2), phentsize = (unsigned)le(p + 54, 2);
+	unsigned phnum = (unsigned)le(p + 56, 2), shentsize = (unsigned)le(p + 58, 2);
+	unsigned shnum = (unsigned)le(p + 60, 2), shstrndx = (unsigned)le(p + 62, 2);
+
+	if (ehsize != 64)
+		return 0;
+	if (phnum && (phentsize != 56 || phoff < 64 || phoff > FATBIN_MAX))
+		return 0;
+	if (shnum && (shentsize != 64 || shoff < 64 || shoff > FATBIN_MAX || shstrndx >= shnum))
+		return 0;
+	return 1;
+}
+
 static int image_ok(const void *image)
 {
 	static const unsigned char fatbin[4] = { 0x50, 0xed, 0x55, 0xba };  /* 0xBA55ED50 LE */
 	static const unsigned char elf[4] = { 0x7f, 'E', 'L', 'F' };
 	const unsigned char *p = image;
 	const char *s = image;
-	int i;
 
-	for (i = 0; i < 4 && p[i] == fatbin[i]; i++)
-		;
-	if (i == 4)
-		return 1;
-	for (i = 0; i < 4 && p[i] == elf[i]; i++)
-		;
-	if (i == 4)
-		return 1;
+	if (prefix_is(p, fatbin, 4))
+		return fatbin_ok(p);
+	if (prefix_is(p, elf, 4))
+		return elf_ok(p);
 	return strstr(s, ".version") != NULL || strstr(s, ".entry") != NULL;
 }
 
