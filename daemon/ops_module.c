@@ -1,6 +1,7 @@
 /* Modules, libraries, kernels, functions and globals.  Parameter layouts
  * come from the driver (cuFuncGetParamInfo) and travel with the function
  * handle, so the client never parses a module image. */
+#include "gate.h"
 #include "image.h"
 #include "log.h"
 #include "rgpud.h"
@@ -156,9 +157,16 @@ int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 static int global_reply(struct session *s, uint64_t ctx, uint64_t owner, CUdeviceptr p,
 			size_t size, struct wbuf *out)
 {
+	/* a global is device memory of the session: charged the first time
+	 * the client learns of it, refunded with its module or library */
 	struct ctx_state *cs = ht_get(&s->ht, ctx, HK_CTX)->extra;
-	if (session_alloc_add(s, p, size, ctx, owner, cs->dev) < 0)
+	int added = session_alloc_add(s, p, size, ctx, owner, cs->dev);
+	if (added < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (added && size && gate_charge(cs->dev, (int64_t)size) < 0) {
+		session_alloc_del(s, p);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	put_u64(out, p);
 	put_u64(out, size);
 	return CUDA_SUCCESS;

@@ -146,15 +146,26 @@ int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t 
 	memmove(&s->allocs[i + 1], &s->allocs[i], (s->nalloc - i) * sizeof(*s->allocs));
 	s->allocs[i] = (struct alloc){ dptr, size, ctx, module, dev };
 	s->nalloc++;
-	return 0;
+	return 1;
+}
+
+uint64_t session_ctx_charged(const struct ctx_state *cs)
+{
+	uint64_t n = cs->cost;
+	for (int i = 0; i < LIM_N; i++)
+		n += cs->lim_charged[i];
+	return n;
 }
 
 void session_alloc_drop_module(struct session *s, uint64_t module)
 {
 	size_t j = 0;
-	for (size_t i = 0; i < s->nalloc; i++)
+	for (size_t i = 0; i < s->nalloc; i++) {
 		if (s->allocs[i].module != module)
 			s->allocs[j++] = s->allocs[i];
+		else
+			gate_charge(s->allocs[i].dev, -(int64_t)s->allocs[i].size);
+	}
 	s->nalloc = j;
 }
 
@@ -180,8 +191,7 @@ static void session_cleanup(struct session *s)
 	/* no wait may outlive the contexts it waits in */
 	waiter_stop(s);
 	for (size_t i = 0; i < s->nalloc; i++) {
-		if (s->allocs[i].module)
-			continue;
+		/* memory and the globals looked up (both charged) */
 		gate_charge(s->allocs[i].dev, -(int64_t)s->allocs[i].size);
 		freed += s->allocs[i].size;
 	}
@@ -198,6 +208,8 @@ static void session_cleanup(struct session *s)
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
 		if (e->kind == HK_CTX) {
+			struct ctx_state *cs = e->extra;
+			gate_charge(cs->dev, -(int64_t)session_ctx_charged(cs));
 			int rc = d->cuCtxDestroy_v2(e->obj);
 			if (rc)
 				log_warn("%s: destroying a context: %s", s->name, rgpud_cu_errname(d, rc));

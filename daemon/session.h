@@ -25,9 +25,23 @@
 struct rgpud;
 struct vmem;
 
+/* Device memory charged to the quota for a context itself (measured:
+ * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
+ * (RGPUD_LEASE_CTX_RESERVE, daemon/lease.h) covers one context, so a
+ * session's first context on a GPU is not charged; every further one is. */
+#define RGPUD_CTX_COST (512ull << 20)
+
+/* Limits that are device memory (cuCtxSetLimit): their cost above the
+ * value a new context has is charged to the quota. */
+enum { LIM_HEAP, LIM_STACK, LIM_PRINTF, LIM_N };
+
 /* extra data of an HK_CTX entry */
 struct ctx_state {
 	unsigned dev;
+	uint64_t cost;              /* charged for the context: 0 or RGPUD_CTX_COST */
+	uint64_t resident_threads;  /* SMs x threads per SM: stack copies */
+	uint64_t lim_base[LIM_N];   /* bytes at creation (in RGPUD_CTX_COST) */
+	uint64_t lim_charged[LIM_N]; /* bytes charged above lim_base */
 };
 
 /* extra data of an HK_FUNC / HK_KERNEL entry: the parameter layout */
@@ -133,9 +147,14 @@ int session_wait_elsewhere(struct session *s, const struct rgpu_hdr *h, enum wai
 int session_stream(struct session *s, uint64_t id, CUstream *out);
 /* Range [p, p+n) lies in one of this session's allocations or globals. */
 int session_owns_range(struct session *s, uint64_t p, uint64_t n);
+/* 1: added, 0: already there (a global looked up again), -1: no memory. */
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
 		      uint64_t module, unsigned dev);
-/* Forgets every range registered by a module (its globals). */
+/* What a context holds in the quota besides its allocations (its own
+ * cost and its limits); refunded when it goes. */
+uint64_t session_ctx_charged(const struct ctx_state *cs);
+/* Forgets every range registered by a module (its globals), refunding
+ * them. */
 void session_alloc_drop_module(struct session *s, uint64_t module);
 /* Removes and returns the allocation starting at dptr (size 0 if none). */
 struct alloc session_alloc_del(struct session *s, uint64_t dptr);

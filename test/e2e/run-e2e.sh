@@ -302,6 +302,12 @@ if want t_worker; then
 	run t_worker_then_vecadd "$ONE" -- t_vecadd
 fi
 
+# a lease's quota counts contexts, limits and globals (its own munged and
+# rgpud --leases)
+if want t_quota; then
+	run t_quota "" -- t_quota "$RGPUD"
+fi
+
 if want t_fuzz; then
 	run t_fuzz "" -- t_fuzz 127.0.0.1 "$P1" 3000
 	! grep -q "died of signal" "$LOGDIR/d1.log"
