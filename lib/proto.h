@@ -13,6 +13,9 @@
  * next request that asks for one (CUDA's "error at the next synchronising
  * call" rule).  A reply may be split over several frames flagged
  * RGPU_F_MORE (bulk device-to-host data); the last one lacks the flag.
+ * Replies to synchronising requests (CTX_SYNC, STREAM_SYNC, EVENT_SYNC) may
+ * overtake: the server answers later requests while such a wait goes on,
+ * so a client matches replies to requests by id, not by order.
  *
  * Compatibility: magic and version are the first 6 bytes of every frame in
  * every protocol version, so a peer can always name the other's version.

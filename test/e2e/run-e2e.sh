@@ -190,6 +190,8 @@ suite() {
 	run t_managed "$ONE" -- t_managed
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_graph "$ONE" -- t_graph
+	# xfail until the client routes replies by request id (issue 15 item 3)
+	run t_sync_threads "$ONE" xfail -- t_sync_threads
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then
