@@ -143,13 +143,12 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 
 int op_ctx_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
-	if (session_wait_elsewhere(s, h, WAIT_CTX, ht_get(&s->ht, ctx, HK_CTX)->obj, NULL) == 0)
+	if (session_wait_elsewhere(s, h, WAIT_CTX, session_ctx_obj(s), NULL) == 0)
 		return OP_REPLIED;
 	rc = rgpud_server.drv.cuCtxSynchronize();
 	session_forward_output(s, h);
@@ -158,11 +157,12 @@ int op_ctx_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 
 int op_ctx_get_limit(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
 	uint32_t lim = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc == OP_DROP)
+		return rc;
 	size_t v = 0;
 	if (!rc)
 		rc = rgpud_server.drv.cuCtxGetLimit(&v, (CUlimit)lim);
@@ -173,15 +173,14 @@ int op_ctx_get_limit(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 int op_ctx_set_limit(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct rgpud_driver *d = &rgpud_server.drv;
-	uint64_t ctx = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
 	uint32_t lim = get_u32(r);
 	uint64_t v = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct ctx_state *cs;
-	int rc = session_enter_ctx(s, ctx, &cs);
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
+	struct ctx_state *cs = q.cs;
 	int i = lim_index((CUlimit)lim);
 	if (i < 0)
 		return d->cuCtxSetLimit((CUlimit)lim, (size_t)v);

@@ -109,16 +109,13 @@ int op_module_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 
 int op_module_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), mod = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, HK_MODULE);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = D->cuModuleUnload(e->obj);
+	uint64_t mod = q.id;
+	rc = D->cuModuleUnload(q.e->obj);
 	/* its functions and globals die with it: a stale id is refused here
 	 * rather than handed to the driver as a dangling CUfunction */
 	session_alloc_drop_module(s, mod);
@@ -129,18 +126,15 @@ int op_module_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 
 int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), mod = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	const char *name = get_str(r, 4096);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = req_enter(s, r, &q, HK_MODULE);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	uint64_t ctx = q.ctx, mod = q.id;
 	CUfunction f;
-	if ((rc = D->cuModuleGetFunction(&f, e->obj, name)))
+	if ((rc = D->cuModuleGetFunction(&f, q.e->obj, name)))
 		return rc;
 	put_u64(out, 0); /* placeholder for the id, patched below */
 	struct param_layout *l = layout_get(f, func_param_info, out);
@@ -175,14 +169,15 @@ static int global_reply(struct session *s, uint64_t ctx, uint64_t owner, CUdevic
 /* A global of a module or library, in a context of this session. */
 static int get_global(struct session *s, struct rd *r, struct wbuf *out, enum hkind kind)
 {
-	uint64_t ctx = get_u64(r), owner = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	const char *name = get_str(r, 4096);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	/* a library belongs to no context, but its global is looked up in one */
+	int rc = req_enter(s, r, &q, kind == HK_LIBRARY ? HK_FREE : kind);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, owner, kind);
+	uint64_t ctx = q.ctx, owner = q.id;
+	struct hentry *e = kind == HK_LIBRARY ? req_obj(s, &q, owner, kind) : q.e;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUdeviceptr p;
@@ -222,13 +217,13 @@ int op_library_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 
 int op_library_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t lib = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	int rc = D->cuLibraryUnload(e->obj);
+	struct req q;
+	req_ids(r, &q, REQ_OBJ);
+	int rc = req_enter(s, r, &q, HK_LIBRARY);
+	if (rc)
+		return rc;
+	uint64_t lib = q.id;
+	rc = D->cuLibraryUnload(q.e->obj);
 	session_alloc_drop_module(s, lib);
 	/* kernels of the library, and their functions, die with it */
 	ht_del_children(&s->ht, lib);
@@ -238,15 +233,15 @@ int op_library_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 
 int op_library_get_kernel(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t lib = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_OBJ);
 	const char *name = get_str(r, 4096);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	int rc = req_enter(s, r, &q, HK_LIBRARY);
+	if (rc)
+		return rc;
+	uint64_t lib = q.id;
 	CUkernel k;
-	int rc = D->cuLibraryGetKernel(&k, e->obj, name);
+	rc = D->cuLibraryGetKernel(&k, q.e->obj, name);
 	if (rc)
 		return rc;
 	put_u64(out, 0);
@@ -264,13 +259,14 @@ int op_library_get_kernel(struct session *s, const struct rgpu_hdr *h, struct rd
 
 int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), kid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	/* the kernel belongs to no context; its function to this one */
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
-	struct hentry *k = ht_get(&s->ht, kid, HK_KERNEL);
+	uint64_t ctx = q.ctx;
+	struct hentry *k = req_obj(s, &q, q.id, HK_KERNEL);
 	if (!k)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUfunction f;
@@ -299,31 +295,27 @@ int op_library_get_global(struct session *s, const struct rgpu_hdr *h, struct rd
 
 int op_library_kernel_count(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t lib = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	struct req q;
+	req_ids(r, &q, REQ_OBJ);
+	int rc = req_enter(s, r, &q, HK_LIBRARY);
+	if (rc)
+		return rc;
 	unsigned n = 0;
-	int rc = D->cuLibraryGetKernelCount(&n, e->obj);
+	rc = D->cuLibraryGetKernelCount(&n, q.e->obj);
 	put_u32(out, n);
 	return rc;
 }
 
 int op_module_functions(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), mod = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, HK_MODULE);
 	if (rc)
 		return rc;
 	if (!D->have_modfuncs)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	struct hentry *e = q.e;
 	unsigned n = 0;
 	if ((rc = D->cuModuleGetFunctionCount(&n, e->obj)))
 		return rc;

@@ -90,6 +90,49 @@ int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs)
 	return CUDA_SUCCESS;
 }
 
+void req_ids(struct rd *r, struct req *q, int shape)
+{
+	*q = (struct req){ 0 };
+	if (shape != REQ_OBJ)
+		q->ctx = get_u64(r);
+	if (shape != REQ_CTX)
+		q->id = get_u64(r);
+}
+
+struct hentry *req_obj(struct session *s, const struct req *q, uint64_t id, enum hkind kind)
+{
+	struct hentry *e = ht_get(&s->ht, id, kind);
+	int ctxfree = kind == HK_LIBRARY || kind == HK_KERNEL;
+	if (!e || (!ctxfree && e->ctx != q->ctx))
+		return NULL;
+	return e;
+}
+
+int req_enter(struct session *s, struct rd *r, struct req *q, enum hkind kind)
+{
+	if (!rd_done(r))
+		return OP_DROP;
+	if (q->ctx || (kind != HK_LIBRARY && kind != HK_KERNEL)) {
+		int rc = session_enter_ctx(s, q->ctx, &q->cs);
+		if (rc)
+			return rc;
+	}
+	if (kind != HK_FREE && !(q->e = req_obj(s, q, q->id, kind)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return CUDA_SUCCESS;
+}
+
+void *session_ctx_obj(struct session *s)
+{
+	struct hentry *e = ht_get(&s->ht, s->cur_ctx, HK_CTX);
+	return e ? e->obj : NULL;
+}
+
+int req_stream(struct session *s, uint64_t id, CUstream *out)
+{
+	return session_stream(s, id, out);
+}
+
 int session_stream(struct session *s, uint64_t id, CUstream *out)
 {
 	/* The driver's special stream handles pass through unchanged. */

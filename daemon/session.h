@@ -136,6 +136,33 @@ void session_run(struct session *s);
  * connections are shut down and their threads free everything. */
 void rgpud_sessions_end_job(uint64_t job_id);
 
+/*
+ * The one prologue of a request handler.  The handler reads the leading
+ * handles with req_ids() and its other fields with the wire getters, then
+ * calls req_enter(), which
+ *   - drops a request that is incomplete or too long (OP_DROP),
+ *   - makes the context current (CUDA_ERROR_INVALID_CONTEXT), and
+ *   - with kind != HK_FREE, looks up the object the second handle names:
+ *     a live one of that kind, owned by the context (libraries and their
+ *     kernels belong to no context) (CUDA_ERROR_INVALID_HANDLE).
+ * req_obj() looks up a further object of the same context; req_stream()
+ * resolves a stream handle.
+ */
+struct req {
+	uint64_t ctx, id;     /* the leading handles (id: 0 when not read) */
+	struct ctx_state *cs; /* the context's state, after req_enter */
+	struct hentry *e;     /* the object, after req_enter with a kind */
+};
+enum { REQ_CTX = 1, REQ_CTX_OBJ = 2, REQ_OBJ = 3 };
+/* REQ_CTX: "handle ctx"; REQ_CTX_OBJ: "handle ctx, handle obj"; REQ_OBJ:
+ * "handle obj" (context-free objects: libraries, kernels) */
+void req_ids(struct rd *r, struct req *q, int shape);
+int req_enter(struct session *s, struct rd *r, struct req *q, enum hkind kind);
+struct hentry *req_obj(struct session *s, const struct req *q, uint64_t id, enum hkind kind);
+int req_stream(struct session *s, uint64_t id, CUstream *out);
+/* The driver's handle of the current context (after req_enter). */
+void *session_ctx_obj(struct session *s);
+
 /* helpers for handlers (session.c) */
 /* Makes ctx current; fills *cs.  Returns a CUresult. */
 int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs);
