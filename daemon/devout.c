@@ -124,7 +124,9 @@ char *devout_take(struct devout *o, size_t *len)
 	/* the driver prints through stdio: push it into the pipe first */
 	fflush(stdout);
 	pthread_mutex_lock(&o->lock);
-	while (o->reading || pipe_pending(o->fd)) {
+	/* everything written so far; a kernel still printing (another
+	 * stream) does not hold the caller past a second */
+	for (int waits = 0; (o->reading || pipe_pending(o->fd)) && waits < 100; waits++) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_nsec += 10 * 1000 * 1000;
