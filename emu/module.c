@@ -442,6 +442,52 @@ EMU_API CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
 	return rc;
 }
 
+/* Listing a module's functions (CUDA 12.4): every module has all the test
+ * kernels, in emu_kernels order. */
+EMU_API CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod)
+{
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_lock(&ctx->lock);
+	if (module_find(ctx, hmod))
+		*count = EMU_NKERNELS;
+	else
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions,
+						    CUmodule hmod)
+{
+	struct emu_module *m;
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!functions)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_lock(&ctx->lock);
+	m = module_find(ctx, hmod);
+	if (!m)
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	else
+		for (unsigned i = 0; i < numFunctions && i < EMU_NKERNELS; i++)
+			functions[i] = (CUfunction)&m->funcs[i];
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
 /* ---- library entry points */
 
 EMU_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
@@ -653,6 +699,22 @@ EMU_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, 
 	rc = param_of(f->kernel, paramIndex, paramOffset, paramSize);
 	func_leave(ctx);
 	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+	struct emu_func *f;
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = func_enter(hfunc, &ctx, &f);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*name = f->kernel->name;
+	func_leave(ctx);
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)

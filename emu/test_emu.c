@@ -79,6 +79,7 @@ static void load(void)
 		exit(1);                                               \
 	}
 	RGPUD_DRIVER_FUNCS(LOAD)
+	RGPUD_DRIVER_MODFUNCS(LOAD)
 #undef LOAD
 	*(void **)&elapsed_v2 = dlsym(D.dl, "cuEventElapsedTime_v2");
 	EXPECT(elapsed_v2 != NULL);
@@ -1137,6 +1138,24 @@ static void test_strict_handles(void)
 	CK(D.cuLibraryUnload((CUlibrary)bogus), CUDA_ERROR_INVALID_HANDLE);
 	CK(D.cuLibraryGetKernel(&k, (CUlibrary)bogus, "inc_i32"), CUDA_ERROR_INVALID_HANDLE);
 	CK(D.cuKernelGetFunction(&f, (CUkernel)bogus), CUDA_ERROR_INVALID_HANDLE);
+	{
+		unsigned cnt;
+		const char *name;
+		CUfunction fs[16];
+		CK(D.cuModuleGetFunctionCount(&cnt, (CUmodule)bogus), CUDA_ERROR_INVALID_HANDLE);
+		CK(D.cuModuleEnumerateFunctions(fs, 16, (CUmodule)bogus), CUDA_ERROR_INVALID_HANDLE);
+		CK(D.cuFuncGetName(&name, (CUfunction)bogus), CUDA_ERROR_INVALID_HANDLE);
+		CK(D.cuModuleGetFunctionCount(&cnt, mod), CUDA_ERROR_INVALID_HANDLE); /* other ctx */
+		OK(D.cuCtxSetCurrent(other));
+		OK(D.cuModuleGetFunctionCount(&cnt, mod));
+		EXPECT(cnt == 10);
+		OK(D.cuModuleEnumerateFunctions(fs, cnt, mod));
+		OK(D.cuFuncGetName(&name, fs[0]));
+		EXPECT(strcmp(name, "vec_add") == 0);
+		OK(D.cuFuncGetName(&name, fo));
+		EXPECT(strcmp(name, "inc_i32") == 0);
+		OK(D.cuCtxSetCurrent(ctx));
+	}
 	CK(D.cuMemsetD8Async(0, 0, 0, (CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
 	CK(D.cuMemcpyHtoDAsync_v2(0, forged, 0, (CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
 	CK(D.cuMemcpyDtoHAsync_v2(forged, 0, 0, (CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);

@@ -213,11 +213,30 @@ static void test_stale_function(void)
 		close(c.fd);
 		return;
 	}
+	/* the module's function names, before and after it goes */
+	begin();
+	put_u64(&W, ctx);
+	put_u64(&W, mod);
+	st = call(&c, RGPU_OP_MODULE_FUNCTIONS);
+	uint32_t nf = st == 0 ? get_u32(&RP.r) : 0;
+	int found = 0;
+	for (uint32_t i = 0; i < nf && rd_ok(&RP.r); i++) {
+		const char *nm = get_str(&RP.r, 4096);
+		found += nm && !strcmp(nm, "inc_i32");
+	}
+	if (st != CUDA_ERROR_NOT_SUPPORTED && (st != 0 || nf != 10 || found != 1))
+		FAILF("stale_function: MODULE_FUNCTIONS: %d, %u names, inc_i32 %d times", st, nf, found);
 	begin();
 	put_u64(&W, ctx);
 	put_u64(&W, mod);
 	if ((st = call(&c, RGPU_OP_MODULE_UNLOAD)) != 0)
 		FAILF("stale_function: MODULE_UNLOAD: %d", st);
+	begin();
+	put_u64(&W, ctx);
+	put_u64(&W, mod);
+	if ((st = call(&c, RGPU_OP_MODULE_FUNCTIONS)) != CUDA_ERROR_INVALID_HANDLE)
+		FAILF("stale_function: MODULE_FUNCTIONS of an unloaded module gave %d, want %d", st,
+		      CUDA_ERROR_INVALID_HANDLE);
 	uint8_t params[12] = { 0 };
 	put_launch(ctx, f, 1, 1, 0, params, sizeof(params));
 	if ((st = call(&c, RGPU_OP_LAUNCH)) != CUDA_ERROR_INVALID_HANDLE)
