@@ -15,10 +15,17 @@ BUILD=${1:-}
 if [ -z "$BUILD" ]; then
 	if [ -e "$SRC/_build/spank/.libs/spank_rgpu.so" ]; then BUILD=$SRC/_build; else BUILD=$SRC; fi
 fi
-[ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (network namespaces, slurmd)"; exit 1; }
+# root for the network namespaces and slurmd: a user goes through sudo (a
+# fresh Debian image used as root has no sudo and needs none)
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null ||
+		{ echo "demo.sh: needs root (network namespaces, slurmd), and there is no sudo"; exit 1; }
+	echo "== not root: running again through sudo"
+	exec sudo bash "$HERE/demo.sh" "$@"
+fi
 # a fresh machine: install the packages and build first (into _build)
 if [ ! -e "$BUILD/spank/.libs/spank_rgpu.so" ] && [ -z "${1:-}" ]; then
-	echo "== installing packages and building rgpu (test/run-all.sh, build only)"
+	echo "== rgpu is not built yet: test/run-all.sh installs what is missing and builds"
 	RGPU_BUILD_ONLY=1 bash "$SRC/test/run-all.sh" || { echo "demo.sh: the build failed"; exit 1; }
 	BUILD=$SRC/_build
 fi

@@ -4,15 +4,28 @@
 # (unit tests, emulated-device end-to-end tests, lease tests), then the
 # Slurm mini-cluster tests (root only: network namespaces).
 #
-#   sudo test/run-all.sh            # all of it
+#   test/run-all.sh                     # all of it (as root, or a user with sudo)
 #   RGPU_SKIP_SLURM=1 test/run-all.sh   # without the Slurm cluster
 #   RGPU_BUILD_ONLY=1 test/run-all.sh   # packages and build, no tests
+#   RGPU_NO_APT=1 test/run-all.sh       # never install packages
+#
+# The packages and the Slurm cluster need root: run by a user, the script
+# runs itself again through sudo when it needs root and sudo is there (a
+# fresh Debian image used as root has no sudo, and needs none).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO=sudo
+if [ "$(id -u)" -ne 0 ] && { [ -z "${RGPU_SKIP_SLURM:-}" ] || [ -z "${RGPU_NO_APT:-}" ]; }; then
+	if command -v sudo >/dev/null; then
+		echo "== not root: running again through sudo (packages, Slurm cluster)"
+		exec sudo --preserve-env=RGPU_SKIP_SLURM,RGPU_NO_APT,RGPU_BUILD_ONLY,RGPU_SKIP_SANITIZERS,CUDA_HOME \
+			bash "$top/test/run-all.sh" "$@"
+	fi
+	echo "== not root and no sudo: no packages installed, Slurm tests skipped"
+	RGPU_NO_APT=1
+	RGPU_SKIP_SLURM=1
+fi
 if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 	pkgs="build-essential autoconf automake libtool pkg-config python3
 	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
@@ -22,8 +35,8 @@ if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 		  dpkg-query -W "$p" >/dev/null 2>&1 || echo "$p"; done)
 	if [ -n "$(echo $missing)" ]; then
 		echo "== installing: $(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')"
-		$SUDO apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $(echo $missing | tr ' ' '\n' | sort -u) >/dev/null
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(echo $missing | tr ' ' '\n' | sort -u) >/dev/null
 	fi
 fi
 if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then
@@ -31,12 +44,35 @@ if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then
 	exit 1
 fi
 
-echo "== build"
+echo "== build (in _build: autoreconf, configure, make; a few minutes the first time)"
 autoreconf -fi >/dev/null
 mkdir -p _build
 cd _build
-../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null
-make -j"$(nproc)" >/dev/null
+echo "   configure"
+../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >configure.out ||
+	{ tail -20 configure.out; echo "configure failed (_build/config.log)"; exit 1; }
+# progress: a line per 25 files compiled or linked (the output in
+# _build/make.out and make.err)
+rm -f make.rc
+( make -j"$(nproc)" >make.out 2>make.err; echo $? >make.rc ) &
+make_pid=$!
+shown=0
+while kill -0 "$make_pid" 2>/dev/null; do
+	n=$(grep -c -E '^ +(CC|CCLD|GEN) ' make.out 2>/dev/null || true)
+	n=${n:-0}
+	if [ "$n" -ge $((shown + 25)) ]; then
+		shown=$n
+		echo "   make: $n files built"
+	fi
+	sleep 1
+done
+wait "$make_pid" || true
+if [ "$(cat make.rc 2>/dev/null)" != 0 ]; then
+	grep -E -B2 -A6 'error|Error' make.err | tail -40
+	echo "make failed (_build/make.out, _build/make.err)"
+	exit 1
+fi
+echo "   make: done ($(grep -c -E '^ +(CC|CCLD|GEN) ' make.out || true) files built)"
 
 # contrib/demo.sh uses this script for its setup only
 [ -z "${RGPU_BUILD_ONLY:-}" ] || exit 0
