@@ -77,38 +77,82 @@ echo "   make: done ($(grep -c -E '^ +(CC|CCLD|GEN) ' make.out || true) files bu
 # contrib/demo.sh uses this script for its setup only
 [ -z "${RGPU_BUILD_ONLY:-}" ] || exit 0
 
+# Counts, labelled per suite, then one closing line for all of them.  A
+# skip is never a pass; an expected failure (XFAIL, a TAP TODO) is a pass
+# and is shown as such.
+PASS=0 FAIL=0 SKIP=0
+summary() { # label pass fail skip [xfail]
+	local x=""
+	[ "${5:-0}" -gt 0 ] && x=" (of which $5 expected failures)"
+	SUMMARY="${SUMMARY:-}$1: $2 passed$x, $3 failed, $4 skipped
+"
+	PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); SKIP=$((SKIP + $4))
+}
+# tap_counts FILE -> "pass fail skip xfail" from TAP lines
+tap_counts() {
+	awk '/^ok [0-9]/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) s++; else p++ }
+	     /^not ok [0-9]/ { if ($0 ~ /# *TODO/) { p++; x++ } else f++ }
+	     /^1\.\.0 *# *SKIP/ { s++ }
+	     /^Bail out!/ { f++ }
+	     END { printf "%d %d %d %d\n", p, f, s, x }' "$1"
+}
+
 echo "== make check (client runs repeated under valgrind)"
 status=0
+: >check-started.stamp
 if ! RGPU_VALGRIND=1 make -j"$(nproc)" check; then
 	status=1
-	for f in $(find . -name '*.log' -path '*test*' -newer config.status); do
+	for f in $(find . -name '*.log' -path '*test*' -newer check-started.stamp); do
 		grep -q -E '^(FAIL|ERROR)' "$f" 2>/dev/null && { echo "---- $f"; tail -50 "$f"; }
 	done
 fi
+# automake's .trs files of this run (one result per unit program, one per
+# end-to-end check)
+trs=$(find . -name '*.trs' -newer check-started.stamp)
+count() { [ -z "$trs" ] && { echo 0; return; }; cat $trs | grep -c "^:test-result: $1\$" || true; }
+summary "make check (unit, end to end, leases)" \
+	$(( $(count PASS) + $(count XFAIL) )) \
+	$(( $(count FAIL) + $(count XPASS) + $(count ERROR) )) "$(count SKIP)" "$(count XFAIL)"
+
+# make install into a scratch DESTDIR: the unit, the plugstack example, the
+# man pages, the docs and the programs agree on every path, and the files
+# they name are installed
+echo "== installed paths (make install DESTDIR=..., test/install/check-paths.sh)"
+bash "$top/test/install/check-paths.sh" "$PWD" >install-paths.log 2>&1 || status=1
+sed -n -e 's/^ok [0-9]* - \(.*\)/PASS: install \1/p' -e 's/^not ok [0-9]* - \(.*\)/FAIL: install \1/p' \
+       -e 's/^Bail out!\(.*\)/ERROR: install\1/p' install-paths.log
+read -r p f s x <<<"$(tap_counts install-paths.log)"
+summary "installed paths (_build/install-paths.log)" "$p" "$f" "$s" "$x"
 
 # rgpud and the emulated device again, built with AddressSanitizer and
 # UBSan, serving the whole end-to-end suite (the script fails on any
 # sanitizer report in their logs)
 if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
-	echo "== rgpud under ASan/UBSan"
+	echo "== end-to-end suite against rgpud built with ASan/UBSan"
 	mkdir -p "$top/_build-san"
 	( cd "$top/_build-san" &&
 	  ../configure --enable-werror --enable-sanitizers ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null &&
 	  make -j"$(nproc)" -C lib >/dev/null && make -j"$(nproc)" -C emu >/dev/null &&
-	  make -j"$(nproc)" -C daemon rgpud >/dev/null ) || { echo "sanitizer build failed"; status=1; }
+	  make -j"$(nproc)" -C daemon rgpud >/dev/null ) || { echo "FAIL: sanitizer build"; status=1; }
 	if [ -x "$top/_build-san/daemon/rgpud" ]; then
 		# (ASan keeps its heap at 0x600000000000, the default shared window)
-		if RGPU_E2E_DAEMON_BUILD=$top/_build-san RGPU_E2E_LOGDIR=$PWD/e2e-san-logs \
+		RGPU_E2E_DAEMON_BUILD=$top/_build-san RGPU_E2E_LOGDIR=$PWD/e2e-san-logs \
 		   RGPU_VA_BASE=0x400000000000 \
-		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD bash "$top/test/e2e/run-e2e.sh" > e2e-san.log 2>&1; then
-			echo "PASS: e2e with rgpud under ASan/UBSan"
-			san_pass=1
-		else
-			echo "FAIL: e2e with rgpud under ASan/UBSan:"
-			tail -30 e2e-san.log
-			san_fail=1
+		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD bash "$top/test/e2e/run-e2e.sh" > e2e-san.log 2>&1 ||
 			status=1
+		# each check, as make check shows them
+		sed -n -e 's/^ok [0-9]* - \(.*\) # *SKIP\(.*\)/SKIP: san \1 -\2/p' \
+		       -e 's/^not ok [0-9]* - \(.*\) # *TODO\(.*\)/XFAIL: san \1 -\2/p' \
+		       -e '/# *SKIP\|# *TODO/!s/^ok [0-9]* - \(.*\)/PASS: san \1/p' \
+		       -e '/# *TODO/!s/^not ok [0-9]* - \(.*\)/FAIL: san \1/p' \
+		       -e 's/^Bail out!\(.*\)/ERROR: san\1/p' e2e-san.log
+		read -r p f s x <<<"$(tap_counts e2e-san.log)"
+		if [ "$f" -gt 0 ]; then
+			grep -E '^#' e2e-san.log | tail -30
 		fi
+		summary "end to end, rgpud under ASan/UBSan (_build/e2e-san.log)" "$p" "$f" "$s" "$x"
+	else
+		summary "end to end, rgpud under ASan/UBSan (not built)" 0 1 0
 	fi
 fi
 
@@ -118,24 +162,24 @@ if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	top_builddir=$PWD top_srcdir=$top "$top/test/slurm/run.sh" 2>&1 | tee slurm-tests.log
 	rc=${PIPESTATUS[0]}
 	set -e
-	# its closing line "N passed, M failed"
-	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' slurm-tests.log | tail -1)
-	slurm_pass=$(echo "$last" | awk '{print $1+0}')
-	slurm_fail=$(echo "$last" | awk '{print $3+0}')
+	# its results: "PASS  name", "FAIL  name: why", "SKIP  name: why", each
+	# once live and once more in its closing list (after "----")
+	res=$(sed -n '/^----$/,$p' slurm-tests.log)
+	sp=$(echo "$res" | grep -c '^PASS  ' || true)
+	sf=$(echo "$res" | grep -c '^FAIL  ' || true)
+	ss=$(echo "$res" | grep -c '^SKIP  ' || true)
 	case $rc in
+	77) ss=1; echo "SKIP: Slurm mini-cluster: $(grep '^SKIP' slurm-tests.log | tail -1)" ;;
 	0) ;;
-	77) echo "Slurm tests skipped (need root and iproute2)" ;;
-	*) status=1 ;;
+	*) status=1
+	   # a run that ended without its list still counts as a failure
+	   [ "$sf" -gt 0 ] || sf=1 ;;
 	esac
+	summary "Slurm mini-cluster (_build/slurm-tests.log)" "$sp" "$sf" "$ss"
 fi
-# one closing line for every suite: automake's .trs files and the Slurm run
-pass=$(cat $(find . -name '*.trs') 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
-fail=$(cat $(find . -name '*.trs') 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
-if [ -n "${slurm_pass:-}" ]; then
-	pass=$((pass + slurm_pass))
-	fail=$((fail + slurm_fail))
-fi
-pass=$((pass + ${san_pass:-0}))
-fail=$((fail + ${san_fail:-0}))
-echo "$pass passed, $fail failed"
+
+echo "== summary"
+printf '%s' "$SUMMARY"
+[ "$FAIL" -eq 0 ] || status=1
+echo "$PASS passed, $FAIL failed, $SKIP skipped"
 exit $status

@@ -22,6 +22,10 @@
 #include <string.h>
 #include <time.h>
 
+#ifndef RGPU_STATEDIR /* configure's $localstatedir/lib/rgpu (tools/Makefile.am) */
+#define RGPU_STATEDIR "/var/lib/rgpu"
+#endif
+
 struct dev {
 	struct rgpu_server_ent ent;
 	int found;    /* the server answered */
@@ -51,7 +55,15 @@ static int status_error(int json, const char *msg)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rgpu status [--json]\n"
-		   "       rgpu servers [--json] [--state-dir DIR]\n");
+		   "       rgpu servers [--json] [--state-dir DIR]\n"
+		   "\n"
+		   "  status    the GPUs in RGPU_SERVERS (a job's remote GPUs): where they are,\n"
+		   "            their memory and, in a Slurm job, the job's lease and quota\n"
+		   "  servers   the cluster's GPU servers and their load, from this node's\n"
+		   "            snapshot (DIR/snapshot.json; default DIR %s)\n"
+		   "  --json    JSON instead of a table\n"
+		   "\n"
+		   "See rgpu(1).\n", RGPU_STATEDIR);
 }
 
 static void fmt_size(uint64_t b, char *buf, size_t len)
@@ -276,7 +288,7 @@ int main(int argc, char **argv)
 	}
 	const char *cmd = argv[1];
 	int json = 0;
-	const char *state_dir = "/var/lib/rgpu";
+	const char *state_dir = RGPU_STATEDIR;
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "state-dir", required_argument, NULL, 's' },
