@@ -196,7 +196,7 @@ static int status(int json)
 		printf("job %" PRIu64 ": %d remote GPU(s)\n", job, n);
 	else
 		printf("not in a Slurm job: %d GPU(s) from RGPU_SERVERS (no lease, no quota)\n", n);
-	printf("%-4s %-10s %-22s %-4s %-24s %-10s %-10s %-10s %s\n", "DEV", "NODE", "SERVER",
+	printf("%-4s %-10s %-22s %-4s %-31s %-10s %-10s %-10s %s\n", "DEV", "NODE", "SERVER",
 	       "GPU", "NAME", "MEMORY", "QUOTA", "USED", "LEASE UNTIL");
 	for (int i = 0; i < n; i++) {
 		char where[300], tot[32], quo[32], used[32], until[32] = "-";
@@ -222,7 +222,7 @@ static int status(int json)
 			struct tm tm;
 			strftime(until, sizeof(until), "%Y-%m-%d %H:%M", localtime_r(&t, &tm));
 		}
-		printf("%-4d %-10s %-22s %-4u %-24s %-10s %-10s %-10s %s\n", i,
+		printf("%-4d %-10s %-22s %-4u %-31s %-10s %-10s %-10s %s\n", i,
 		       d[i].node[0] ? d[i].node : "-", where, d[i].ent.gpu, d[i].name, tot, quo, used,
 		       until);
 		bad |= in_job && !d[i].leased;
