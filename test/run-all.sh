@@ -181,13 +181,12 @@ if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	# kernel on each of its two remote GPUs, named apart, and it says so
 	if [ $rc -ne 77 ]; then
 		echo "== contrib/demo.sh"
-		bash "$top/contrib/demo.sh" "$PWD" >demo.log 2>&1
-		drc=$?
-		grep -q '^demo: PASSED: .*2 remote GPU(s), each ran vec_add' demo.log &&
-			[ $drc -eq 0 ] &&
-			[ "$(grep -c '^   | device [01]: rgpu emulated device 0 on gpu[12], at ' demo.log)" = 2 ] &&
-			[ "$(grep -c 'every one checked: correct' demo.log)" = 2 ]
-		if [ $? -eq 0 ]; then
+		drc=0
+		bash "$top/contrib/demo.sh" "$PWD" >demo.log 2>&1 || drc=$?
+		if [ $drc -eq 0 ] &&
+		   grep -q '^demo: PASSED: .*2 remote GPU(s), each ran vec_add' demo.log &&
+		   [ "$(grep -c '^   | device [01]: rgpu emulated device 0 on gpu[12], at ' demo.log)" = 2 ] &&
+		   [ "$(grep -c 'every one checked: correct' demo.log)" = 2 ]; then
 			echo "PASS: demo"; summary "demo (_build/demo.log)" 1 0 0
 		else
 			tail -30 demo.log; echo "FAIL: demo (exit $drc)"; summary "demo (_build/demo.log)" 0 1 0
