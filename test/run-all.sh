@@ -135,7 +135,10 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 	  make -j"$(nproc)" -C lib >/dev/null && make -j"$(nproc)" -C emu >/dev/null &&
 	  make -j"$(nproc)" -C daemon rgpud >/dev/null ) || { echo "FAIL: sanitizer build"; status=1; }
 	if [ -x "$top/_build-san/daemon/rgpud" ]; then
-		# (ASan keeps its heap at 0x600000000000, the default shared window)
+		# (ASan keeps its heap at 0x600000000000, the default shared window;
+		# an instrumented worker per session is slow to start: t_fuzz opens
+		# about 1,500 sessions, hence the longer per-test limit)
+		RGPU_TEST_TIMEOUT=${RGPU_TEST_TIMEOUT:-360} \
 		RGPU_E2E_DAEMON_BUILD=$top/_build-san RGPU_E2E_LOGDIR=$PWD/e2e-san-logs \
 		   RGPU_VA_BASE=0x400000000000 \
 		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD bash "$top/test/e2e/run-e2e.sh" > e2e-san.log 2>&1 ||
