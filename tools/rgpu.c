@@ -243,6 +243,11 @@ static int servers(int json, const char *state_dir)
 	}
 	if (json) {
 		json_object *o = json_object_from_file(path);
+		if (!o) {
+			fprintf(stderr, "rgpu: cannot read %s: %s\n", path, json_util_get_last_err());
+			rg_cluster_free(&c);
+			return 1;
+		}
 		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
 								 JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(o);
