@@ -76,7 +76,7 @@ static void query(struct dev *d, int n, uint64_t job)
 	for (int i = 0; i < n; i++) {
 		if (d[i].found || d[i].err[0])
 			continue;
-		char err[256], note[160], why[256];
+		char err[sizeof(d[i].err)], note[160], why[256] = "";
 		struct rg_conn *c = rg_connect_user(d[i].ent.host, d[i].ent.port, job, 3000, note,
 						    sizeof(note), why, sizeof(why));
 		struct rg_list l = { 0 };
