@@ -77,25 +77,9 @@ echo "   make: done ($(grep -c -E '^ +(CC|CCLD|GEN) ' make.out || true) files bu
 # contrib/demo.sh uses this script for its setup only
 [ -z "${RGPU_BUILD_ONLY:-}" ] || exit 0
 
-# Counts, labelled per suite, then one closing line for all of them.  A
-# skip is never a pass; an expected failure (XFAIL, a TAP TODO) is a pass
-# and is shown as such.
-PASS=0 FAIL=0 SKIP=0
-summary() { # label pass fail skip [xfail]
-	local x=""
-	[ "${5:-0}" -gt 0 ] && x=" (of which $5 expected failures)"
-	SUMMARY="${SUMMARY:-}$1: $2 passed$x, $3 failed, $4 skipped
-"
-	PASS=$((PASS + $2)); FAIL=$((FAIL + $3)); SKIP=$((SKIP + $4))
-}
-# tap_counts FILE -> "pass fail skip xfail" from TAP lines
-tap_counts() {
-	awk '/^ok [0-9]/ { if ($0 ~ /# *[Ss][Kk][Ii][Pp]/) s++; else p++ }
-	     /^not ok [0-9]/ { if ($0 ~ /# *TODO/) { p++; x++ } else f++ }
-	     /^1\.\.0 *# *SKIP/ { s++ }
-	     /^Bail out!/ { f++ }
-	     END { printf "%d %d %d %d\n", p, f, s, x }' "$1"
-}
+# Counts, labelled per suite, then one closing line for all of them
+# (test/tally.sh: a skip is never a pass)
+. "$top/test/tally.sh"
 
 echo "== make check (client runs repeated under valgrind)"
 status=0
@@ -108,11 +92,8 @@ if ! RGPU_VALGRIND=1 make -j"$(nproc)" check; then
 fi
 # automake's .trs files of this run (one result per unit program, one per
 # end-to-end check)
-trs=$(find . -name '*.trs' -newer check-started.stamp)
-count() { [ -z "$trs" ] && { echo 0; return; }; cat $trs | grep -c "^:test-result: $1\$" || true; }
-summary "make check (unit, end to end, leases)" \
-	$(( $(count PASS) + $(count XFAIL) )) \
-	$(( $(count FAIL) + $(count XPASS) + $(count ERROR) )) "$(count SKIP)" "$(count XFAIL)"
+read -r p f s x <<<"$(trs_counts $(find . -name '*.trs' -newer check-started.stamp))"
+summary "make check (unit, end to end, leases)" "$p" "$f" "$s" "$x"
 
 # make install into a scratch DESTDIR: the unit, the plugstack example, the
 # man pages, the docs and the programs agree on every path, and the files
@@ -167,10 +148,7 @@ if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	set -e
 	# its results: "PASS  name", "FAIL  name: why", "SKIP  name: why", each
 	# once live and once more in its closing list (after "----")
-	res=$(sed -n '/^----$/,$p' slurm-tests.log)
-	sp=$(echo "$res" | grep -c '^PASS  ' || true)
-	sf=$(echo "$res" | grep -c '^FAIL  ' || true)
-	ss=$(echo "$res" | grep -c '^SKIP  ' || true)
+	read -r sp sf ss <<<"$(slurm_counts slurm-tests.log)"
 	case $rc in
 	77) ss=1; echo "SKIP: Slurm mini-cluster: $(grep '^SKIP' slurm-tests.log | tail -1)" ;;
 	0) ;;
@@ -201,5 +179,5 @@ fi
 echo "== summary"
 printf '%s' "$SUMMARY"
 [ "$FAIL" -eq 0 ] || status=1
-echo "$PASS passed, $FAIL failed, $SKIP skipped"
+final_line
 exit $status
