@@ -15,6 +15,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include "error.h"
 #include "proto.h"
 #include "servers.h"
 #include "transport.h"
@@ -37,22 +38,53 @@ enum rc_magic {
 	RC_GEXEC = 0x52636778,
 };
 
-/* one per distinct host:port in RGPU_SERVERS */
+/* one per distinct host:port in RGPU_SERVERS.  Several threads share it:
+ * see rpc.c for how requests go out and replies find their caller. */
+struct rc_waiter;
 struct rc_conn {
 	char host[256];
 	unsigned port;
 	struct rgpu_conn *c;
-	pthread_mutex_t lock; /* one request/reply exchange at a time */
+	pthread_mutex_t tx_lock;  /* one request's frames go out together; next_id */
 	uint64_t next_id;
+	pthread_mutex_t lock;     /* everything below up to ndev */
+	pthread_cond_t cv;        /* a reply delivered, the read side free, or dead */
+	struct rc_waiter *waiters; /* calls waiting for a reply */
+	int reading;              /* a waiter is reading frames for everyone */
 	int dead;
+	int quiet;                /* during cuInit's handshake: cuInit says why */
+	struct rgpu_error err;    /* why the connection failed */
 	char server_id[128];
 	int ndev;
 	/* same host (Unix socket): the shared staging ring */
+	pthread_mutex_t ring_lock; /* one copy through the ring at a time */
 	int local;
 	void *ring;
 	size_t ring_size;
 	uint32_t nslots, next_slot;
 	uint32_t *slot_state;
+};
+
+/* A received reply frame (payload after the header). */
+struct rc_frame {
+	struct rc_frame *next;
+	uint32_t flags;
+	uint32_t len;
+	uint8_t data[];
+};
+
+/* One request waiting for its reply frames.  With a sink, the raw data of
+ * each frame (after its status) is written straight into the sink, in
+ * order; without, frames queue until rc_wait_frame takes them. */
+struct rc_waiter {
+	struct rc_waiter *next;
+	uint64_t id;
+	uint16_t op;
+	uint8_t *sink;
+	size_t sink_cap, sink_got;
+	int32_t sink_status;
+	struct rc_frame *head, *tail, *cur;
+	int last; /* the frame without RGPU_F_MORE (or an error) has come */
 };
 
 struct rc_ctx;
@@ -177,9 +209,11 @@ int rc_conn_index(const struct rc_conn *c);
 /* log.c: once-per-name notice for unimplemented entry points */
 void rc_unsupported(const char *name);
 
-/* rpc.c */
+/* rpc.c: calls */
 /* Sends req (op) and waits for the reply; the reply's fields are in *r,
- * valid until this thread's next call.  Returns the status. */
+ * valid until this thread's next call.  Returns the status.  On any
+ * failure *r is empty (reading it fails), so a caller may read an error
+ * message field without checking how the call failed. */
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
 /* the calling thread's request buffer, reset */
 struct wbuf *rc_req(void);
@@ -189,11 +223,38 @@ struct wbuf *rc_req(void);
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
 /* how host-to-device copies are cut (RGPU_CHUNK_KB) */
 size_t rc_chunk_bytes(size_t dflt);
-/* with the connection's lock held */
-CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
-CUresult rc_recv_reply(struct rc_conn *c, uint64_t id, uint16_t op, struct rd *r, int32_t *st,
+/* a protocol status as the CUresult the application sees */
+CUresult rc_map_status(int32_t st);
+
+/* rpc.c: frames, for the transfer layer (multi-frame requests and
+ * replies).  A request's frames go out between rc_tx_begin and rc_tx_end
+ * (other threads' requests wait; replies are read meanwhile).  A frame
+ * that wants a reply names a waiter, registered before the frame leaves so
+ * no reply can overtake it; the caller then takes the reply frames with
+ * rc_wait_frame or rc_wait_sink and ends with rc_waiter_done. */
+void rc_tx_begin(struct rc_conn *c);
+void rc_tx_end(struct rc_conn *c);
+/* id: out, the frame's request id (may be NULL) */
+CUresult rc_send(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a, size_t alen,
+		 const void *b, size_t blen, struct rc_waiter *w, uint64_t *id);
+/* sink: where a bulk reply's data goes (NULL: frames are queued) */
+void rc_waiter_init(struct rc_waiter *w, uint16_t op, void *sink, size_t cap);
+/* The next reply frame: *r holds the fields after the status (valid until
+ * the next rc_wait_frame or rc_waiter_done), *st the raw status, *flags
+ * its flags (RGPU_F_MORE: more frames follow). */
+CUresult rc_wait_frame(struct rc_conn *c, struct rc_waiter *w, struct rd *r, int32_t *st,
 		       uint32_t *flags);
-CUresult rc_wait_status(struct rc_conn *c, uint64_t id, uint16_t op);
+/* Waits for every frame of a sink reply: the status of the reply (the
+ * first error, else success); w->sink_got bytes arrived. */
+CUresult rc_wait_sink(struct rc_conn *c, struct rc_waiter *w);
+/* Unregisters w (frames still to come for it are read and dropped). */
+void rc_waiter_done(struct rc_conn *c, struct rc_waiter *w);
+/* Marks the connection failed (idempotent; logs once, wakes every waiter):
+ * code its category, why the reason in words.  Returns
+ * CUDA_ERROR_DEVICE_UNAVAILABLE. */
+CUresult rc_conn_fail(struct rc_conn *c, enum rgpu_errcode code, const char *why);
+/* The same, right after a transport call failed: what it was doing, and
+ * its errno (0: the server closed the connection). */
 CUresult rc_conn_failed(struct rc_conn *c, const char *what);
 
 /* shm.c: the same-host data path */

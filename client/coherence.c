@@ -22,6 +22,7 @@
  */
 #include "client.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -33,7 +34,6 @@
 /* The shared range: honoured by the driver at 0x600000000000 (NOTES.md);
  * RGPU_VA_BASE (hex, 16 TiB aligned) moves it, e.g. where AddressSanitizer
  * keeps its heap there. */
-#define RC_VA_DEFAULT 0x600000000000ull
 #define RC_VA_SPAN (16ull << 40)
 #define GRAIN (2ull << 20)
 #define REGIONS_MAX 4096
@@ -131,9 +131,8 @@ static int tracking(void)
 {
 	static int on = -1;
 	if (on < 0) {
-		const char *e = getenv("RGPU_WRITE_TRACKING");
 		const char *pre = getenv("LD_PRELOAD");
-		on = !(e && !strcmp(e, "0")) && !(pre && strstr(pre, "vgpreload"));
+		on = rc_setting(RS_WRITE_TRACKING) && !(pre && strstr(pre, "vgpreload"));
 	}
 	return on;
 }
@@ -163,12 +162,8 @@ void *rc_va_alloc(size_t *size, int fd)
 		return NULL;
 	pthread_mutex_lock(&reg_lock);
 	if (!va_base) {
-		const char *e = getenv("RGPU_VA_BASE");
-		unsigned long long b = e ? strtoull(e, NULL, 16) : 0;
-		va_base = b && !(b & (RC_VA_SPAN - 1)) ? b : RC_VA_DEFAULT;
-		if (e && va_base != b)
-			log_warn("RGPU_VA_BASE=%s is not a 16 TiB-aligned address; using %#llx", e,
-				 (unsigned long long)va_base);
+		/* checked by cuInit (settings.c): 16 TiB aligned */
+		va_base = rc_setting(RS_VA_BASE);
 		va_next = va_base;
 	}
 	void *p = MAP_FAILED;

@@ -652,13 +652,15 @@ static void tcp_pair(struct pair *p)
 struct up {
 	struct rgpu_conn *tcp, *res;
 	int server;
-	char err[256];
+	struct rgpu_error e;
+	const char *err;
 };
 
 static void *upgrade_thread(void *arg)
 {
 	struct up *u = arg;
-	u->res = rgpu_verbs_upgrade(u->tcp, u->server, u->err, sizeof(u->err));
+	u->res = rgpu_verbs_upgrade(u->tcp, u->server, &u->e);
+	u->err = u->e.text;
 	return NULL;
 }
 
@@ -720,6 +722,7 @@ static void test_device(void)
 	rgpu_sendv(p.b, &iov, 1);
 	pthread_join(th, NULL);
 	ok(!u.res, "a refusing peer: fallback (%s)", u.err);
+	is_i64(u.e.code, RGPU_E_UNAVAILABLE, "a refusal leaves TCP usable (code)");
 	if (avail)
 		like(u.err, "test peer says no", "the peer's reason is reported");
 	struct iovec iov2 = { "x", 1 };
@@ -740,6 +743,7 @@ static void test_device(void)
 	pthread_join(th, NULL);
 	ok(!u.res, "garbage info: no verbs connection");
 	like(u.err, "bad verbs connection info", "garbage named (%s)", u.err);
+	is_i64(u.e.code, RGPU_E_BROKEN, "garbage: the connection is broken (code)");
 	ok(rgpu_recv(p.a, &c1, 1) < 0, "garbage info: TCP shut down, the next read fails");
 	rgpu_conn_close(p.a);
 	rgpu_conn_close(p.b);
@@ -753,6 +757,7 @@ static void test_device(void)
 	pthread_join(th, NULL);
 	ok(!u.res, "peer gone mid-exchange: no verbs connection");
 	like(u.err, "exchange over TCP failed", "and says so (%s)", u.err);
+	is_i64(u.e.code, RGPU_E_BROKEN, "peer gone: the connection is broken (code)");
 	rgpu_conn_close(p.a);
 }
 
