@@ -132,7 +132,8 @@ struct rc_func {
 	struct rc_ctx *ctx;
 	uint64_t h;
 	struct rc_layout layout;
-	int attrs_valid;
+	int attrs_valid;  /* attrs, attrs_valid, attrs_gen: launch.c's attrs_lock */
+	unsigned attrs_gen; /* moves when an attribute is set */
 	int attrs[CU_FUNC_ATTRIBUTE_MAX];
 	char *name;           /* module functions */
 	struct rc_func *next; /* in its module's or kernel's list */

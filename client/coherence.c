@@ -58,6 +58,12 @@ static volatile int regions_hw; /* one past the highest slot ever used */
  * copies only) those paths skip the scan. */
 static int mirrored;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One coherence action at a time (publish, fetch, the release scan of a
+ * launch, giving a mapped region its device copy, forgetting a region):
+ * two threads syncing or launching at once would otherwise fetch into a
+ * region while the other protects it, or map one region twice.  Taken
+ * before reg_lock. */
+static pthread_mutex_t coh_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t va_base, va_next;
 static struct sigaction old_segv;
 static int handler_set;
@@ -129,12 +135,14 @@ static void handler_install(void)
  * valgrind, which does not hand such faults to the program's handler. */
 static int tracking(void)
 {
-	static int on = -1;
-	if (on < 0) {
+	static int on = -1; /* computed once; racing threads compute the same */
+	int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+	if (v < 0) {
 		const char *pre = getenv("LD_PRELOAD");
-		on = rc_setting(RS_WRITE_TRACKING) && !(pre && strstr(pre, "vgpreload"));
+		v = rc_setting(RS_WRITE_TRACKING) && !(pre && strstr(pre, "vgpreload"));
+		__atomic_store_n(&on, v, __ATOMIC_RELAXED);
 	}
-	return on;
+	return v;
 }
 
 static void protect(struct region *r)
@@ -260,16 +268,19 @@ void rc_mapped_add(void *p, size_t size)
  * caller unmaps the host side.  0 if p was one. */
 int rc_region_free(void *p, size_t *size)
 {
+	pthread_mutex_lock(&coh_lock);
 	pthread_mutex_lock(&reg_lock);
 	struct region *r = find((uintptr_t)p);
 	if (!r || r->base != (uintptr_t)p) {
 		pthread_mutex_unlock(&reg_lock);
+		pthread_mutex_unlock(&coh_lock);
 		return -1;
 	}
 	struct rc_ctx *m = r->mirror;
 	*size = r->size;
 	__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&reg_lock);
+	pthread_mutex_unlock(&coh_lock);
 	if (m) {
 		__atomic_fetch_sub(&mirrored, 1, __ATOMIC_RELAXED);
 		mirror_unmap(m, (uintptr_t)p);
@@ -320,6 +331,7 @@ static CUresult fetch(struct region *r)
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len)
 {
 	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&coh_lock);
 	int hw = regions_hw;
 	for (int i = 0; i < hw && !rc; i++) {
 		struct region *r = &regions[i];
@@ -346,6 +358,7 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 		rc = publish(r, stream, 1);
 		r->dev_dirty = 1;
 	}
+	pthread_mutex_unlock(&coh_lock);
 	return rc;
 }
 
@@ -355,6 +368,7 @@ CUresult rc_coh_acquire(struct rc_conn *conn)
 	CUresult rc = CUDA_SUCCESS;
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return rc;
+	pthread_mutex_lock(&coh_lock);
 	int hw = regions_hw;
 	for (int i = 0; i < hw; i++) {
 		struct region *r = &regions[i];
@@ -365,6 +379,7 @@ CUresult rc_coh_acquire(struct rc_conn *conn)
 				rc = x;
 		}
 	}
+	pthread_mutex_unlock(&coh_lock);
 	return rc;
 }
 
@@ -375,14 +390,16 @@ void rc_coh_host_use(const void *p, size_t n, int write)
 	(void)n;
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return;
+	pthread_mutex_lock(&coh_lock);
 	struct region *r = find((uintptr_t)p);
-	if (!r || !r->mirror)
-		return;
-	fetch(r);
-	if (write) {
-		unprotect(r);
-		r->host_dirty = 1;
+	if (r && r->mirror) {
+		fetch(r);
+		if (write) {
+			unprotect(r);
+			r->host_dirty = 1;
+		}
 	}
+	pthread_mutex_unlock(&coh_lock);
 }
 
 /* Before a device-side operation on a managed address (memset, device
@@ -391,9 +408,11 @@ void rc_coh_device_use(uint64_t p)
 {
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return;
+	pthread_mutex_lock(&coh_lock);
 	struct region *r = find((uintptr_t)p);
-	if (!r || !r->mirror)
-		return;
-	publish(r, 0, 0);
-	r->dev_dirty = 1;
+	if (r && r->mirror) {
+		publish(r, 0, 0);
+		r->dev_dirty = 1;
+	}
+	pthread_mutex_unlock(&coh_lock);
 }
