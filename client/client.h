@@ -297,7 +297,13 @@ int rc_region_free(void *p, size_t *size);
 int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped */
 int rc_managed(const void *p);      /* cheap when there is no managed memory */
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);
-CUresult rc_coh_acquire(struct rc_conn *conn);
+/* A synchronisation is an acquire: take rc_coh_epoch() before the
+ * synchronising call, then rc_coh_acquire with the stream it waited for
+ * (server handle; RC_COH_ALL: the whole context, RC_COH_NONE: unknown). */
+#define RC_COH_ALL (~0ull)
+#define RC_COH_NONE (~0ull - 1)
+uint64_t rc_coh_epoch(void);
+CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since);
 void rc_coh_host_use(const void *p, size_t n, int write);
 void rc_coh_device_use(uint64_t p);
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,

@@ -48,6 +48,8 @@ struct region {
 	struct rc_ctx *mirror;   /* context whose server holds the device copy */
 	volatile int host_dirty; /* written on the host since the last release */
 	int dev_dirty;           /* a launch since the last acquire may have written */
+	uint64_t dev_stream;     /* the stream of those launches (RC_COH_NONE: several) */
+	uint64_t dev_epoch;      /* epoch of the latest of them */
 	int ro;                  /* write-protected */
 };
 
@@ -64,6 +66,13 @@ static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
  * region while the other protects it, or map one region twice.  Taken
  * before reg_lock. */
 static pthread_mutex_t coh_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Counts launches that may write a region (under coh_lock): an acquire
+ * clears a region's dev_dirty only if no launch touched it after its
+ * synchronisation began, and only if that synchronisation covered the
+ * stream those launches ran on.  Otherwise a thread synchronising one
+ * stream would fetch a region while another thread's kernel still writes
+ * it, and that thread's own acquire would then skip the fetch. */
+static uint64_t epoch;
 static uint64_t va_base, va_next;
 static struct sigaction old_segv;
 static int handler_set;
@@ -314,13 +323,16 @@ static CUresult publish(struct region *r, uint64_t stream, int async)
 		     : rc_htod_any(r->mirror, 0, r->base, (void *)r->base, r->size, 0);
 }
 
-static CUresult fetch(struct region *r)
+/* done: the device is known to have finished writing it (else the copy is
+ * fetched and stays marked, to be fetched again at the next acquire) */
+static CUresult fetch(struct region *r, int done)
 {
 	if (!r->dev_dirty)
 		return CUDA_SUCCESS;
 	unprotect(r);
 	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)r->base, r->base, r->size, 0);
-	r->dev_dirty = 0;
+	if (done)
+		r->dev_dirty = 0;
 	r->host_dirty = 0;
 	protect(r);
 	return rc;
@@ -356,14 +368,27 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 		if (!r->mirror || r->mirror->dev->conn != c->dev->conn)
 			continue;
 		rc = publish(r, stream, 1);
+		if (!r->dev_dirty)
+			r->dev_stream = stream;
+		else if (r->dev_stream != stream)
+			r->dev_stream = RC_COH_NONE;
 		r->dev_dirty = 1;
+		r->dev_epoch = ++epoch;
 	}
 	pthread_mutex_unlock(&coh_lock);
 	return rc;
 }
 
+uint64_t rc_coh_epoch(void)
+{
+	pthread_mutex_lock(&coh_lock);
+	uint64_t e = epoch;
+	pthread_mutex_unlock(&coh_lock);
+	return e;
+}
+
 /* Acquire at a synchronisation on conn. */
-CUresult rc_coh_acquire(struct rc_conn *conn)
+CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since)
 {
 	CUresult rc = CUDA_SUCCESS;
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
@@ -374,7 +399,9 @@ CUresult rc_coh_acquire(struct rc_conn *conn)
 		struct region *r = &regions[i];
 		if (__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) && r->dev_dirty && r->mirror &&
 		    r->mirror->dev->conn == conn) {
-			CUresult x = fetch(r);
+			int done = r->dev_epoch <= since &&
+				   (stream == RC_COH_ALL || (stream != RC_COH_NONE && r->dev_stream == stream));
+			CUresult x = fetch(r, done);
 			if (x && !rc)
 				rc = x;
 		}
@@ -393,7 +420,9 @@ void rc_coh_host_use(const void *p, size_t n, int write)
 	pthread_mutex_lock(&coh_lock);
 	struct region *r = find((uintptr_t)p);
 	if (r && r->mirror) {
-		fetch(r);
+		/* a copy out of or into managed memory: as before, a stream
+		 * ordering the application asked for */
+		fetch(r, 1);
 		if (write) {
 			unprotect(r);
 			r->host_dirty = 1;
@@ -412,7 +441,12 @@ void rc_coh_device_use(uint64_t p)
 	struct region *r = find((uintptr_t)p);
 	if (r && r->mirror) {
 		publish(r, 0, 0);
+		if (r->dev_dirty && r->dev_stream != 0)
+			r->dev_stream = RC_COH_NONE;
+		else
+			r->dev_stream = 0;
 		r->dev_dirty = 1;
+		r->dev_epoch = ++epoch;
 	}
 	pthread_mutex_unlock(&coh_lock);
 }
