@@ -45,11 +45,11 @@ struct rc_conn {
 	char host[256];
 	unsigned port;
 	struct rgpu_conn *c;
-	pthread_mutex_t tx_lock;  /* one request's frames go out together; next_id */
+	pthread_mutex_t lock;     /* sending: one request's frames go out together; next_id */
 	uint64_t next_id;
-	pthread_mutex_t lock;     /* everything below up to ndev */
+	pthread_mutex_t rx_lock;  /* receiving: everything below up to server_id */
 	pthread_cond_t cv;        /* a reply delivered, the read side free, or dead */
-	struct rc_waiter *waiters; /* calls waiting for a reply */
+	struct rc_waiter *waiters; /* requests waiting for a reply */
 	int reading;              /* a waiter is reading frames for everyone */
 	int dead;
 	int quiet;                /* during cuInit's handshake: cuInit says why */
@@ -63,28 +63,6 @@ struct rc_conn {
 	size_t ring_size;
 	uint32_t nslots, next_slot;
 	uint32_t *slot_state;
-};
-
-/* A received reply frame (payload after the header). */
-struct rc_frame {
-	struct rc_frame *next;
-	uint32_t flags;
-	uint32_t len;
-	uint8_t data[];
-};
-
-/* One request waiting for its reply frames.  With a sink, the raw data of
- * each frame (after its status) is written straight into the sink, in
- * order; without, frames queue until rc_wait_frame takes them. */
-struct rc_waiter {
-	struct rc_waiter *next;
-	uint64_t id;
-	uint16_t op;
-	uint8_t *sink;
-	size_t sink_cap, sink_got;
-	int32_t sink_status;
-	struct rc_frame *head, *tail, *cur;
-	int last; /* the frame without RGPU_F_MORE (or an error) has come */
 };
 
 struct rc_ctx;
@@ -224,38 +202,39 @@ struct wbuf *rc_req(void);
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
 /* how host-to-device copies are cut (RGPU_CHUNK_KB) */
 size_t rc_chunk_bytes(size_t dflt);
-/* a protocol status as the CUresult the application sees */
-CUresult rc_map_status(int32_t st);
+/* a reply status as the application sees it (protocol codes mapped) */
+CUresult rc_status(int32_t st);
 
-/* rpc.c: frames, for the transfer layer (multi-frame requests and
- * replies).  A request's frames go out between rc_tx_begin and rc_tx_end
- * (other threads' requests wait; replies are read meanwhile).  A frame
- * that wants a reply names a waiter, registered before the frame leaves so
- * no reply can overtake it; the caller then takes the reply frames with
- * rc_wait_frame or rc_wait_sink and ends with rc_waiter_done. */
-void rc_tx_begin(struct rc_conn *c);
-void rc_tx_end(struct rc_conn *c);
-/* id: out, the frame's request id (may be NULL) */
-CUresult rc_send(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a, size_t alen,
-		 const void *b, size_t blen, struct rc_waiter *w, uint64_t *id);
-/* sink: where a bulk reply's data goes (NULL: frames are queued) */
-void rc_waiter_init(struct rc_waiter *w, uint16_t op, void *sink, size_t cap);
-/* The next reply frame: *r holds the fields after the status (valid until
- * the next rc_wait_frame or rc_waiter_done), *st the raw status, *flags
- * its flags (RGPU_F_MORE: more frames follow). */
-CUresult rc_wait_frame(struct rc_conn *c, struct rc_waiter *w, struct rd *r, int32_t *st,
-		       uint32_t *flags);
-/* Waits for every frame of a sink reply: the status of the reply (the
- * first error, else success); w->sink_got bytes arrived. */
-CUresult rc_wait_sink(struct rc_conn *c, struct rc_waiter *w);
-/* Unregisters w (frames still to come for it are read and dropped). */
-void rc_waiter_done(struct rc_conn *c, struct rc_waiter *w);
+/* rpc.c: frames, for the transfer layer (requests of several frames,
+ * replies of several frames).  The frames of one request go out with the
+ * connection's lock held, so no other request comes between them; replies
+ * are read meanwhile by whichever thread waits. */
+/* One reply frame: its status, flags and the payload after the status. */
+struct rc_reply {
+	int32_t st;
+	uint32_t flags;
+	size_t len;  /* payload bytes after the status */
+	struct rd r; /* those bytes, when no sink was given */
+};
+/* With c->lock held: sends one frame (fields a, then bulk data b) as a new
+ * request, its id in *id.  Unless flags has RGPU_F_NOREPLY, the request is
+ * registered for its reply before it leaves; its caller must then take
+ * the reply frames with rc_reply_frame until one lacks RGPU_F_MORE or has
+ * a non-zero status. */
+CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
+		       const void *a, size_t alen, const void *b, size_t blen);
+/* Waits for the next reply frame of request id (without c->lock).  With a
+ * sink the payload (at most sinkcap bytes, else the connection fails) lands
+ * in it, straight from the connection when it arrives during the wait;
+ * without, f->r reads it until this thread's next call. */
+CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_reply *f,
+			void *sink, size_t sinkcap);
 /* Marks the connection failed (idempotent; logs once, wakes every waiter):
  * code its category, why the reason in words.  Returns
  * CUDA_ERROR_DEVICE_UNAVAILABLE. */
 CUresult rc_conn_fail(struct rc_conn *c, enum rgpu_errcode code, const char *why);
-/* The same, right after a transport call failed: what it was doing, and
- * its errno (0: the server closed the connection). */
+/* The same, right after a transport call failed: what it was doing (its
+ * errno says why; 0: the server closed the connection). */
 CUresult rc_conn_failed(struct rc_conn *c, const char *what);
 
 /* shm.c: the same-host data path */

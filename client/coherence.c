@@ -314,7 +314,12 @@ int rc_region_kind(const void *p)
 
 static CUresult publish(struct region *r, uint64_t stream, int async)
 {
-	if (!r->host_dirty)
+	/* While a launch may have written the device copy and no acquire has
+	 * fetched it, the host has no business writing (not allowed without
+	 * concurrent managed access), so the device copy is the newer: sending
+	 * the host's would undo another thread's kernel.  Matters most without
+	 * write tracking, where every region counts as written. */
+	if (!r->host_dirty || r->dev_dirty)
 		return CUDA_SUCCESS;
 	/* clear first: a write racing with the copy faults and re-marks */
 	r->host_dirty = 0;

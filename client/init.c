@@ -34,8 +34,8 @@ static struct rc_conn *conn_for(const struct rgpu_server_ent *e)
 	memcpy(c->host, e->host, sizeof(c->host));
 	c->host[sizeof(c->host) - 1] = '\0';
 	c->port = e->port;
-	pthread_mutex_init(&c->tx_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->rx_lock, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	pthread_mutex_init(&c->ring_lock, NULL);
 	return c;

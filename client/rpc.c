@@ -2,13 +2,15 @@
  * Request/reply exchanges with rgpud.
  *
  * Several application threads share one connection.  A request's frames go
- * out under the connection's tx_lock; its caller then waits for the reply
- * by request id.  Nobody owns the read side: whichever waiter finds no one
- * reading becomes the reader (leader/follower).  It reads frames and hands
- * each to the waiter of its id (bulk data straight into that waiter's
- * buffer) until its own reply has come, then gives the read side to another
- * waiter.  So one thread's synchronising call does not hold up another's
- * query, and the server may answer in any order.
+ * out under the connection's lock, and a request that wants a reply is
+ * registered (a waiter) before it leaves; its caller then waits for the
+ * reply by request id, without the lock.  Nobody owns the read side:
+ * whichever waiter finds no one reading becomes the reader
+ * (leader/follower).  It reads frames and hands each to the waiter of its
+ * id (bulk data straight into the buffer that waiter offers) until a frame
+ * of its own has come, then gives the read side to another waiter.  So one
+ * thread's synchronising call does not hold up another's query, and the
+ * server may answer in any order.
  */
 #include "client.h"
 #include "cred.h"
@@ -21,6 +23,32 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* A received reply frame: header fields and the payload (status first). */
+struct rc_frame {
+	struct rc_frame *next;
+	uint32_t flags;
+	uint32_t len;
+	uint8_t data[];
+};
+
+/* A request waiting for its reply frames. */
+struct rc_waiter {
+	struct rc_waiter *next;
+	uint64_t id;
+	uint16_t op;
+	int heap;                   /* registered by rc_send_frame: freed at the end */
+	struct rc_frame *head, *tail; /* frames read, not yet taken */
+	/* a buffer its caller offers for the next frame's payload; the reader
+	 * fills it in place when no frame is queued */
+	uint8_t *sink;
+	size_t sink_cap;
+	int sink_busy;              /* the reader is writing into it */
+	int sunk;                   /* it holds a frame: */
+	int32_t sunk_st;
+	uint32_t sunk_flags;
+	size_t sunk_len;
+};
 
 /* Per-thread request buffer and last reply: no allocation per request, and
  * a reply stays readable until the thread's next call. */
@@ -67,22 +95,23 @@ struct wbuf *rc_req(void)
 	return w;
 }
 
-CUresult rc_map_status(int32_t st)
+CUresult rc_status(int32_t st)
 {
 	switch (st) {
 	case RGPU_ERR_AUTH: return CUDA_ERROR_NOT_PERMITTED;
 	case RGPU_ERR_HANDLE: return CUDA_ERROR_INVALID_HANDLE;
 	case RGPU_ERR_VERSION: return CUDA_ERROR_NOT_INITIALIZED;
-	case RGPU_ERR_PROTO:
-	case RGPU_ERR_BADOP: return CUDA_ERROR_UNKNOWN;
-	default: return (CUresult)st;
+	default:
+		/* protocol codes the driver has no name for, and anything
+		 * outside the driver's range, are never handed on as they are */
+		return st < 0 || st >= RGPU_ERR_PROTO ? CUDA_ERROR_UNKNOWN : (CUresult)st;
 	}
 }
 
 /* A broken connection is final for now; later: reconnect and replay. */
 CUresult rc_conn_fail(struct rc_conn *c, enum rgpu_errcode code, const char *why)
 {
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->rx_lock);
 	int first = !c->dead;
 	if (first) {
 		rgpu_error_set(&c->err, code, "%s", why);
@@ -90,7 +119,7 @@ CUresult rc_conn_fail(struct rc_conn *c, enum rgpu_errcode code, const char *why
 		pthread_cond_broadcast(&c->cv);
 	}
 	int quiet = c->quiet;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->rx_lock);
 	if (first) {
 		if (!quiet)
 			log_err("lost connection to rgpud at %s:%u (%s)", c->host, c->port, why);
@@ -125,43 +154,20 @@ static CUresult proto_fail(struct rc_conn *c, const char *what)
 	return rc_conn_fail(c, RGPU_E_PROTO, why);
 }
 
-void rc_tx_begin(struct rc_conn *c) { pthread_mutex_lock(&c->tx_lock); }
-void rc_tx_end(struct rc_conn *c) { pthread_mutex_unlock(&c->tx_lock); }
-
-void rc_waiter_init(struct rc_waiter *w, uint16_t op, void *sink, size_t cap)
-{
-	memset(w, 0, sizeof(*w));
-	w->op = op;
-	w->sink = sink;
-	w->sink_cap = cap;
-}
-
 static int is_dead(struct rc_conn *c)
 {
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->rx_lock);
 	int d = c->dead;
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->rx_lock);
 	return d;
 }
 
-CUresult rc_send(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a, size_t alen,
-		 const void *b, size_t blen, struct rc_waiter *w, uint64_t *idp)
+static void waiter_add(struct rc_conn *c, struct rc_waiter *w)
 {
-	if (is_dead(c))
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	uint64_t id = ++c->next_id;
-	if (idp)
-		*idp = id;
-	if (w) {
-		w->id = id;
-		pthread_mutex_lock(&c->lock);
-		w->next = c->waiters;
-		c->waiters = w;
-		pthread_mutex_unlock(&c->lock);
-	}
-	if (rgpu_frame_send(c->c, op, flags, id, a, alen, b, blen) < 0)
-		return rc_conn_failed(c, "sending a request");
-	return CUDA_SUCCESS;
+	pthread_mutex_lock(&c->rx_lock);
+	w->next = c->waiters;
+	c->waiters = w;
+	pthread_mutex_unlock(&c->rx_lock);
 }
 
 static struct rc_waiter *waiter_find(struct rc_conn *c, uint64_t id)
@@ -170,6 +176,55 @@ static struct rc_waiter *waiter_find(struct rc_conn *c, uint64_t id)
 		if (w->id == id)
 			return w;
 	return NULL;
+}
+
+/* With rx_lock held: w leaves the list; its unread frames are dropped. */
+static void waiter_remove(struct rc_conn *c, struct rc_waiter *w)
+{
+	for (struct rc_waiter **p = &c->waiters; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			break;
+		}
+	while (w->head) {
+		struct rc_frame *f = w->head;
+		w->head = f->next;
+		free(f);
+	}
+	w->tail = NULL;
+}
+
+/* w: registered for the reply (NULL for RGPU_F_NOREPLY); c->lock held */
+static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a,
+			    size_t alen, const void *b, size_t blen, struct rc_waiter *w,
+			    uint64_t *idp)
+{
+	if (is_dead(c))
+		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	uint64_t id = __atomic_add_fetch(&c->next_id, 1, __ATOMIC_RELAXED);
+	if (idp)
+		*idp = id;
+	if (w) {
+		w->id = id;
+		w->op = op;
+		waiter_add(c, w);
+	}
+	if (rgpu_frame_send(c->c, op, flags, id, a, alen, b, blen) < 0)
+		return rc_conn_failed(c, "sending a request");
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
+		       const void *a, size_t alen, const void *b, size_t blen)
+{
+	struct rc_waiter *w = NULL;
+	if (!(flags & RGPU_F_NOREPLY)) {
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		w->heap = 1;
+	}
+	return send_locked(c, op, flags, a, alen, b, blen, w, id);
 }
 
 /* Device printf output of the request id, ahead of its reply: printed as
@@ -197,7 +252,7 @@ static CUresult header_failed(struct rc_conn *c, int hs)
 {
 	switch (hs) {
 	case RGPU_HDR_BAD_MAGIC:
-		return rc_conn_fail(c, RGPU_E_FOREIGN, "the peer is not an rgpud: it answered with something "
+		return rc_conn_fail(c, RGPU_E_FOREIGN, "what answered is not an rgpud: it speaks something "
 				       "other than the rgpu protocol (another service on that port?)");
 	case RGPU_HDR_TOO_LONG:
 		return proto_fail(c, "a reply longer than the protocol allows");
@@ -206,8 +261,40 @@ static CUresult header_failed(struct rc_conn *c, int hs)
 	}
 }
 
+static int32_t le32(const uint8_t *b)
+{
+	return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+			 (uint32_t)b[3] << 24);
+}
+
+/* The payload of h straight into w's sink. */
+static CUresult read_into_sink(struct rc_conn *c, const struct rgpu_hdr *h, struct rc_waiter *w,
+			       uint8_t *sink, size_t cap)
+{
+	uint8_t b[4];
+	size_t k = h->len - 4;
+	CUresult rc = CUDA_SUCCESS;
+	if (rgpu_recv(c->c, b, 4) < 0)
+		rc = rc_conn_failed(c, "reading a reply");
+	else if (k > cap)
+		rc = proto_fail(c, "more data than asked for");
+	else if (k && rgpu_recv(c->c, sink, k) < 0)
+		rc = rc_conn_failed(c, "reading data");
+	pthread_mutex_lock(&c->rx_lock);
+	w->sink_busy = 0;
+	if (!rc) {
+		w->sunk = 1;
+		w->sunk_st = le32(b);
+		w->sunk_flags = h->flags;
+		w->sunk_len = k;
+	}
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->rx_lock);
+	return rc;
+}
+
 /* Reads one frame and delivers it; called by the current reader only,
- * without c->lock. */
+ * without rx_lock. */
 static CUresult read_one(struct rc_conn *c)
 {
 	struct rgpu_hdr h;
@@ -221,13 +308,18 @@ static CUresult read_one(struct rc_conn *c)
 		return print_output(c, h.len);
 	if (h.len < 4)
 		return proto_fail(c, "a reply without a status");
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->rx_lock);
 	struct rc_waiter *w = waiter_find(c, h.id);
-	int stale = w && w->last;
-	pthread_mutex_unlock(&c->lock);
-	if (!w || stale) {
-		/* a caller that gave up (rc_waiter_done) or frames after the
-		 * last: only ids that were sent may come back */
+	uint8_t *sink = NULL;
+	size_t cap = 0;
+	if (w && w->sink && !w->head && !w->sunk) {
+		sink = w->sink;
+		cap = w->sink_cap;
+		w->sink_busy = 1;
+	}
+	pthread_mutex_unlock(&c->rx_lock);
+	if (!w) {
+		/* only ids that were sent may come back */
 		if (h.id == 0 || h.id > __atomic_load_n(&c->next_id, __ATOMIC_RELAXED))
 			return proto_fail(c, "a reply to a request never sent");
 		if (rgpu_frame_skip(c->c, h.len) < 0)
@@ -236,29 +328,8 @@ static CUresult read_one(struct rc_conn *c)
 	}
 	if (h.op != w->op)
 		return proto_fail(c, "a reply to another kind of request");
-	if (w->sink) {
-		uint8_t b[4];
-		if (rgpu_recv(c->c, b, 4) < 0)
-			return rc_conn_failed(c, "reading a reply");
-		int32_t st = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-				       (uint32_t)b[3] << 24);
-		size_t k = h.len - 4;
-		/* only this reader writes the sink; its waiter waits for last */
-		if (k > w->sink_cap - w->sink_got)
-			return proto_fail(c, "more data than asked for");
-		if (k && rgpu_recv(c->c, w->sink + w->sink_got, k) < 0)
-			return rc_conn_failed(c, "reading data");
-		pthread_mutex_lock(&c->lock);
-		w->sink_got += k;
-		if (st && !w->sink_status)
-			w->sink_status = st;
-		/* an error frame is always the last */
-		if (!(h.flags & RGPU_F_MORE) || st)
-			w->last = 1;
-		pthread_cond_broadcast(&c->cv);
-		pthread_mutex_unlock(&c->lock);
-		return CUDA_SUCCESS;
-	}
+	if (sink)
+		return read_into_sink(c, &h, w, sink, cap);
 	struct rc_frame *f = malloc(sizeof(*f) + h.len);
 	if (!f)
 		return rc_conn_fail(c, RGPU_E_SYSTEM, "out of memory for a reply");
@@ -269,98 +340,115 @@ static CUresult read_one(struct rc_conn *c)
 		free(f);
 		return rc_conn_failed(c, "reading a reply");
 	}
-	pthread_mutex_lock(&c->lock);
+	pthread_mutex_lock(&c->rx_lock);
 	if (w->tail)
 		w->tail->next = f;
 	else
 		w->head = f;
 	w->tail = f;
-	if (!(h.flags & RGPU_F_MORE))
-		w->last = 1;
 	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->rx_lock);
 	return CUDA_SUCCESS;
 }
 
-/* With c->lock held: returns once ready(w) holds or the connection is
- * dead, reading frames for everyone while nobody else does. */
-static CUresult wait_until(struct rc_conn *c, struct rc_waiter *w, int (*ready)(const struct rc_waiter *))
+/* With rx_lock held: returns once w has a frame, or the connection is dead
+ * (and the reader no longer writes into w's sink), reading frames for
+ * everyone while nobody else does. */
+static CUresult wait_frame(struct rc_conn *c, struct rc_waiter *w)
 {
 	for (;;) {
-		if (ready(w))
+		if (w->head || w->sunk)
 			return CUDA_SUCCESS;
-		if (c->dead)
+		if (c->dead && !w->sink_busy)
 			return CUDA_ERROR_DEVICE_UNAVAILABLE;
-		if (!c->reading) {
+		if (!c->reading && !c->dead) {
 			c->reading = 1;
-			pthread_mutex_unlock(&c->lock);
+			pthread_mutex_unlock(&c->rx_lock);
 			(void)read_one(c); /* a failure marks the connection dead */
-			pthread_mutex_lock(&c->lock);
+			pthread_mutex_lock(&c->rx_lock);
 			c->reading = 0;
 			/* the read side is free: another waiter may need it */
 			pthread_cond_broadcast(&c->cv);
 			continue;
 		}
-		pthread_cond_wait(&c->cv, &c->lock);
+		pthread_cond_wait(&c->cv, &c->rx_lock);
 	}
 }
 
-static int has_frame(const struct rc_waiter *w) { return w->head != NULL; }
-static int has_all(const struct rc_waiter *w) { return w->last; }
-
-CUresult rc_wait_frame(struct rc_conn *c, struct rc_waiter *w, struct rd *r, int32_t *st,
-		       uint32_t *flags)
+/* Takes w's next frame into f (see rc_reply_frame); rx_lock not held. */
+static CUresult take_frame(struct rc_conn *c, struct rc_waiter *w, struct rc_reply *f, void *sink,
+			   size_t cap)
 {
-	rd_init(r, NULL, 0);
-	r->bad = 1;
-	*st = 0;
-	*flags = 0;
-	free(w->cur);
-	w->cur = NULL;
-	pthread_mutex_lock(&c->lock);
-	CUresult rc = wait_until(c, w, has_frame);
-	struct rc_frame *f = NULL;
-	if (!rc) {
-		f = w->head;
-		w->head = f->next;
+	memset(f, 0, sizeof(*f));
+	rd_init(&f->r, NULL, 0);
+	f->r.bad = 1;
+	pthread_mutex_lock(&c->rx_lock);
+	if (sink && !w->head) {
+		w->sink = sink;
+		w->sink_cap = cap;
+	}
+	CUresult rc = wait_frame(c, w);
+	w->sink = NULL;
+	struct rc_frame *fr = NULL;
+	if (!rc && w->sunk) {
+		w->sunk = 0;
+		f->st = w->sunk_st;
+		f->flags = w->sunk_flags;
+		f->len = w->sunk_len;
+		rd_init(&f->r, sink, 0);
+	} else if (!rc) {
+		fr = w->head;
+		w->head = fr->next;
 		if (!w->head)
 			w->tail = NULL;
 	}
-	pthread_mutex_unlock(&c->lock);
-	if (rc)
+	pthread_mutex_unlock(&c->rx_lock);
+	if (!fr)
 		return rc;
-	w->cur = f;
-	rd_init(r, f->data, f->len);
-	*st = get_i32(r);
-	*flags = f->flags;
+	f->st = le32(fr->data);
+	f->flags = fr->flags;
+	f->len = fr->len - 4;
+	if (sink) {
+		/* came before the sink was offered: copied once */
+		int fits = f->len <= cap;
+		if (fits)
+			memcpy(sink, fr->data + 4, f->len);
+		free(fr);
+		rd_init(&f->r, sink, 0);
+		return fits ? CUDA_SUCCESS : proto_fail(c, "more data than asked for");
+	}
+	struct tls_bufs *b = tls();
+	if (!b) {
+		free(fr);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	free(b->reply);
+	b->reply = fr;
+	rd_init(&f->r, fr->data + 4, f->len);
 	return CUDA_SUCCESS;
 }
 
-CUresult rc_wait_sink(struct rc_conn *c, struct rc_waiter *w)
+CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_reply *f,
+			void *sink, size_t sinkcap)
 {
-	pthread_mutex_lock(&c->lock);
-	CUresult rc = wait_until(c, w, has_all);
-	pthread_mutex_unlock(&c->lock);
-	return rc ? rc : rc_map_status(w->sink_status);
-}
-
-void rc_waiter_done(struct rc_conn *c, struct rc_waiter *w)
-{
-	pthread_mutex_lock(&c->lock);
-	for (struct rc_waiter **p = &c->waiters; *p; p = &(*p)->next)
-		if (*p == w) {
-			*p = w->next;
-			break;
-		}
-	pthread_mutex_unlock(&c->lock);
-	while (w->head) {
-		struct rc_frame *f = w->head;
-		w->head = f->next;
-		free(f);
+	pthread_mutex_lock(&c->rx_lock);
+	struct rc_waiter *w = waiter_find(c, id);
+	pthread_mutex_unlock(&c->rx_lock);
+	if (!w || w->op != op) {
+		memset(f, 0, sizeof(*f));
+		f->r.bad = 1;
+		return is_dead(c) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_INVALID_VALUE;
 	}
-	w->tail = NULL;
-	free(w->cur);
-	w->cur = NULL;
+	CUresult rc = take_frame(c, w, f, sink, sinkcap);
+	/* the reply is over: its last frame, an error, or a dead connection */
+	if (rc || !(f->flags & RGPU_F_MORE) || f->st) {
+		pthread_mutex_lock(&c->rx_lock);
+		waiter_remove(c, w);
+		pthread_mutex_unlock(&c->rx_lock);
+		if (w->heap)
+			free(w);
+	}
+	return rc;
 }
 
 /* One request, one reply frame; the reply is kept in the thread's buffer. */
@@ -371,35 +459,34 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 	r->bad = 1; /* empty until a reply arrives */
 	if (raw_status)
 		*raw_status = 0;
-	struct tls_bufs *b = tls();
-	if (!b || req->oom)
+	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	struct rc_waiter w;
-	rc_waiter_init(&w, op, NULL, 0);
-	rc_tx_begin(c);
-	CUresult rc = rc_send(c, op, 0, req->data, req->len, NULL, 0, &w, NULL);
-	rc_tx_end(c);
-	int32_t st = 0;
-	uint32_t flags = 0;
+	struct rc_waiter w = { 0 };
+	uint64_t id;
+	pthread_mutex_lock(&c->lock);
+	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id);
+	pthread_mutex_unlock(&c->lock);
+	struct rc_reply f;
 	if (!rc)
-		rc = rc_wait_frame(c, &w, r, &st, &flags);
-	if (!rc && (flags & RGPU_F_MORE))
+		rc = rc_reply_frame(c, id, op, &f, NULL, 0);
+	else {
+		pthread_mutex_lock(&c->rx_lock);
+		waiter_remove(c, &w);
+		pthread_mutex_unlock(&c->rx_lock);
+	}
+	if (!rc && (f.flags & RGPU_F_MORE) && !f.st) {
+		/* w stays listed: the connection is dead from here on */
 		rc = proto_fail(c, "a multi-frame reply to a simple request");
-	if (!rc) {
-		/* keep the frame past rc_waiter_done: the caller reads it */
-		free(b->reply);
-		b->reply = w.cur;
-		w.cur = NULL;
+		pthread_mutex_lock(&c->rx_lock);
+		waiter_remove(c, &w);
+		pthread_mutex_unlock(&c->rx_lock);
 	}
-	rc_waiter_done(c, &w);
-	if (rc) {
-		rd_init(r, NULL, 0);
-		r->bad = 1;
+	if (rc)
 		return rc;
-	}
+	*r = f.r;
 	if (raw_status)
-		*raw_status = st;
-	return rc_map_status(st);
+		*raw_status = f.st;
+	return rc_status(f.st);
 }
 
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
@@ -411,9 +498,9 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 {
 	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	rc_tx_begin(c);
-	CUresult rc = rc_send(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL);
-	rc_tx_end(c);
+	pthread_mutex_lock(&c->lock);
+	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL);
+	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 
@@ -448,7 +535,7 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	(void)rgpu_conn_set_recv_timeout(c->c, 0);
 	c->quiet = 0;
 	if (rc == CUDA_ERROR_DEVICE_UNAVAILABLE) {
-		pthread_mutex_lock(&c->lock);
+		pthread_mutex_lock(&c->rx_lock);
 		if (c->err.code == RGPU_E_TIMEOUT)
 			snprintf(err, errlen, "no answer to the handshake within %d ms "
 					      "(RGPU_HANDSHAKE_TIMEOUT_MS): is it an rgpud, and is it "
@@ -457,7 +544,7 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 			snprintf(err, errlen, "%s", c->err.text);
 		else
 			snprintf(err, errlen, "handshake failed: %s", c->err.text);
-		pthread_mutex_unlock(&c->lock);
+		pthread_mutex_unlock(&c->rx_lock);
 		return rc;
 	}
 	if (st) {
@@ -499,11 +586,10 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 	struct rc_conn *c = ctx->dev->conn;
 	uint8_t f[40];
 	struct wbuf w = { .data = f, .cap = sizeof(f) };
-	struct rc_waiter wt;
-	rc_waiter_init(&wt, RGPU_OP_MEMCPY_HTOD, NULL, 0);
+	uint64_t id = 0;
 	CUresult rc = CUDA_SUCCESS;
 	/* all chunks go out back to back; only the last one is answered */
-	rc_tx_begin(c);
+	pthread_mutex_lock(&c->lock);
 	for (size_t off = 0; off < n && !rc; off += chunk) {
 		size_t k = n - off < chunk ? n - off : chunk;
 		int last = off + k == n && !async;
@@ -513,19 +599,16 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 		put_u64(&w, dst);
 		put_u64(&w, n);
 		put_u64(&w, off);
-		rc = rc_send(c, RGPU_OP_MEMCPY_HTOD, last ? 0 : RGPU_F_NOREPLY, f, sizeof(f),
-			     (const uint8_t *)src + off, k, last ? &wt : NULL, NULL);
+		rc = rc_send_frame(c, RGPU_OP_MEMCPY_HTOD, last ? 0 : RGPU_F_NOREPLY, &id, f, sizeof(f),
+				   (const uint8_t *)src + off, k);
 	}
-	rc_tx_end(c);
+	pthread_mutex_unlock(&c->lock);
 	if (!rc && !async) {
-		struct rd r;
-		int32_t st;
-		uint32_t flags;
-		rc = rc_wait_frame(c, &wt, &r, &st, &flags);
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_MEMCPY_HTOD, &r, NULL, 0);
 		if (!rc)
-			rc = rc_map_status(st);
+			rc = rc_status(r.st);
 	}
-	rc_waiter_done(c, &wt);
 	return rc;
 }
 
@@ -540,18 +623,23 @@ CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src
 	put_u64(&w, stream);
 	put_u64(&w, src);
 	put_u64(&w, n);
+	uint64_t id;
+	pthread_mutex_lock(&c->lock);
+	CUresult rc = rc_send_frame(c, RGPU_OP_MEMCPY_DTOH, 0, &id, f, sizeof(f), NULL, 0);
+	pthread_mutex_unlock(&c->lock);
 	/* data frames land straight in the caller's buffer */
-	struct rc_waiter wt;
-	rc_waiter_init(&wt, RGPU_OP_MEMCPY_DTOH, dst, n);
-	rc_tx_begin(c);
-	CUresult rc = rc_send(c, RGPU_OP_MEMCPY_DTOH, 0, f, sizeof(f), NULL, 0, &wt, NULL);
-	rc_tx_end(c);
-	if (!rc)
-		rc = rc_wait_sink(c, &wt);
-	if (!rc && wt.sink_got != n) {
-		rc_waiter_done(c, &wt);
-		return rc_conn_fail(c, RGPU_E_PROTO, "protocol error: short data");
+	size_t got = 0;
+	for (int more = 1; !rc && more;) {
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_MEMCPY_DTOH, &r, (uint8_t *)dst + got, n - got);
+		if (rc)
+			break;
+		got += r.len;
+		more = (r.flags & RGPU_F_MORE) != 0;
+		if (r.st)
+			rc = rc_status(r.st); /* an error frame is always the last */
+		else if (!more && got != n)
+			rc = proto_fail(c, "short data");
 	}
-	rc_waiter_done(c, &wt);
 	return rc;
 }

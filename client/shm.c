@@ -167,10 +167,9 @@ CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const
 	struct rc_conn *c = ctx->dev->conn;
 	if (n == 0)
 		return CUDA_SUCCESS;
-	struct rc_waiter wt;
-	rc_waiter_init(&wt, RGPU_OP_SHM_HTOD, NULL, 0);
 	pthread_mutex_lock(&c->ring_lock);
 	CUresult rc = CUDA_SUCCESS;
+	uint64_t id = 0;
 	const size_t chunk = rc_chunk_bytes(RGPU_CHUNK_SIZE / 2);
 	for (size_t off = 0; !rc && off < n; off += chunk) {
 		size_t k = n - off < chunk ? n - off : chunk;
@@ -196,21 +195,17 @@ CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const
 		put_u64(&w, off);
 		put_u32(&w, (uint32_t)slot);
 		put_u32(&w, (uint32_t)k);
-		int answered = last && !async;
-		rc_tx_begin(c);
-		rc = rc_send(c, RGPU_OP_SHM_HTOD, answered ? 0 : RGPU_F_NOREPLY, f, w.len, NULL, 0,
-			     answered ? &wt : NULL, NULL);
-		rc_tx_end(c);
+		pthread_mutex_lock(&c->lock);
+		rc = rc_send_frame(c, RGPU_OP_SHM_HTOD, last && !async ? 0 : RGPU_F_NOREPLY, &id, f,
+				   w.len, NULL, 0);
+		pthread_mutex_unlock(&c->lock);
 	}
 	if (!rc && !async) {
-		struct rd r;
-		int32_t st;
-		uint32_t flags;
-		rc = rc_wait_frame(c, &wt, &r, &st, &flags);
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_SHM_HTOD, &r, NULL, 0);
 		if (!rc)
-			rc = rc_map_status(st);
+			rc = rc_status(r.st);
 	}
-	rc_waiter_done(c, &wt);
 	pthread_mutex_unlock(&c->ring_lock);
 	return rc;
 }
@@ -226,29 +221,26 @@ CUresult rc_shm_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr
 	put_u64(&w, stream);
 	put_u64(&w, src);
 	put_u64(&w, n);
-	struct rc_waiter wt;
-	rc_waiter_init(&wt, RGPU_OP_SHM_DTOH, NULL, 0);
+	uint64_t id;
 	pthread_mutex_lock(&c->ring_lock);
-	rc_tx_begin(c);
-	CUresult rc = rc_send(c, RGPU_OP_SHM_DTOH, 0, f, w.len, NULL, 0, &wt, NULL);
-	rc_tx_end(c);
+	pthread_mutex_lock(&c->lock);
+	CUresult rc = rc_send_frame(c, RGPU_OP_SHM_DTOH, 0, &id, f, w.len, NULL, 0);
+	pthread_mutex_unlock(&c->lock);
 	size_t got = 0;
 	for (int more = 1; !rc && more;) {
-		struct rd r;
-		int32_t st;
-		uint32_t flags;
-		rc = rc_wait_frame(c, &wt, &r, &st, &flags);
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_SHM_DTOH, &r, NULL, 0);
 		if (rc)
 			break;
-		more = (flags & RGPU_F_MORE) != 0;
-		if (st) {
-			rc = rc_map_status(st);
+		more = (r.flags & RGPU_F_MORE) != 0;
+		if (r.st) {
+			rc = rc_status(r.st);
 			break;
 		}
-		if (r.left == 0 && !more)
+		if (r.len == 0 && !more)
 			break;
-		uint32_t slot = get_u32(&r), len = get_u32(&r);
-		if (!rd_ok(&r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > n - got) {
+		uint32_t slot = get_u32(&r.r), len = get_u32(&r.r);
+		if (!rd_ok(&r.r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > n - got) {
 			rc = rc_conn_fail(c, RGPU_E_PROTO, "protocol error: bad staging reply");
 			break;
 		}
@@ -258,7 +250,6 @@ CUresult rc_shm_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr
 		if (!more && got != n)
 			rc = rc_conn_fail(c, RGPU_E_PROTO, "protocol error: short data");
 	}
-	rc_waiter_done(c, &wt);
 	pthread_mutex_unlock(&c->ring_lock);
 	return rc;
 }

@@ -41,8 +41,8 @@ static void conn_open(struct rc_conn *c, int *srv_fd)
 	memset(c, 0, sizeof(*c));
 	snprintf(c->host, sizeof(c->host), "test");
 	c->port = 1;
-	pthread_mutex_init(&c->tx_lock, NULL);
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->rx_lock, NULL);
 	pthread_cond_init(&c->cv, NULL);
 	pthread_mutex_init(&c->ring_lock, NULL);
 	c->c = rgpu_stream_wrap(sv[0], "test");
