@@ -193,7 +193,8 @@ suite() {
 	# many threads on one connection; one thread's long synchronisation
 	# must not hold up another's calls (SKIP, with the reason, while the
 	# server answers a session's requests strictly in order)
-	run t_threads "$ONE" -- t_threads
+	# (fewer rounds under valgrind: its threads run one at a time)
+	run t_threads "$ONE" -- T_ITERS=$([ ${#WRAP[@]} -gt 0 ] && echo 3 || echo 12) t_threads
 	run t_sync_overlap "$ONE" -- t_sync_overlap
 
 	# several clients at once on one daemon (and both daemons)
