@@ -194,6 +194,8 @@ void rc_unsupported(const char *name);
  * failure *r is empty (reading it fails), so a caller may read an error
  * message field without checking how the call failed. */
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
+/* The same with c->lock held (a call between the frames of a copy). */
+CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
 /* the calling thread's request buffer, reset */
 struct wbuf *rc_req(void);
 /* Sends a request that gets no reply (launches, async copies, event

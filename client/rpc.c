@@ -451,9 +451,10 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 	return rc;
 }
 
-/* One request, one reply frame; the reply is kept in the thread's buffer. */
+/* One request, one reply frame; the reply is kept in the thread's buffer.
+ * locked: the caller holds c->lock already. */
 static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r,
-		     int32_t *raw_status)
+		     int32_t *raw_status, int locked)
 {
 	rd_init(r, NULL, 0);
 	r->bad = 1; /* empty until a reply arrives */
@@ -463,9 +464,11 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct rc_waiter w = { 0 };
 	uint64_t id;
-	pthread_mutex_lock(&c->lock);
+	if (!locked)
+		pthread_mutex_lock(&c->lock);
 	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id);
-	pthread_mutex_unlock(&c->lock);
+	if (!locked)
+		pthread_mutex_unlock(&c->lock);
 	struct rc_reply f;
 	if (!rc)
 		rc = rc_reply_frame(c, id, op, &f, NULL, 0);
@@ -491,7 +494,12 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
 {
-	return call(c, op, req, r, NULL);
+	return call(c, op, req, r, NULL, 0);
+}
+
+CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
+{
+	return call(c, op, req, r, NULL, 1);
 }
 
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
@@ -531,7 +539,7 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	(void)rgpu_conn_set_recv_timeout(c->c, tmo);
 	struct rd r;
 	int32_t st = 0;
-	CUresult rc = call(c, RGPU_OP_HELLO, w, &r, &st);
+	CUresult rc = call(c, RGPU_OP_HELLO, w, &r, &st, 0);
 	(void)rgpu_conn_set_recv_timeout(c->c, 0);
 	c->quiet = 0;
 	if (rc == CUDA_ERROR_DEVICE_UNAVAILABLE) {
