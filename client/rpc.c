@@ -43,7 +43,7 @@ struct rc_waiter {
 	 * fills it in place when no frame is queued */
 	uint8_t *sink;
 	size_t sink_cap;
-	int sink_busy;              /* the reader is writing into it */
+	int busy;                   /* the reader is delivering a frame to it */
 	int sunk;                   /* it holds a frame: */
 	int32_t sunk_st;
 	uint32_t sunk_flags;
@@ -267,29 +267,51 @@ static int32_t le32(const uint8_t *b)
 			 (uint32_t)b[3] << 24);
 }
 
-/* The payload of h straight into w's sink. */
-static CUresult read_into_sink(struct rc_conn *c, const struct rgpu_hdr *h, struct rc_waiter *w,
-			       uint8_t *sink, size_t cap)
+/* The payload of h for w: into its sink, or queued as a frame.  w is
+ * marked busy meanwhile, so that it outlives the delivery even if the
+ * connection dies and its caller stops waiting. */
+static CUresult deliver(struct rc_conn *c, const struct rgpu_hdr *h, struct rc_waiter *w,
+			uint8_t *sink, size_t cap)
 {
 	uint8_t b[4];
 	size_t k = h->len - 4;
+	struct rc_frame *f = NULL;
 	CUresult rc = CUDA_SUCCESS;
-	if (rgpu_recv(c->c, b, 4) < 0)
+	if (h->op != w->op) {
+		rc = proto_fail(c, "a reply to another kind of request");
+	} else if (sink) {
+		if (rgpu_recv(c->c, b, 4) < 0)
+			rc = rc_conn_failed(c, "reading a reply");
+		else if (k > cap)
+			rc = proto_fail(c, "more data than asked for");
+		else if (k && rgpu_recv(c->c, sink, k) < 0)
+			rc = rc_conn_failed(c, "reading data");
+	} else if (!(f = malloc(sizeof(*f) + h->len))) {
+		rc = rc_conn_fail(c, RGPU_E_SYSTEM, "out of memory for a reply");
+	} else if (rgpu_recv(c->c, f->data, h->len) < 0) {
 		rc = rc_conn_failed(c, "reading a reply");
-	else if (k > cap)
-		rc = proto_fail(c, "more data than asked for");
-	else if (k && rgpu_recv(c->c, sink, k) < 0)
-		rc = rc_conn_failed(c, "reading data");
+	}
 	pthread_mutex_lock(&c->rx_lock);
-	w->sink_busy = 0;
-	if (!rc) {
+	w->busy = 0;
+	if (!rc && sink) {
 		w->sunk = 1;
 		w->sunk_st = le32(b);
 		w->sunk_flags = h->flags;
 		w->sunk_len = k;
+	} else if (!rc) {
+		f->next = NULL;
+		f->flags = h->flags;
+		f->len = h->len;
+		if (w->tail)
+			w->tail->next = f;
+		else
+			w->head = f;
+		w->tail = f;
+		f = NULL;
 	}
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->rx_lock);
+	free(f);
 	return rc;
 }
 
@@ -312,54 +334,33 @@ static CUresult read_one(struct rc_conn *c)
 	struct rc_waiter *w = waiter_find(c, h.id);
 	uint8_t *sink = NULL;
 	size_t cap = 0;
-	if (w && w->sink && !w->head && !w->sunk) {
-		sink = w->sink;
-		cap = w->sink_cap;
-		w->sink_busy = 1;
+	if (w) {
+		w->busy = 1;
+		if (w->sink && !w->head && !w->sunk) {
+			sink = w->sink;
+			cap = w->sink_cap;
+		}
 	}
 	pthread_mutex_unlock(&c->rx_lock);
-	if (!w) {
-		/* only ids that were sent may come back */
-		if (h.id == 0 || h.id > __atomic_load_n(&c->next_id, __ATOMIC_RELAXED))
-			return proto_fail(c, "a reply to a request never sent");
-		if (rgpu_frame_skip(c->c, h.len) < 0)
-			return rc_conn_failed(c, "reading a reply");
-		return CUDA_SUCCESS;
-	}
-	if (h.op != w->op)
-		return proto_fail(c, "a reply to another kind of request");
-	if (sink)
-		return read_into_sink(c, &h, w, sink, cap);
-	struct rc_frame *f = malloc(sizeof(*f) + h.len);
-	if (!f)
-		return rc_conn_fail(c, RGPU_E_SYSTEM, "out of memory for a reply");
-	f->next = NULL;
-	f->flags = h.flags;
-	f->len = h.len;
-	if (rgpu_recv(c->c, f->data, h.len) < 0) {
-		free(f);
+	if (w)
+		return deliver(c, &h, w, sink, cap);
+	/* its caller gave up; only ids that were sent may come back */
+	if (h.id == 0 || h.id > __atomic_load_n(&c->next_id, __ATOMIC_RELAXED))
+		return proto_fail(c, "a reply to a request never sent");
+	if (rgpu_frame_skip(c->c, h.len) < 0)
 		return rc_conn_failed(c, "reading a reply");
-	}
-	pthread_mutex_lock(&c->rx_lock);
-	if (w->tail)
-		w->tail->next = f;
-	else
-		w->head = f;
-	w->tail = f;
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->rx_lock);
 	return CUDA_SUCCESS;
 }
 
 /* With rx_lock held: returns once w has a frame, or the connection is dead
- * (and the reader no longer writes into w's sink), reading frames for
- * everyone while nobody else does. */
+ * (and the reader is done with w), reading frames for everyone while
+ * nobody else does. */
 static CUresult wait_frame(struct rc_conn *c, struct rc_waiter *w)
 {
 	for (;;) {
 		if (w->head || w->sunk)
 			return CUDA_SUCCESS;
-		if (c->dead && !w->sink_busy)
+		if (c->dead && !w->busy)
 			return CUDA_ERROR_DEVICE_UNAVAILABLE;
 		if (!c->reading && !c->dead) {
 			c->reading = 1;
@@ -463,26 +464,24 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct rc_waiter w = { 0 };
-	uint64_t id;
+	uint64_t id = 0; /* stays 0 if nothing was sent: no waiter has it */
 	if (!locked)
 		pthread_mutex_lock(&c->lock);
 	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id);
 	if (!locked)
 		pthread_mutex_unlock(&c->lock);
+	/* also after a failed send: that takes w off the list once the
+	 * reader is done with it */
 	struct rc_reply f;
+	CUresult rrc = rc_reply_frame(c, id, op, &f, NULL, 0);
 	if (!rc)
-		rc = rc_reply_frame(c, id, op, &f, NULL, 0);
-	else {
-		pthread_mutex_lock(&c->rx_lock);
-		waiter_remove(c, &w);
-		pthread_mutex_unlock(&c->rx_lock);
-	}
+		rc = rrc;
 	if (!rc && (f.flags & RGPU_F_MORE) && !f.st) {
-		/* w stays listed: the connection is dead from here on */
 		rc = proto_fail(c, "a multi-frame reply to a simple request");
-		pthread_mutex_lock(&c->rx_lock);
-		waiter_remove(c, &w);
-		pthread_mutex_unlock(&c->rx_lock);
+		/* w leaves the list when the dead connection is noticed */
+		while (rc_reply_frame(c, id, op, &f, NULL, 0) == CUDA_SUCCESS &&
+		       (f.flags & RGPU_F_MORE) && !f.st)
+			;
 	}
 	if (rc)
 		return rc;
