@@ -86,7 +86,12 @@ static CUresult verbs_upgrade(struct rc_conn *c, int required)
 		return required ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 	}
 	struct rgpu_error e;
+	/* verbs keeps using the TCP socket underneath: the handshake's
+	 * receive bound must not stay on it (back on TCP, it does again) */
+	(void)rgpu_conn_set_recv_timeout(c->c, 0);
 	struct rgpu_conn *v = rgpu_verbs_upgrade(c->c, 0, &e);
+	if (!v)
+		(void)rgpu_conn_set_recv_timeout(c->c, (int)rc_setting(RS_HANDSHAKE_TIMEOUT_MS));
 	if (v) {
 		c->c = v;
 		log_info("%s:%u: on InfiniBand verbs", c->host, c->port);
@@ -202,13 +207,19 @@ static void do_init(void)
 		}
 		CUresult rc = fetch_device(d);
 		if (rc) {
-			log_err("GPU %u of %s:%u: %s", d->gpu, d->conn->host, d->conn->port,
+			log_err("GPU %u of %s:%u: %s%s%s", d->gpu, d->conn->host, d->conn->port,
 				rc == CUDA_ERROR_NOT_PERMITTED ? "not permitted (no lease for this job?)"
-							       : "cannot read its properties");
+							       : "cannot read its properties",
+				d->conn->dead ? ": " : "", d->conn->dead ? d->conn->err.text : "");
 			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
 			return;
 		}
 	}
+	/* cuInit's calls were bounded by the handshake timeout (rc_hello);
+	 * from here on a reply may take as long as its work (a kernel may
+	 * run for hours): liveness is TCP keepalive's */
+	for (int i = 0; i < rc_nconn; i++)
+		(void)rgpu_conn_set_recv_timeout(rc_conns[i].c, 0);
 	rc_ndev = n;
 	init_result = CUDA_SUCCESS;
 }

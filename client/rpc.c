@@ -513,7 +513,8 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 
 /* The handshake, bounded by RGPU_HANDSHAKE_TIMEOUT_MS: a peer that accepts
  * the connection and never answers (another service, a hung rgpud) fails
- * cuInit instead of hanging it. */
+ * cuInit instead of hanging it.  The bound stays on every receive until
+ * the caller lifts it (cuInit does once its own calls are done). */
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 {
 	void *cred = NULL;
@@ -539,7 +540,6 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	struct rd r;
 	int32_t st = 0;
 	CUresult rc = call(c, RGPU_OP_HELLO, w, &r, &st, 0);
-	(void)rgpu_conn_set_recv_timeout(c->c, 0);
 	c->quiet = 0;
 	if (rc == CUDA_ERROR_DEVICE_UNAVAILABLE) {
 		pthread_mutex_lock(&c->rx_lock);

@@ -270,7 +270,8 @@ if want t_verbs_required; then
 fi
 
 # Peers that are not a working rgpud: one that accepts and never answers
-# (a hung rgpud, another service) and one that answers HTTP.  cuInit fails
+# (a hung rgpud, another service), one that answers HTTP, and one that
+# answers the handshake and then nothing (hung after it).  cuInit fails
 # within RGPU_HANDSHAKE_TIMEOUT_MS and the log names the server and why.
 # start_peer MODE -> PEER_PORT, PEER_PID
 start_peer() {
@@ -281,16 +282,32 @@ s = socket.socket()
 s.bind(("127.0.0.1", 0))
 s.listen(8)
 print(s.getsockname()[1], flush=True)
+import struct
+def exactly(c, n):
+    b = b""
+    while len(b) < n:
+        k = c.recv(n - len(b))
+        if not k:
+            raise OSError("closed")
+        b += k
+    return b
 held = []
 while True:
     c, _ = s.accept()
     held.append(c)
-    if sys.argv[1] == "foreign":
-        try:
+    try:
+        if sys.argv[1] == "foreign":
             c.recv(4096)
             c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-        except OSError:
-            pass' "$1" >"$pf" 2>"$LOGDIR/peer-$1.err" &
+        elif sys.argv[1] == "hung":
+            # answers HELLO as rgpud does (one GPU), then never again
+            magic, ver, op, flags, n, rid = struct.unpack("<IHHIIQ", exactly(c, 24))
+            exactly(c, n)
+            sid = b"hung-test\0"
+            body = struct.pack("<iI", 0, len(sid)) + sid + struct.pack("<I", 1)
+            c.sendall(struct.pack("<IHHIIQ", magic, ver, op, 1, len(body), rid) + body)
+    except OSError:
+        pass' "$1" >"$pf" 2>"$LOGDIR/peer-$1.err" &
 	PEER_PID=$!
 	for _ in $(seq 1 50); do
 		PEER_PORT=$(head -1 "$pf" 2>/dev/null)
@@ -325,6 +342,20 @@ if want t_foreign_peer; then
 		verdict t_foreign_peer_log $? "stderr does not say that 127.0.0.1:$PEER_PORT is not an rgpud"
 		! grep -q "No such file or directory" "$LOGDIR/t_foreign_peer.err"
 		verdict t_foreign_peer_no_stale_errno $? "a stale errno in the message"
+	fi
+	stop_peer
+fi
+
+if want t_hung_peer; then
+	start_peer hung
+	t0=$(date +%s%N)
+	run t_hung_peer "127.0.0.1:$PEER_PORT/0" -- RGPU_TRANSPORT=tcp RGPU_HANDSHAKE_TIMEOUT_MS=1000 t_noserver
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	if [ "$LAST_RC" -eq 0 ]; then
+		grep "127.0.0.1:$PEER_PORT" "$LOGDIR/t_hung_peer.err" | grep -q "no answer in time"
+		verdict t_hung_peer_log $? "stderr does not name 127.0.0.1:$PEER_PORT and the missing answer"
+		[ "$ms" -lt 5000 ]
+		verdict t_hung_peer_bounded $? "cuInit took $ms ms with RGPU_HANDSHAKE_TIMEOUT_MS=1000"
 	fi
 	stop_peer
 fi
