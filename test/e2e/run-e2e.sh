@@ -430,8 +430,13 @@ if [ "${RGPU_VALGRIND:-0}" = 1 ]; then
 		export T_BUSY_MS=200
 		suite
 		unset T_BUSY_MS
-		WRAP=()
 		SUFFIX=""
+		# the client's locking, checked: threads sharing a connection
+		# under helgrind (over TCP: the copy path's own threads are the
+		# same-host path's)
+		WRAP=(valgrind -q --tool=helgrind --error-exitcode=99)
+		run t_threads_helgrind "$ONE" -- T_THREADS=4 T_ITERS=2 RGPU_TRANSPORT=tcp t_threads
+		WRAP=()
 	else
 		echo "RGPU_VALGRIND=1 but valgrind is not installed"
 		FAIL=$((FAIL + 1)); FAILED="$FAILED valgrind-missing"
