@@ -433,9 +433,10 @@ if [ "${RGPU_VALGRIND:-0}" = 1 ]; then
 		SUFFIX=""
 		# the client's locking, checked: threads sharing a connection
 		# under helgrind (over TCP: the copy path's own threads are the
-		# same-host path's)
+		# same-host path's; without managed memory, whose coherence
+		# fetches rewrite regions other threads read)
 		WRAP=(valgrind -q --tool=helgrind --error-exitcode=99)
-		run t_threads_helgrind "$ONE" -- T_THREADS=4 T_ITERS=2 RGPU_TRANSPORT=tcp t_threads
+		run t_threads_helgrind "$ONE" -- T_THREADS=4 T_ITERS=2 T_MANAGED=0 RGPU_TRANSPORT=tcp t_threads
 		WRAP=()
 	else
 		echo "RGPU_VALGRIND=1 but valgrind is not installed"
