@@ -56,6 +56,7 @@ int rgpud_sessions_of_uid(uint32_t uid)
 }
 
 static int require_lease, open_access, max_sessions_per_user;
+static int check_interval_s = RGPUD_LEASE_CHECK_INTERVAL_S;
 static unsigned admin_uid;
 static uint32_t *allow_uids, *allow_gids;
 static size_t nallow_uids, nallow_gids;
@@ -86,7 +87,7 @@ static void *expiry_main(void *arg)
 	while (!expiry_stop) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += RGPUD_LEASE_CHECK_INTERVAL_S;
+		ts.tv_sec += check_interval_s;
 		while (!expiry_stop &&
 		       pthread_cond_timedwait(&expiry_cv, &expiry_mu, &ts) != ETIMEDOUT)
 			;
@@ -105,6 +106,8 @@ int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t e
 	require_lease = cfg->require_lease;
 	open_access = cfg->open_access && !require_lease;
 	max_sessions_per_user = cfg->max_sessions_per_user;
+	check_interval_s = cfg->check_interval_s > 0 ? cfg->check_interval_s
+						     : RGPUD_LEASE_CHECK_INTERVAL_S;
 	admin_uid = cfg->admin_uid;
 	free(allow_uids);
 	free(allow_gids);

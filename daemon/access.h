@@ -30,6 +30,7 @@ struct rgpud_access_config {
 	const uint32_t *allow_gids;
 	size_t nallow_gids;
 	int max_sessions_per_user; /* authenticated uids other than root; 0: none */
+	int check_interval_s;      /* how often expired leases are collected (0: default) */
 	const char *state_dir; /* where leases persist across restarts */
 	unsigned admin_uid;    /* besides root, may manage leases (SlurmUser) */
 };

@@ -58,6 +58,7 @@ static void usage(FILE *f)
 "                            at once (default: no limit)\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
 "      --slurm-user=USER     besides root, the user allowed to manage leases\n"
+"      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -359,6 +360,7 @@ int main(int argc, char **argv)
 		{ "hello-timeout", required_argument, NULL, 'T' },
 		{ "max-pending-per-host", required_argument, NULL, 'M' },
 		{ "max-sessions-per-user", required_argument, NULL, 'u' },
+		{ "lease-check-interval", required_argument, NULL, 'I' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char listen_addr[300];
@@ -424,6 +426,7 @@ int main(int argc, char **argv)
 		case 'G': id_list("allow-groups", optarg, 1, &allow_gids, &nallow_gids); break;
 		case 'T': srv->hello_timeout_ms = (int)(1000 * num_opt("hello-timeout", optarg, 1, 3600)); break;
 		case 'M': srv->max_pending_per_host = (int)num_opt("max-pending-per-host", optarg, 1, 100000); break;
+		case 'I': acfg.check_interval_s = (int)num_opt("lease-check-interval", optarg, 1, 86400); break;
 		case 'u': srv->max_sessions_per_user = (int)num_opt("max-sessions-per-user", optarg, 0, 1000000); break;
 		case 'V': printf("rgpud %s (protocol %d)\n", PACKAGE_VERSION, RGPU_PROTO_VERSION); return 0;
 		default: usage(stderr); return 2;
