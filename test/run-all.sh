@@ -73,6 +73,18 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 			san_fail=1
 			status=1
 		fi
+		# and the parent's tests (test/parent) against it
+		if RGPU_PARENT_DAEMON_BUILD=$top/_build-san RGPU_PARENT_LOGDIR=$PWD/parent-san-logs \
+		   RGPU_VA_BASE=0x400000000000 ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD \
+		   bash "$top/test/parent/run-parent.sh" > parent-san.log 2>&1; then
+			echo "PASS: rgpud parent tests with rgpud under ASan/UBSan"
+			san_pass=$((${san_pass:-0} + 1))
+		else
+			echo "FAIL: rgpud parent tests with rgpud under ASan/UBSan:"
+			grep -E '^FAIL' parent-san.log | head -20
+			san_fail=$((${san_fail:-0} + 1))
+			status=1
+		fi
 	fi
 fi
 

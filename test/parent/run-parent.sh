@@ -11,9 +11,12 @@
 # RGPU_PARENT_LOGDIR (default ./parent-logs).
 set -u
 : "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
-RGPUD=$top_builddir/daemon/rgpud
+# RGPU_PARENT_DAEMON_BUILD: another build tree whose rgpud and emulated
+# device are tested (a sanitizer build: test/run-all.sh)
+DAEMON_BUILD=${RGPU_PARENT_DAEMON_BUILD:-$top_builddir}
+RGPUD=$DAEMON_BUILD/daemon/rgpud
 TP=$top_builddir/daemon/t_parent
-EMULIB=$top_builddir/emu/.libs/librgpu-emu.so
+EMULIB=$DAEMON_BUILD/emu/.libs/librgpu-emu.so
 CLIENTLIB=$top_builddir/client/.libs/libcuda.so.1
 LOGDIR=${RGPU_PARENT_LOGDIR:-$PWD/parent-logs}
 for f in "$RGPUD" "$TP" "$EMULIB"; do
@@ -188,7 +191,7 @@ if [ "$HAVE_MUNGE" = 1 ]; then
 			--slurm-user="$(id -u)" >"$LOGDIR/leases-restarted.log" 2>&1 &
 		LPID=$!
 		PIDS="$PIDS $LPID"
-		for _ in $(seq 100); do grep -q serving "$LOGDIR/leases-restarted.log" && break; sleep 0.05; done
+		for _ in $(seq 100); do grep -q serving "$LOGDIR/leases-restarted.log" 2>/dev/null && break; sleep 0.05; done
 		SLURM_JOB_ID=4242 "$TP" quota 127.0.0.1 "$LPORT" $((768 << 20)) $((512 << 20)) \
 			>"$LOGDIR/quota2.out" 2>&1
 		check t_restart_quota_not_spent_twice \
@@ -323,6 +326,21 @@ if [ "$ROOT" = 1 ]; then
 		stop_rgpud "$PID"
 		wait "$H" 2>/dev/null
 	fi
+	# the same-host shared-memory path with a worker that dropped root
+	# (it opens the client's /proc/PID/fd as the client's uid)
+	E2E=$top_builddir/test/e2e
+	if [ -x "$E2E/t_memory" ] && [ -e "$CLIENTLIB" ] && start_rgpud drop-shm --open; then
+		(cd "$TMP" && as_uid 54325 env RGPU_SERVERS="127.0.0.1:$PORT" RGPU_TRANSPORT=local \
+			RGPU_LOG_LEVEL=info LD_LIBRARY_PATH="$(dirname "$CLIENTLIB")" "$E2E/t_memory") \
+			>"$LOGDIR/drop-shm.out" 2>&1
+		rc=$?
+		check t_dropped_worker_same_host_shared_memory \
+			'[ $rc = 0 ] && grep -q "shared memory" "$LOGDIR/drop-shm.out" && grep -q "worker runs as uid 54325" "$LOG"' \
+			"rc $rc: $(tail -3 "$LOGDIR/drop-shm.out")"
+		stop_rgpud "$PID"
+	else
+		sk t_dropped_worker_same_host_shared_memory "e2e programs or client not built"
+	fi
 else
 	sk t_squatter_gets_no_credential "needs root"
 	sk t_worker_runs_as_client_uid "needs root"
@@ -336,6 +354,13 @@ check t_probe_error_emulated 'grep -q "cuInit failed" "$LOGDIR/probe-emu.log" &&
 "$RGPUD" --driver=/nonexistent/libcuda.so.1 --listen "127.0.0.1:$P4" >"$LOGDIR/probe-nodrv.log" 2>&1
 check t_probe_error_no_driver 'grep -q "cannot load CUDA driver /nonexistent/libcuda.so.1" "$LOGDIR/probe-nodrv.log"' \
 	"$(cat "$LOGDIR/probe-nodrv.log")"
+
+# no sanitizer report from any rgpud (parent or worker)
+if grep -lE 'AddressSanitizer|runtime error:|LeakSanitizer' "$LOGDIR"/*.log >/dev/null 2>&1; then
+	ko rgpud_sanitizers "$(grep -lE 'AddressSanitizer|runtime error:|LeakSanitizer' "$LOGDIR"/*.log | tr '\n' ' ')"
+else
+	ok rgpud_sanitizers
+fi
 
 echo "parent: $pass passed, $fail failed, $skip skipped; logs in $LOGDIR"
 [ "$fail" = 0 ] || exit 1
