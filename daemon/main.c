@@ -252,10 +252,10 @@ static int probe_gpus(const char *driver, struct probe_gpu *g, int max, char *er
 /* The worker gives up root for the uid it serves (server.c says whom and
  * why), keeps no way back, cannot be traced by that user (it would then
  * allocate past the parent's accounting), and dies with its parent. */
-static int worker_drop(const char *name, unsigned uid, unsigned gid, int parent)
+static int worker_drop(const char *name, unsigned uid, unsigned gid, int parent, int groups)
 {
 	if (geteuid() == 0 && uid != 0) {
-		struct passwd *pw = getpwuid(uid);
+		struct passwd *pw = groups ? getpwuid(uid) : NULL;
 		if ((pw ? initgroups(pw->pw_name, gid) : setgroups(0, NULL)) < 0 || setgid(gid) < 0 ||
 		    setuid(uid) < 0) {
 			log_err("%s: cannot run as uid %u gid %u: %s", name, uid, gid, strerror(errno));
@@ -279,13 +279,13 @@ static int worker_drop(const char *name, unsigned uid, unsigned gid, int parent)
 static int worker_main(const char *fds, const char *who, const char *runas, const char *name,
 		       const char *driver)
 {
-	int cfd, ctl, parent;
+	int cfd, ctl, parent, groups;
 	unsigned uid, gid, run_uid, run_gid;
 	unsigned long long job;
 	int admin, authd;
 	if (!driver || sscanf(fds, "%d,%d", &cfd, &ctl) != 2 || !who || !runas ||
 	    sscanf(who, "%u,%u,%llu,%d,%d", &uid, &gid, &job, &admin, &authd) != 5 ||
-	    sscanf(runas, "%u,%u,%d", &run_uid, &run_gid, &parent) != 3) {
+	    sscanf(runas, "%u,%u,%d,%d", &run_uid, &run_gid, &parent, &groups) != 4) {
 		fprintf(stderr, "rgpud: --session-worker is internal to rgpud\n");
 		return 2;
 	}
@@ -298,7 +298,7 @@ static int worker_main(const char *fds, const char *who, const char *runas, cons
 		log_err("%s: %s", name, err);
 		return 1;
 	}
-	if (worker_drop(name, run_uid, run_gid, parent) < 0)
+	if (worker_drop(name, run_uid, run_gid, parent, groups) < 0)
 		return 1;
 	int rc = srv->drv.cuInit(0);
 	if (!rc)

@@ -90,8 +90,22 @@ void rgpud_sessions_end_job(uint64_t job_id)
  * kernel; a client nobody vouches for (--open over TCP) gets nobody.  The
  * worker then can touch only what its user can, which the same-host path
  * needs anyway (it opens the client's /proc/PID/fd). */
-static void worker_identity(const struct session *s, int cfd, unsigned *uid, unsigned *gid)
+static unsigned nobody_ids[2] = { 65534, 65534 };
+
+static void find_nobody(void)
 {
+	struct passwd *pw = getpwnam("nobody");
+	if (pw) {
+		nobody_ids[0] = pw->pw_uid;
+		nobody_ids[1] = pw->pw_gid;
+	}
+}
+
+/* *groups: whether the worker takes the user's supplementary groups too */
+static void worker_identity(const struct session *s, int cfd, unsigned *uid, unsigned *gid,
+			    int *groups)
+{
+	*groups = 1;
 	struct ucred cr;
 	socklen_t cl = sizeof(cr);
 	struct sockaddr_storage ss;
@@ -104,9 +118,11 @@ static void worker_identity(const struct session *s, int cfd, unsigned *uid, uns
 		*uid = cr.uid;
 		*gid = cr.gid;
 	} else {
-		struct passwd *pw = getpwnam("nobody");
-		*uid = pw ? pw->pw_uid : 65534;
-		*gid = pw ? pw->pw_gid : 65534;
+		static pthread_once_t once = PTHREAD_ONCE_INIT;
+		pthread_once(&once, find_nobody); /* looked up once, not per session */
+		*uid = nobody_ids[0];
+		*gid = nobody_ids[1];
+		*groups = 0; /* none: nobody is nobody */
 	}
 }
 
@@ -117,13 +133,14 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl)
 	struct rgpud *srv = &rgpud_server;
 	char fds[32], who[96], lvl[8], runas[64];
 	unsigned uid, gid;
-	worker_identity(s, cfd, &uid, &gid);
+	int groups;
+	worker_identity(s, cfd, &uid, &gid, &groups);
 	pid_t parent = getpid();
 	snprintf(fds, sizeof(fds), "%d,%d", cfd, ctl);
 	snprintf(who, sizeof(who), "%u,%u,%llu,%d,%d", s->who.uid, s->who.gid,
 		 (unsigned long long)s->who.job_id, s->who.admin, s->who.authenticated);
 	snprintf(lvl, sizeof(lvl), "%d", rgpu_log_level());
-	snprintf(runas, sizeof(runas), "%u,%u,%d", uid, gid, (int)parent);
+	snprintf(runas, sizeof(runas), "%u,%u,%d,%d", uid, gid, (int)parent, groups);
 	char *argv[20];
 	int n = 0;
 	argv[n++] = "rgpud";
@@ -211,8 +228,11 @@ out:
 struct pending {
 	struct rgpu_conn *c;
 	int fd;
-	long long deadline, recheck; /* monotonic ms */
-	char addr[64];               /* the peer's address (or local uid) */
+	long long deadline; /* monotonic ms */
+	char addr[64];      /* the peer's address (or local uid) */
+	uint8_t hdr[RGPU_HDR_SIZE];
+	uint8_t *frame;     /* the HELLO frame, once its header is checked */
+	size_t got, need;   /* bytes read so far, of the whole frame */
 };
 
 static struct pending *pend;
@@ -248,6 +268,7 @@ static void peer_key(int fd, char *out, size_t n)
 static void pending_drop(size_t i)
 {
 	rgpu_conn_close(pend[i].c);
+	free(pend[i].frame);
 	pend[i] = pend[--npend];
 }
 
@@ -314,52 +335,65 @@ static int start_session(struct rgpud *srv, struct rgpu_conn *c, uint8_t *frame,
 	return 0;
 }
 
+/* Reads what is there of the HELLO frame, never past its end (requests
+ * pipelined behind it stay in the socket for the worker): 1 when complete,
+ * 0 when more is to come, -1 to drop the connection. */
+static int pending_fill(struct pending *p)
+{
+	for (;;) {
+		uint8_t *dst = p->got < RGPU_HDR_SIZE ? p->hdr + p->got : p->frame + p->got;
+		size_t want = p->got < RGPU_HDR_SIZE ? RGPU_HDR_SIZE - p->got : p->need - p->got;
+		ssize_t k = recv(p->fd, dst, want, MSG_DONTWAIT);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			return 0;
+		if (k <= 0) {
+			log_debug("%s: disconnected before HELLO", p->c->peer);
+			return -1;
+		}
+		p->got += (size_t)k;
+		if (p->got == RGPU_HDR_SIZE && !p->frame) {
+			struct rgpu_hdr h;
+			rgpu_hdr_decode(p->hdr, &h);
+			const char *bad = NULL;
+			if (h.magic != RGPU_PROTO_MAGIC)
+				bad = "not an rgpu client (bad frame magic)";
+			else if (h.op != RGPU_OP_HELLO || (h.flags & RGPU_F_REPLY))
+				bad = "the first request is not HELLO";
+			else if (h.len > RGPUD_HELLO_MAX)
+				bad = "HELLO too long";
+			if (bad) {
+				log_warn("%s: %s (op %u, %u bytes), dropping connection", p->c->peer,
+					 bad, h.op, h.len);
+				return -1;
+			}
+			p->need = RGPU_HDR_SIZE + h.len;
+			if (!(p->frame = malloc(p->need)))
+				return -1;
+			memcpy(p->frame, p->hdr, RGPU_HDR_SIZE);
+		}
+		if (p->frame && p->got == p->need)
+			return 1;
+	}
+}
+
 /* A pending connection is readable: once its whole HELLO frame is in, hand
  * it to a session thread.  0: still pending, 1: done with it (started or
  * dropped; removed from the table). */
 static int pending_read(struct rgpud *srv, size_t i, pthread_attr_t *attr)
 {
 	struct pending *p = &pend[i];
-	uint8_t peek[RGPU_HDR_SIZE + RGPUD_HELLO_MAX];
-	ssize_t k = recv(p->fd, peek, sizeof(peek), MSG_PEEK | MSG_DONTWAIT);
-	if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) {
-		log_debug("%s: disconnected before HELLO", p->c->peer);
-		pending_drop(i);
-		return 1;
-	}
-	if (k < RGPU_HDR_SIZE) {
-		p->recheck = now_ms() + 20; /* a partial header: no busy polling */
+	int rc = pending_fill(p);
+	if (rc == 0)
 		return 0;
-	}
-	struct rgpu_hdr h;
-	rgpu_hdr_decode(peek, &h);
-	const char *bad = NULL;
-	if (h.magic != RGPU_PROTO_MAGIC)
-		bad = "not an rgpu client (bad frame magic)";
-	else if (h.op != RGPU_OP_HELLO || (h.flags & RGPU_F_REPLY))
-		bad = "the first request is not HELLO";
-	else if (h.len > RGPUD_HELLO_MAX)
-		bad = "HELLO too long";
-	if (bad) {
-		log_warn("%s: %s (op %u, %u bytes), dropping connection", p->c->peer, bad, h.op, h.len);
-		pending_drop(i);
-		return 1;
-	}
-	size_t need = RGPU_HDR_SIZE + h.len;
-	if ((size_t)k < need) {
-		p->recheck = now_ms() + 20;
-		return 0;
-	}
-	uint8_t *frame = malloc(need);
-	/* exactly the frame: what follows stays in the socket for the worker */
-	if (!frame || recv(p->fd, frame, need, MSG_DONTWAIT) != (ssize_t)need) {
-		free(frame);
+	if (rc < 0) {
 		pending_drop(i);
 		return 1;
 	}
 	struct rgpu_conn *c = p->c;
+	uint8_t *frame = p->frame;
+	size_t n = p->need;
 	pend[i] = pend[--npend];
-	if (start_session(srv, c, frame, need, attr) < 0) {
+	if (start_session(srv, c, frame, n, attr) < 0) {
 		free(frame);
 		rgpu_conn_close(c);
 	}
@@ -406,11 +440,7 @@ int rgpud_serve(struct rgpud *srv)
 		if (!listening && paused_until < wake)
 			wake = paused_until;
 		for (size_t i = 0; i < npend; i++) {
-			/* those waiting for a partial frame to grow are left out */
-			pf[nf + i] = (struct pollfd){ .fd = pend[i].recheck > now ? -1 : pend[i].fd,
-						      .events = POLLIN };
-			if (pend[i].recheck > now && pend[i].recheck < wake)
-				wake = pend[i].recheck;
+			pf[nf + i] = (struct pollfd){ .fd = pend[i].fd, .events = POLLIN };
 			if (pend[i].deadline < wake)
 				wake = pend[i].deadline;
 		}

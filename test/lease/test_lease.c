@@ -471,17 +471,19 @@ static void test_load_many(void)
 	snprintf(text + n, cap - n, "]}");
 	write_file(dir, "leases.json", text);
 	free(text);
+	/* CPU time: a loaded machine must not fail the test, a quadratic
+	 * loader (tens of seconds of CPU here) must */
 	struct timespec a, b;
-	clock_gettime(CLOCK_MONOTONIC, &a);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
 	CHECK(rgpud_lease_init(dir, 1, err, sizeof(err)) == 0 && err[0] == 0);
-	clock_gettime(CLOCK_MONOTONIC, &b);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
 	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
 	struct rgpud_lease *ls;
 	size_t nl;
 	CHECK(rgpud_lease_list(&ls, &nl) == 0 && nl == N);
 	free(ls);
 	if (s > 3.0)
-		fprintf(stderr, "loading %d leases took %.1f s\n", N, s);
+		fprintf(stderr, "loading %d leases took %.1f s of CPU\n", N, s);
 	CHECK(s < 3.0);
 	rgpud_lease_fini();
 	rm_rf(dir);
