@@ -3,9 +3,11 @@
 # 14 and 15): starts `rgpud --emulated` on free loopback ports, with a
 # private munged for credentials, and checks one behaviour per test line.
 #
-# Exit: 0 all passed, 1 a failure, 77 skipped (rgpud or the emulated device
-# not built).  Tests that need root (other uids, workers dropping to them)
-# or munged are reported as SKIP without them.
+# It speaks TAP (make check runs it as test/parent/parent.tap through
+# automake's TAP driver): one "ok"/"not ok" per check; checks that need root
+# (other uids, workers dropping to them) or munged are "# SKIP" without
+# them; "1..0 # SKIP" when rgpud or the emulated device is not built.
+# Exit: 0 all passed, 1 a failure.
 #
 # Environment: top_builddir, top_srcdir (set by `make check`),
 # RGPU_PARENT_LOGDIR (default ./parent-logs).
@@ -20,7 +22,7 @@ EMULIB=$DAEMON_BUILD/emu/.libs/librgpu-emu.so
 CLIENTLIB=$top_builddir/client/.libs/libcuda.so.1
 LOGDIR=${RGPU_PARENT_LOGDIR:-$PWD/parent-logs}
 for f in "$RGPUD" "$TP" "$EMULIB"; do
-	[ -e "$f" ] || { echo "SKIP: $f not built"; exit 77; }
+	[ -e "$f" ] || { echo "1..0 # SKIP $f not built"; exit 0; }
 done
 export RGPU_EMU_LIB=$EMULIB
 mkdir -p "$LOGDIR"
@@ -28,10 +30,15 @@ rm -f "$LOGDIR"/*
 TMP=$(mktemp -d /tmp/rgpu-parent.XXXXXX)
 chmod 755 "$TMP"
 
-pass=0 fail=0 skip=0
-ok() { echo "PASS: $1"; pass=$((pass + 1)); }
-ko() { echo "FAIL: $1${2:+ ($2)}"; fail=$((fail + 1)); }
-sk() { echo "SKIP: $1${2:+ ($2)}"; skip=$((skip + 1)); }
+pass=0 fail=0 skip=0 tapn=0
+ok() { tapn=$((tapn + 1)); echo "ok $tapn - $1"; pass=$((pass + 1)); }
+ko() {
+	tapn=$((tapn + 1))
+	echo "not ok $tapn - $1"
+	[ -n "${2:-}" ] && printf '%s\n' "$2" | sed 's/^/#   /'
+	fail=$((fail + 1))
+}
+sk() { tapn=$((tapn + 1)); echo "ok $tapn - $1 # SKIP ${2:-}"; skip=$((skip + 1)); }
 check() { # name, condition (evaluated), detail on failure
 	if eval "$2"; then ok "$1"; else ko "$1" "${3:-}"; fi
 }
@@ -367,6 +374,7 @@ else
 	ok rgpud_sanitizers
 fi
 
-echo "parent: $pass passed, $fail failed, $skip skipped; logs in $LOGDIR"
+echo "1..$tapn"
+echo "# parent: $pass passed, $fail failed, $skip skipped; logs in $LOGDIR"
 [ "$fail" = 0 ] || exit 1
 exit 0
