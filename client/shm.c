@@ -182,7 +182,7 @@ static CUresult ring_stage(struct rc_xfer *x, struct xfer_chunk *c)
 		struct wbuf *w = rc_req();
 		put_u64(w, x->ctx->h);
 		struct rd r;
-		if ((rc = rc_call_locked(conn, RGPU_OP_SHM_SLOT_WAIT, w, &r)))
+		if ((rc = rc_call(conn, RGPU_OP_SHM_SLOT_WAIT, w, &r)))
 			return rc;
 	}
 	c->buf = slot;
@@ -211,10 +211,8 @@ static CUresult ring_take(struct rc_xfer *x, struct rc_reply *f, size_t *n)
 	if (rc || f->st || (f->len == 0 && !(f->flags & RGPU_F_MORE)))
 		return rc;
 	uint32_t slot = get_u32(&f->r), len = get_u32(&f->r);
-	if (!rd_ok(&f->r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > x->n - x->got) {
-		errno = EPROTO;
-		return rc_conn_failed(c, "bad staging reply");
-	}
+	if (!rd_ok(&f->r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > x->n - x->got)
+		return rc_conn_fail(c, RGPU_E_PROTO, "protocol error: bad staging reply");
 	pmemcpy(x->host + x->got, slot_ptr(c, slot), len);
 	__atomic_store_n(&c->slot_state[slot], 0, __ATOMIC_RELEASE);
 	*n = len;
@@ -226,6 +224,7 @@ const struct rc_xfer_provider rc_xfer_ring = {
 	.op_htod = RGPU_OP_SHM_HTOD,
 	.op_dtoh = RGPU_OP_SHM_DTOH,
 	.chunk = RGPU_CHUNK_SIZE / 2,
+	.exclusive = 1,
 	.stage = ring_stage,
 	.abandon = ring_abandon,
 	.take = ring_take,

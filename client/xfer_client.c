@@ -3,7 +3,6 @@
 #include "xfer_client.h"
 #include "log.h"
 
-#include <errno.h>
 #include <stdlib.h>
 
 size_t rc_chunk_bytes(size_t dflt)
@@ -53,8 +52,11 @@ static int htod_emit(void *arg, struct xfer_chunk *c, int last)
 	put_copy(&w, x);
 	put_u64(&w, c->off);
 	put_raw(&w, x->extra, x->extra_len);
-	return (int)rc_send_frame(x->c, x->pv->op_htod, last && !x->async ? 0 : RGPU_F_NOREPLY,
-				  &x->id, f, w.len, x->data, x->dlen);
+	pthread_mutex_lock(&x->c->lock);
+	CUresult rc = rc_send_frame(x->c, x->pv->op_htod, last && !x->async ? 0 : RGPU_F_NOREPLY,
+				    &x->id, f, w.len, x->data, x->dlen);
+	pthread_mutex_unlock(&x->c->lock);
+	return (int)rc;
 }
 
 static void htod_abandon(void *arg, struct xfer_chunk *c)
@@ -87,7 +89,9 @@ static CUresult dtoh(struct rc_xfer *x)
 	uint8_t f[32];
 	struct wbuf w = { .data = f, .cap = sizeof(f) };
 	put_copy(&w, x);
+	pthread_mutex_lock(&x->c->lock);
 	CUresult rc = rc_send_frame(x->c, x->pv->op_dtoh, 0, &x->id, f, w.len, NULL, 0);
+	pthread_mutex_unlock(&x->c->lock);
 	for (int more = 1; !rc && more;) {
 		struct rc_reply r;
 		size_t k = 0;
@@ -99,10 +103,8 @@ static CUresult dtoh(struct rc_xfer *x)
 			rc = rc_status(r.st); /* an error frame is always the last */
 			break;
 		}
-		if (!more && x->got != x->n) {
-			errno = EPROTO;
-			rc = rc_conn_failed(x->c, "short data");
-		}
+		if (!more && x->got != x->n)
+			rc = rc_conn_fail(x->c, RGPU_E_PROTO, "protocol error: short data");
 	}
 	return rc;
 }
@@ -116,9 +118,13 @@ CUresult rc_xfer_copy(const struct rc_xfer_provider *pv, struct rc_ctx *ctx, uin
 			     .dev = dev, .host = host, .n = n, .async = async };
 	if (pv->whole)
 		return pv->whole(&x, to_host);
-	pthread_mutex_lock(&x.c->lock);
+	/* the ring's slots serve one copy at a time; other threads' requests
+	 * may go out between a copy's frames */
+	if (pv->exclusive)
+		pthread_mutex_lock(&x.c->ring_lock);
 	CUresult rc = to_host ? dtoh(&x) : htod(&x);
-	pthread_mutex_unlock(&x.c->lock);
+	if (pv->exclusive)
+		pthread_mutex_unlock(&x.c->ring_lock);
 	return rc;
 }
 

@@ -8,32 +8,18 @@
  *                  the server has mapped (cuMemHostAlloc'd), one request
  *
  * The loops reach the connection only through rc_send_frame,
- * rc_reply_frame and rc_conn_failed (rpc.c), with the connection's lock
- * held for the whole copy. */
+ * rc_reply_frame and rc_conn_fail (rpc.c).  Other threads' requests may go
+ * out between a copy's frames; a copy through the ring holds the ring
+ * (c->ring_lock) throughout. */
 #ifndef RGPU_XFER_CLIENT_H
 #define RGPU_XFER_CLIENT_H
 
 #include "client.h"
 #include "xfer.h"
 
-/* ---- what the transfer layer needs from rpc.c ---- */
-
-/* One reply frame: its status, flags and the payload after the status. */
-struct rc_reply {
-	int32_t st;
-	uint32_t flags;
-	size_t len;   /* payload bytes after the status */
-	struct rd r;  /* those bytes, when no sink was given */
-};
-/* Sends one frame (fields a, then bulk data b) as a new request: its id
- * in *id. */
-CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
-		       const void *a, size_t alen, const void *b, size_t blen);
-/* Waits for the next reply frame of request id.  With a sink the payload
- * (at most sinkcap bytes, else the connection fails) is read straight into
- * it; without, into the thread's reply buffer, readable through f->r. */
-CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_reply *f,
-			void *sink, size_t sinkcap);
+/* What the transfer layer needs from rpc.c (declared in client.h):
+ * rc_send_frame (with c->lock held), rc_reply_frame (without it; a sink
+ * takes bulk data straight from the connection), rc_conn_fail. */
 
 /* ---- providers ---- */
 
@@ -43,6 +29,7 @@ struct rc_xfer_provider {
 	const char *name;
 	uint16_t op_htod, op_dtoh;
 	size_t chunk; /* host-to-device pieces, unless RGPU_CHUNK_KB says */
+	int exclusive; /* one copy at a time per connection (c->ring_lock) */
 	/* The whole copy as one request (shm-direct); NULL: chunked. */
 	CUresult (*whole)(struct rc_xfer *x, int to_host);
 	/* Host to device: readies chunk c, setting x->extra/x->data. */
