@@ -22,7 +22,8 @@
  * The providers built on these (the client's socket-staged, shared-memory
  * ring and shared-memory direct paths; the verbs transport carries the
  * socket-staged one) sit behind struct rc_xfer_provider in the client
- * (client/xfer.c) and the handlers in daemon/ops_memory.c and ops_shm.c.
+ * (client/xfer_client.h); rgpud's side is daemon/stage.c, used by the
+ * handlers in daemon/ops_memory.c and ops_shm.c.
  * Nothing here knows CUDA: the GPU side comes in through struct xfer_dev.
  */
 #ifndef RGPU_XFER_H
