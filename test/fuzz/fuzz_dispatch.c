@@ -1,0 +1,141 @@
+/* libFuzzer harness: every request through a session worker's dispatcher
+ * (daemon/session.c, dispatch.c, ops_*.c) against the emulated device
+ * (emu/, linked in), with the parent's side of the gate (gate_serve,
+ * access.c, lease.c in open mode) on a thread of this process.
+ *
+ * One input is one client connection: the harness sends a proper HELLO,
+ * then the input as frames.  Each frame header gets the protocol's magic
+ * and version, its opcode is taken modulo RGPU_OP_MAX and its length is cut
+ * to what the input holds, so the fuzzer spends its time on payloads and
+ * sequences of requests rather than on framing (fuzz_frame covers that).
+ * The connection is in memory (memconn.c): no sockets, no threads per run.
+ * When the input ends the client has gone: the session frees everything it
+ * created, as a worker does, so nothing carries over to the next run. */
+#include "driver.h"
+#include "gate.h"
+#include "log.h"
+#include "memconn.h"
+#include "rgpud.h"
+#include "session.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define CHECK(c) do { if (!(c)) __builtin_trap(); } while (0)
+
+/* what server.c defines in rgpud (not linked here) */
+struct rgpud rgpud_server = { .lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .unix_fd = -1 };
+
+static struct rgpud_principal parent_who;
+static int gate_fd[2];
+
+static void *gate_main(void *arg)
+{
+	gate_serve(gate_fd[1], &parent_who, "fuzz");
+	return NULL;
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	int verbose = getenv("RGPU_FUZZ_LOG") != NULL;
+	rgpu_log_set_level(verbose ? RGPU_LOG_DEBUG : 0);
+	/* a small emulated device: allocations are real host memory */
+	setenv("RGPU_EMU_DEVICES", "2", 0);
+	setenv("RGPU_EMU_MEM", "256M", 0);
+	/* no InfiniBand upgrade from a TRANSPORT request */
+	setenv("RGPU_TRANSPORT", "tcp", 1);
+	if (!verbose) {
+		/* kernels' printf goes to stdout; libFuzzer reports on stderr */
+		int fd = open("/dev/null", O_WRONLY);
+		if (fd >= 0) {
+			dup2(fd, STDOUT_FILENO);
+			close(fd);
+		}
+	}
+	struct rgpud_driver *d = &rgpud_server.drv;
+	memset(d, 0, sizeof(*d));
+	snprintf(d->path, sizeof(d->path), "emulated (linked in)");
+#define FUZZ_DRV(fn) d->fn = fn;
+	RGPUD_DRIVER_FUNCS(FUZZ_DRV)
+	RGPUD_DRIVER_OPTIONAL(FUZZ_DRV)
+#undef FUZZ_DRV
+	d->have_vmm = 1;
+	CHECK(d->cuInit(0) == CUDA_SUCCESS);
+	CHECK(d->cuDeviceGetCount(&rgpud_server.ndev) == CUDA_SUCCESS);
+	snprintf(rgpud_server.hostname, sizeof(rgpud_server.hostname), "fuzz");
+
+	struct rgpud_access_config acfg = { .require_lease = 0 };
+	char err[512];
+	CHECK(rgpud_access_init(&acfg, err, sizeof(err)) == 0);
+	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, gate_fd) == 0);
+	gate_attach(gate_fd[0]);
+	pthread_t t;
+	CHECK(pthread_create(&t, NULL, gate_main, NULL) == 0);
+	pthread_detach(t);
+	return 0;
+}
+
+static void put_hdr(uint8_t *p, uint16_t op, uint32_t flags, uint32_t len, uint64_t id)
+{
+	struct rgpu_hdr h = { .magic = RGPU_PROTO_MAGIC, .version = RGPU_PROTO_VERSION,
+			      .op = op, .flags = flags, .len = len, .id = id };
+	rgpu_hdr_encode(&h, p);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	/* HELLO: version, client name, no credential (open mode) */
+	struct wbuf hello;
+	wbuf_init(&hello);
+	put_u32(&hello, RGPU_PROTO_VERSION);
+	put_str(&hello, "fuzz_dispatch");
+	put_bytes(&hello, NULL, 0);
+	CHECK(!hello.oom);
+
+	size_t cap = RGPU_HDR_SIZE + hello.len + size;
+	uint8_t *in = malloc(cap);
+	CHECK(in);
+	put_hdr(in, RGPU_OP_HELLO, 0, (uint32_t)hello.len, 1);
+	memcpy(in + RGPU_HDR_SIZE, hello.data, hello.len);
+	size_t n = RGPU_HDR_SIZE + hello.len;
+	wbuf_free(&hello);
+
+	size_t off = 0;
+	while (size - off >= RGPU_HDR_SIZE) {
+		struct rgpu_hdr h;
+		rgpu_hdr_decode(data + off, &h);
+		off += RGPU_HDR_SIZE;
+		size_t left = size - off;
+		uint32_t len = h.len < left ? h.len : (uint32_t)left;
+		put_hdr(in + n, (uint16_t)(h.op % RGPU_OP_MAX), h.flags, len, h.id);
+		n += RGPU_HDR_SIZE;
+		memcpy(in + n, data + off, len);
+		n += len;
+		off += len;
+	}
+	memcpy(in + n, data + off, size - off); /* a partial header: EOF inside it */
+	n += size - off;
+
+	struct memconn mc;
+	memconn_init(&mc, in, n, 0);
+	struct session *s = calloc(1, sizeof(*s));
+	CHECK(s);
+	s->srv = &rgpud_server;
+	s->conn = &mc.c;
+	s->out_fd = -1;
+	snprintf(s->name, sizeof(s->name), "fuzz");
+	ht_init(&s->ht);
+	wbuf_init(&s->tx);
+	session_run(s);
+	CHECK(mc.sent >= RGPU_HDR_SIZE + 4); /* HELLO was answered */
+	free(s);
+	memconn_fini(&mc);
+	free(in);
+	return 0;
+}
