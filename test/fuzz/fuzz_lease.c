@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t i = 0; i < n; i++) {
 		struct rgpud_lease l = ls[i], got;
 		CHECK(l.used == 0); /* usage is never loaded */
-		CHECK(l.expires == 0 || (time_t)l.expires > now); /* expired ones dropped */
+		CHECK(l.expires == 0 || l.expires > (uint64_t)now); /* expired ones dropped */
 		CHECK(rgpud_lease_find(l.job_id, l.gpu, now, &got) == 0);
 		CHECK(rgpud_lease_job_count(l.job_id, now) >= 1);
 		/* a charge within the quota fits, and is given back */
