@@ -48,6 +48,8 @@ int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 		return rc;
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (size > INT64_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY; /* would be charged as a negative size */
 	if (gate_charge(cs->dev, (int64_t)size) < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUdeviceptr p = 0;

@@ -16,7 +16,8 @@ SUDO=""
 if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 	pkgs="build-essential autoconf automake libtool pkg-config python3
 	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
-	      slurmctld slurmd slurm-client iproute2 valgrind"
+	      slurmctld slurmd slurm-client iproute2 valgrind
+	      clang libclang-rt-14-dev"
 	missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null |
 		  awk '$NF != "installed" {print $1}'; for p in $pkgs; do
 		  dpkg-query -W "$p" >/dev/null 2>&1 || echo "$p"; done)
@@ -31,11 +32,20 @@ if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then
 	exit 1
 fi
 
+# libFuzzer harnesses (test/fuzz) where clang can link them
+fuzz_opt=""
+if command -v clang >/dev/null &&
+   echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' |
+   clang -x c -fsanitize=fuzzer,address,undefined -o /tmp/rgpu-fuzz-probe.$$ - >/dev/null 2>&1; then
+	fuzz_opt=--enable-fuzz
+fi
+rm -f /tmp/rgpu-fuzz-probe.$$
+
 echo "== build"
 autoreconf -fi >/dev/null
 mkdir -p _build
 cd _build
-../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null
+../configure --enable-werror $fuzz_opt ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null
 make -j"$(nproc)" >/dev/null
 
 # contrib/demo.sh uses this script for its setup only
@@ -76,6 +86,21 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 	fi
 fi
 
+# A short pass of every fuzz harness (docs/fuzzing.md); the long one is
+# `make fuzz FUZZ_SECONDS=... FUZZ_JOBS=...` on a big machine.
+if [ -n "$fuzz_opt" ]; then
+	echo "== fuzz: ${RGPU_FUZZ_SECONDS:-10} s per harness"
+	if make fuzz FUZZ_SECONDS="${RGPU_FUZZ_SECONDS:-10}" FUZZ_RESULTS="$PWD/fuzz-short" > fuzz-short.log 2>&1; then
+		fuzz_pass=1
+	else
+		fuzz_fail=1
+		status=1
+	fi
+	grep -E '^(PASS|FAIL)' fuzz-short.log
+else
+	echo "SKIP: fuzz short pass: clang cannot link libFuzzer here (Debian: clang libclang-rt-14-dev)"
+fi
+
 if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	echo "== Slurm mini-cluster"
 	set +e
@@ -99,7 +124,7 @@ if [ -n "${slurm_pass:-}" ]; then
 	pass=$((pass + slurm_pass))
 	fail=$((fail + slurm_fail))
 fi
-pass=$((pass + ${san_pass:-0}))
-fail=$((fail + ${san_fail:-0}))
+pass=$((pass + ${san_pass:-0} + ${fuzz_pass:-0}))
+fail=$((fail + ${san_fail:-0} + ${fuzz_fail:-0}))
 echo "$pass passed, $fail failed"
 exit $status

@@ -10,9 +10,15 @@
  * sequences of requests rather than on framing (fuzz_frame covers that).
  * The connection is in memory (memconn.c): no sockets, no threads per run.
  * When the input ends the client has gone: the session frees everything it
- * created, as a worker does, so nothing carries over to the next run. */
+ * created, as a worker does, so nothing carries over to the next run.
+ *
+ * Built with -DFUZZ_LEASES (fuzz_dispatch_lease) the server requires leases:
+ * the session belongs to a job holding a 64 MiB slice of GPU 0 and the
+ * whole GPU 1, starts after HELLO as a worker does (the parent checked the
+ * credential), and when it ends every byte it charged must be given back. */
 #include "driver.h"
 #include "gate.h"
+#include "lease.h"
 #include "log.h"
 #include "memconn.h"
 #include "rgpud.h"
@@ -25,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHECK(c) do { if (!(c)) __builtin_trap(); } while (0)
@@ -32,7 +39,14 @@
 /* what server.c defines in rgpud (not linked here) */
 struct rgpud rgpud_server = { .lock = PTHREAD_MUTEX_INITIALIZER, .listen_fd = -1, .unix_fd = -1 };
 
+#ifdef FUZZ_LEASES
+#define JOB 77
+static struct rgpud_principal parent_who = { .uid = 1000, .gid = 1000, .job_id = JOB,
+					     .authenticated = 1 };
+static char state_dir[256];
+#else
 static struct rgpud_principal parent_who;
+#endif
 static int gate_fd[2];
 
 static void *gate_main(void *arg)
@@ -70,9 +84,35 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	CHECK(d->cuDeviceGetCount(&rgpud_server.ndev) == CUDA_SUCCESS);
 	snprintf(rgpud_server.hostname, sizeof(rgpud_server.hostname), "fuzz");
 
-	struct rgpud_access_config acfg = { .require_lease = 0 };
 	char err[512];
+#ifdef FUZZ_LEASES
+	const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+	snprintf(state_dir, sizeof(state_dir), "%s/rgpu-fuzz-dispatch.XXXXXX", base);
+	CHECK(mkdtemp(state_dir));
+	struct rgpud_access_config acfg = { .require_lease = 1, .state_dir = state_dir };
 	CHECK(rgpud_access_init(&acfg, err, sizeof(err)) == 0);
+	for (int i = 0; i < rgpud_server.ndev; i++) {
+		size_t total;
+		CUdevice cd;
+		char name[128];
+		CHECK(d->cuDeviceGet(&cd, i) == 0 && d->cuDeviceTotalMem_v2(&total, cd) == 0 &&
+		      d->cuDeviceGetName(name, sizeof(name), cd) == 0);
+		/* room for a slice and its context reserve on the small device */
+		rgpud_lease_set_gpu((unsigned)i, name, total < (8ull << 30) ? 8ull << 30 : total);
+	}
+	struct rgpud_lease slice = { .job_id = JOB, .uid = 1000, .gpu = 0, .mem_limit = 64ull << 20 };
+	struct rgpud_lease whole = { .job_id = JOB, .uid = 1000, .gpu = 1, .mem_limit = 0 };
+	CHECK(rgpud_lease_grant(&slice, time(NULL), err, sizeof(err)) >= 0);
+	CHECK(rgpud_lease_grant(&whole, time(NULL), err, sizeof(err)) >= 0);
+	/* the persisted table is not needed after the grants */
+	char p[600];
+	snprintf(p, sizeof(p), "%s/%s", state_dir, RGPUD_LEASE_FILE);
+	unlink(p);
+	rmdir(state_dir);
+#else
+	struct rgpud_access_config acfg = { .require_lease = 0 };
+	CHECK(rgpud_access_init(&acfg, err, sizeof(err)) == 0);
+#endif
 	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, gate_fd) == 0);
 	gate_attach(gate_fd[0]);
 	pthread_t t;
@@ -103,7 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	CHECK(in);
 	put_hdr(in, RGPU_OP_HELLO, 0, (uint32_t)hello.len, 1);
 	memcpy(in + RGPU_HDR_SIZE, hello.data, hello.len);
-	size_t n = RGPU_HDR_SIZE + hello.len;
+	size_t n = RGPU_HDR_SIZE + hello.len, hello_len = hello.len;
 	wbuf_free(&hello);
 
 	size_t off = 0;
@@ -122,6 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(in + n, data + off, size - off); /* a partial header: EOF inside it */
 	n += size - off;
 
+	(void)hello_len;
 	struct memconn mc;
 	memconn_init(&mc, in, n, 0);
 	struct session *s = calloc(1, sizeof(*s));
@@ -132,8 +173,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	snprintf(s->name, sizeof(s->name), "fuzz");
 	ht_init(&s->ht);
 	wbuf_init(&s->tx);
+#ifdef FUZZ_LEASES
+	/* as worker_main: the parent answered HELLO and sends the principal */
+	s->hello_done = 1;
+	s->who = parent_who;
+	mc.in_off = RGPU_HDR_SIZE + hello_len;
+#endif
 	session_run(s);
+#ifdef FUZZ_LEASES
+	/* everything charged was given back, and nothing more */
+	struct rgpud_lease l;
+	CHECK(rgpud_lease_find(JOB, 0, time(NULL), &l) == 0 && l.used == 0);
+	CHECK(rgpud_lease_find(JOB, 1, time(NULL), &l) == 0 && l.used == 0);
+#else
 	CHECK(mc.sent >= RGPU_HDR_SIZE + 4); /* HELLO was answered */
+#endif
 	free(s);
 	memconn_fini(&mc);
 	free(in);

@@ -5,11 +5,14 @@
 set -u
 : "${FUZZ_BIN:=$PWD}"
 : "${FUZZ_SRC:=$(cd "$(dirname "$0")" && pwd)}"
-: "${FUZZ_ALL:=fuzz_frame fuzz_wire fuzz_servers fuzz_size fuzz_lease fuzz_dispatch fuzz_spank_options}"
+: "${FUZZ_ALL:=fuzz_frame fuzz_wire fuzz_servers fuzz_size fuzz_lease fuzz_dispatch fuzz_dispatch_lease fuzz_spank_options}"
+# the two dispatcher harnesses share the recorded sessions
+corpus_of() { [ "$1" = fuzz_dispatch_lease ] && echo fuzz_dispatch || echo "$1"; }
+
 status=0
 for t in $FUZZ_ALL; do
 	dirs=""
-	for d in "$FUZZ_SRC/corpus/$t" "$FUZZ_SRC/regressions/$t"; do
+	for d in "$FUZZ_SRC/corpus/$(corpus_of "$t")" "$FUZZ_SRC/regressions/$t"; do
 		[ -d "$d" ] && [ -n "$(ls "$d")" ] && dirs="$dirs $d"
 	done
 	if [ -z "$dirs" ]; then

@@ -19,7 +19,7 @@
 set -u
 : "${FUZZ_BIN:=$PWD}"
 : "${FUZZ_SRC:=$(cd "$(dirname "$0")" && pwd)}"
-: "${FUZZ_ALL:=fuzz_frame fuzz_wire fuzz_servers fuzz_size fuzz_lease fuzz_dispatch fuzz_spank_options}"
+: "${FUZZ_ALL:=fuzz_frame fuzz_wire fuzz_servers fuzz_size fuzz_lease fuzz_dispatch fuzz_dispatch_lease fuzz_spank_options}"
 FUZZ_TARGETS=${FUZZ_TARGETS:-$FUZZ_ALL}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 FUZZ_JOBS=${FUZZ_JOBS:-1}
@@ -37,12 +37,15 @@ summary=$FUZZ_RESULTS/summary.tsv
 # sessions (module images, bulk copies), the parsers' inputs are short.
 flags_for() {
 	case $1 in
-	fuzz_dispatch) echo "-max_len=262144 -timeout=20 -rss_limit_mb=4096" ;;
+	fuzz_dispatch*) echo "-max_len=262144 -timeout=20 -rss_limit_mb=4096" ;;
 	fuzz_lease) echo "-max_len=16384 -timeout=10" ;;
 	fuzz_frame|fuzz_wire) echo "-max_len=65536 -timeout=10" ;;
 	*) echo "-max_len=4096 -timeout=10" ;;
 	esac
 }
+
+# the two dispatcher harnesses share the recorded sessions
+corpus_of() { [ "$1" = fuzz_dispatch_lease ] && echo fuzz_dispatch || echo "$1"; }
 
 status=0
 for t in $FUZZ_TARGETS; do
@@ -55,7 +58,7 @@ for t in $FUZZ_TARGETS; do
 	out=$FUZZ_RESULTS/$t
 	mkdir -p "$out/corpus" "$out/artifacts"
 	# the repository's seeds are copied, never written to
-	for d in "$FUZZ_SRC/corpus/$t" "$FUZZ_SRC/regressions/$t"; do
+	for d in "$FUZZ_SRC/corpus/$(corpus_of "$t")" "$FUZZ_SRC/regressions/$t"; do
 		[ -d "$d" ] && cp -n "$d"/* "$out/corpus/" 2>/dev/null
 	done
 	dict=""
