@@ -10,6 +10,7 @@
 #   fuzz_frame/     the client's byte stream as sent (frames kept whole)
 #   fuzz_dispatch/  the same without its HELLO (the harness sends its own)
 #   fuzz_wire/      one request payload per opcode, behind a null script
+#   fuzz_dispatch/op-NNN  t_vecadd's first context, then opcode NNN
 # Frames over 64 KiB (bulk copies) are left out and a seed stops at
 # 96 KiB, so the corpus stays small.  OUTDIR defaults to test/fuzz/corpus.
 set -eu
@@ -97,6 +98,25 @@ for d in sorted(os.listdir(tmp)):
         tag = prog + ("" if conn == "conn-0.bin" else "-" + conn[:-4])
         save("fuzz_frame", tag, whole)
         save("fuzz_dispatch", tag, body)
+# each opcode once, behind t_vecadd's first context: its first field is
+# that context's handle, the rest zeros (the harness cuts the payload to
+# the input, so the fuzzer finds each request's length by trimming)
+vec = os.path.join(out, "fuzz_dispatch", "t_vecadd")
+if os.path.exists(vec):
+    setup, ctx = b"", None
+    for op, fr, payload in frames(open(vec, "rb").read()):
+        if ctx is None:
+            setup += fr
+        if op == 40:  # LAUNCH: its first field is the context
+            ctx = payload[:8]
+            break
+        if op == 10 and ctx is None:  # CTX_CREATE: stop the set-up here
+            ctx = b""
+    ctx = ctx or b"\0" * 8
+    for op in range(2, 128):
+        pl = ctx + b"\0" * 56
+        save("fuzz_dispatch", "op-%03d" % op,
+             setup + struct.pack("<IHHIIQ", 0x55504752, 1, op, 0, len(pl), 1000 + op) + pl)
 for h in ("fuzz_frame", "fuzz_dispatch", "fuzz_wire"):
     d = os.path.join(out, h)
     print("%s: %d seeds, %d bytes" % (h, len(os.listdir(d)),
