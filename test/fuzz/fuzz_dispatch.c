@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,9 +50,56 @@ static struct rgpud_principal parent_who;
 #endif
 static int gate_fd[2];
 
+/* The emulated device runs kernels on this CPU, a thread block at a time:
+ * a grid a GPU finishes in a millisecond can take it minutes.  Launches
+ * past this many threads are refused as too big for the device, so the
+ * fuzzer's time goes to the request handling and not to arithmetic. */
+#define FUZZ_MAX_THREADS (1u << 16)
+
+static int too_big(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz)
+{
+	return (double)gx * gy * gz * bx * by * bz > FUZZ_MAX_THREADS;
+}
+
+static CUresult CUDAAPI launch_capped(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+				     unsigned bx, unsigned by, unsigned bz, unsigned smem,
+				     CUstream st, void **params, void **extra)
+{
+	if (too_big(gx, gy, gz, bx, by, bz))
+		return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, st, params, extra);
+}
+
+static CUresult CUDAAPI launch_ex_capped(const CUlaunchConfig *c, CUfunction f, void **params,
+					void **extra)
+{
+	if (c && too_big(c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+			 c->blockDimZ))
+		return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+	return cuLaunchKernelEx(c, f, params, extra);
+}
+
+/* The emulated device's test kernel busy_wait_ns sleeps as long as the
+ * client asks (clock_nanosleep to an absolute time), as a spinning kernel
+ * holds a real GPU.  This definition takes the place of libc's for the
+ * code linked into the harness: any sleep is cut to 1 ms. */
+int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct timespec *rem)
+{
+	struct timespec ms = { 0, 1000 * 1000 };
+	(void)clk;
+	(void)flags;
+	(void)req;
+	(void)rem;
+	return (int)syscall(SYS_clock_nanosleep, CLOCK_MONOTONIC, 0, &ms, NULL);
+}
+
 static void *gate_main(void *arg)
 {
 	gate_serve(gate_fd[1], &parent_who, "fuzz");
+	/* The parent stopped serving this worker: the worker would _exit(3)
+	 * at its next call, which libFuzzer cannot catch.  A crash here saves
+	 * the input that did it. */
+	__builtin_trap();
 	return NULL;
 }
 
@@ -79,6 +127,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	RGPUD_DRIVER_FUNCS(FUZZ_DRV)
 	RGPUD_DRIVER_OPTIONAL(FUZZ_DRV)
 #undef FUZZ_DRV
+	d->cuLaunchKernel = launch_capped;
+	d->cuLaunchKernelEx = launch_ex_capped;
 	d->have_vmm = 1;
 	CHECK(d->cuInit(0) == CUDA_SUCCESS);
 	CHECK(d->cuDeviceGetCount(&rgpud_server.ndev) == CUDA_SUCCESS);
