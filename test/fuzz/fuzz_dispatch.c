@@ -126,10 +126,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 #define FUZZ_DRV(fn) d->fn = fn;
 	RGPUD_DRIVER_FUNCS(FUZZ_DRV)
 	RGPUD_DRIVER_OPTIONAL(FUZZ_DRV)
+	RGPUD_DRIVER_MODFUNCS(FUZZ_DRV)
 #undef FUZZ_DRV
 	d->cuLaunchKernel = launch_capped;
 	d->cuLaunchKernelEx = launch_ex_capped;
 	d->have_vmm = 1;
+	d->have_modfuncs = 1; /* graphs are not emulated: have_graphs stays 0 */
 	CHECK(d->cuInit(0) == CUDA_SUCCESS);
 	CHECK(d->cuDeviceGetCount(&rgpud_server.ndev) == CUDA_SUCCESS);
 	snprintf(rgpud_server.hostname, sizeof(rgpud_server.hostname), "fuzz");
