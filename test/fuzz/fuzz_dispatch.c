@@ -162,7 +162,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	unlink(p);
 	rmdir(state_dir);
 #else
-	struct rgpud_access_config acfg = { .require_lease = 0 };
+	struct rgpud_access_config acfg = { .open_access = 1 };
 	CHECK(rgpud_access_init(&acfg, err, sizeof(err)) == 0);
 #endif
 	CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, gate_fd) == 0);
