@@ -2,29 +2,18 @@
  * providers (see xfer_client.h; the ring provider is in shm.c). */
 #include "xfer_client.h"
 #include "log.h"
+#include "settings.h"
 
 #include <stdlib.h>
 
 size_t rc_chunk_bytes(size_t dflt)
 {
-	/* RGPU_CHUNK_KB: pieces host-to-device copies are cut into (64 KiB to
-	 * the protocol's 4 MiB); by default 4 MiB over a network and 2 MiB
-	 * through shared memory, from bench/chunk-sweep.sh's curves on the
-	 * H200 (docs/benchmarks.md) */
-	static size_t chunk;
-	if (!chunk) {
-		size_t v = SIZE_MAX;
-		const char *e = getenv("RGPU_CHUNK_KB");
-		if (e && atol(e) > 0) {
-			v = (size_t)atol(e) * 1024;
-			if (v < 65536)
-				v = 65536;
-			if (v > RGPU_CHUNK_SIZE)
-				v = RGPU_CHUNK_SIZE;
-		}
-		chunk = v;
-	}
-	return chunk == SIZE_MAX ? dflt : chunk;
+	/* RGPU_CHUNK_KB (settings.c): pieces host-to-device copies are cut
+	 * into; by default 4 MiB over a network and 2 MiB through shared
+	 * memory, from bench/chunk-sweep.sh's curves on the H200
+	 * (docs/benchmarks.md) */
+	unsigned long long kb = rc_setting(RS_CHUNK_KB);
+	return kb ? (size_t)kb * 1024 : dflt;
 }
 
 /* fields every copy request starts with */
