@@ -1,5 +1,6 @@
 #include "gate.h"
 #include "log.h"
+#include "metrics.h"
 #include "session.h"
 #include "wire.h"
 
@@ -113,6 +114,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 	int64_t charged[RGPUD_MAX_GPUS] = { 0 };
 	struct wbuf out;
 	wbuf_init(&out);
+	struct metrics_session *ms = metrics_session_open(who);
 	while (msg) {
 		ssize_t n = recv(fd, msg, GATE_MAX, 0);
 		if (n <= 0) {
@@ -132,12 +134,20 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 		switch (q.op) {
 		case G_DEVICE:
 			p.rc = rgpud_access_device(who, q.gpu, &p.limit, why, sizeof(why));
+			if (p.rc)
+				metrics_refused("gpu");
+			else
+				metrics_session_gpu(ms, q.gpu);
 			put_raw(&out, why, strlen(why));
 			break;
 		case G_CHARGE:
 			p.rc = rgpud_access_charge(who, q.gpu, q.delta);
 			if (p.rc == 0)
 				charged[q.gpu] += q.delta;
+			if (p.rc)
+				metrics_refused("quota");
+			else
+				metrics_session_mem(ms, q.gpu, q.delta);
 			break;
 		case G_USAGE:
 			rgpud_access_usage(who, q.gpu, &p.limit, &p.used);
@@ -170,4 +180,5 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			rgpud_access_charge(who, g, -charged[g]);
 		}
 	}
+	metrics_session_close(ms);
 }

@@ -4,6 +4,7 @@
 #include "proto.h"
 #include "gate.h"
 #include "lease.h"
+#include "metrics.h"
 #include "session.h"
 #include "rgpud.h"
 #include "transport.h"
@@ -48,6 +49,8 @@ static void usage(FILE *f)
 "      --open                serve clients without a credential\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
 "      --slurm-user=USER     besides root, the user allowed to manage leases\n"
+"      --metrics=[ADDR:]PORT serve Prometheus metrics on http://ADDR:PORT/metrics\n"
+"                            (ADDR 127.0.0.1 when only a port is given)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -239,6 +242,7 @@ int main(int argc, char **argv)
 		{ "open", no_argument, NULL, 'O' },
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
+		{ "metrics", required_argument, NULL, 'M' },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -253,7 +257,7 @@ int main(int argc, char **argv)
 	};
 	char listen_addr[300];
 	snprintf(listen_addr, sizeof(listen_addr), "0.0.0.0:%d", RGPU_DEFAULT_PORT);
-	const char *driver = NULL, *pidfile = NULL;
+	const char *driver = NULL, *pidfile = NULL, *metrics_addr = NULL;
 	int open_access = 0; /* today's default; deny-by-default is issue 16 */
 	int emulated = 0, daemonize = 0, use_syslog = 0, level = RGPU_LOG_INFO;
 	struct rgpud_access_config acfg = { .state_dir = RGPU_STATEDIR };
@@ -291,6 +295,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		}
+		case 'M': metrics_addr = optarg; break;
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;
@@ -382,6 +387,11 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
+	/* (after detaching: the endpoint runs a thread) */
+	if (metrics_addr && metrics_start(metrics_addr, err, sizeof(err)) < 0) {
+		log_err("%s", err);
+		return 1;
+	}
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGTERM, &sa, NULL);
@@ -393,6 +403,7 @@ int main(int argc, char **argv)
 		 acfg.require_lease ? "leases required" : "open access (no authentication)");
 	rgpud_serve(srv);
 	log_info("shutting down");
+	metrics_stop();
 	close(srv->listen_fd);
 	if (srv->unix_fd >= 0)
 		close(srv->unix_fd);

@@ -6,6 +6,7 @@
  */
 #include "gate.h"
 #include "log.h"
+#include "metrics.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -122,6 +123,7 @@ static void *conn_thread(void *arg)
 	close(sv[1]);
 	if (s->worker < 0) {
 		log_err("%s: cannot start a session worker: %s", s->name, strerror(errno));
+		metrics_error("spawn");
 		close(sv[0]);
 		goto out;
 	}
@@ -134,6 +136,7 @@ static void *conn_thread(void *arg)
 	int st = 0;
 	while (waitpid(s->worker, &st, 0) < 0 && errno == EINTR)
 		;
+	metrics_worker_exit(st);
 	if (WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
 		log_warn("%s: worker %d died of signal %d", s->name, (int)s->worker, WTERMSIG(st));
 	else if (WIFEXITED(st) && WEXITSTATUS(st))
@@ -171,8 +174,10 @@ int rgpud_serve(struct rgpud *srv)
 		if (!c) {
 			/* EMFILE and friends: keep serving the sessions we have */
 			log_warn("accept: %s", strerror(errno));
+			metrics_error("accept");
 			continue;
 		}
+		metrics_conn_accepted();
 		struct session *s = calloc(1, sizeof(*s));
 		if (!s) {
 			log_err("out of memory for a new session from %s", c->peer);
