@@ -104,3 +104,20 @@ wait_until() {
 	done
 	return 1
 }
+
+# start_munged: a private munged in $LOGDIR/munge (root only, as the lease
+# tests do); exports RGPU_MUNGE_SOCKET.  Returns 1 when it cannot run here.
+start_munged() {
+	local m d=$LOGDIR/munge
+	m=$(command -v munged || ls /usr/sbin/munged 2>/dev/null) || return 1
+	[ "$(id -u)" = 0 ] || return 1
+	mkdir -p "$d" && chmod 0755 "$d"
+	head -c 1024 /dev/urandom >"$d/munge.key" && chmod 0600 "$d/munge.key"
+	"$m" --foreground --key-file="$d/munge.key" --socket="$d/munge.socket" \
+		--pid-file="$d/munged.pid" --log-file="$d/munged.log" --seed-file="$d/munged.seed" \
+		</dev/null >/dev/null 2>&1 &
+	MUNGED_PID=$!
+	T_PIDS="$T_PIDS $MUNGED_PID"
+	wait_until 10 test -S "$d/munge.socket" || return 1
+	export RGPU_MUNGE_SOCKET=$d/munge.socket
+}
