@@ -300,16 +300,17 @@ char *metrics_render(size_t *len)
 	      "Clients or requests refused, by reason (auth, version, gpu, quota, ...).", refusals);
 	words(f, "rgpud_errors_total", "kind", "Server-side errors, by kind.", errors);
 
-	head(f, "rgpud_sessions", "gauge", "Live sessions per job (job 0: no Slurm job).");
+	head(f, "rgpud_sessions", "gauge",
+	     "Live sessions per Slurm job (slurm_job 0: a client outside any job).");
 	for (size_t i = 0; i < nrows; i++)
 		if (rows[i].gpu == NO_GPU)
-			fprintf(f, "rgpud_sessions{job=\"%" PRIu64 "\"} %d\n", rows[i].job, rows[i].live);
+			fprintf(f, "rgpud_sessions{slurm_job=\"%" PRIu64 "\"} %d\n", rows[i].job, rows[i].live);
 	head(f, "rgpud_gpu_sessions", "gauge",
 	     "Live sessions admitted to a GPU, per GPU and job.");
 	for (size_t i = 0; i < nrows; i++)
 		if (rows[i].gpu != NO_GPU) {
 			gpu_label(gl, sizeof(gl), rows[i].gpu);
-			fprintf(f, "rgpud_gpu_sessions{gpu=\"%s\",job=\"%" PRIu64 "\"} %d\n", gl,
+			fprintf(f, "rgpud_gpu_sessions{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %d\n", gl,
 				rows[i].job, rows[i].live);
 		}
 	head(f, "rgpud_memory_used_bytes", "gauge",
@@ -317,7 +318,7 @@ char *metrics_render(size_t *len)
 	for (size_t i = 0; i < nrows; i++)
 		if (rows[i].gpu != NO_GPU) {
 			gpu_label(gl, sizeof(gl), rows[i].gpu);
-			fprintf(f, "rgpud_memory_used_bytes{gpu=\"%s\",job=\"%" PRIu64 "\"} %" PRId64 "\n",
+			fprintf(f, "rgpud_memory_used_bytes{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %" PRId64 "\n",
 				gl, rows[i].job, rows[i].mem);
 		}
 	/* GPU time attained, as the time sessions held the GPU (from admission
@@ -333,7 +334,7 @@ char *metrics_render(size_t *len)
 			    (ms->gpus & (1ull << rows[i].gpu)))
 				s += t - ms->since[rows[i].gpu];
 		gpu_label(gl, sizeof(gl), rows[i].gpu);
-		fprintf(f, "rgpud_gpu_session_seconds_total{gpu=\"%s\",job=\"%" PRIu64 "\"} %.3f\n",
+		fprintf(f, "rgpud_gpu_session_seconds_total{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %.3f\n",
 			gl, rows[i].job, s);
 	}
 	pthread_mutex_unlock(&mu);
@@ -357,16 +358,16 @@ char *metrics_render(size_t *len)
 	head(f, "rgpud_lease_quota_bytes", "gauge",
 	     "Memory quota of each lease (0: the whole GPU, exclusive).");
 	for (size_t i = 0; i < nl; i++)
-		fprintf(f, "rgpud_lease_quota_bytes{gpu=\"%u\",job=\"%" PRIu64 "\",uid=\"%u\"} %" PRIu64 "\n",
+		fprintf(f, "rgpud_lease_quota_bytes{gpu=\"%u\",slurm_job=\"%" PRIu64 "\",uid=\"%u\"} %" PRIu64 "\n",
 			l[i].gpu, l[i].job_id, l[i].uid, l[i].mem_limit);
 	head(f, "rgpud_lease_used_bytes", "gauge", "Memory charged to each lease.");
 	for (size_t i = 0; i < nl; i++)
-		fprintf(f, "rgpud_lease_used_bytes{gpu=\"%u\",job=\"%" PRIu64 "\",uid=\"%u\"} %" PRIu64 "\n",
+		fprintf(f, "rgpud_lease_used_bytes{gpu=\"%u\",slurm_job=\"%" PRIu64 "\",uid=\"%u\"} %" PRIu64 "\n",
 			l[i].gpu, l[i].job_id, l[i].uid, l[i].used);
 	head(f, "rgpud_lease_expiry_timestamp_seconds", "gauge",
 	     "When each lease expires (unix time; 0: never).");
 	for (size_t i = 0; i < nl; i++)
-		fprintf(f, "rgpud_lease_expiry_timestamp_seconds{gpu=\"%u\",job=\"%" PRIu64 "\",uid=\"%u\"} %" PRIu64 "\n",
+		fprintf(f, "rgpud_lease_expiry_timestamp_seconds{gpu=\"%u\",slurm_job=\"%" PRIu64 "\",uid=\"%u\"} %" PRIu64 "\n",
 			l[i].gpu, l[i].job_id, l[i].uid, l[i].expires);
 	free(g);
 	free(l);

@@ -16,7 +16,7 @@ SUDO=""
 if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 	pkgs="build-essential autoconf automake libtool pkg-config python3
 	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
-	      slurmctld slurmd slurm-client iproute2 valgrind"
+	      slurmctld slurmd slurm-client iproute2 valgrind libmicrohttpd-dev curl"
 	missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null |
 		  awk '$NF != "installed" {print $1}'; for p in $pkgs; do
 		  dpkg-query -W "$p" >/dev/null 2>&1 || echo "$p"; done)

@@ -28,7 +28,7 @@ run_case() {
 		grep -Eq "(error|warning): .*$st/leases.json" "$LOGDIR/$name.log"
 	scrape "$name"
 	t_check "$name: no lease holds a saturated number" \
-		bash -c "! grep -E '^rgpud_lease.*(job=\"$MAX\"| $MAX\$)' '$LOGDIR/$name.metrics'"
+		bash -c "! grep -E '^rgpud_lease.*(slurm_job=\"$MAX\"| $MAX\$)' '$LOGDIR/$name.metrics'"
 	"$SESS" try 127.0.0.1 "$PORT" 4096 >"$LOGDIR/$name.try" 2>&1
 	t_check "$name: serves (a client without a credential is answered)" \
 		grep -q "^refused" "$LOGDIR/$name.try"

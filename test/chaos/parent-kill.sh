@@ -82,7 +82,7 @@ else
 		>"$LOGDIR/over.try" 2>&1
 	t_check "leases: 32 MiB more is over the quota and refused" grep -q "^refused" "$LOGDIR/over.try"
 	t_check "leases: the lease's use is 48 MiB" \
-		[ "$(metric 'rgpud_lease_used_bytes{gpu="0",job="77",uid="0"}')" = $((48 * MIB)) ]
+		[ "$(metric 'rgpud_lease_used_bytes{gpu="0",slurm_job="77",uid="0"}')" = $((48 * MIB)) ]
 	stop_rgpud "$D"
 	all_gone $W || kill -9 $W 2>/dev/null
 fi

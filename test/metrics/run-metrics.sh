@@ -81,12 +81,12 @@ fi
 sleep 0.3
 scrape
 cp "$LOGDIR/scrape.txt" "$LOGDIR/scrape-held.txt"
-t_check "3 live sessions of job 0" is 'rgpud_sessions{job="0"}' 3
-t_check "3 live sessions on GPU 0" is 'rgpud_gpu_sessions{gpu="0",job="0"}' 3
-t_check "memory in use on GPU 0 is 3 x $SIZE" is 'rgpud_memory_used_bytes{gpu="0",job="0"}' $((3 * SIZE))
+t_check "3 live sessions of job 0" is 'rgpud_sessions{slurm_job="0"}' 3
+t_check "3 live sessions on GPU 0" is 'rgpud_gpu_sessions{gpu="0",slurm_job="0"}' 3
+t_check "memory in use on GPU 0 is 3 x $SIZE" is 'rgpud_memory_used_bytes{gpu="0",slurm_job="0"}' $((3 * SIZE))
 t_check "3 sessions started" is rgpud_sessions_started_total 3
 t_check "connections counted" ge rgpud_connections_accepted_total 3
-t_check "GPU time is counted" ge 'rgpud_gpu_session_seconds_total{gpu="0",job="0"}' 0.1
+t_check "GPU time is counted" ge 'rgpud_gpu_session_seconds_total{gpu="0",slurm_job="0"}' 0.1
 t_check "still well formed with sessions" well_formed
 
 # they end: gauges back to 0, counters keep what happened
@@ -94,9 +94,9 @@ exec 4>&-
 wait $HOLD
 ended() { scrape && [ "$(value rgpud_sessions_ended_total)" = 3 ]; }
 t_check "3 sessions ended" wait_until 20 ended
-t_check "no live session left" is 'rgpud_sessions{job="0"}' 0
-t_check "no memory in use left" is 'rgpud_memory_used_bytes{gpu="0",job="0"}' 0
-t_check "GPU time stays counted" ge 'rgpud_gpu_session_seconds_total{gpu="0",job="0"}' 0.1
+t_check "no live session left" is 'rgpud_sessions{slurm_job="0"}' 0
+t_check "no memory in use left" is 'rgpud_memory_used_bytes{gpu="0",slurm_job="0"}' 0
+t_check "GPU time stays counted" ge 'rgpud_gpu_session_seconds_total{gpu="0",slurm_job="0"}' 0.1
 t_check "no worker crash" is rgpud_worker_crashes_total 0
 
 code() { curl -sS -m 10 -o /dev/null -w '%{http_code}' "$@"; }

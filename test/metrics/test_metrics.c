@@ -67,12 +67,12 @@ int main(void)
 		return tap_done();
 	ok(has(t, "rgpud_gpu_memory_total_bytes{gpu=\"0\",name=\"GPU \\\"zero\\\"\\\\\\n\"} 1073741824"),
 	   "a GPU name with quote, backslash and newline is escaped");
-	ok(has(t, "rgpud_sessions{job=\"41\"} 2") && has(t, "rgpud_sessions{job=\"42\"} 1"),
+	ok(has(t, "rgpud_sessions{slurm_job=\"41\"} 2") && has(t, "rgpud_sessions{slurm_job=\"42\"} 1"),
 	   "live sessions per job");
-	ok(has(t, "rgpud_gpu_sessions{gpu=\"0\",job=\"41\"} 2") &&
-	   has(t, "rgpud_gpu_sessions{gpu=\"1\",job=\"42\"} 1"), "live sessions per GPU and job");
-	ok(has(t, "rgpud_memory_used_bytes{gpu=\"0\",job=\"41\"} 524") &&
-	   has(t, "rgpud_memory_used_bytes{gpu=\"1\",job=\"42\"} 7"), "memory per GPU and job");
+	ok(has(t, "rgpud_gpu_sessions{gpu=\"0\",slurm_job=\"41\"} 2") &&
+	   has(t, "rgpud_gpu_sessions{gpu=\"1\",slurm_job=\"42\"} 1"), "live sessions per GPU and job");
+	ok(has(t, "rgpud_memory_used_bytes{gpu=\"0\",slurm_job=\"41\"} 524") &&
+	   has(t, "rgpud_memory_used_bytes{gpu=\"1\",slurm_job=\"42\"} 7"), "memory per GPU and job");
 	ok(has(t, "rgpud_sessions_started_total 3") && has(t, "rgpud_connections_accepted_total 1"),
 	   "session and connection counters");
 	ok(has(t, "rgpud_refusals_total{reason=\"w0\"} 2") &&
@@ -110,11 +110,11 @@ int main(void)
 	metrics_session_close(s2);
 	metrics_session_close(s3);
 	t = metrics_render(&len);
-	ok(t && has(t, "rgpud_sessions{job=\"41\"} 0") &&
-	   has(t, "rgpud_memory_used_bytes{gpu=\"0\",job=\"41\"} 0") &&
+	ok(t && has(t, "rgpud_sessions{slurm_job=\"41\"} 0") &&
+	   has(t, "rgpud_memory_used_bytes{gpu=\"0\",slurm_job=\"41\"} 0") &&
 	   has(t, "rgpud_sessions_ended_total 3"), "ended sessions hold nothing");
 	double secs = 0;
-	const char *p = t ? strstr(t, "rgpud_gpu_session_seconds_total{gpu=\"0\",job=\"41\"} ") : NULL;
+	const char *p = t ? strstr(t, "rgpud_gpu_session_seconds_total{gpu=\"0\",slurm_job=\"41\"} ") : NULL;
 	int got = p && sscanf(strchr(p, ' '), "%lf", &secs) == 1;
 	ok(got && secs >= 0.04, "GPU time of two ended sessions is kept (%.3f s)", secs);
 	free(t);
