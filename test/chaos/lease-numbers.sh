@@ -8,6 +8,7 @@
 set -u
 . "$(dirname "$0")/../soak/lib.sh"
 t_need_build
+need_metrics # (the lease view comes from the metrics endpoint)
 t_logdir chaos-numbers
 MAX=18446744073709551615
 

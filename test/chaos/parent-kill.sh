@@ -14,6 +14,7 @@
 set -u
 . "$(dirname "$0")/../soak/lib.sh"
 t_need_build
+need_metrics # (the lease view comes from the metrics endpoint)
 t_logdir chaos-kill
 MIB=$((1 << 20))
 

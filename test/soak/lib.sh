@@ -36,6 +36,14 @@ t_check() { # description command...
 	if "$@"; then t_ok "$what"; else t_fail "$what"; fi
 }
 
+# rgpud serves --metrics (built with libmicrohttpd)
+have_metrics() { grep -q '^#define HAVE_MICROHTTPD 1' "$top_builddir/config.h" 2>/dev/null; }
+need_metrics() {
+	have_metrics && return 0
+	echo "SKIP: rgpud was built without libmicrohttpd (no --metrics)"
+	exit 77
+}
+
 free_port() {
 	"$PYTHON" -c 'import socket
 s = socket.socket()

@@ -33,12 +33,12 @@ fig() { echo "$*" | tee -a "$FIG"; }
 ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 METRICS=""
-MPORT=$(free_port)
-start_rgpud d --open --metrics="127.0.0.1:$MPORT"
-if ! kill -0 "$RGPUD_PID" 2>/dev/null; then
-	start_rgpud d --open # built without libmicrohttpd: no metrics checks
-else
+if have_metrics; then
+	MPORT=$(free_port)
+	start_rgpud d --open --metrics="127.0.0.1:$MPORT"
 	METRICS=http://127.0.0.1:$MPORT/metrics
+else
+	start_rgpud d --open # built without libmicrohttpd: no metrics checks
 fi
 D=$RGPUD_PID
 metric() {
