@@ -146,8 +146,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 				charged[q.gpu] += q.delta;
 			if (p.rc)
 				metrics_refused("quota");
-			else
-				metrics_session_mem(ms, q.gpu, q.delta);
+			else if (q.delta > 0)
+				metrics_session_charge(ms, q.gpu, (uint64_t)q.delta);
+			else if (q.delta > INT64_MIN)
+				metrics_session_refund(ms, q.gpu, (uint64_t)-q.delta);
 			break;
 		case G_USAGE:
 			rgpud_access_usage(who, q.gpu, &p.limit, &p.used);

@@ -35,7 +35,7 @@ struct metrics_session {
 	uint64_t job;
 	uint64_t gpus; /* admitted, bit mask */
 	double since[RGPUD_MAX_GPUS];
-	int64_t mem[RGPUD_MAX_GPUS];
+	uint64_t mem[RGPUD_MAX_GPUS];
 	struct metrics_session *next, *prev;
 };
 
@@ -44,7 +44,7 @@ struct row {
 	uint64_t job;
 	uint32_t gpu;
 	int live;
-	int64_t mem;
+	uint64_t mem;
 	double secs;
 };
 
@@ -133,16 +133,32 @@ void metrics_session_gpu(struct metrics_session *ms, unsigned gpu)
 	pthread_mutex_unlock(&mu);
 }
 
-void metrics_session_mem(struct metrics_session *ms, unsigned gpu, int64_t delta)
+void metrics_session_charge(struct metrics_session *ms, unsigned gpu, uint64_t bytes)
 {
 	if (!ms || gpu >= RGPUD_MAX_GPUS)
 		return;
 	pthread_mutex_lock(&mu);
 	struct row *r = row_get(ms->job, gpu);
 	if (r) {
-		/* (both sums stay within what the worker was charged: no overflow) */
-		ms->mem[gpu] += delta;
-		r->mem += delta;
+		/* (the lease code refuses charges that would overflow; the
+		 * sums below stay within what it accepted) */
+		ms->mem[gpu] += bytes;
+		r->mem += bytes;
+	}
+	pthread_mutex_unlock(&mu);
+}
+
+void metrics_session_refund(struct metrics_session *ms, unsigned gpu, uint64_t bytes)
+{
+	if (!ms || gpu >= RGPUD_MAX_GPUS)
+		return;
+	pthread_mutex_lock(&mu);
+	struct row *r = row_get(ms->job, gpu);
+	if (r) {
+		if (bytes > ms->mem[gpu])
+			bytes = ms->mem[gpu];
+		ms->mem[gpu] -= bytes;
+		r->mem -= bytes;
 	}
 	pthread_mutex_unlock(&mu);
 }
@@ -318,7 +334,7 @@ char *metrics_render(size_t *len)
 	for (size_t i = 0; i < nrows; i++)
 		if (rows[i].gpu != NO_GPU) {
 			gpu_label(gl, sizeof(gl), rows[i].gpu);
-			fprintf(f, "rgpud_memory_used_bytes{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %" PRId64 "\n",
+			fprintf(f, "rgpud_memory_used_bytes{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %" PRIu64 "\n",
 				gl, rows[i].job, rows[i].mem);
 		}
 	/* GPU time attained, as the time sessions held the GPU (from admission

@@ -31,7 +31,10 @@ void metrics_stop(void);
  * open() returns NULL only when out of memory; the other calls take NULL. */
 struct metrics_session *metrics_session_open(const struct rgpud_principal *who);
 void metrics_session_gpu(struct metrics_session *ms, unsigned gpu); /* admitted */
-void metrics_session_mem(struct metrics_session *ms, unsigned gpu, int64_t delta);
+/* Device memory charged to / given back by the session (what the quota
+ * counts); a refund beyond what the session holds is clamped. */
+void metrics_session_charge(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
+void metrics_session_refund(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_close(struct metrics_session *ms);
 
 /* Counters.  reason and kind are short snake_case words in static storage

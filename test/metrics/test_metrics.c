@@ -45,10 +45,11 @@ int main(void)
 	metrics_session_gpu(s1, 0); /* once per session */
 	metrics_session_gpu(s2, 0);
 	metrics_session_gpu(s3, 1);
-	metrics_session_mem(s1, 0, 1000);
-	metrics_session_mem(s2, 0, 24);
-	metrics_session_mem(s1, 0, -500);
-	metrics_session_mem(s3, 1, 7);
+	metrics_session_charge(s1, 0, 1000);
+	metrics_session_charge(s2, 0, 24);
+	metrics_session_refund(s1, 0, 500);
+	metrics_session_charge(s3, 1, 7);
+	metrics_session_refund(s3, 1, 8); /* more than it holds: clamped */
 	metrics_conn_accepted();
 	for (int i = 0; i < 40; i++) {
 		static char words[40][8];
@@ -72,7 +73,8 @@ int main(void)
 	ok(has(t, "rgpud_gpu_sessions{gpu=\"0\",slurm_job=\"41\"} 2") &&
 	   has(t, "rgpud_gpu_sessions{gpu=\"1\",slurm_job=\"42\"} 1"), "live sessions per GPU and job");
 	ok(has(t, "rgpud_memory_used_bytes{gpu=\"0\",slurm_job=\"41\"} 524") &&
-	   has(t, "rgpud_memory_used_bytes{gpu=\"1\",slurm_job=\"42\"} 7"), "memory per GPU and job");
+	   has(t, "rgpud_memory_used_bytes{gpu=\"1\",slurm_job=\"42\"} 0"),
+	   "memory per GPU and job (a refund beyond the charge is clamped)");
 	ok(has(t, "rgpud_sessions_started_total 3") && has(t, "rgpud_connections_accepted_total 1"),
 	   "session and connection counters");
 	ok(has(t, "rgpud_refusals_total{reason=\"w0\"} 2") &&

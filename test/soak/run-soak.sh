@@ -11,7 +11,7 @@
 #                   (default 256), done SOAK_ROUNDS times (default 3)
 #   SOAK_SIZE       device memory each session allocates (default 1 MiB)
 #   SOAK_RSS_SLACK_KB  allowed growth of the parent's resident memory over
-#                   phase 1 (default 1024)
+#                   phase 1 (default 2048)
 #   SOAK_RSS_PEAK_SLACK_KB  and over the rounds of phase 2 after the held
 #                   one (default 4096: after peaks of 256 threads glibc's
 #                   arenas wander within about 2 MiB, trimmed now and then;
@@ -24,7 +24,7 @@ set -u
 t_need_build
 t_logdir soak
 : "${SOAK_SESSIONS:=1500}" "${SOAK_BATCH:=16}" "${SOAK_AT_ONCE:=256}" "${SOAK_ROUNDS:=3}"
-: "${SOAK_SIZE:=1048576}" "${SOAK_RSS_SLACK_KB:=1024}" "${SOAK_RSS_PEAK_SLACK_KB:=4096}"
+: "${SOAK_SIZE:=1048576}" "${SOAK_RSS_SLACK_KB:=2048}" "${SOAK_RSS_PEAK_SLACK_KB:=4096}"
 FIG=$LOGDIR/figures.txt
 fig() { echo "$*" | tee -a "$FIG"; }
 
