@@ -62,6 +62,9 @@ static void usage(FILE *f)
 		RGPU_DEFAULT_PORT, RGPU_STATEDIR);
 }
 
+/* long options without a short form */
+enum { OPT_METRICS = 256 };
+
 static void on_signal(int sig)
 {
 	(void)sig;
@@ -242,7 +245,7 @@ int main(int argc, char **argv)
 		{ "open", no_argument, NULL, 'O' },
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
-		{ "metrics", required_argument, NULL, 'M' },
+		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -295,7 +298,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		}
-		case 'M': metrics_addr = optarg; break;
+		case OPT_METRICS: metrics_addr = optarg; break;
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;
