@@ -1,9 +1,9 @@
 /*
  * Opens many rgpud sessions over the wire protocol, for the metrics, soak
  * and chaos tests.  Each session: HELLO, a context on GPU 0, one device
- * allocation.  Sessions of a batch move in lock step (every HELLO sent,
- * then every reply read, ...), so a batch of 256 really is 256 sessions at
- * once on the server.
+ * allocation.  Sessions of a batch move in lock step (every request sent,
+ * then every reply read; HELLOs by waves of 64), so a batch of 256 really
+ * is 256 sessions at once on the server.
  *
  *   rgpu_sessions cycle HOST PORT TOTAL BATCH SIZE
  *       opens and closes TOTAL sessions, BATCH at a time; exit 1 if any
@@ -146,19 +146,27 @@ static void step(struct sess *b, int n, enum step st, uint64_t size, int verbose
 	}
 }
 
+/* Connections that wait for their HELLO reply at a time: rgpud caps the
+ * handshakes pending per client address (--max-pending-per-host), so a
+ * batch is let in by waves; its sessions then all run at once. */
+#define HELLO_WAVE 64
+
 static int open_batch(struct sess *b, int n, uint64_t size, int verbose)
 {
 	char err[256];
-	for (int i = 0; i < n; i++) {
-		b[i] = (struct sess){ 0 };
-		b[i].c = rgpu_tcp_connect(host, port, 10000, err, sizeof(err));
-		if (!b[i].c) {
-			if (verbose)
-				fprintf(stderr, "rgpu_sessions: %s\n", err);
-			b[i].failed = 1;
+	for (int w = 0; w < n; w += HELLO_WAVE) {
+		int k = n - w < HELLO_WAVE ? n - w : HELLO_WAVE;
+		for (int i = w; i < w + k; i++) {
+			b[i] = (struct sess){ 0 };
+			b[i].c = rgpu_tcp_connect(host, port, 10000, err, sizeof(err));
+			if (!b[i].c) {
+				if (verbose)
+					fprintf(stderr, "rgpu_sessions: %s\n", err);
+				b[i].failed = 1;
+			}
 		}
+		step(b + w, k, HELLO, size, verbose);
 	}
-	step(b, n, HELLO, size, verbose);
 	step(b, n, CTX, size, verbose);
 	if (size)
 		step(b, n, ALLOC, size, verbose);
