@@ -383,17 +383,17 @@ int main(int argc, char **argv)
 		log_err("cannot detach: %s", strerror(errno));
 		return 1;
 	}
+	/* (after detaching: the endpoint runs a thread) */
+	if (metrics_addr && metrics_start(metrics_addr, err, sizeof(err)) < 0) {
+		log_err("%s", err);
+		return 1;
+	}
 	if (pidfile) {
 		FILE *f = fopen(pidfile, "w");
 		if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
 			log_err("cannot write pid file %s: %s", pidfile, strerror(errno));
 			return 1;
 		}
-	}
-	/* (after detaching: the endpoint runs a thread) */
-	if (metrics_addr && metrics_start(metrics_addr, err, sizeof(err)) < 0) {
-		log_err("%s", err);
-		return 1;
 	}
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigemptyset(&sa.sa_mask);

@@ -33,10 +33,10 @@
 
 struct metrics_session {
 	uint64_t job;
+	int counted; /* its (job, NO_GPU) row counts it */
 	uint64_t gpus; /* admitted, bit mask */
 	double since[RGPUD_MAX_GPUS];
 	uint64_t mem[RGPUD_MAX_GPUS];
-	struct metrics_session *next, *prev;
 };
 
 /* Per (job, GPU): what live sessions hold, and GPU time of ended ones. */
@@ -45,7 +45,8 @@ struct row {
 	uint32_t gpu;
 	int live;
 	uint64_t mem;
-	double secs;
+	double secs;      /* GPU time of ended sessions */
+	double since_sum; /* sum of the live sessions' admission times */
 };
 
 struct word_count {
@@ -54,7 +55,6 @@ struct word_count {
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct metrics_session *live_sessions;
 static struct row *rows;
 static size_t nrows, caprows;
 static uint64_t n_accepted, n_started, n_ended, n_crashes;
@@ -106,12 +106,10 @@ struct metrics_session *metrics_session_open(const struct rgpud_principal *who)
 	ms->job = who->job_id;
 	pthread_mutex_lock(&mu);
 	struct row *r = row_get(ms->job, NO_GPU);
-	if (r)
+	if (r) {
 		r->live++;
-	ms->next = live_sessions;
-	if (live_sessions)
-		live_sessions->prev = ms;
-	live_sessions = ms;
+		ms->counted = 1;
+	}
 	n_started++;
 	pthread_mutex_unlock(&mu);
 	return ms;
@@ -128,6 +126,7 @@ void metrics_session_gpu(struct metrics_session *ms, unsigned gpu)
 			r->live++;
 			ms->gpus |= 1ull << gpu;
 			ms->since[gpu] = now_s();
+			r->since_sum += ms->since[gpu];
 		}
 	}
 	pthread_mutex_unlock(&mu);
@@ -179,17 +178,12 @@ void metrics_session_close(struct metrics_session *ms)
 		if (ms->gpus & (1ull << g)) {
 			r->live--;
 			r->secs += t - ms->since[g];
+			r->since_sum -= ms->since[g];
 		}
 	}
-	struct row *r = row_get(ms->job, NO_GPU);
+	struct row *r = ms->counted ? row_get(ms->job, NO_GPU) : NULL;
 	if (r)
 		r->live--;
-	if (ms->prev)
-		ms->prev->next = ms->next;
-	else
-		live_sessions = ms->next;
-	if (ms->next)
-		ms->next->prev = ms->prev;
 	n_ended++;
 	pthread_mutex_unlock(&mu);
 	free(ms);
@@ -344,11 +338,10 @@ char *metrics_render(size_t *len)
 	for (size_t i = 0; i < nrows; i++) {
 		if (rows[i].gpu == NO_GPU)
 			continue;
-		double s = rows[i].secs;
-		for (struct metrics_session *ms = live_sessions; ms; ms = ms->next)
-			if (ms->job == rows[i].job && rows[i].gpu < RGPUD_MAX_GPUS &&
-			    (ms->gpus & (1ull << rows[i].gpu)))
-				s += t - ms->since[rows[i].gpu];
+		/* ended sessions, plus the live ones up to now */
+		double s = rows[i].secs + rows[i].live * t - rows[i].since_sum;
+		if (s < 0) /* (rounding) */
+			s = 0;
 		gpu_label(gl, sizeof(gl), rows[i].gpu);
 		fprintf(f, "rgpud_gpu_session_seconds_total{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %.3f\n",
 			gl, rows[i].job, s);

@@ -73,6 +73,23 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 			san_fail=1
 			status=1
 		fi
+		# the metrics endpoint and damaged lease files, too
+		for t in metrics/run-metrics.sh chaos/state-files.sh; do
+			n=$(basename "$t" .sh)
+			mkdir -p "san-$n" && rm -rf "san-$n"/*
+			if ( cd "san-$n" && RGPU_E2E_DAEMON_BUILD=$top/_build-san ASAN_OPTIONS=detect_leaks=1 \
+			     top_builddir=$OLDPWD bash "$top/test/$t" > out.txt 2>&1 ) &&
+			   ! grep -rqE 'ERROR: [A-Za-z]+Sanitizer|runtime error:' "san-$n"; then
+				echo "PASS: $n with rgpud under ASan/UBSan"
+				san_pass=$((${san_pass:-0} + 1))
+			else
+				echo "FAIL: $n with rgpud under ASan/UBSan:"
+				tail -20 "san-$n/out.txt"
+				grep -rE -m5 'ERROR: [A-Za-z]+Sanitizer|runtime error:' "san-$n"
+				san_fail=$((${san_fail:-0} + 1))
+				status=1
+			fi
+		done
 	fi
 fi
 

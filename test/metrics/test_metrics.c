@@ -108,6 +108,12 @@ int main(void)
 	free(t);
 
 	nanosleep(&(struct timespec){ 0, 20 * 1000 * 1000 }, NULL);
+	double secs = 0;
+	t = metrics_render(&len);
+	const char *p = t ? strstr(t, "rgpud_gpu_session_seconds_total{gpu=\"0\",slurm_job=\"41\"} ") : NULL;
+	int got = p && sscanf(strchr(p, ' '), "%lf", &secs) == 1;
+	ok(got && secs >= 0.04, "GPU time of two live sessions counts up to now (%.3f s)", secs);
+	free(t);
 	metrics_session_close(s1);
 	metrics_session_close(s2);
 	metrics_session_close(s3);
@@ -115,9 +121,9 @@ int main(void)
 	ok(t && has(t, "rgpud_sessions{slurm_job=\"41\"} 0") &&
 	   has(t, "rgpud_memory_used_bytes{gpu=\"0\",slurm_job=\"41\"} 0") &&
 	   has(t, "rgpud_sessions_ended_total 3"), "ended sessions hold nothing");
-	double secs = 0;
-	const char *p = t ? strstr(t, "rgpud_gpu_session_seconds_total{gpu=\"0\",slurm_job=\"41\"} ") : NULL;
-	int got = p && sscanf(strchr(p, ' '), "%lf", &secs) == 1;
+	secs = 0;
+	p = t ? strstr(t, "rgpud_gpu_session_seconds_total{gpu=\"0\",slurm_job=\"41\"} ") : NULL;
+	got = p && sscanf(strchr(p, ' '), "%lf", &secs) == 1;
 	ok(got && secs >= 0.04, "GPU time of two ended sessions is kept (%.3f s)", secs);
 	free(t);
 	rgpud_lease_fini();

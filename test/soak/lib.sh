@@ -3,12 +3,16 @@
 #
 # Environment: top_builddir (set by `make check`), PYTHON.
 # Sets: RGPUD, SESS (rgpu_sessions), LOGDIR (./<suite>-logs).
+# RGPU_E2E_DAEMON_BUILD: see below.
 
 : "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${PYTHON:=python3}"
-RGPUD=$top_builddir/daemon/rgpud
+# RGPU_E2E_DAEMON_BUILD: another build tree whose rgpud and emulated device
+# serve (the ASan/UBSan build: test/run-all.sh); the clients stay this tree's
+DAEMON_BUILD=${RGPU_E2E_DAEMON_BUILD:-$top_builddir}
+RGPUD=$DAEMON_BUILD/daemon/rgpud
 SESS=$top_builddir/test/soak/rgpu_sessions
-export RGPU_EMU_LIB=$top_builddir/emu/.libs/librgpu-emu.so
+export RGPU_EMU_LIB=$DAEMON_BUILD/emu/.libs/librgpu-emu.so
 
 t_need_build() {
 	local m=""
@@ -37,7 +41,7 @@ t_check() { # description command...
 }
 
 # rgpud serves --metrics (built with libmicrohttpd)
-have_metrics() { grep -q '^#define HAVE_MICROHTTPD 1' "$top_builddir/config.h" 2>/dev/null; }
+have_metrics() { grep -q '^#define HAVE_MICROHTTPD 1' "$DAEMON_BUILD/config.h" 2>/dev/null; }
 need_metrics() {
 	have_metrics && return 0
 	echo "SKIP: rgpud was built without libmicrohttpd (no --metrics)"
