@@ -2,10 +2,13 @@
 # The rgpu demo: brings up a three-node Slurm on this machine (network
 # namespaces on a private bridge, 10.77.0.0/24; one node without GPUs, two
 # GPU nodes each running `rgpud --emulated` with two emulated GPUs), submits
-# a job to the GPU-less node asking for two remote GPUs, prints what it got,
-# and tears everything down.  Needs root, iproute2, Debian's slurmctld,
-# slurmd and munge; on a fresh machine it installs them and builds rgpu
-# into _build/ first.
+# a job to the GPU-less node asking for two remote GPUs, which lists them
+# (rgpu status) and runs contrib/demo_job.c on each (data in, a kernel,
+# data out, checked), tears everything down and ends with
+# "demo: PASSED: ..." or "demo: FAILED: ..." (exit 0 or 1).  Needs root
+# (a user goes through sudo), iproute2, Debian's slurmctld, slurmd and
+# munge; on a fresh machine it installs them and builds rgpu into _build/
+# first.
 #
 #   contrib/demo.sh [BUILD_DIR]
 set -u
@@ -15,10 +18,17 @@ BUILD=${1:-}
 if [ -z "$BUILD" ]; then
 	if [ -e "$SRC/_build/spank/.libs/spank_rgpu.so" ]; then BUILD=$SRC/_build; else BUILD=$SRC; fi
 fi
-[ "$(id -u)" = 0 ] || { echo "demo.sh: run as root (network namespaces, slurmd)"; exit 1; }
+# root for the network namespaces and slurmd: a user goes through sudo (a
+# fresh Debian image used as root has no sudo and needs none)
+if [ "$(id -u)" != 0 ]; then
+	command -v sudo >/dev/null ||
+		{ echo "demo.sh: needs root (network namespaces, slurmd), and there is no sudo"; exit 1; }
+	echo "== not root: running again through sudo"
+	exec sudo bash "$HERE/demo.sh" "$@"
+fi
 # a fresh machine: install the packages and build first (into _build)
 if [ ! -e "$BUILD/spank/.libs/spank_rgpu.so" ] && [ -z "${1:-}" ]; then
-	echo "== installing packages and building rgpu (test/run-all.sh, build only)"
+	echo "== rgpu is not built yet: test/run-all.sh installs what is missing and builds"
 	RGPU_BUILD_ONLY=1 bash "$SRC/test/run-all.sh" || { echo "demo.sh: the build failed"; exit 1; }
 	BUILD=$SRC/_build
 fi
@@ -35,21 +45,42 @@ trap 'exit 1' INT TERM
 
 echo "== starting munge, slurmctld, 3 slurmd (cpu1, gpu1, gpu2) and 2 rgpud"
 rc_up "$SRC" "$BUILD" 9>&- || { echo "demo.sh: the cluster did not come up"; exit 1; }
-gcc -std=gnu11 -O1 -o "$RC_DIR/rgpu_probe" "$SRC/test/slurm/rgpu_probe.c" -ldl || exit 1
+# the job's CUDA program (its kernel is PTX text: no nvcc needed)
+gcc -std=gnu11 -O1 -I"${CUDA_HOME:-/usr/local/cuda}/include" -o "$RC_DIR/demo_job" \
+	"$SRC/contrib/demo_job.c" "$BUILD/client/.libs/libcuda.so.1" ||
+	{ echo "demo.sh: cannot build contrib/demo_job.c"; exit 1; }
+chmod 755 "$RC_DIR/demo_job"
 sinfo -N -o '%N %t %G'
 echo
 echo "== sbatch -w cpu1 --gres=rgpu:2   (cpu1 has no GPU)"
 job=$(sbatch --parsable --uid=nobody -w cpu1 --gres=rgpu:2 --chdir="$RC_DIR/work" \
 	-o "$RC_DIR/work/demo.out" --wrap "
-echo \"node: \$SLURMD_NODENAME   RGPU_SERVERS=\$RGPU_SERVERS\"
+echo \"node: \$SLURMD_NODENAME (no GPU)   RGPU_SERVERS=\$RGPU_SERVERS\"
+echo
+echo '\$ rgpu status'
 $BUILD/tools/rgpu status
 echo
-echo 'what a CUDA program in the job sees:'
-$RC_DIR/rgpu_probe")
+echo '\$ demo_job     (a CUDA program: on each GPU, data in, a kernel, data out, checked)'
+$RC_DIR/demo_job")
+[ -n "$job" ] || { echo "demo: FAILED: sbatch did not take the job"; exit 1; }
+echo "   job $job submitted; waiting for it (60 s at most)"
+done_=0
 for t in $(seq 1 120); do
-	[ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && break
+	[ -z "$(squeue -h -j "$job" 2>/dev/null)" ] && { done_=1; break; }
 	sleep 0.5
 done
-cat "$RC_DIR/work/demo.out"
 echo
+sed 's/^/   | /' "$RC_DIR/work/demo.out" 2>/dev/null
+echo
+# the closing line: what the job showed
+result=$(grep '^RESULT: ' "$RC_DIR/work/demo.out" 2>/dev/null | tail -1)
 echo "== done; tearing the cluster down"
+rc_down >/dev/null 2>&1
+trap - EXIT
+if [ $done_ = 1 ] && [ "${result#RESULT: OK}" != "$result" ]; then
+	echo "demo: PASSED: job $job on cpu1, a node without GPUs:${result#RESULT: OK:}"
+	exit 0
+fi
+[ $done_ = 1 ] || result="the job did not finish in 60 s"
+echo "demo: FAILED: ${result#RESULT: FAILED: } (RC_KEEP=1 contrib/demo.sh keeps the cluster's logs)"
+exit 1

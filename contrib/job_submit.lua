@@ -12,7 +12,7 @@ that every node of the job reaches.
 A license is a seat: a whole GPU costs SEATS_PER_GPU seats, a slice
 (--rgpu-mem) costs one.  Set Licenses=rgpu:<GPUs * SEATS_PER_GPU> in
 slurm.conf.  With SEATS_PER_GPU=1 a started job always finds room; a larger
-value lets up to that many slices share a GPU (see docs/admin.md).
+value lets up to that many slices share a GPU (see admin.md, installed with the docs).
 ]]
 
 local SEATS_PER_GPU = 1

@@ -107,7 +107,7 @@
 	X(cuGraphDestroy)                        \
 	X(cuGraphGetNodes)
 
-/* Listing a module's functions (CUDA 12.4+; optional, not emulated). */
+/* Listing a module's functions (CUDA 12.4+; optional). */
 #define RGPUD_DRIVER_MODFUNCS(X)                 \
 	X(cuModuleGetFunctionCount)              \
 	X(cuModuleEnumerateFunctions)            \

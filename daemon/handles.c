@@ -45,6 +45,7 @@ uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void
 	h->kind = kind;
 	h->obj = obj;
 	h->ctx = ctx;
+	h->parent = 0;
 	h->extra = extra;
 	return ((uint64_t)h->gen << 32) | (uint64_t)(slot + 1);
 }
@@ -74,4 +75,15 @@ void ht_del(struct htable *t, uint64_t id)
 	h->kind = HK_FREE;
 	h->obj = NULL;
 	t->freel[t->nfree++] = slot - 1;
+}
+
+void ht_del_children(struct htable *t, uint64_t parent)
+{
+	if (!parent)
+		return;
+	for (uint32_t i = 0; i < t->n; i++) {
+		struct hentry *h = &t->e[i];
+		if (h->kind != HK_FREE && h->parent == parent)
+			ht_del(t, ((uint64_t)h->gen << 32) | (i + 1));
+	}
 }

@@ -25,6 +25,7 @@ struct hentry {
 	uint32_t gen;
 	void *obj;      /* CUcontext, CUmodule, ... */
 	uint64_t ctx;   /* owning context handle (0 for libraries, kernels) */
+	uint64_t parent; /* module or library a function or kernel belongs to */
 	void *extra;    /* kind-specific data, freed with free() */
 };
 
@@ -42,5 +43,8 @@ uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void
 /* The entry, or NULL if id is not a live object of that kind. */
 struct hentry *ht_get(struct htable *t, uint64_t id, enum hkind kind);
 void ht_del(struct htable *t, uint64_t id);
+/* Deletes every entry whose parent is id (a module's or library's
+ * functions and kernels, which die with it). */
+void ht_del_children(struct htable *t, uint64_t parent);
 
 #endif

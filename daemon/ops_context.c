@@ -7,6 +7,47 @@
 
 #include <stdlib.h>
 
+static const CUlimit lim_id[LIM_N] = { CU_LIMIT_MALLOC_HEAP_SIZE, CU_LIMIT_STACK_SIZE,
+					CU_LIMIT_PRINTF_FIFO_SIZE };
+
+static int lim_index(CUlimit lim)
+{
+	for (int i = 0; i < LIM_N; i++)
+		if (lim_id[i] == lim)
+			return i;
+	return -1;
+}
+
+/* Device bytes a limit's value holds: the heap and the printf FIFO are
+ * buffers of that size; the stack is per thread, for every thread that can
+ * be resident at once.  Saturates (a quota then refuses it). */
+static uint64_t lim_bytes(const struct ctx_state *cs, int i, uint64_t v)
+{
+	if (lim_id[i] != CU_LIMIT_STACK_SIZE)
+		return v;
+	if (cs->resident_threads && v > UINT64_MAX / cs->resident_threads)
+		return UINT64_MAX;
+	return v * cs->resident_threads;
+}
+
+/* The current context's limit values at creation, and its resident
+ * threads (the stack's multiplier). */
+static void ctx_measure(struct rgpud_driver *d, CUdevice cd, struct ctx_state *cs)
+{
+	int sms = 0, per_sm = 0;
+	if (d->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cd) ||
+	    d->cuDeviceGetAttribute(&per_sm, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, cd) ||
+	    sms < 0 || per_sm < 0)
+		sms = per_sm = 0;
+	cs->resident_threads = (uint64_t)sms * (uint64_t)per_sm;
+	for (int i = 0; i < LIM_N; i++) {
+		size_t v = 0;
+		if (d->cuCtxGetLimit(&v, lim_id[i]))
+			v = 0;
+		cs->lim_base[i] = lim_bytes(cs, i, v);
+	}
+}
+
 int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct rgpud_driver *d = &rgpud_server.drv;
@@ -24,15 +65,27 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	if (!cs)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	cs->dev = dev;
+	/* the context's own device memory counts, beyond the one the lease
+	 * reserves for (RGPUD_CTX_COST) */
+	for (uint32_t i = 0; i < s->ht.n && !cs->cost; i++)
+		if (s->ht.e[i].kind == HK_CTX && ((struct ctx_state *)s->ht.e[i].extra)->dev == dev)
+			cs->cost = RGPUD_CTX_COST;
+	if (cs->cost && gate_charge(dev, (int64_t)cs->cost) < 0) {
+		free(cs);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	CUcontext ctx;
 	/* Only scheduling flags mean anything for a remote context. */
 	if ((rc = d->cuCtxCreate_v2(&ctx, flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX), cd))) {
+		gate_charge(dev, -(int64_t)cs->cost);
 		free(cs);
 		return rc;
 	}
+	ctx_measure(d, cd, cs);
 	uint64_t id = ht_add(&s->ht, HK_CTX, ctx, 0, cs);
 	if (!id) {
 		d->cuCtxDestroy_v2(ctx);
+		gate_charge(dev, -(int64_t)cs->cost);
 		free(cs);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -51,16 +104,18 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
 	if (!e)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	/* refund and forget the context's allocations */
+	/* refund and forget the context's allocations and globals, and the
+	 * context itself */
 	for (size_t i = 0; i < s->nalloc;) {
 		if (s->allocs[i].ctx == ctx) {
 			struct alloc a = session_alloc_del(s, s->allocs[i].dptr);
-			if (!a.module)
-				gate_charge(a.dev, -(int64_t)a.size);
+			gate_charge(a.dev, -(int64_t)a.size);
 		} else {
 			i++;
 		}
 	}
+	struct ctx_state *cs = e->extra;
+	gate_charge(cs->dev, -(int64_t)session_ctx_charged(cs));
 	/* forget every object owned by the context */
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *o = &s->ht.e[i];
@@ -88,23 +143,26 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 
 int op_ctx_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	if (!rc)
-		rc = rgpud_server.drv.cuCtxSynchronize();
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc)
+		return rc;
+	if (session_wait_elsewhere(s, h, WAIT_CTX, session_ctx_obj(s), NULL) == 0)
+		return OP_REPLIED;
+	rc = rgpud_server.drv.cuCtxSynchronize();
 	session_forward_output(s, h);
 	return rc;
 }
 
 int op_ctx_get_limit(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
 	uint32_t lim = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc == OP_DROP)
+		return rc;
 	size_t v = 0;
 	if (!rc)
 		rc = rgpud_server.drv.cuCtxGetLimit(&v, (CUlimit)lim);
@@ -114,11 +172,45 @@ int op_ctx_get_limit(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 
 int op_ctx_set_limit(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
+	struct rgpud_driver *d = &rgpud_server.drv;
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
 	uint32_t lim = get_u32(r);
 	uint64_t v = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	return rc ? rc : (int)rgpud_server.drv.cuCtxSetLimit((CUlimit)lim, (size_t)v);
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc)
+		return rc;
+	struct ctx_state *cs = q.cs;
+	int i = lim_index((CUlimit)lim);
+	if (i < 0)
+		return d->cuCtxSetLimit((CUlimit)lim, (size_t)v);
+	/* device memory: what it costs above the context's own value is
+	 * charged before the driver takes it, and set right to what the
+	 * driver made of the value (it may round) */
+	uint64_t want = lim_bytes(cs, i, v);
+	uint64_t extra = want > cs->lim_base[i] ? want - cs->lim_base[i] : 0;
+	if (extra > INT64_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	int64_t delta = (int64_t)extra - (int64_t)cs->lim_charged[i];
+	if (delta > 0 && gate_charge(cs->dev, delta) < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = d->cuCtxSetLimit((CUlimit)lim, (size_t)v);
+	size_t now = 0;
+	if (rc) {
+		if (delta > 0)
+			gate_charge(cs->dev, -delta);
+		return rc;
+	}
+	cs->lim_charged[i] = extra;
+	if (delta < 0)
+		gate_charge(cs->dev, delta);
+	if (d->cuCtxGetLimit(&now, (CUlimit)lim) == CUDA_SUCCESS) {
+		uint64_t got = lim_bytes(cs, i, now);
+		uint64_t got_extra = got > cs->lim_base[i] ? got - cs->lim_base[i] : 0;
+		/* rounded up: the rest is charged as well (it is in use) */
+		if (got_extra > extra && got_extra - extra <= INT64_MAX &&
+		    gate_charge(cs->dev, (int64_t)(got_extra - extra)) == 0)
+			cs->lim_charged[i] = got_extra;
+	}
+	return CUDA_SUCCESS;
 }

@@ -7,17 +7,6 @@
 
 #define D (&rgpud_server.drv)
 
-static struct hentry *func_in_ctx(struct session *s, uint64_t ctx, uint64_t f, int *rc)
-{
-	*rc = session_enter_ctx(s, ctx, NULL);
-	if (*rc)
-		return NULL;
-	struct hentry *e = ht_get(&s->ht, f, HK_FUNC);
-	if (!e || e->ctx != ctx)
-		*rc = CUDA_ERROR_INVALID_HANDLE;
-	return *rc ? NULL : e;
-}
-
 /* Launch attributes: values only; any carrying a handle is refused by the
  * client before it gets here. */
 static int read_attrs(struct rd *r, CUlaunchAttribute *attrs, uint32_t *n)
@@ -46,7 +35,8 @@ static int read_attrs(struct rd *r, CUlaunchAttribute *attrs, uint32_t *n)
 
 int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t g[3], b[3];
 	for (int i = 0; i < 3; i++)
 		g[i] = get_u32(r);
@@ -60,14 +50,12 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	uint32_t nattrs = 0;
 	if (rd_ok(r) && r->left && read_attrs(r, attrs, &nattrs) < 0)
 		return OP_DROP;
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
-	if (!e)
+	int rc = req_enter(s, r, &q, HK_FUNC);
+	if (rc)
 		return rc;
+	struct hentry *e = q.e;
 	CUstream st;
-	if ((rc = session_stream(s, sid, &st)))
+	if ((rc = req_stream(s, sid, &st)))
 		return rc;
 	struct param_layout *l = e->extra;
 	if (plen < l->total)
@@ -87,14 +75,13 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 
 int op_occ_dyn_smem(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	int32_t nb = get_i32(r), bs = get_i32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
-	if (!e)
+	int rc = req_enter(s, r, &q, HK_FUNC);
+	if (rc)
 		return rc;
+	struct hentry *e = q.e;
 	size_t v = 0;
 	rc = D->cuOccupancyAvailableDynamicSMemPerBlock(&v, e->obj, nb, bs);
 	put_u64(out, v);
@@ -103,7 +90,8 @@ int op_occ_dyn_smem(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 
 int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t g[3], b[3];
 	for (int i = 0; i < 3; i++)
 		g[i] = get_u32(r);
@@ -112,12 +100,12 @@ int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *
 	uint32_t shmem = get_u32(r);
 	CUlaunchAttribute attrs[16];
 	uint32_t nattrs = 0;
-	if (read_attrs(r, attrs, &nattrs) < 0 || !rd_done(r))
+	if (read_attrs(r, attrs, &nattrs) < 0)
 		return OP_DROP;
-	int rc;
-	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
-	if (!e)
+	int rc = req_enter(s, r, &q, HK_FUNC);
+	if (rc)
 		return rc;
+	struct hentry *e = q.e;
 	CUlaunchConfig cfg = { .gridDimX = g[0], .gridDimY = g[1], .gridDimZ = g[2],
 			       .blockDimX = b[0], .blockDimY = b[1], .blockDimZ = b[2],
 			       .sharedMemBytes = shmem, .attrs = attrs, .numAttrs = nattrs };
@@ -129,13 +117,12 @@ int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *
 
 int op_func_get_attrs(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), fid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
-	if (!e)
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, HK_FUNC);
+	if (rc)
 		return rc;
+	struct hentry *e = q.e;
 	put_u32(out, CU_FUNC_ATTRIBUTE_MAX);
 	for (int a = 0; a < CU_FUNC_ATTRIBUTE_MAX; a++) {
 		int v = 0;
@@ -148,39 +135,34 @@ int op_func_get_attrs(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 
 int op_func_set_attr(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t attr = get_u32(r);
 	int32_t val = get_i32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
-	return e ? (int)D->cuFuncSetAttribute(e->obj, (CUfunction_attribute)attr, val) : rc;
+	int rc = req_enter(s, r, &q, HK_FUNC);
+	return rc ? rc : (int)D->cuFuncSetAttribute(q.e->obj, (CUfunction_attribute)attr, val);
 }
 
 int op_func_set_cache(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t cfg = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
-	return e ? (int)D->cuFuncSetCacheConfig(e->obj, (CUfunc_cache)cfg) : rc;
+	int rc = req_enter(s, r, &q, HK_FUNC);
+	return rc ? rc : (int)D->cuFuncSetCacheConfig(q.e->obj, (CUfunc_cache)cfg);
 }
 
 int op_occ_max_blocks(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), fid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	int32_t bs = get_i32(r);
 	uint64_t smem = get_u64(r);
 	uint32_t flags = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = func_in_ctx(s, ctx, fid, &rc);
-	if (!e)
+	int rc = req_enter(s, r, &q, HK_FUNC);
+	if (rc)
 		return rc;
+	struct hentry *e = q.e;
 	int n = 0;
 	rc = D->cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, e->obj, bs, smem, flags);
 	put_i32(out, n);

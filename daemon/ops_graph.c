@@ -6,44 +6,44 @@
 
 #define D (&rgpud_server.drv)
 
-static int ready(struct session *s, uint64_t ctx)
+/* The handler prologue (req_enter) and graphs being there. */
+static int ready(struct session *s, struct rd *r, struct req *q, enum hkind kind)
 {
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = req_enter(s, r, q, kind);
 	if (!rc && !D->have_graphs)
 		rc = CUDA_ERROR_NOT_SUPPORTED;
 	return rc;
 }
 
-static int ready_stream(struct session *s, uint64_t ctx, uint64_t sid, CUstream *st)
+/* ... for "handle ctx, handle stream" requests */
+static int ready_stream(struct session *s, struct rd *r, struct req *q, CUstream *st)
 {
-	int rc = ready(s, ctx);
-	return rc ? rc : session_stream(s, sid, st);
+	int rc = ready(s, r, q, HK_FREE);
+	return rc ? rc : req_stream(s, q->id, st);
 }
 
 int op_capture_begin(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), sid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t mode = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
 	CUstream st;
-	int rc = ready_stream(s, ctx, sid, &st);
+	int rc = ready_stream(s, r, &q, &st);
 	return rc ? rc : (int)D->cuStreamBeginCapture_v2(st, (CUstreamCaptureMode)mode);
 }
 
 int op_capture_end(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), sid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	CUstream st;
-	int rc = ready_stream(s, ctx, sid, &st);
+	int rc = ready_stream(s, r, &q, &st);
 	CUgraph g = NULL;
 	if (!rc)
 		rc = D->cuStreamEndCapture(st, &g);
 	if (rc)
 		return rc;
-	uint64_t id = ht_add(&s->ht, HK_GRAPH, g, ctx, NULL);
+	uint64_t id = ht_add(&s->ht, HK_GRAPH, g, q.ctx, NULL);
 	if (!id) {
 		D->cuGraphDestroy(g);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -54,11 +54,12 @@ int op_capture_end(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 
 int op_capture_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), sid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	CUstream st;
-	int rc = ready_stream(s, ctx, sid, &st);
+	int rc = ready_stream(s, r, &q, &st);
+	if (rc == OP_DROP)
+		return rc;
 	CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
 	if (!rc)
 		rc = D->cuStreamIsCapturing(st, &cs);
@@ -68,19 +69,16 @@ int op_capture_status(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 
 int op_graph_instantiate(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), gid = get_u64(r), flags = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = ready(s, ctx);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	uint64_t flags = get_u64(r);
+	int rc = ready(s, r, &q, HK_GRAPH);
 	if (rc)
 		return rc;
-	struct hentry *g = ht_get(&s->ht, gid, HK_GRAPH);
-	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
 	CUgraphExec ex;
-	if ((rc = D->cuGraphInstantiateWithFlags(&ex, g->obj, flags)))
+	if ((rc = D->cuGraphInstantiateWithFlags(&ex, q.e->obj, flags)))
 		return rc;
-	uint64_t id = ht_add(&s->ht, HK_GRAPHEXEC, ex, ctx, NULL);
+	uint64_t id = ht_add(&s->ht, HK_GRAPHEXEC, ex, q.ctx, NULL);
 	if (!id) {
 		D->cuGraphExecDestroy(ex);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -91,47 +89,38 @@ int op_graph_instantiate(struct session *s, const struct rgpu_hdr *h, struct rd 
 
 int op_graph_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), eid = get_u64(r), sid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	uint64_t sid = get_u64(r);
+	int rc = ready(s, r, &q, HK_GRAPHEXEC);
 	CUstream st;
-	int rc = ready_stream(s, ctx, sid, &st);
-	if (rc)
-		return rc;
-	struct hentry *e = ht_get(&s->ht, eid, HK_GRAPHEXEC);
-	return e ? (int)D->cuGraphLaunch(e->obj, st) : CUDA_ERROR_INVALID_HANDLE;
+	if (!rc)
+		rc = req_stream(s, sid, &st);
+	return rc ? rc : (int)D->cuGraphLaunch(q.e->obj, st);
 }
 
 int op_graph_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), id = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t is_exec = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = ready(s, ctx);
+	int rc = ready(s, r, &q, is_exec ? HK_GRAPHEXEC : HK_GRAPH);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, id, is_exec ? HK_GRAPHEXEC : HK_GRAPH);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = is_exec ? D->cuGraphExecDestroy(e->obj) : D->cuGraphDestroy(e->obj);
-	ht_del(&s->ht, id);
+	rc = is_exec ? D->cuGraphExecDestroy(q.e->obj) : D->cuGraphDestroy(q.e->obj);
+	ht_del(&s->ht, q.id);
 	return rc;
 }
 
 int op_graph_nodes(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), gid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = ready(s, ctx);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = ready(s, r, &q, HK_GRAPH);
 	if (rc)
 		return rc;
-	struct hentry *g = ht_get(&s->ht, gid, HK_GRAPH);
-	if (!g)
-		return CUDA_ERROR_INVALID_HANDLE;
 	size_t n = 0;
-	rc = D->cuGraphGetNodes(g->obj, NULL, &n);
+	rc = D->cuGraphGetNodes(q.e->obj, NULL, &n);
 	put_u64(out, n);
 	return rc;
 }

@@ -1,6 +1,8 @@
 /* Modules, libraries, kernels, functions and globals.  Parameter layouts
  * come from the driver (cuFuncGetParamInfo) and travel with the function
  * handle, so the client never parses a module image. */
+#include "gate.h"
+#include "image.h"
 #include "log.h"
 #include "rgpud.h"
 #include "session.h"
@@ -67,14 +69,20 @@ static int read_image(struct session *s, struct rd *r, int need_ctx, uint64_t *c
 	const uint8_t *p = get_bytes(r, &n);
 	if (!rd_done(r) || n == 0)
 		return OP_DROP;
-	if (kind == RGPU_IMAGE_PTX && p[n - 1] != '\0')
+	(void)kind; /* the driver goes by the content */
+	const char *why = image_check(p, n);
+	if (why) {
+		log_info("%s: module image refused: %s", s->name, why);
 		return CUDA_ERROR_INVALID_IMAGE;
+	}
 	int rc = need_ctx || *ctx ? session_enter_ctx(s, *ctx, NULL) : 0;
 	if (rc)
 		return rc;
-	if (!(*img = aligned_alloc(64, (n + 63) & ~(size_t)63)))
+	size_t cap = (n + 63) & ~(size_t)63;
+	if (!(*img = aligned_alloc(64, cap)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	memcpy(*img, p, n);
+	memset((char *)*img + n, 0, cap - n);
 	return CUDA_SUCCESS;
 }
 
@@ -101,35 +109,32 @@ int op_module_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 
 int op_module_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), mod = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, HK_MODULE);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	rc = D->cuModuleUnload(e->obj);
+	uint64_t mod = q.id;
+	rc = D->cuModuleUnload(q.e->obj);
+	/* its functions and globals die with it: a stale id is refused here
+	 * rather than handed to the driver as a dangling CUfunction */
 	session_alloc_drop_module(s, mod);
+	ht_del_children(&s->ht, mod);
 	ht_del(&s->ht, mod);
 	return rc;
 }
 
 int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), mod = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	const char *name = get_str(r, 4096);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = req_enter(s, r, &q, HK_MODULE);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	uint64_t ctx = q.ctx, mod = q.id;
 	CUfunction f;
-	if ((rc = D->cuModuleGetFunction(&f, e->obj, name)))
+	if ((rc = D->cuModuleGetFunction(&f, q.e->obj, name)))
 		return rc;
 	put_u64(out, 0); /* placeholder for the id, patched below */
 	struct param_layout *l = layout_get(f, func_param_info, out);
@@ -138,6 +143,7 @@ int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	ht_get(&s->ht, id, HK_FUNC)->parent = mod;
 	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
@@ -145,9 +151,16 @@ int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 static int global_reply(struct session *s, uint64_t ctx, uint64_t owner, CUdeviceptr p,
 			size_t size, struct wbuf *out)
 {
+	/* a global is device memory of the session: charged the first time
+	 * the client learns of it, refunded with its module or library */
 	struct ctx_state *cs = ht_get(&s->ht, ctx, HK_CTX)->extra;
-	if (session_alloc_add(s, p, size, ctx, owner, cs->dev) < 0)
+	int added = session_alloc_add(s, p, size, ctx, owner, cs->dev);
+	if (added < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (added && size && gate_charge(cs->dev, (int64_t)size) < 0) {
+		session_alloc_del(s, p);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	put_u64(out, p);
 	put_u64(out, size);
 	return CUDA_SUCCESS;
@@ -156,14 +169,15 @@ static int global_reply(struct session *s, uint64_t ctx, uint64_t owner, CUdevic
 /* A global of a module or library, in a context of this session. */
 static int get_global(struct session *s, struct rd *r, struct wbuf *out, enum hkind kind)
 {
-	uint64_t ctx = get_u64(r), owner = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
 	const char *name = get_str(r, 4096);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	/* a library belongs to no context, but its global is looked up in one */
+	int rc = req_enter(s, r, &q, kind == HK_LIBRARY ? HK_FREE : kind);
 	if (rc)
 		return rc;
-	struct hentry *e = ht_get(&s->ht, owner, kind);
+	uint64_t ctx = q.ctx, owner = q.id;
+	struct hentry *e = kind == HK_LIBRARY ? req_obj(s, &q, owner, kind) : q.e;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUdeviceptr p;
@@ -203,35 +217,31 @@ int op_library_load(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 
 int op_library_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t lib = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
-	int rc = D->cuLibraryUnload(e->obj);
+	struct req q;
+	req_ids(r, &q, REQ_OBJ);
+	int rc = req_enter(s, r, &q, HK_LIBRARY);
+	if (rc)
+		return rc;
+	uint64_t lib = q.id;
+	rc = D->cuLibraryUnload(q.e->obj);
 	session_alloc_drop_module(s, lib);
-	/* kernels of the library die with it */
-	for (uint32_t i = 0; i < s->ht.n; i++) {
-		struct hentry *k = &s->ht.e[i];
-		if (k->kind == HK_KERNEL && k->ctx == lib)
-			ht_del(&s->ht, ((uint64_t)k->gen << 32) | (i + 1));
-	}
+	/* kernels of the library, and their functions, die with it */
+	ht_del_children(&s->ht, lib);
 	ht_del(&s->ht, lib);
 	return rc;
 }
 
 int op_library_get_kernel(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t lib = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_OBJ);
 	const char *name = get_str(r, 4096);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	int rc = req_enter(s, r, &q, HK_LIBRARY);
+	if (rc)
+		return rc;
+	uint64_t lib = q.id;
 	CUkernel k;
-	int rc = D->cuLibraryGetKernel(&k, e->obj, name);
+	rc = D->cuLibraryGetKernel(&k, q.e->obj, name);
 	if (rc)
 		return rc;
 	put_u64(out, 0);
@@ -242,22 +252,25 @@ int op_library_get_kernel(struct session *s, const struct rgpu_hdr *h, struct rd
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	ht_get(&s->ht, id, HK_KERNEL)->parent = lib;
 	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
 
 int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), kid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	/* the kernel belongs to no context; its function to this one */
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
-	struct hentry *k = ht_get(&s->ht, kid, HK_KERNEL);
+	uint64_t ctx = q.ctx;
+	struct hentry *k = req_obj(s, &q, q.id, HK_KERNEL);
 	if (!k)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUfunction f;
+	uint64_t lib = k->parent; /* k moves if the table grows */
 	if ((rc = D->cuKernelGetFunction(&f, k->obj)))
 		return rc;
 	/* the function's own layout: the kernel's may be empty until the
@@ -269,6 +282,8 @@ int op_kernel_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 		free(l);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	/* of the kernel's library: dies with it */
+	ht_get(&s->ht, id, HK_FUNC)->parent = lib;
 	patch_id(out, id);
 	return CUDA_SUCCESS;
 }
@@ -280,31 +295,27 @@ int op_library_get_global(struct session *s, const struct rgpu_hdr *h, struct rd
 
 int op_library_kernel_count(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t lib = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct hentry *e = ht_get(&s->ht, lib, HK_LIBRARY);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	struct req q;
+	req_ids(r, &q, REQ_OBJ);
+	int rc = req_enter(s, r, &q, HK_LIBRARY);
+	if (rc)
+		return rc;
 	unsigned n = 0;
-	int rc = D->cuLibraryGetKernelCount(&n, e->obj);
+	rc = D->cuLibraryGetKernelCount(&n, q.e->obj);
 	put_u32(out, n);
 	return rc;
 }
 
 int op_module_functions(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), mod = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, HK_MODULE);
 	if (rc)
 		return rc;
 	if (!D->have_modfuncs)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	struct hentry *e = ht_get(&s->ht, mod, HK_MODULE);
-	if (!e)
-		return CUDA_ERROR_INVALID_HANDLE;
+	struct hentry *e = q.e;
 	unsigned n = 0;
 	if ((rc = D->cuModuleGetFunctionCount(&n, e->obj)))
 		return rc;

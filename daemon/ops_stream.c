@@ -6,18 +6,6 @@
 
 #define D (&rgpud_server.drv)
 
-static struct hentry *obj_in_ctx(struct session *s, uint64_t ctx, uint64_t id,
-				 enum hkind kind, int *rc)
-{
-	*rc = session_enter_ctx(s, ctx, NULL);
-	if (*rc)
-		return NULL;
-	struct hentry *e = ht_get(&s->ht, id, kind);
-	if (!e || e->ctx != ctx)
-		*rc = CUDA_ERROR_INVALID_HANDLE;
-	return *rc ? NULL : e;
-}
-
 /* A new object of the session, or undone if it cannot be registered. */
 static int add_obj(struct session *s, enum hkind kind, void *obj, uint64_t ctx, struct wbuf *out)
 {
@@ -35,32 +23,29 @@ static int add_obj(struct session *s, enum hkind kind, void *obj, uint64_t ctx, 
 
 static int destroy_obj(struct session *s, struct rd *r, enum hkind kind)
 {
-	uint64_t ctx = get_u64(r), id = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = obj_in_ctx(s, ctx, id, kind, &rc);
-	if (!e)
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, kind);
+	if (rc)
 		return rc;
-	rc = kind == HK_STREAM ? D->cuStreamDestroy_v2(e->obj) : D->cuEventDestroy_v2(e->obj);
-	ht_del(&s->ht, id);
+	rc = kind == HK_STREAM ? D->cuStreamDestroy_v2(q.e->obj) : D->cuEventDestroy_v2(q.e->obj);
+	ht_del(&s->ht, q.id);
 	return rc;
 }
 
 int op_stream_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
 	uint32_t flags = get_u32(r);
 	int32_t prio = get_i32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
 	CUstream st;
 	if ((rc = D->cuStreamCreateWithPriority(&st, flags, prio)))
 		return rc;
-	return add_obj(s, HK_STREAM, st, ctx, out);
+	return add_obj(s, HK_STREAM, st, q.ctx, out);
 }
 
 int op_stream_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -68,62 +53,74 @@ int op_stream_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 	return destroy_obj(s, r, HK_STREAM);
 }
 
-static int stream_call(struct session *s, struct rd *r, CUresult (*fn)(CUstream))
+static int stream_call(struct session *s, struct rd *r, CUresult (*fn)(CUstream), CUstream *out)
 {
-	uint64_t ctx = get_u64(r), id = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
-	CUstream st;
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, HK_FREE);
+	CUstream st = NULL;
 	if (!rc)
-		rc = session_stream(s, id, &st);
+		rc = req_stream(s, q.id, &st);
+	if (out)
+		*out = st;
 	return rc ? rc : (int)fn(st);
 }
 
 int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	int rc = stream_call(s, r, D->cuStreamSynchronize);
-	session_forward_output(s, h);
+	/* done already (the query): answered here; else waited for off the
+	 * main loop.  The per-thread stream is the main loop's own. */
+	CUstream st;
+	int rc = stream_call(s, r, D->cuStreamQuery, &st);
+	if (rc == CUDA_ERROR_NOT_READY) {
+		if (st != CU_STREAM_PER_THREAD &&
+		    session_wait_elsewhere(s, h, WAIT_STREAM, session_ctx_obj(s), st) == 0)
+			return OP_REPLIED;
+		rc = D->cuStreamSynchronize(st);
+	}
+	if (rc != OP_DROP)
+		session_forward_output(s, h);
 	return rc;
 }
 
 int op_stream_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	return stream_call(s, r, D->cuStreamQuery);
+	return stream_call(s, r, D->cuStreamQuery, NULL);
 }
 
 int op_stream_wait_event(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), sid = get_u64(r), eid = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ); /* ctx, stream */
+	uint64_t eid = get_u64(r);
 	uint32_t flags = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *ev = obj_in_ctx(s, ctx, eid, HK_EVENT, &rc);
-	if (!ev)
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc)
 		return rc;
+	struct hentry *ev = req_obj(s, &q, eid, HK_EVENT);
+	if (!ev)
+		return CUDA_ERROR_INVALID_HANDLE;
 	CUstream st;
-	if ((rc = session_stream(s, sid, &st)))
+	if ((rc = req_stream(s, q.id, &st)))
 		return rc;
 	return D->cuStreamWaitEvent(st, ev->obj, flags);
 }
 
 int op_event_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
 	uint32_t flags = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
 	/* interprocess events would hand the client a server-local IPC handle */
 	if (flags & CU_EVENT_INTERPROCESS)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	CUevent ev;
+	CUevent ev = NULL;
 	if ((rc = D->cuEventCreate(&ev, flags)))
 		return rc;
-	return add_obj(s, HK_EVENT, ev, ctx, out);
+	return add_obj(s, HK_EVENT, ev, q.ctx, out);
 }
 
 int op_event_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -133,51 +130,60 @@ int op_event_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 
 int op_event_record(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), id = get_u64(r), sid = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = obj_in_ctx(s, ctx, id, HK_EVENT, &rc);
-	if (!e)
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	uint64_t sid = get_u64(r);
+	int rc = req_enter(s, r, &q, HK_EVENT);
+	if (rc)
 		return rc;
 	CUstream st;
-	if ((rc = session_stream(s, sid, &st)))
+	if ((rc = req_stream(s, sid, &st)))
 		return rc;
-	return D->cuEventRecord(e->obj, st);
+	return D->cuEventRecord(q.e->obj, st);
 }
 
-static int event_call(struct session *s, struct rd *r, CUresult (*fn)(CUevent))
+static int event_call(struct session *s, struct rd *r, CUresult (*fn)(CUevent), CUevent *out)
 {
-	uint64_t ctx = get_u64(r), id = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *e = obj_in_ctx(s, ctx, id, HK_EVENT, &rc);
-	return e ? (int)fn(e->obj) : rc;
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	int rc = req_enter(s, r, &q, HK_EVENT);
+	if (rc)
+		return rc;
+	if (out)
+		*out = q.e->obj;
+	return fn(q.e->obj);
 }
 
 int op_event_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	int rc = event_call(s, r, D->cuEventSynchronize);
-	session_forward_output(s, h);
+	CUevent ev = NULL;
+	int rc = event_call(s, r, D->cuEventQuery, &ev);
+	if (rc == CUDA_ERROR_NOT_READY) {
+		if (session_wait_elsewhere(s, h, WAIT_EVENT, session_ctx_obj(s), ev) == 0)
+			return OP_REPLIED;
+		rc = D->cuEventSynchronize(ev);
+	}
+	if (rc != OP_DROP)
+		session_forward_output(s, h);
 	return rc;
 }
 
 int op_event_query(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	return event_call(s, r, D->cuEventQuery);
+	return event_call(s, r, D->cuEventQuery, NULL);
 }
 
 int op_event_elapsed(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), a = get_u64(r), b = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc;
-	struct hentry *ea = obj_in_ctx(s, ctx, a, HK_EVENT, &rc);
-	struct hentry *eb = ea ? obj_in_ctx(s, ctx, b, HK_EVENT, &rc) : NULL;
-	if (!eb)
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	uint64_t b = get_u64(r);
+	int rc = req_enter(s, r, &q, HK_EVENT);
+	if (rc)
 		return rc;
+	struct hentry *ea = q.e, *eb = req_obj(s, &q, b, HK_EVENT);
+	if (!eb)
+		return CUDA_ERROR_INVALID_HANDLE;
 	float ms = 0;
 	rc = D->cuEventElapsedTime(&ms, ea->obj, eb->obj);
 	put_f32(out, ms);

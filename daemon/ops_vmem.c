@@ -28,13 +28,14 @@ struct vmem {
 
 int op_vmem_map(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), addr = get_u64(r), size = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	struct ctx_state *cs;
-	int rc = session_enter_ctx(s, ctx, &cs);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
+	uint64_t addr = get_u64(r), size = get_u64(r);
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
+	uint64_t ctx = q.ctx;
+	struct ctx_state *cs = q.cs;
 	if (!D->have_vmm)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!addr || !size || addr % VMEM_GRAIN || size % VMEM_GRAIN || addr + size < addr)
@@ -103,10 +104,10 @@ static void vmem_release(struct vmem *v)
 
 int op_vmem_unmap(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
 {
-	uint64_t ctx = get_u64(r), addr = get_u64(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	int rc = session_enter_ctx(s, ctx, NULL);
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
+	uint64_t addr = get_u64(r);
+	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
 	for (struct vmem **pp = &s->vmem; *pp; pp = &(*pp)->next) {

@@ -2,6 +2,8 @@
 #include "log.h"
 #include "gate.h"
 #include "rgpud.h"
+#include "devout.h"
+#include "waiter.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -30,18 +32,46 @@ int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t fla
 
 void session_forward_output(struct session *s, const struct rgpu_hdr *h)
 {
-	if (s->out_fd < 0)
+	if (!s->out)
 		return;
-	/* the driver prints through stdio: push it into the pipe first */
-	fflush(stdout);
-	char buf[16384];
-	for (;;) {
-		ssize_t n = read(s->out_fd, buf, sizeof(buf));
-		if (n <= 0)
-			return;
-		if (rgpu_frame_send(s->conn, RGPU_OP_OUTPUT, RGPU_F_REPLY, h->id, buf, (size_t)n, NULL, 0) < 0)
-			return;
+	size_t len;
+	char *buf = devout_take(s->out, &len);
+	/* frames of 1 MiB: well under the payload limit */
+	for (size_t off = 0; off < len;) {
+		size_t k = len - off < (1u << 20) ? len - off : (1u << 20);
+		if (rgpu_frame_send(s->conn, RGPU_OP_OUTPUT, RGPU_F_REPLY, h->id, buf + off, k, NULL, 0) < 0)
+			break;
+		off += k;
 	}
+	free(buf);
+}
+
+void session_prepare(struct session *s)
+{
+	if (s->prepared)
+		return;
+	s->prepared = 1;
+	pthread_mutex_init(&s->send_lock, NULL);
+	if (s->out_fd >= 0) {
+		s->out = devout_start(s->out_fd);
+		if (!s->out)
+			log_warn("%s: device printf output will not reach the client (no reader thread)",
+				 s->name);
+		else
+			s->out_fd = -1; /* devout owns it */
+	}
+}
+
+int session_wait_elsewhere(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind,
+			   void *ctx, void *obj)
+{
+	if (h->flags & RGPU_F_NOREPLY)
+		return -1;
+	/* this sync reports the deferred error (it covers the failed call) */
+	if (waiter_post(s, h, kind, (CUcontext)ctx, obj, s->deferred) < 0)
+		return -1;
+	s->deferred = 0;
+	return 0;
 }
 
 int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs)
@@ -58,6 +88,49 @@ int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs)
 	if (cs)
 		*cs = e->extra;
 	return CUDA_SUCCESS;
+}
+
+void req_ids(struct rd *r, struct req *q, int shape)
+{
+	*q = (struct req){ 0 };
+	if (shape != REQ_OBJ)
+		q->ctx = get_u64(r);
+	if (shape != REQ_CTX)
+		q->id = get_u64(r);
+}
+
+struct hentry *req_obj(struct session *s, const struct req *q, uint64_t id, enum hkind kind)
+{
+	struct hentry *e = ht_get(&s->ht, id, kind);
+	int ctxfree = kind == HK_LIBRARY || kind == HK_KERNEL;
+	if (!e || (!ctxfree && e->ctx != q->ctx))
+		return NULL;
+	return e;
+}
+
+int req_enter(struct session *s, struct rd *r, struct req *q, enum hkind kind)
+{
+	if (!rd_done(r))
+		return OP_DROP;
+	if (q->ctx || (kind != HK_LIBRARY && kind != HK_KERNEL)) {
+		int rc = session_enter_ctx(s, q->ctx, &q->cs);
+		if (rc)
+			return rc;
+	}
+	if (kind != HK_FREE && !(q->e = req_obj(s, q, q->id, kind)))
+		return CUDA_ERROR_INVALID_HANDLE;
+	return CUDA_SUCCESS;
+}
+
+void *session_ctx_obj(struct session *s)
+{
+	struct hentry *e = ht_get(&s->ht, s->cur_ctx, HK_CTX);
+	return e ? e->obj : NULL;
+}
+
+int req_stream(struct session *s, uint64_t id, CUstream *out)
+{
+	return session_stream(s, id, out);
 }
 
 int session_stream(struct session *s, uint64_t id, CUstream *out)
@@ -116,15 +189,26 @@ int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t 
 	memmove(&s->allocs[i + 1], &s->allocs[i], (s->nalloc - i) * sizeof(*s->allocs));
 	s->allocs[i] = (struct alloc){ dptr, size, ctx, module, dev };
 	s->nalloc++;
-	return 0;
+	return 1;
+}
+
+uint64_t session_ctx_charged(const struct ctx_state *cs)
+{
+	uint64_t n = cs->cost;
+	for (int i = 0; i < LIM_N; i++)
+		n += cs->lim_charged[i];
+	return n;
 }
 
 void session_alloc_drop_module(struct session *s, uint64_t module)
 {
 	size_t j = 0;
-	for (size_t i = 0; i < s->nalloc; i++)
+	for (size_t i = 0; i < s->nalloc; i++) {
 		if (s->allocs[i].module != module)
 			s->allocs[j++] = s->allocs[i];
+		else
+			gate_charge(s->allocs[i].dev, -(int64_t)s->allocs[i].size);
+	}
 	s->nalloc = j;
 }
 
@@ -147,9 +231,10 @@ static void session_cleanup(struct session *s)
 {
 	struct rgpud_driver *d = &s->srv->drv;
 	uint64_t freed = 0;
+	/* no wait may outlive the contexts it waits in */
+	waiter_stop(s);
 	for (size_t i = 0; i < s->nalloc; i++) {
-		if (s->allocs[i].module)
-			continue;
+		/* memory and the globals looked up (both charged) */
 		gate_charge(s->allocs[i].dev, -(int64_t)s->allocs[i].size);
 		freed += s->allocs[i].size;
 	}
@@ -166,6 +251,8 @@ static void session_cleanup(struct session *s)
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
 		if (e->kind == HK_CTX) {
+			struct ctx_state *cs = e->extra;
+			gate_charge(cs->dev, -(int64_t)session_ctx_charged(cs));
 			int rc = d->cuCtxDestroy_v2(e->obj);
 			if (rc)
 				log_warn("%s: destroying a context: %s", s->name, rgpud_cu_errname(d, rc));
@@ -176,6 +263,10 @@ static void session_cleanup(struct session *s)
 	if (nctx || freed)
 		log_info("%s: session ended: %d context(s), %llu bytes of device memory freed",
 			 s->name, nctx, (unsigned long long)freed);
+	devout_stop(s->out);
+	s->out = NULL;
+	pthread_mutex_destroy(&s->send_lock);
+	s->prepared = 0;
 	ht_free(&s->ht);
 	free(s->allocs);
 	free(s->rx);
@@ -270,8 +361,12 @@ static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 	return RGPU_HDR_OK;
 }
 
+static int reply(struct session *s, const struct op_desc *od, const struct rgpu_hdr *h,
+		 struct rd *r);
+
 int session_serve_one(struct session *s)
 {
+	session_prepare(s);
 	struct rgpu_hdr h;
 	int hs = recv_hdr(s, &h);
 	if (hs == RGPU_HDR_EOF) {
@@ -310,21 +405,44 @@ int session_serve_one(struct session *s)
 	}
 	struct rd r;
 	rd_init(&r, s->rx, pre);
+	/* objects that a pending wait uses are destroyed only after it */
+	if (od->flags & OPF_DRAINS)
+		waiter_drain(s);
 	wbuf_reset(&s->tx);
-	int st = od->fn(s, &h, &r, &s->tx);
+	/* the main loop's frames never interleave with a waiter's reply */
+	pthread_mutex_lock(&s->send_lock);
+	int rc = reply(s, od, &h, &r);
+	pthread_mutex_unlock(&s->send_lock);
+	return rc;
+}
+
+/* Runs the handler and sends its reply; the send lock is held. */
+static int reply(struct session *s, const struct op_desc *od, const struct rgpu_hdr *h,
+		 struct rd *r)
+{
+	int st = od->fn(s, h, r, &s->tx);
 	if (st == OP_DROP) {
 		log_warn("%s: malformed %s request (%u bytes), dropping connection", s->name,
-			 rgpu_op_name(h.op), h.len);
+			 rgpu_op_name(h->op), h->len);
 		return -1;
 	}
 	if (st == OP_REPLIED)
 		return s->ended ? -1 : 0;
-	if (h.flags & RGPU_F_NOREPLY) {
+	if (h->flags & RGPU_F_NOREPLY) {
 		if (st && !s->deferred)
 			s->deferred = st;
 		return 0;
 	}
-	if (st == CUDA_SUCCESS && s->deferred) {
+	/*
+	 * A deferred (asynchronous) error is reported by the next call that
+	 * creates nothing.  A call that created a resource (memory, a stream,
+	 * a module, ...) reports its own success: turning it into a failure
+	 * would leave the resource alive on the server, unknown to the client
+	 * and charged to its quota.  CUDA never fails a call whose object it
+	 * made either; the error stays pending for the next call, as CUDA's
+	 * sticky and asynchronous errors do.
+	 */
+	if (st == CUDA_SUCCESS && s->deferred && !(od->flags & OPF_CREATES)) {
 		st = s->deferred;
 		s->deferred = 0;
 		wbuf_reset(&s->tx);
@@ -334,7 +452,7 @@ int session_serve_one(struct session *s)
 		wbuf_reset(&s->tx);
 	}
 	/* on failure the fields, if any, are a reason (admin ops) */
-	if (session_send_reply(s, &h, 0, st, s->tx.data, s->tx.len) < 0) {
+	if (session_send_reply(s, h, 0, st, s->tx.data, s->tx.len) < 0) {
 		log_info("%s: cannot send reply: %s", s->name, strerror(errno));
 		return -1;
 	}
@@ -343,6 +461,7 @@ int session_serve_one(struct session *s)
 
 void session_run(struct session *s)
 {
+	session_prepare(s);
 	while (!s->ended && session_serve_one(s) == 0)
 		;
 	session_cleanup(s);

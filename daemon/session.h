@@ -13,6 +13,7 @@
 #include "handles.h"
 #include "shm.h"
 #include "stage.h"
+#include "waiter.h"
 #include "wire.h"
 
 #include <pthread.h>
@@ -24,9 +25,23 @@
 struct rgpud;
 struct vmem;
 
+/* Device memory charged to the quota for a context itself (measured:
+ * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
+ * (RGPUD_LEASE_CTX_RESERVE, daemon/lease.h) covers one context, so a
+ * session's first context on a GPU is not charged; every further one is. */
+#define RGPUD_CTX_COST (512ull << 20)
+
+/* Limits that are device memory (cuCtxSetLimit): their cost above the
+ * value a new context has is charged to the quota. */
+enum { LIM_HEAP, LIM_STACK, LIM_PRINTF, LIM_N };
+
 /* extra data of an HK_CTX entry */
 struct ctx_state {
 	unsigned dev;
+	uint64_t cost;              /* charged for the context: 0 or RGPUD_CTX_COST */
+	uint64_t resident_threads;  /* SMs x threads per SM: stack copies */
+	uint64_t lim_base[LIM_N];   /* bytes at creation (in RGPUD_CTX_COST) */
+	uint64_t lim_charged[LIM_N]; /* bytes charged above lim_base */
 };
 
 /* extra data of an HK_FUNC / HK_KERNEL entry: the parameter layout */
@@ -73,6 +88,10 @@ struct session {
 	struct wbuf tx;
 	int32_t deferred; /* first failure of a no-reply request */
 	int out_fd;       /* worker: read end of its stdout (device printf), or -1 */
+	struct devout *out; /* its reader (devout.h), once started */
+	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
+	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
+	int prepared;     /* session_prepare done */
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
@@ -93,11 +112,22 @@ struct op_desc {
 	 * many bytes are; the handler reads the rest (bulk data) itself. */
 	uint32_t prefix;
 	int needs_hello;
+	unsigned flags; /* OPF_* */
 };
+
+/* Success creates a resource: its reply is never replaced by a deferred
+ * error (the client would not learn of the resource). */
+#define OPF_CREATES 1u
+/* Destroys or replaces what a pending wait may use: runs after every
+ * pending synchronising call has been answered. */
+#define OPF_DRAINS 2u
 
 /* The table lives in dispatch.c; ops_*.c define the handlers. */
 const struct op_desc *rgpud_op(unsigned op);
 
+/* Starts what a session needs besides its fields (send lock, output
+ * reader); idempotent, called by session_run and session_serve_one. */
+void session_prepare(struct session *s);
 /* Reads and serves one request: 0, or -1 when the session is over. */
 int session_serve_one(struct session *s);
 /* Worker: serves the session until the client leaves, then frees all. */
@@ -106,16 +136,52 @@ void session_run(struct session *s);
  * connections are shut down and their threads free everything. */
 void rgpud_sessions_end_job(uint64_t job_id);
 
+/*
+ * The one prologue of a request handler.  The handler reads the leading
+ * handles with req_ids() and its other fields with the wire getters, then
+ * calls req_enter(), which
+ *   - drops a request that is incomplete or too long (OP_DROP),
+ *   - makes the context current (CUDA_ERROR_INVALID_CONTEXT), and
+ *   - with kind != HK_FREE, looks up the object the second handle names:
+ *     a live one of that kind, owned by the context (libraries and their
+ *     kernels belong to no context) (CUDA_ERROR_INVALID_HANDLE).
+ * req_obj() looks up a further object of the same context; req_stream()
+ * resolves a stream handle.
+ */
+struct req {
+	uint64_t ctx, id;     /* the leading handles (id: 0 when not read) */
+	struct ctx_state *cs; /* the context's state, after req_enter */
+	struct hentry *e;     /* the object, after req_enter with a kind */
+};
+enum { REQ_CTX = 1, REQ_CTX_OBJ = 2, REQ_OBJ = 3 };
+/* REQ_CTX: "handle ctx"; REQ_CTX_OBJ: "handle ctx, handle obj"; REQ_OBJ:
+ * "handle obj" (context-free objects: libraries, kernels) */
+void req_ids(struct rd *r, struct req *q, int shape);
+int req_enter(struct session *s, struct rd *r, struct req *q, enum hkind kind);
+struct hentry *req_obj(struct session *s, const struct req *q, uint64_t id, enum hkind kind);
+int req_stream(struct session *s, uint64_t id, CUstream *out);
+/* The driver's handle of the current context (after req_enter). */
+void *session_ctx_obj(struct session *s);
+
 /* helpers for handlers (session.c) */
 /* Makes ctx current; fills *cs.  Returns a CUresult. */
 int session_enter_ctx(struct session *s, uint64_t ctx, struct ctx_state **cs);
+/* Answers synchronising request h from a waiter thread (waiter.h) once the
+ * wait in driver context ctx is over; 0, or -1: wait here instead. */
+int session_wait_elsewhere(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind,
+			   void *ctx, void *obj);
 /* Resolves a stream handle (0 = NULL stream) in the current context. */
 int session_stream(struct session *s, uint64_t id, CUstream *out);
 /* Range [p, p+n) lies in one of this session's allocations or globals. */
 int session_owns_range(struct session *s, uint64_t p, uint64_t n);
+/* 1: added, 0: already there (a global looked up again), -1: no memory. */
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
 		      uint64_t module, unsigned dev);
-/* Forgets every range registered by a module (its globals). */
+/* What a context holds in the quota besides its allocations (its own
+ * cost and its limits); refunded when it goes. */
+uint64_t session_ctx_charged(const struct ctx_state *cs);
+/* Forgets every range registered by a module (its globals), refunding
+ * them. */
 void session_alloc_drop_module(struct session *s, uint64_t module);
 /* Removes and returns the allocation starting at dptr (size 0 if none). */
 struct alloc session_alloc_del(struct session *s, uint64_t dptr);

@@ -200,7 +200,10 @@ EMU_API CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
 		return rc;
 	if (!name || len <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	snprintf(name, (size_t)len, "rgpu emulated device %d", dev);
+	/* RGPU_EMU_TAG (a node name) tells apart the GPUs of several servers */
+	const char *tag = getenv("RGPU_EMU_TAG");
+	snprintf(name, (size_t)len, "rgpu emulated device %d%s%s", dev, tag && *tag ? " on " : "",
+		 tag && *tag ? tag : "");
 	return CUDA_SUCCESS;
 }
 

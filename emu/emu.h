@@ -200,7 +200,7 @@ struct emu_kernel {
 
 extern const struct emu_kernel emu_kernels[];
 extern const int emu_nkernels;
-#define EMU_NKERNELS 9
+#define EMU_NKERNELS 10
 const struct emu_kernel *emu_kernel_find(const char *name, int *index);
 
 /* ---- module.c */

@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -275,6 +276,19 @@ static CUresult k_illegal_write(const struct emu_launch *l)
 	return CUDA_SUCCESS;
 }
 
+/* Device printf: thread i < n prints its line; the driver writes device
+ * output to the process's stdout, as CUDA's does at synchronisation. */
+static CUresult k_print_lines(const struct emu_launch *l)
+{
+	uint64_t cnt = cover(l, ARG(l, int, 0));
+
+	for (uint64_t i = 0; i < cnt; i++)
+		printf("rgpu printf line %08d of %08d: abcdefghijklmnopqrstuvwxyz\n", (int)i,
+		       ARG(l, int, 0));
+	fflush(stdout);
+	return CUDA_SUCCESS;
+}
+
 #define P(o, s) { (o), (s) }
 const struct emu_kernel emu_kernels[EMU_NKERNELS] = {
 	{ "vec_add", 4, { P(0, 8), P(8, 8), P(16, 8), P(24, 4) }, 28, 0, 1, k_vec_add },
@@ -287,6 +301,7 @@ const struct emu_kernel emu_kernels[EMU_NKERNELS] = {
 	{ "inc_i32", 2, { P(0, 8), P(8, 4) }, 12, 0, 1, k_inc_i32 },
 	{ "busy_wait_ns", 1, { P(0, 8) }, 8, 0, 0, k_busy_wait_ns },
 	{ "illegal_write", 1, { P(0, 8) }, 8, 0, 1, k_illegal_write },
+	{ "print_lines", 1, { P(0, 4) }, 4, 0, 0, k_print_lines },
 };
 #undef P
 const int emu_nkernels = EMU_NKERNELS;

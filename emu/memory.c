@@ -432,6 +432,18 @@ static CUresult submit(struct emu_ctx *ctx, CUstream hStream, struct emu_op *op,
 	return rc;
 }
 
+/* The stream is one ctx handed out (checked first, even for an empty
+ * operation: the driver looks at the stream before the sizes). */
+static int stream_valid(struct emu_ctx *ctx, CUstream hStream)
+{
+	int ok;
+
+	emu_lock(&ctx->lock);
+	ok = emu_stream_find(ctx, hStream) != NULL;
+	emu_unlock(&ctx->lock);
+	return ok;
+}
+
 static CUresult copy(CUdeviceptr dst, CUdeviceptr src, void *host, const void *chost,
 		     size_t n, enum emu_op_kind kind, CUstream hStream, int sync)
 {
@@ -441,6 +453,10 @@ static CUresult copy(CUdeviceptr dst, CUdeviceptr src, void *host, const void *c
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (!sync && !stream_valid(ctx, hStream)) {
+		emu_ctx_leave(ctx);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
 	if (n == 0) {
 		emu_ctx_leave(ctx);
 		return CUDA_SUCCESS;
@@ -520,6 +536,10 @@ static CUresult memset_n(CUdeviceptr dst, uint32_t value, unsigned elem, size_t 
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	if (!sync && !stream_valid(ctx, hStream)) {
+		emu_ctx_leave(ctx);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
 	if (count == 0) {
 		emu_ctx_leave(ctx);
 		return CUDA_SUCCESS;

@@ -22,24 +22,89 @@
 #define SHARED_PER_BLOCK 49152
 #define SHARED_OPTIN 232448
 
-/* A CUDA fatbin, an ELF cubin, or PTX text.  Compared byte by byte so a
- * short NUL-terminated string is never read past its end. */
+/*
+ * A CUDA fatbin, an ELF cubin, or PTX text.  The API passes no length, so,
+ * as the driver does, the loader learns the extent from the image itself
+ * and reads nothing beyond what the image claims: the magic is compared
+ * byte by byte (a short NUL-terminated string stops the compare), and a
+ * fatbin's or ELF's header fields must agree with each other before any
+ * byte they point to is read.  PTX is text up to its NUL.
+ */
+#define FATBIN_HDR 16           /* u32 magic, u16 version, u16 header size, u64 size */
+#define FATBIN_ENTRY_HDR 16     /* u16 kind, u16, u32 header size, u64 size */
+#define FATBIN_MAX (1ull << 32) /* larger is corrupt: no GPU code is 4 GiB */
+
+static int prefix_is(const unsigned char *p, const unsigned char *magic, int n)
+{
+	int i;
+
+	for (i = 0; i < n && p[i] == magic[i]; i++)
+		;
+	return i == n;
+}
+
+static uint64_t le(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static int fatbin_ok(const unsigned char *p)
+{
+	uint64_t hsize = le(p + 6, 2), size = le(p + 8, 8);
+	const unsigned char *e = p + hsize;
+
+	if (le(p + 4, 2) != 1 || hsize < FATBIN_HDR || size < FATBIN_ENTRY_HDR || size > FATBIN_MAX)
+		return 0;
+	/* entries back to back, each inside the size the header gives */
+	for (uint64_t off = 0; off < size;) {
+		uint64_t eh, es;
+
+		if (size - off < FATBIN_ENTRY_HDR)
+			return 0;
+		eh = le(e + off + 4, 4);
+		es = le(e + off + 8, 8);
+		if (eh < FATBIN_ENTRY_HDR || eh > size - off || es > size - off - eh)
+			return 0;
+		off += eh + es;
+	}
+	return 1;
+}
+
+static int elf_ok(const unsigned char *p)
+{
+	/* e_ident (class 2: 64-bit, data 1: little-endian) before reading
+	 * the rest of the 64-byte header */
+	if (p[4] != 2 || p[5] != 1)
+		return 0;
+	uint64_t phoff = le(p + 32, 8), shoff = le(p + 40, 8);
+	unsigned ehsize = (unsigned)le(p + 52, 2), phentsize = (unsigned)le(p + 54, 2);
+	unsigned phnum = (unsigned)le(p + 56, 2), shentsize = (unsigned)le(p + 58, 2);
+	unsigned shnum = (unsigned)le(p + 60, 2), shstrndx = (unsigned)le(p + 62, 2);
+
+	if (ehsize != 64)
+		return 0;
+	if (phnum && (phentsize != 56 || phoff < 64 || phoff > FATBIN_MAX))
+		return 0;
+	if (shnum && (shentsize != 64 || shoff < 64 || shoff > FATBIN_MAX || shstrndx >= shnum))
+		return 0;
+	return 1;
+}
+
 static int image_ok(const void *image)
 {
 	static const unsigned char fatbin[4] = { 0x50, 0xed, 0x55, 0xba };  /* 0xBA55ED50 LE */
 	static const unsigned char elf[4] = { 0x7f, 'E', 'L', 'F' };
 	const unsigned char *p = image;
 	const char *s = image;
-	int i;
 
-	for (i = 0; i < 4 && p[i] == fatbin[i]; i++)
-		;
-	if (i == 4)
-		return 1;
-	for (i = 0; i < 4 && p[i] == elf[i]; i++)
-		;
-	if (i == 4)
-		return 1;
+	if (prefix_is(p, fatbin, 4))
+		return fatbin_ok(p);
+	if (prefix_is(p, elf, 4))
+		return elf_ok(p);
 	return strstr(s, ".version") != NULL || strstr(s, ".entry") != NULL;
 }
 
@@ -377,6 +442,52 @@ EMU_API CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
 	return rc;
 }
 
+/* Listing a module's functions (CUDA 12.4): every module has all the test
+ * kernels, in emu_kernels order. */
+EMU_API CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod)
+{
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!count)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_lock(&ctx->lock);
+	if (module_find(ctx, hmod))
+		*count = EMU_NKERNELS;
+	else
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *functions, unsigned int numFunctions,
+						    CUmodule hmod)
+{
+	struct emu_module *m;
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!functions)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_lock(&ctx->lock);
+	m = module_find(ctx, hmod);
+	if (!m)
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	else
+		for (unsigned i = 0; i < numFunctions && i < EMU_NKERNELS; i++)
+			functions[i] = (CUfunction)&m->funcs[i];
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
 /* ---- library entry points */
 
 EMU_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
@@ -588,6 +699,22 @@ EMU_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, 
 	rc = param_of(f->kernel, paramIndex, paramOffset, paramSize);
 	func_leave(ctx);
 	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuFuncGetName(const char **name, CUfunction hfunc)
+{
+	struct emu_func *f;
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = func_enter(hfunc, &ctx, &f);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*name = f->kernel->name;
+	func_leave(ctx);
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)

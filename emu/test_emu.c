@@ -35,6 +35,22 @@ static CUresult (*elapsed_v2)(float *, CUevent, CUevent);
 		}                                                                 \
 	} while (0)
 
+/* A well-formed minimal fatbin: header (version 1, 16 bytes, 16 bytes of
+ * entries) and one empty ELF entry. */
+#define FATBIN_WORDS { 0xBA55ED50u, 0x00100001u, 16, 0, 0x00010002u, 16, 0, 0 }
+static const uint32_t fatbin_image[8] = FATBIN_WORDS;
+
+/* A 64-bit little-endian ELF header with no sections (e_ehsize 64). */
+static void elf_header(unsigned char *e)
+{
+	memset(e, 0, 64);
+	memcpy(e, "\x7f" "ELF", 4);
+	e[4] = 2;  /* ELFCLASS64 */
+	e[5] = 1;  /* ELFDATA2LSB */
+	e[6] = 1;  /* EV_CURRENT */
+	e[52] = 64; /* e_ehsize */
+}
+
 static const char ptx[] = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry vec_add()\n{ ret; }\n";
 
 static double now_ms(void)
@@ -63,6 +79,7 @@ static void load(void)
 		exit(1);                                               \
 	}
 	RGPUD_DRIVER_FUNCS(LOAD)
+	RGPUD_DRIVER_MODFUNCS(LOAD)
 #undef LOAD
 	*(void **)&elapsed_v2 = dlsym(D.dl, "cuEventElapsedTime_v2");
 	EXPECT(elapsed_v2 != NULL);
@@ -259,12 +276,14 @@ static void test_kernels(void)
 	CUfunction f, f2;
 	int n = N, v, counter;
 	float scale = 3.0f;
-	uint32_t fatbin[4] = { 0xBA55ED50u, 0, 0, 0 };
+	uint32_t fatbin[8] = FATBIN_WORDS;
+	unsigned char elf[64];
 
 	OK(D.cuCtxCreate_v2(&ctx, 0, 1));
 	CK(D.cuModuleLoadData(&mod, "not an image"), CUDA_ERROR_INVALID_IMAGE);
 	CK(D.cuModuleLoadData(&mod, "\x7f"), CUDA_ERROR_INVALID_IMAGE);
-	OK(D.cuModuleLoadData(&mod, "\x7f" "ELF\x02\x01\x01"));
+	elf_header(elf);
+	OK(D.cuModuleLoadData(&mod, elf));
 	OK(D.cuModuleUnload(mod));
 	CK(D.cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE);
 	OK(D.cuModuleLoadData(&mod, ptx));
@@ -398,7 +417,6 @@ static void test_kernels(void)
 	OK(D.cuCtxDestroy_v2(ctx));
 }
 
-static const uint32_t fatbin_image[4] = { 0xBA55ED50u, 0, 0, 0 };
 
 static CUresult lib_load(CUlibrary *lib, const void *image)
 {
@@ -447,7 +465,7 @@ static void test_libraries(void)
 	OK(lib_load(&lib2, ptx));
 	EXPECT(lib != lib2);
 	OK(D.cuLibraryGetKernelCount(&count, lib));
-	EXPECT(count == 9);
+	EXPECT(count == 10);
 	CK(D.cuLibraryGetKernelCount(NULL, lib), CUDA_ERROR_INVALID_VALUE);
 	CK(D.cuLibraryGetKernelCount(&count, (CUlibrary)&count), CUDA_ERROR_INVALID_HANDLE);
 	OK(D.cuLibraryGetKernel(&kern, lib, "scale_by_global"));
@@ -981,6 +999,199 @@ static void test_vmm(void)
 	OK(D.cuCtxDestroy_v2(ctx2));
 }
 
+/* An image in a heap buffer of exactly n bytes (ASan and valgrind see any
+ * read past it). */
+static void *exact(const void *p, size_t n)
+{
+	void *b = malloc(n);
+
+	EXPECT(b != NULL);
+	memcpy(b, p, n);
+	return b;
+}
+
+static void expect_bad_image(const void *img, size_t n, const char *what)
+{
+	void *b = exact(img, n);
+	CUmodule mod;
+	CUlibrary lib;
+	CUresult m = D.cuModuleLoadData(&mod, b);
+	CUresult l = D.cuLibraryLoadData(&lib, b, NULL, NULL, 0, NULL, NULL, 0);
+
+	if (m != CUDA_ERROR_INVALID_IMAGE || l != CUDA_ERROR_INVALID_IMAGE) {
+		fprintf(stderr, "%s:%d: image \"%s\": module %d, library %d, expected %d\n", __FILE__,
+			__LINE__, what, (int)m, (int)l, (int)CUDA_ERROR_INVALID_IMAGE);
+		exit(1);
+	}
+	free(b);
+}
+
+/* The loader reads only what an image's own headers claim, and refuses
+ * headers that disagree with each other (issue 16: an over-read on a
+ * malformed image). */
+static void test_images(void)
+{
+	static const struct {
+		const char *what;
+		uint32_t w[8];
+		size_t n;
+	} bad[] = {
+		{ "fatbin header size 0", { 0xBA55ED50u, 0x00000001u, 16, 0, 0x00010002u, 16, 0, 0 }, 32 },
+		{ "fatbin version 2", { 0xBA55ED50u, 0x00100002u, 16, 0, 0x00010002u, 16, 0, 0 }, 32 },
+		{ "fatbin without entries", { 0xBA55ED50u, 0x00100001u, 0, 0 }, 16 },
+		{ "fatbin of 8 GiB", { 0xBA55ED50u, 0x00100001u, 0, 2 }, 16 },
+		{ "entry past the fatbin", { 0xBA55ED50u, 0x00100001u, 16, 0, 0x00010002u, 16, 64, 0 }, 32 },
+		{ "entry header size 0", { 0xBA55ED50u, 0x00100001u, 16, 0, 0x00010002u, 0, 0, 0 }, 32 },
+		{ "entry header past the fatbin", { 0xBA55ED50u, 0x00100001u, 16, 0, 0x00010002u, 64, 0, 0 }, 32 },
+		{ "entry header cut short", { 0xBA55ED50u, 0x00100001u, 24, 0, 0x00010002u, 16, 0, 0 }, 32 },
+	};
+	static const uint32_t two[12] = { 0xBA55ED50u, 0x00100001u, 32, 0, 0x00010002u, 16, 0, 0,
+					  0x00010001u, 16, 0, 0 };
+	unsigned char elf[64];
+	CUcontext ctx;
+	CUmodule mod;
+	void *b;
+
+	OK(D.cuCtxCreate_v2(&ctx, 0, 0));
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		expect_bad_image(bad[i].w, bad[i].n, bad[i].what);
+	/* well-formed, in exact buffers: accepted */
+	b = exact(fatbin_image, sizeof fatbin_image);
+	OK(D.cuModuleLoadData(&mod, b));
+	OK(D.cuModuleUnload(mod));
+	free(b);
+	b = exact(two, sizeof two);
+	OK(D.cuModuleLoadData(&mod, b));
+	OK(D.cuModuleUnload(mod));
+	free(b);
+	elf_header(elf);
+	b = exact(elf, sizeof elf);
+	OK(D.cuModuleLoadData(&mod, b));
+	OK(D.cuModuleUnload(mod));
+	free(b);
+
+	elf_header(elf);
+	elf[4] = 1; /* 32-bit */
+	expect_bad_image(elf, sizeof elf, "ELF class 32");
+	elf_header(elf);
+	elf[5] = 2; /* big-endian */
+	expect_bad_image(elf, sizeof elf, "ELF big-endian");
+	elf_header(elf);
+	elf[52] = 52;
+	expect_bad_image(elf, sizeof elf, "ELF header size 52");
+	elf_header(elf);
+	elf[60] = 2;      /* e_shnum */
+	elf[58] = 40;     /* e_shentsize: not Elf64_Shdr */
+	elf[40] = 64;     /* e_shoff */
+	expect_bad_image(elf, sizeof elf, "ELF section header size 40");
+	elf[58] = 64;
+	elf[62] = 2;      /* e_shstrndx == e_shnum */
+	expect_bad_image(elf, sizeof elf, "ELF section name index out of range");
+	elf[62] = 0;
+	elf[40] = 0;      /* section table over the header */
+	expect_bad_image(elf, sizeof elf, "ELF section table at 0");
+	elf_header(elf);
+	elf[56] = 1;      /* e_phnum */
+	elf[54] = 32;     /* e_phentsize: not Elf64_Phdr */
+	elf[32] = 64;
+	expect_bad_image(elf, sizeof elf, "ELF program header size 32");
+	OK(D.cuCtxDestroy_v2(ctx));
+}
+
+/* Handles the device did not hand out, or took back, are refused, never
+ * dereferenced: what the real driver would crash on fails here. */
+static void test_strict_handles(void)
+{
+	CUcontext ctx, other;
+	CUmodule mod;
+	CUfunction f, fo;
+	CUstream st, st_other;
+	CUevent ev, ev_other;
+	CUlibrary lib;
+	CUkernel k;
+	int v;
+	size_t off, sz;
+	uint64_t forged[64] = { 0 };
+	void *bogus = forged;
+
+	OK(D.cuCtxCreate_v2(&other, 0, 0));
+	OK(D.cuStreamCreateWithPriority(&st_other, 0, 0));
+	OK(D.cuEventCreate(&ev_other, 0));
+	OK(D.cuModuleLoadData(&mod, ptx));
+	OK(D.cuModuleGetFunction(&fo, mod, "inc_i32"));
+	OK(D.cuCtxCreate_v2(&ctx, 0, 0));
+
+	/* forged handles of every kind */
+	CK(D.cuCtxSetCurrent((CUcontext)bogus), CUDA_ERROR_INVALID_CONTEXT);
+	CK(D.cuCtxDestroy_v2((CUcontext)bogus), CUDA_ERROR_INVALID_CONTEXT);
+	CK(D.cuStreamSynchronize((CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuStreamQuery((CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuStreamDestroy_v2((CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuEventRecord((CUevent)bogus, NULL), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuEventSynchronize((CUevent)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuEventDestroy_v2((CUevent)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuModuleUnload((CUmodule)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuModuleGetFunction(&f, (CUmodule)bogus, "inc_i32"), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, (CUfunction)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuFuncGetParamInfo((CUfunction)bogus, 0, &off, &sz), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLaunchKernel((CUfunction)bogus, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLibraryUnload((CUlibrary)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLibraryGetKernel(&k, (CUlibrary)bogus, "inc_i32"), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuKernelGetFunction(&f, (CUkernel)bogus), CUDA_ERROR_INVALID_HANDLE);
+	{
+		unsigned cnt;
+		const char *name;
+		CUfunction fs[16];
+		CK(D.cuModuleGetFunctionCount(&cnt, (CUmodule)bogus), CUDA_ERROR_INVALID_HANDLE);
+		CK(D.cuModuleEnumerateFunctions(fs, 16, (CUmodule)bogus), CUDA_ERROR_INVALID_HANDLE);
+		CK(D.cuFuncGetName(&name, (CUfunction)bogus), CUDA_ERROR_INVALID_HANDLE);
+		CK(D.cuModuleGetFunctionCount(&cnt, mod), CUDA_ERROR_INVALID_HANDLE); /* other ctx */
+		OK(D.cuCtxSetCurrent(other));
+		OK(D.cuModuleGetFunctionCount(&cnt, mod));
+		EXPECT(cnt == 10);
+		OK(D.cuModuleEnumerateFunctions(fs, cnt, mod));
+		OK(D.cuFuncGetName(&name, fs[0]));
+		EXPECT(strcmp(name, "vec_add") == 0);
+		OK(D.cuFuncGetName(&name, fo));
+		EXPECT(strcmp(name, "inc_i32") == 0);
+		OK(D.cuCtxSetCurrent(ctx));
+	}
+	CK(D.cuMemsetD8Async(0, 0, 0, (CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuMemcpyHtoDAsync_v2(0, forged, 0, (CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuMemcpyDtoHAsync_v2(forged, 0, 0, (CUstream)bogus), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuStreamWaitEvent(NULL, (CUevent)bogus, 0), CUDA_ERROR_INVALID_HANDLE);
+
+	/* another context's objects */
+	CK(D.cuStreamSynchronize(st_other), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuEventRecord(ev_other, NULL), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, fo), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuModuleUnload(mod), CUDA_ERROR_INVALID_HANDLE);
+
+	/* taken back: destroyed streams and events, unloaded modules and
+	 * libraries, a destroyed context */
+	OK(D.cuStreamCreateWithPriority(&st, 0, 0));
+	OK(D.cuEventCreate(&ev, 0));
+	OK(D.cuStreamDestroy_v2(st));
+	OK(D.cuEventDestroy_v2(ev));
+	CK(D.cuStreamQuery(st), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuEventQuery(ev), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuCtxSetCurrent(other));
+	OK(D.cuModuleUnload(mod));
+	CK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, fo), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLaunchKernel(fo, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuLibraryLoadData(&lib, fatbin_image, NULL, NULL, 0, NULL, NULL, 0));
+	OK(D.cuLibraryGetKernel(&k, lib, "inc_i32"));
+	OK(D.cuKernelGetFunction(&f, k));
+	OK(D.cuLibraryUnload(lib));
+	CK(D.cuKernelGetFunction(&f, k), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_NUM_REGS, f), CUDA_ERROR_INVALID_HANDLE);
+	CK(D.cuLibraryUnload(lib), CUDA_ERROR_INVALID_HANDLE);
+	OK(D.cuCtxDestroy_v2(other));
+	CK(D.cuCtxSetCurrent(other), CUDA_ERROR_INVALID_CONTEXT);
+	CK(D.cuCtxDestroy_v2(other), CUDA_ERROR_INVALID_CONTEXT);
+	OK(D.cuCtxDestroy_v2(ctx));
+}
+
 int main(void)
 {
 	double t0 = now_ms();
@@ -998,6 +1209,8 @@ int main(void)
 	test_destroy_frees();
 	test_threads();
 	test_vmm();
+	test_images();
+	test_strict_handles();
 	dlclose(D.dl);
 	printf("emu_selftest: all checks passed (%.0f ms)\n", now_ms() - t0);
 	return 0;

@@ -48,30 +48,63 @@ static void failure(struct rd *r, int32_t st, char *why, size_t whylen)
 	(void)st;
 }
 
-static int make_cred(uint64_t job_id, char **cred, size_t *len, char *err, size_t errlen)
+/* A munge credential naming job_id.  With optional set (a user's tool),
+ * munged unreachable at its default socket is not an error: *cred stays
+ * NULL and note says why (the client library does the same; an open rgpud
+ * serves without a credential).  RGPU_MUNGE_SOCKET names another socket,
+ * as for the client. */
+static int make_cred(uint64_t job_id, int optional, char **cred, size_t *len, char *note,
+		     size_t notelen, char *err, size_t errlen)
 {
 	*cred = NULL;
 	*len = 0;
 #ifdef HAVE_MUNGE
 	char payload[64];
 	int plen = snprintf(payload, sizeof(payload), CRED_PREFIX "%" PRIu64, job_id);
-	char *out = NULL;
-	munge_err_t e = munge_encode(&out, NULL, payload, plen);
-	if (e != EMUNGE_SUCCESS) {
-		snprintf(err, errlen, "munge: %s", munge_strerror(e));
-		free(out);
+	munge_ctx_t ctx = munge_ctx_create();
+	if (!ctx) {
+		snprintf(err, errlen, "munge: cannot create a context (out of memory)");
 		return -1;
 	}
+	const char *sock = getenv("RGPU_MUNGE_SOCKET");
+	int explicit_sock = sock && *sock;
+	if (explicit_sock && munge_ctx_set(ctx, MUNGE_OPT_SOCKET, sock) != EMUNGE_SUCCESS) {
+		snprintf(err, errlen, "munge: socket %s: %s", sock, munge_ctx_strerror(ctx));
+		munge_ctx_destroy(ctx);
+		return -1;
+	}
+	char *out = NULL;
+	munge_err_t e = munge_encode(&out, ctx, payload, plen);
+	if (e != EMUNGE_SUCCESS) {
+		const char *msg = munge_ctx_strerror(ctx);
+		if (!msg)
+			msg = munge_strerror(e);
+		int rc = -1;
+		if (optional && e == EMUNGE_SOCKET && !explicit_sock) {
+			snprintf(note, notelen, "munged not reachable (%s)", msg);
+			rc = 0;
+		} else if (explicit_sock) {
+			snprintf(err, errlen, "munge (socket %s): %s", sock, msg);
+		} else {
+			snprintf(err, errlen, "munge: %s", msg);
+		}
+		free(out);
+		munge_ctx_destroy(ctx);
+		return rc;
+	}
+	munge_ctx_destroy(ctx);
 	*cred = out;
 	*len = strlen(out);
 #else
-	(void)job_id; (void)err; (void)errlen;
+	(void)job_id; (void)optional; (void)err; (void)errlen;
+	snprintf(note, notelen, "rgpu was built without munge");
 #endif
 	return 0;
 }
 
-struct rg_conn *rg_connect(const char *host, unsigned port, uint64_t job_id, int timeout_ms,
-			   char *err, size_t errlen)
+static struct rg_conn *connect_hello(const char *host, unsigned port, uint64_t job_id,
+				     int timeout_ms, int optional, char *note, size_t notelen,
+				     char *err, size_t errlen)
 {
 	struct rg_conn *c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -85,7 +118,7 @@ struct rg_conn *rg_connect(const char *host, unsigned port, uint64_t job_id, int
 	}
 	char *cred;
 	size_t clen;
-	if (make_cred(job_id, &cred, &clen, err, errlen)) {
+	if (make_cred(job_id, optional, &cred, &clen, note, notelen, err, errlen)) {
 		rg_close(c);
 		return NULL;
 	}
@@ -112,6 +145,22 @@ struct rg_conn *rg_connect(const char *host, unsigned port, uint64_t job_id, int
 		return NULL;
 	}
 	return c;
+}
+
+struct rg_conn *rg_connect(const char *host, unsigned port, uint64_t job_id, int timeout_ms,
+			   char *err, size_t errlen)
+{
+	char note[8];
+	return connect_hello(host, port, job_id, timeout_ms, 0, note, sizeof(note), err, errlen);
+}
+
+struct rg_conn *rg_connect_user(const char *host, unsigned port, uint64_t job_id,
+				int timeout_ms, char *note, size_t notelen, char *err,
+				size_t errlen)
+{
+	if (notelen)
+		note[0] = 0;
+	return connect_hello(host, port, job_id, timeout_ms, 1, note, notelen, err, errlen);
 }
 
 void rg_close(struct rg_conn *c)

@@ -16,6 +16,13 @@ struct rg_conn;
  * plugin itself).  NULL with err. */
 struct rg_conn *rg_connect(const char *host, unsigned port, uint64_t job_id, int timeout_ms,
 			   char *err, size_t errlen);
+/* The same for a user's own tool (`rgpu status`): a credential when munge
+ * can make one, none when munged is not reachable at its default socket (as
+ * the client library does).  note says why no credential was sent ("" when
+ * one was). */
+struct rg_conn *rg_connect_user(const char *host, unsigned port, uint64_t job_id,
+				int timeout_ms, char *note, size_t notelen, char *err,
+				size_t errlen);
 void rg_close(struct rg_conn *c);
 
 /* Each returns the reply's status (0 = done; a CUresult or RGPU_ERR_* with

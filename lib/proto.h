@@ -10,9 +10,13 @@
  * starts with an i32 status: a CUresult (0 = success) or, for
  * protocol-level failures, RGPU_ERR_*.  A request flagged RGPU_F_NOREPLY
  * gets no reply; a failure is remembered by the session and reported by the
- * next request that asks for one (CUDA's "error at the next synchronising
- * call" rule).  A reply may be split over several frames flagged
+ * next request that asks for one and creates nothing (CUDA's "error at the
+ * next synchronising call" rule; a request that allocates, loads or creates
+ * an object returns it, and the error stays pending).  A reply may be split over several frames flagged
  * RGPU_F_MORE (bulk device-to-host data); the last one lacks the flag.
+ * Replies to synchronising requests (CTX_SYNC, STREAM_SYNC, EVENT_SYNC) may
+ * overtake: the server answers later requests while such a wait goes on,
+ * so a client matches replies to requests by id, not by order.
  *
  * Compatibility: magic and version are the first 6 bytes of every frame in
  * every protocol version, so a peer can always name the other's version.

@@ -1,8 +1,8 @@
 /* The user's option (--rgpu-mem) and the administrator's arguments from
  * plugstack.conf:
  *
- *   required /usr/lib/x86_64-linux-gnu/slurm/spank_rgpu.so \
- *       client_dir=/usr/lib/rgpu port=7420 state_dir=/var/lib/rgpu \
+ *   required $spankdir/spank_rgpu.so \
+ *       client_dir=$clientdir port=7420 state_dir=$localstatedir/lib/rgpu \
  *       policy=balanced ttl=30 timeout_ms=2000 parallel=64 grace=300
  */
 #include "plugin.h"
@@ -16,6 +16,9 @@
 #include <errno.h>
 #include <sys/stat.h>
 
+#ifndef RGPU_STATEDIR /* configure's $localstatedir/lib/rgpu */
+#define RGPU_STATEDIR "/var/lib/rgpu"
+#endif
 #ifndef RGPU_CLIENTDIR
 #define RGPU_CLIENTDIR "/usr/lib/rgpu"
 #endif
@@ -122,7 +125,7 @@ int rgpu_cfg_parse(int ac, char **av)
 {
 	struct rgpu_cfg *c = &rgpu_cfg;
 	snprintf(c->client_dir, sizeof(c->client_dir), "%s", RGPU_CLIENTDIR);
-	snprintf(state_dir_arg, sizeof(state_dir_arg), "%s", "/var/lib/rgpu");
+	snprintf(state_dir_arg, sizeof(state_dir_arg), "%s", RGPU_STATEDIR);
 	c->port = 7420;
 	c->policy = rg_policy_find(NULL);
 	c->ttl = 30;

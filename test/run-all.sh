@@ -4,15 +4,28 @@
 # (unit tests, emulated-device end-to-end tests, lease tests), then the
 # Slurm mini-cluster tests (root only: network namespaces).
 #
-#   sudo test/run-all.sh            # all of it
+#   test/run-all.sh                     # all of it (as root, or a user with sudo)
 #   RGPU_SKIP_SLURM=1 test/run-all.sh   # without the Slurm cluster
 #   RGPU_BUILD_ONLY=1 test/run-all.sh   # packages and build, no tests
+#   RGPU_NO_APT=1 test/run-all.sh       # never install packages
+#
+# The packages and the Slurm cluster need root: run by a user, the script
+# runs itself again through sudo when it needs root and sudo is there (a
+# fresh Debian image used as root has no sudo, and needs none).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
 
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO=sudo
+if [ "$(id -u)" -ne 0 ] && { [ -z "${RGPU_SKIP_SLURM:-}" ] || [ -z "${RGPU_NO_APT:-}" ]; }; then
+	if command -v sudo >/dev/null; then
+		echo "== not root: running again through sudo (packages, Slurm cluster)"
+		exec sudo --preserve-env=RGPU_SKIP_SLURM,RGPU_NO_APT,RGPU_BUILD_ONLY,RGPU_SKIP_SANITIZERS,CUDA_HOME \
+			bash "$top/test/run-all.sh" "$@"
+	fi
+	echo "== not root and no sudo: no packages installed, Slurm tests skipped"
+	RGPU_NO_APT=1
+	RGPU_SKIP_SLURM=1
+fi
 if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 	pkgs="build-essential autoconf automake libtool pkg-config python3
 	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
@@ -22,8 +35,8 @@ if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 		  dpkg-query -W "$p" >/dev/null 2>&1 || echo "$p"; done)
 	if [ -n "$(echo $missing)" ]; then
 		echo "== installing: $(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')"
-		$SUDO apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $(echo $missing | tr ' ' '\n' | sort -u) >/dev/null
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(echo $missing | tr ' ' '\n' | sort -u) >/dev/null
 	fi
 fi
 if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then
@@ -31,65 +44,121 @@ if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then
 	exit 1
 fi
 
-echo "== build"
+echo "== build (in _build: autoreconf, configure, make; a few minutes the first time)"
 autoreconf -fi >/dev/null
 mkdir -p _build
 cd _build
-../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null
-make -j"$(nproc)" >/dev/null
+echo "   configure"
+../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >configure.out ||
+	{ tail -20 configure.out; echo "configure failed (_build/config.log)"; exit 1; }
+# progress: a line per 25 files compiled or linked (the output in
+# _build/make.out and make.err)
+rm -f make.rc
+( make -j"$(nproc)" >make.out 2>make.err; echo $? >make.rc ) &
+make_pid=$!
+shown=0
+while kill -0 "$make_pid" 2>/dev/null; do
+	n=$(grep -c -E '^ +(CC|CCLD|GEN) ' make.out 2>/dev/null || true)
+	n=${n:-0}
+	if [ "$n" -ge $((shown + 25)) ]; then
+		shown=$n
+		echo "   make: $n files built"
+	fi
+	sleep 1
+done
+wait "$make_pid" || true
+if [ "$(cat make.rc 2>/dev/null)" != 0 ]; then
+	grep -E -B2 -A6 'error|Error' make.err | tail -40
+	echo "make failed (_build/make.out, _build/make.err)"
+	exit 1
+fi
+echo "   make: done ($(grep -c -E '^ +(CC|CCLD|GEN) ' make.out || true) files built)"
 
 # contrib/demo.sh uses this script for its setup only
 [ -z "${RGPU_BUILD_ONLY:-}" ] || exit 0
 
+# Counts, labelled per suite, then one closing line for all of them
+# (test/tally.sh: a skip is never a pass)
+. "$top/test/tally.sh"
+
 echo "== make check (client runs repeated under valgrind)"
 status=0
+: >check-started.stamp
 if ! RGPU_VALGRIND=1 make -j"$(nproc)" check; then
 	status=1
-	for f in $(find . -name '*.log' -path '*test*' -newer config.status); do
+	for f in $(find . -name '*.log' -path '*test*' -newer check-started.stamp); do
 		grep -q -E '^(FAIL|ERROR)' "$f" 2>/dev/null && { echo "---- $f"; tail -50 "$f"; }
 	done
 fi
+# automake's .trs files of this run (one result per unit program, one per
+# end-to-end check)
+read -r p f s x <<<"$(trs_counts $(find . -name '*.trs' -newer check-started.stamp))"
+summary "make check (unit, end to end, leases)" "$p" "$f" "$s" "$x"
+
+# make install into a scratch DESTDIR: the unit, the plugstack example, the
+# man pages, the docs and the programs agree on every path, and the files
+# they name are installed
+echo "== installed paths (make install DESTDIR=..., test/install/check-paths.sh)"
+bash "$top/test/install/check-paths.sh" "$PWD" >install-paths.log 2>&1 || status=1
+sed -n -e 's/^ok [0-9]* - \(.*\)/PASS: install \1/p' -e 's/^not ok [0-9]* - \(.*\)/FAIL: install \1/p' \
+       -e 's/^Bail out!\(.*\)/ERROR: install\1/p' install-paths.log
+read -r p f s x <<<"$(tap_counts install-paths.log)"
+summary "installed paths (_build/install-paths.log)" "$p" "$f" "$s" "$x"
 
 # rgpud and the emulated device again, built with AddressSanitizer and
 # UBSan, serving the whole end-to-end suite (the script fails on any
 # sanitizer report in their logs)
 if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
-	echo "== rgpud under ASan/UBSan"
+	echo "== end-to-end suite against rgpud built with ASan/UBSan"
 	mkdir -p "$top/_build-san"
 	( cd "$top/_build-san" &&
 	  ../configure --enable-werror --enable-sanitizers ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >/dev/null &&
 	  make -j"$(nproc)" -C lib >/dev/null && make -j"$(nproc)" -C emu >/dev/null &&
-	  make -j"$(nproc)" -C daemon rgpud >/dev/null ) || { echo "sanitizer build failed"; status=1; }
+	  make -j"$(nproc)" -C daemon rgpud >/dev/null ) || { echo "FAIL: sanitizer build"; status=1; }
 	if [ -x "$top/_build-san/daemon/rgpud" ]; then
-		# (ASan keeps its heap at 0x600000000000, the default shared window)
-		if RGPU_E2E_DAEMON_BUILD=$top/_build-san RGPU_E2E_LOGDIR=$PWD/e2e-san-logs \
+		# (ASan keeps its heap at 0x600000000000, the default shared window;
+		# an instrumented worker per session is slow to start: t_fuzz opens
+		# about 1,500 sessions, hence the longer per-test limit)
+		RGPU_TEST_TIMEOUT=${RGPU_TEST_TIMEOUT:-360} \
+		RGPU_E2E_DAEMON_BUILD=$top/_build-san RGPU_E2E_LOGDIR=$PWD/e2e-san-logs \
 		   RGPU_VA_BASE=0x400000000000 \
-		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD bash "$top/test/e2e/run-e2e.sh" > e2e-san.log 2>&1; then
-			echo "PASS: e2e with rgpud under ASan/UBSan"
-			san_pass=1
-		else
-			echo "FAIL: e2e with rgpud under ASan/UBSan:"
-			tail -30 e2e-san.log
-			san_fail=1
+		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD bash "$top/test/e2e/run-e2e.sh" > e2e-san.log 2>&1 ||
 			status=1
+		# each check, as make check shows them
+		sed -n -e 's/^ok [0-9]* - \(.*\) # *SKIP\(.*\)/SKIP: san \1 -\2/p' \
+		       -e 's/^not ok [0-9]* - \(.*\) # *TODO\(.*\)/XFAIL: san \1 -\2/p' \
+		       -e '/# *SKIP\|# *TODO/!s/^ok [0-9]* - \(.*\)/PASS: san \1/p' \
+		       -e '/# *TODO/!s/^not ok [0-9]* - \(.*\)/FAIL: san \1/p' \
+		       -e 's/^Bail out!\(.*\)/ERROR: san\1/p' e2e-san.log
+		read -r p f s x <<<"$(tap_counts e2e-san.log)"
+		if [ "$f" -gt 0 ]; then
+			grep -E '^#' e2e-san.log | tail -30
 		fi
-		# the metrics endpoint and damaged lease files, too
+		summary "end to end, rgpud under ASan/UBSan (_build/e2e-san.log)" "$p" "$f" "$s" "$x"
+		# the metrics endpoint and damaged lease files too (test/metrics,
+		# test/chaos), failing on any sanitizer report in rgpud's logs
 		for t in metrics/run-metrics.sh chaos/state-files.sh; do
 			n=$(basename "$t" .sh)
 			mkdir -p "san-$n" && rm -rf "san-$n"/*
-			if ( cd "san-$n" && RGPU_E2E_DAEMON_BUILD=$top/_build-san ASAN_OPTIONS=detect_leaks=1 \
-			     top_builddir=$OLDPWD bash "$top/test/$t" > out.txt 2>&1 ) &&
-			   ! grep -rqE 'ERROR: [A-Za-z]+Sanitizer|runtime error:' "san-$n"; then
+			trc=0
+			( cd "san-$n" && RGPU_E2E_DAEMON_BUILD=$top/_build-san ASAN_OPTIONS=detect_leaks=1 \
+			  top_builddir=$OLDPWD bash "$top/test/$t" > out.txt 2>&1 ) || trc=$?
+			if [ $trc -eq 77 ]; then
+				echo "SKIP: $n with rgpud under ASan/UBSan"
+				summary "$n, rgpud under ASan/UBSan (_build/san-$n)" 0 0 1
+			elif [ $trc -eq 0 ] && ! grep -rqE 'ERROR: [A-Za-z]+Sanitizer|runtime error:' "san-$n"; then
 				echo "PASS: $n with rgpud under ASan/UBSan"
-				san_pass=$((${san_pass:-0} + 1))
+				summary "$n, rgpud under ASan/UBSan (_build/san-$n)" 1 0 0
 			else
 				echo "FAIL: $n with rgpud under ASan/UBSan:"
 				tail -20 "san-$n/out.txt"
 				grep -rE -m5 'ERROR: [A-Za-z]+Sanitizer|runtime error:' "san-$n"
-				san_fail=$((${san_fail:-0} + 1))
+				summary "$n, rgpud under ASan/UBSan (_build/san-$n)" 0 1 0
 				status=1
 			fi
 		done
+	else
+		summary "end to end, rgpud under ASan/UBSan (not built)" 0 1 0
 	fi
 fi
 
@@ -99,24 +168,38 @@ if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	top_builddir=$PWD top_srcdir=$top "$top/test/slurm/run.sh" 2>&1 | tee slurm-tests.log
 	rc=${PIPESTATUS[0]}
 	set -e
-	# its closing line "N passed, M failed"
-	last=$(grep -E '^[0-9]+ passed, [0-9]+ failed' slurm-tests.log | tail -1)
-	slurm_pass=$(echo "$last" | awk '{print $1+0}')
-	slurm_fail=$(echo "$last" | awk '{print $3+0}')
+	# its results: "PASS  name", "FAIL  name: why", "SKIP  name: why", each
+	# once live and once more in its closing list (after "----")
+	read -r sp sf ss <<<"$(slurm_counts slurm-tests.log)"
 	case $rc in
+	77) ss=1; echo "SKIP: Slurm mini-cluster: $(grep '^SKIP' slurm-tests.log | tail -1)" ;;
 	0) ;;
-	77) echo "Slurm tests skipped (need root and iproute2)" ;;
-	*) status=1 ;;
+	*) status=1
+	   # a run that ended without its list still counts as a failure
+	   [ "$sf" -gt 0 ] || sf=1 ;;
 	esac
+	summary "Slurm mini-cluster (_build/slurm-tests.log)" "$sp" "$sf" "$ss"
+
+	# the README's demo, on this build: a job on the GPU-less node runs a
+	# kernel on each of its two remote GPUs, named apart, and it says so
+	if [ $rc -ne 77 ]; then
+		echo "== contrib/demo.sh"
+		drc=0
+		bash "$top/contrib/demo.sh" "$PWD" >demo.log 2>&1 || drc=$?
+		if [ $drc -eq 0 ] &&
+		   grep -q '^demo: PASSED: .*2 remote GPU(s), each ran vec_add' demo.log &&
+		   [ "$(grep -c '^   | device [01]: rgpu emulated device 0 on gpu[12], at ' demo.log)" = 2 ] &&
+		   [ "$(grep -c 'every one checked: correct' demo.log)" = 2 ]; then
+			echo "PASS: demo"; summary "demo (_build/demo.log)" 1 0 0
+		else
+			tail -30 demo.log; echo "FAIL: demo (exit $drc)"; summary "demo (_build/demo.log)" 0 1 0
+			status=1
+		fi
+	fi
 fi
-# one closing line for every suite: automake's .trs files and the Slurm run
-pass=$(cat $(find . -name '*.trs') 2>/dev/null | grep -c '^:test-result: \(PASS\|XFAIL\|SKIP\)' || true)
-fail=$(cat $(find . -name '*.trs') 2>/dev/null | grep -c '^:test-result: \(FAIL\|XPASS\|ERROR\)' || true)
-if [ -n "${slurm_pass:-}" ]; then
-	pass=$((pass + slurm_pass))
-	fail=$((fail + slurm_fail))
-fi
-pass=$((pass + ${san_pass:-0}))
-fail=$((fail + ${san_fail:-0}))
-echo "$pass passed, $fail failed"
+
+echo "== summary"
+printf '%s' "$SUMMARY"
+[ "$FAIL" -eq 0 ] || status=1
+final_line
 exit $status

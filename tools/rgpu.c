@@ -13,6 +13,7 @@
 #include "size.h"
 #include "snapshot.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <json-c/json.h>
@@ -21,20 +22,48 @@
 #include <string.h>
 #include <time.h>
 
+#ifndef RGPU_STATEDIR /* configure's $localstatedir/lib/rgpu (tools/Makefile.am) */
+#define RGPU_STATEDIR "/var/lib/rgpu"
+#endif
+
 struct dev {
 	struct rgpu_server_ent ent;
 	int found;    /* the server answered */
 	int leased;   /* it holds a lease of this job on that GPU */
 	char name[64];
 	uint64_t total, quota, used, expires;
-	char err[256];
+	char err[512];
 	char node[64]; /* Slurm node (RGPU_NODES), "" if unknown */
 };
+
+/* `rgpu status --json` writes JSON whatever happens: a failure before any
+ * server is asked is {"error": ..., "gpus": []}. */
+static int status_error(int json, const char *msg)
+{
+	fprintf(stderr, "rgpu: %s\n", msg);
+	if (json) {
+		json_object *o = json_object_new_object();
+		json_object_object_add(o, "error", json_object_new_string(msg));
+		json_object_object_add(o, "gpus", json_object_new_array());
+		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
+								 JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE));
+		json_object_put(o);
+	}
+	return 1;
+}
 
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: rgpu status [--json]\n"
-		   "       rgpu servers [--json] [--state-dir DIR]\n");
+		   "       rgpu servers [--json] [--state-dir DIR]\n"
+		   "\n"
+		   "  status    the GPUs in RGPU_SERVERS (a job's remote GPUs): where they are,\n"
+		   "            their memory and, in a Slurm job, the job's lease and quota\n"
+		   "  servers   the cluster's GPU servers and their load, from this node's\n"
+		   "            snapshot (DIR/snapshot.json; default DIR %s)\n"
+		   "  --json    JSON instead of a table\n"
+		   "\n"
+		   "See rgpu(1).\n", RGPU_STATEDIR);
 }
 
 static void fmt_size(uint64_t b, char *buf, size_t len)
@@ -47,11 +76,18 @@ static void query(struct dev *d, int n, uint64_t job)
 	for (int i = 0; i < n; i++) {
 		if (d[i].found || d[i].err[0])
 			continue;
-		char err[256];
-		struct rg_conn *c = rg_connect(d[i].ent.host, d[i].ent.port, job, 3000, err, sizeof(err));
+		char err[sizeof(d[i].err)], note[160], why[256] = "";
+		struct rg_conn *c = rg_connect_user(d[i].ent.host, d[i].ent.port, job, 3000, note,
+						    sizeof(note), why, sizeof(why));
 		struct rg_list l = { 0 };
-		int st = c ? rg_lease_list(c, &l, err, sizeof(err)) : -1;
+		int st = c ? rg_lease_list(c, &l, why, sizeof(why)) : -1;
 		rg_close(c);
+		/* Refused without a credential: say that munge is why. */
+		if (st && note[0])
+			snprintf(err, sizeof(err), "%s (no credential sent: %s; start munged, or "
+				 "use an rgpud started with --open)", why, note);
+		else
+			snprintf(err, sizeof(err), "%s", why);
 		/* One LEASE_LIST answers for every device on that server. */
 		for (int k = i; k < n; k++) {
 			if (strcmp(d[k].ent.host, d[i].ent.host) || d[k].ent.port != d[i].ent.port)
@@ -84,18 +120,31 @@ static int status(int json)
 	const char *jid = getenv("RGPU_JOB_ID");
 	if (!jid)
 		jid = getenv("SLURM_JOB_ID");
-	if (!spec || !*spec) {
-		fprintf(stderr, "rgpu: RGPU_SERVERS is not set: not in a job with remote GPUs "
-				"(sbatch --gres=rgpu:N or --rgpu-mem=SIZE)\n");
-		return 1;
+	if (!spec || !*spec)
+		return status_error(json, "RGPU_SERVERS is not set: not in a job with remote GPUs "
+				    "(sbatch --gres=rgpu:N or --rgpu-mem=SIZE), and no servers named "
+				    "(RGPU_SERVERS=host[:port][/gpu],...)");
+	uint64_t job = 0;
+	if (jid && *jid) {
+		char *end;
+		errno = 0;
+		job = strtoull(jid, &end, 10);
+		if (errno || *end || *jid < '0' || *jid > '9') {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "job id \"%.60s\" (RGPU_JOB_ID or SLURM_JOB_ID) is "
+				 "not a number", jid);
+			return status_error(json, msg);
+		}
 	}
-	uint64_t job = jid ? strtoull(jid, NULL, 10) : 0;
+	/* Outside a job no lease applies: the GPUs are listed, with no quota. */
+	int in_job = job != 0;
 	struct rgpu_server_ent ents[RGPU_MAX_DEVICES];
 	char err[256];
 	int n = rgpu_servers_parse(spec, ents, RGPU_MAX_DEVICES, err, sizeof(err));
 	if (n < 0) {
-		fprintf(stderr, "rgpu: RGPU_SERVERS: %s\n", err);
-		return 1;
+		char msg[320];
+		snprintf(msg, sizeof(msg), "RGPU_SERVERS: %s", err);
+		return status_error(json, msg);
 	}
 	struct dev d[RGPU_MAX_DEVICES];
 	memset(d, 0, sizeof(d));
@@ -116,6 +165,7 @@ static int status(int json)
 	if (json) {
 		json_object *o = json_object_new_object(), *a = json_object_new_array();
 		json_object_object_add(o, "job_id", json_object_new_int64((int64_t)job));
+		json_object_object_add(o, "in_job", json_object_new_boolean(in_job));
 		for (int i = 0; i < n; i++) {
 			json_object *g = json_object_new_object();
 			json_object_object_add(g, "device", json_object_new_int(i));
@@ -134,29 +184,34 @@ static int status(int json)
 			if (d[i].err[0])
 				json_object_object_add(g, "error", json_object_new_string(d[i].err));
 			json_object_array_add(a, g);
-			bad |= !d[i].leased;
+			bad |= !d[i].found || (in_job && !d[i].leased);
 		}
 		json_object_object_add(o, "gpus", a);
 		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-								 JSON_C_TO_STRING_SPACED));
+								 JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(o);
 		return bad;
 	}
-	printf("job %" PRIu64 ": %d remote GPU(s)\n", job, n);
-	printf("%-4s %-10s %-22s %-4s %-24s %-10s %-10s %-10s %s\n", "DEV", "NODE", "SERVER",
+	if (in_job)
+		printf("job %" PRIu64 ": %d remote GPU(s)\n", job, n);
+	else
+		printf("not in a Slurm job: %d GPU(s) from RGPU_SERVERS (no lease, no quota)\n", n);
+	printf("%-4s %-10s %-22s %-4s %-31s %-10s %-10s %-10s %s\n", "DEV", "NODE", "SERVER",
 	       "GPU", "NAME", "MEMORY", "QUOTA", "USED", "LEASE UNTIL");
 	for (int i = 0; i < n; i++) {
 		char where[300], tot[32], quo[32], used[32], until[32] = "-";
 		snprintf(where, sizeof(where), "%s:%u", d[i].ent.host, d[i].ent.port);
 		if (!d[i].found) {
-			printf("%-4d %-10s %-22s %-4u unreachable: %s\n", i, d[i].node[0] ? d[i].node : "-",
+			printf("%-4d %-10s %-22s %-4u error: %s\n", i, d[i].node[0] ? d[i].node : "-",
 			       where, d[i].ent.gpu, d[i].err);
 			bad = 1;
 			continue;
 		}
 		fmt_size(d[i].total, tot, sizeof(tot));
 		fmt_size(d[i].used, used, sizeof(used));
-		if (!d[i].leased)
+		if (!in_job)
+			snprintf(quo, sizeof(quo), "-");
+		else if (!d[i].leased)
 			snprintf(quo, sizeof(quo), "no lease");
 		else if (!d[i].quota)
 			snprintf(quo, sizeof(quo), "whole");
@@ -167,10 +222,10 @@ static int status(int json)
 			struct tm tm;
 			strftime(until, sizeof(until), "%Y-%m-%d %H:%M", localtime_r(&t, &tm));
 		}
-		printf("%-4d %-10s %-22s %-4u %-24s %-10s %-10s %-10s %s\n", i,
+		printf("%-4d %-10s %-22s %-4u %-31s %-10s %-10s %-10s %s\n", i,
 		       d[i].node[0] ? d[i].node : "-", where, d[i].ent.gpu, d[i].name, tot, quo, used,
 		       until);
-		bad |= !d[i].leased;
+		bad |= in_job && !d[i].leased;
 	}
 	return bad;
 }
@@ -188,8 +243,13 @@ static int servers(int json, const char *state_dir)
 	}
 	if (json) {
 		json_object *o = json_object_from_file(path);
+		if (!o) {
+			fprintf(stderr, "rgpu: cannot read %s: %s\n", path, json_util_get_last_err());
+			rg_cluster_free(&c);
+			return 1;
+		}
 		printf("%s\n", json_object_to_json_string_ext(o, JSON_C_TO_STRING_PRETTY |
-								 JSON_C_TO_STRING_SPACED));
+								 JSON_C_TO_STRING_SPACED | JSON_C_TO_STRING_NOSLASHESCAPE));
 		json_object_put(o);
 		rg_cluster_free(&c);
 		return 0;
@@ -233,7 +293,7 @@ int main(int argc, char **argv)
 	}
 	const char *cmd = argv[1];
 	int json = 0;
-	const char *state_dir = "/var/lib/rgpu";
+	const char *state_dir = RGPU_STATEDIR;
 	static const struct option opts[] = {
 		{ "json", no_argument, NULL, 'j' },
 		{ "state-dir", required_argument, NULL, 's' },

@@ -2,6 +2,8 @@
 // emulated device mirrors.
 #include "test_kernels.h"
 
+#include <cstdio>
+
 extern "C" {
 
 __device__ float g_scale;
@@ -84,6 +86,13 @@ __global__ void busy_wait_ns(unsigned long long ns)
 __global__ void illegal_write(int *p)
 {
 	*p = 1;
+}
+
+__global__ void print_lines(int n)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n)
+		printf("rgpu printf line %08d of %08d: abcdefghijklmnopqrstuvwxyz\n", i, n);
 }
 
 } // extern "C"

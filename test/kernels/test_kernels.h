@@ -35,6 +35,9 @@ struct axpy_args {
  *  inc_i32(int *p, int n)             p[i] += 1
  *  busy_wait_ns(unsigned long long ns)  spins ns nanoseconds (globaltimer)
  *  illegal_write(int *p)              *p = 1 (pass a bad address to fault)
+ *  print_lines(int n)                 thread i < n prints (device printf)
+ *                                     "rgpu printf line %08d of %08d: a..z\n"
+ *                                     (66 bytes a line)
  */
 
 #endif

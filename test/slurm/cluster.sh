@@ -193,7 +193,7 @@ rc_rgpud_up() {
 	fi
 	for n in $RC_GPU_NODES; do
 		mkdir -p "$RC_DIR/$n/rgpud"
-		RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM \
+		RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM RGPU_EMU_TAG=$n \
 			nsenter --net=/run/netns/"$(rc_ns $n)" "$bin" --listen "$(rc_addr $n):$RC_RGPU_PORT" \
 			$RC_RGPUD_ARGS --leases --state-dir "$RC_DIR/$n/rgpud" \
 			--slurm-user root >"$RC_DIR/$n/rgpud.log" 2>&1 &
