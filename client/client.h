@@ -15,6 +15,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include "error.h"
 #include "proto.h"
 #include "servers.h"
 #include "transport.h"
@@ -37,17 +38,26 @@ enum rc_magic {
 	RC_GEXEC = 0x52636778,
 };
 
-/* one per distinct host:port in RGPU_SERVERS */
+/* one per distinct host:port in RGPU_SERVERS.  Several threads share it:
+ * see rpc.c for how requests go out and replies find their caller. */
+struct rc_waiter;
 struct rc_conn {
 	char host[256];
 	unsigned port;
 	struct rgpu_conn *c;
-	pthread_mutex_t lock; /* one request/reply exchange at a time */
+	pthread_mutex_t lock;     /* sending: one request's frames go out together; next_id */
 	uint64_t next_id;
+	pthread_mutex_t rx_lock;  /* receiving: everything below up to server_id */
+	pthread_cond_t cv;        /* a reply delivered, the read side free, or dead */
+	struct rc_waiter *waiters; /* requests waiting for a reply */
+	int reading;              /* a waiter is reading frames for everyone */
 	int dead;
+	int quiet;                /* during cuInit's handshake: cuInit says why */
+	struct rgpu_error err;    /* why the connection failed */
 	char server_id[128];
 	int ndev;
 	/* same host (Unix socket): the shared staging ring */
+	pthread_mutex_t ring_lock; /* one copy through the ring at a time */
 	int local;
 	void *ring;
 	size_t ring_size;
@@ -100,7 +110,8 @@ struct rc_func {
 	struct rc_ctx *ctx;
 	uint64_t h;
 	struct rc_layout layout;
-	int attrs_valid;
+	int attrs_valid;  /* attrs, attrs_valid, attrs_gen: launch.c's attrs_lock */
+	unsigned attrs_gen; /* moves when an attribute is set */
 	int attrs[CU_FUNC_ATTRIBUTE_MAX];
 	char *name;           /* module functions */
 	struct rc_func *next; /* in its module's or kernel's list */
@@ -177,10 +188,14 @@ int rc_conn_index(const struct rc_conn *c);
 /* log.c: once-per-name notice for unimplemented entry points */
 void rc_unsupported(const char *name);
 
-/* rpc.c */
+/* rpc.c: calls */
 /* Sends req (op) and waits for the reply; the reply's fields are in *r,
- * valid until this thread's next call.  Returns the status. */
+ * valid until this thread's next call.  Returns the status.  On any
+ * failure *r is empty (reading it fails), so a caller may read an error
+ * message field without checking how the call failed. */
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
+/* The same with c->lock held (a call between the frames of a copy). */
+CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
 /* the calling thread's request buffer, reset */
 struct wbuf *rc_req(void);
 /* Sends a request that gets no reply (launches, async copies, event
@@ -189,11 +204,39 @@ struct wbuf *rc_req(void);
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
 /* how host-to-device copies are cut (RGPU_CHUNK_KB) */
 size_t rc_chunk_bytes(size_t dflt);
-/* with the connection's lock held */
-CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r);
-CUresult rc_recv_reply(struct rc_conn *c, uint64_t id, uint16_t op, struct rd *r, int32_t *st,
-		       uint32_t *flags);
-CUresult rc_wait_status(struct rc_conn *c, uint64_t id, uint16_t op);
+/* a reply status as the application sees it (protocol codes mapped) */
+CUresult rc_status(int32_t st);
+
+/* rpc.c: frames, for the transfer layer (requests of several frames,
+ * replies of several frames).  The frames of one request go out with the
+ * connection's lock held, so no other request comes between them; replies
+ * are read meanwhile by whichever thread waits. */
+/* One reply frame: its status, flags and the payload after the status. */
+struct rc_reply {
+	int32_t st;
+	uint32_t flags;
+	size_t len;  /* payload bytes after the status */
+	struct rd r; /* those bytes, when no sink was given */
+};
+/* With c->lock held: sends one frame (fields a, then bulk data b) as a new
+ * request, its id in *id.  Unless flags has RGPU_F_NOREPLY, the request is
+ * registered for its reply before it leaves; its caller must then take
+ * the reply frames with rc_reply_frame until one lacks RGPU_F_MORE or has
+ * a non-zero status. */
+CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
+		       const void *a, size_t alen, const void *b, size_t blen);
+/* Waits for the next reply frame of request id (without c->lock).  With a
+ * sink the payload (at most sinkcap bytes, else the connection fails) lands
+ * in it, straight from the connection when it arrives during the wait;
+ * without, f->r reads it until this thread's next call. */
+CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_reply *f,
+			void *sink, size_t sinkcap);
+/* Marks the connection failed (idempotent; logs once, wakes every waiter):
+ * code its category, why the reason in words.  Returns
+ * CUDA_ERROR_DEVICE_UNAVAILABLE. */
+CUresult rc_conn_fail(struct rc_conn *c, enum rgpu_errcode code, const char *why);
+/* The same, right after a transport call failed: what it was doing (its
+ * errno says why; 0: the server closed the connection). */
 CUresult rc_conn_failed(struct rc_conn *c, const char *what);
 
 /* shm.c: the same-host data path */
@@ -235,7 +278,13 @@ int rc_region_free(void *p, size_t *size);
 int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped */
 int rc_managed(const void *p);      /* cheap when there is no managed memory */
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);
-CUresult rc_coh_acquire(struct rc_conn *conn);
+/* A synchronisation is an acquire: take rc_coh_epoch() before the
+ * synchronising call, then rc_coh_acquire with the stream it waited for
+ * (server handle; RC_COH_ALL: the whole context, RC_COH_NONE: unknown). */
+#define RC_COH_ALL (~0ull)
+#define RC_COH_NONE (~0ull - 1)
+uint64_t rc_coh_epoch(void);
+CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since);
 void rc_coh_host_use(const void *p, size_t n, int write);
 void rc_coh_device_use(uint64_t p);
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,

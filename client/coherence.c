@@ -22,6 +22,7 @@
  */
 #include "client.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -33,7 +34,6 @@
 /* The shared range: honoured by the driver at 0x600000000000 (NOTES.md);
  * RGPU_VA_BASE (hex, 16 TiB aligned) moves it, e.g. where AddressSanitizer
  * keeps its heap there. */
-#define RC_VA_DEFAULT 0x600000000000ull
 #define RC_VA_SPAN (16ull << 40)
 #define GRAIN (2ull << 20)
 #define REGIONS_MAX 4096
@@ -48,6 +48,8 @@ struct region {
 	struct rc_ctx *mirror;   /* context whose server holds the device copy */
 	volatile int host_dirty; /* written on the host since the last release */
 	int dev_dirty;           /* a launch since the last acquire may have written */
+	uint64_t dev_stream;     /* the stream of those launches (RC_COH_NONE: several) */
+	uint64_t dev_epoch;      /* epoch of the latest of them */
 	int ro;                  /* write-protected */
 };
 
@@ -58,6 +60,19 @@ static volatile int regions_hw; /* one past the highest slot ever used */
  * copies only) those paths skip the scan. */
 static int mirrored;
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+/* One coherence action at a time (publish, fetch, the release scan of a
+ * launch, giving a mapped region its device copy, forgetting a region):
+ * two threads syncing or launching at once would otherwise fetch into a
+ * region while the other protects it, or map one region twice.  Taken
+ * before reg_lock. */
+static pthread_mutex_t coh_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Counts launches that may write a region (under coh_lock): an acquire
+ * clears a region's dev_dirty only if no launch touched it after its
+ * synchronisation began, and only if that synchronisation covered the
+ * stream those launches ran on.  Otherwise a thread synchronising one
+ * stream would fetch a region while another thread's kernel still writes
+ * it, and that thread's own acquire would then skip the fetch. */
+static uint64_t epoch;
 static uint64_t va_base, va_next;
 static struct sigaction old_segv;
 static int handler_set;
@@ -129,13 +144,14 @@ static void handler_install(void)
  * valgrind, which does not hand such faults to the program's handler. */
 static int tracking(void)
 {
-	static int on = -1;
-	if (on < 0) {
-		const char *e = getenv("RGPU_WRITE_TRACKING");
+	static int on = -1; /* computed once; racing threads compute the same */
+	int v = __atomic_load_n(&on, __ATOMIC_RELAXED);
+	if (v < 0) {
 		const char *pre = getenv("LD_PRELOAD");
-		on = !(e && !strcmp(e, "0")) && !(pre && strstr(pre, "vgpreload"));
+		v = rc_setting(RS_WRITE_TRACKING) && !(pre && strstr(pre, "vgpreload"));
+		__atomic_store_n(&on, v, __ATOMIC_RELAXED);
 	}
-	return on;
+	return v;
 }
 
 static void protect(struct region *r)
@@ -163,12 +179,8 @@ void *rc_va_alloc(size_t *size, int fd)
 		return NULL;
 	pthread_mutex_lock(&reg_lock);
 	if (!va_base) {
-		const char *e = getenv("RGPU_VA_BASE");
-		unsigned long long b = e ? strtoull(e, NULL, 16) : 0;
-		va_base = b && !(b & (RC_VA_SPAN - 1)) ? b : RC_VA_DEFAULT;
-		if (e && va_base != b)
-			log_warn("RGPU_VA_BASE=%s is not a 16 TiB-aligned address; using %#llx", e,
-				 (unsigned long long)va_base);
+		/* checked by cuInit (settings.c): 16 TiB aligned */
+		va_base = rc_setting(RS_VA_BASE);
 		va_next = va_base;
 	}
 	void *p = MAP_FAILED;
@@ -265,16 +277,19 @@ void rc_mapped_add(void *p, size_t size)
  * caller unmaps the host side.  0 if p was one. */
 int rc_region_free(void *p, size_t *size)
 {
+	pthread_mutex_lock(&coh_lock);
 	pthread_mutex_lock(&reg_lock);
 	struct region *r = find((uintptr_t)p);
 	if (!r || r->base != (uintptr_t)p) {
 		pthread_mutex_unlock(&reg_lock);
+		pthread_mutex_unlock(&coh_lock);
 		return -1;
 	}
 	struct rc_ctx *m = r->mirror;
 	*size = r->size;
 	__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&reg_lock);
+	pthread_mutex_unlock(&coh_lock);
 	if (m) {
 		__atomic_fetch_sub(&mirrored, 1, __ATOMIC_RELAXED);
 		mirror_unmap(m, (uintptr_t)p);
@@ -299,7 +314,12 @@ int rc_region_kind(const void *p)
 
 static CUresult publish(struct region *r, uint64_t stream, int async)
 {
-	if (!r->host_dirty)
+	/* While a launch may have written the device copy and no acquire has
+	 * fetched it, the host has no business writing (not allowed without
+	 * concurrent managed access), so the device copy is the newer: sending
+	 * the host's would undo another thread's kernel.  Matters most without
+	 * write tracking, where every region counts as written. */
+	if (!r->host_dirty || r->dev_dirty)
 		return CUDA_SUCCESS;
 	/* clear first: a write racing with the copy faults and re-marks */
 	r->host_dirty = 0;
@@ -308,13 +328,16 @@ static CUresult publish(struct region *r, uint64_t stream, int async)
 		     : rc_htod_any(r->mirror, 0, r->base, (void *)r->base, r->size, 0);
 }
 
-static CUresult fetch(struct region *r)
+/* done: the device is known to have finished writing it (else the copy is
+ * fetched and stays marked, to be fetched again at the next acquire) */
+static CUresult fetch(struct region *r, int done)
 {
 	if (!r->dev_dirty)
 		return CUDA_SUCCESS;
 	unprotect(r);
 	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)r->base, r->base, r->size, 0);
-	r->dev_dirty = 0;
+	if (done)
+		r->dev_dirty = 0;
 	r->host_dirty = 0;
 	protect(r);
 	return rc;
@@ -325,6 +348,7 @@ static CUresult fetch(struct region *r)
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len)
 {
 	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&coh_lock);
 	int hw = regions_hw;
 	for (int i = 0; i < hw && !rc; i++) {
 		struct region *r = &regions[i];
@@ -349,27 +373,45 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 		if (!r->mirror || r->mirror->dev->conn != c->dev->conn)
 			continue;
 		rc = publish(r, stream, 1);
+		if (!r->dev_dirty)
+			r->dev_stream = stream;
+		else if (r->dev_stream != stream)
+			r->dev_stream = RC_COH_NONE;
 		r->dev_dirty = 1;
+		r->dev_epoch = ++epoch;
 	}
+	pthread_mutex_unlock(&coh_lock);
 	return rc;
 }
 
+uint64_t rc_coh_epoch(void)
+{
+	pthread_mutex_lock(&coh_lock);
+	uint64_t e = epoch;
+	pthread_mutex_unlock(&coh_lock);
+	return e;
+}
+
 /* Acquire at a synchronisation on conn. */
-CUresult rc_coh_acquire(struct rc_conn *conn)
+CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since)
 {
 	CUresult rc = CUDA_SUCCESS;
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return rc;
+	pthread_mutex_lock(&coh_lock);
 	int hw = regions_hw;
 	for (int i = 0; i < hw; i++) {
 		struct region *r = &regions[i];
 		if (__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) && r->dev_dirty && r->mirror &&
 		    r->mirror->dev->conn == conn) {
-			CUresult x = fetch(r);
+			int done = r->dev_epoch <= since &&
+				   (stream == RC_COH_ALL || (stream != RC_COH_NONE && r->dev_stream == stream));
+			CUresult x = fetch(r, done);
 			if (x && !rc)
 				rc = x;
 		}
 	}
+	pthread_mutex_unlock(&coh_lock);
 	return rc;
 }
 
@@ -380,14 +422,18 @@ void rc_coh_host_use(const void *p, size_t n, int write)
 	(void)n;
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return;
+	pthread_mutex_lock(&coh_lock);
 	struct region *r = find((uintptr_t)p);
-	if (!r || !r->mirror)
-		return;
-	fetch(r);
-	if (write) {
-		unprotect(r);
-		r->host_dirty = 1;
+	if (r && r->mirror) {
+		/* a copy out of or into managed memory: as before, a stream
+		 * ordering the application asked for */
+		fetch(r, 1);
+		if (write) {
+			unprotect(r);
+			r->host_dirty = 1;
+		}
 	}
+	pthread_mutex_unlock(&coh_lock);
 }
 
 /* Before a device-side operation on a managed address (memset, device
@@ -396,9 +442,16 @@ void rc_coh_device_use(uint64_t p)
 {
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return;
+	pthread_mutex_lock(&coh_lock);
 	struct region *r = find((uintptr_t)p);
-	if (!r || !r->mirror)
-		return;
-	publish(r, 0, 0);
-	r->dev_dirty = 1;
+	if (r && r->mirror) {
+		publish(r, 0, 0);
+		if (r->dev_dirty && r->dev_stream != 0)
+			r->dev_stream = RC_COH_NONE;
+		else
+			r->dev_stream = 0;
+		r->dev_dirty = 1;
+		r->dev_epoch = ++epoch;
+	}
+	pthread_mutex_unlock(&coh_lock);
 }

@@ -328,8 +328,9 @@ static CUresult ctx_call(struct rc_ctx *c, uint16_t op)
  * comes back (coherence.c). */
 static CUresult ctx_sync(struct rc_ctx *c)
 {
+	uint64_t e = rc_coh_epoch();
 	CUresult rc = ctx_call(c, RGPU_OP_CTX_SYNC);
-	return rc ? rc : rc_coh_acquire(c->dev->conn);
+	return rc ? rc : rc_coh_acquire(c->dev->conn, RC_COH_ALL, e);
 }
 
 RC_EXPORT CUresult cuCtxSynchronize(void)

@@ -2,6 +2,7 @@
  * device's properties. */
 #include "client.h"
 #include "log.h"
+#include "settings.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +21,6 @@ static int init_called;
  * through itself). */
 RC_EXPORT const char rgpu_client_version[] = PACKAGE_VERSION;
 
-static void log_setup(void)
-{
-	int lvl = RGPU_LOG_WARN;
-	const char *s = getenv("RGPU_LOG_LEVEL");
-	if (s && rgpu_log_parse_level(s) >= 0)
-		lvl = rgpu_log_parse_level(s);
-	rgpu_log_open("rgpu", lvl, 0);
-}
 
 int rc_conn_index(const struct rc_conn *c) { return (int)(c - rc_conns); }
 
@@ -42,6 +35,9 @@ static struct rc_conn *conn_for(const struct rgpu_server_ent *e)
 	c->host[sizeof(c->host) - 1] = '\0';
 	c->port = e->port;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->rx_lock, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	pthread_mutex_init(&c->ring_lock, NULL);
 	return c;
 }
 
@@ -89,17 +85,26 @@ static CUresult verbs_upgrade(struct rc_conn *c, int required)
 			 c->host, c->port, s ? s : "refused", required ? "" : "; using TCP");
 		return required ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 	}
-	char err[256];
-	struct rgpu_conn *v = rgpu_verbs_upgrade(c->c, 0, err, sizeof(err));
+	struct rgpu_error e;
+	/* verbs keeps using the TCP socket underneath: the handshake's
+	 * receive bound must not stay on it (back on TCP, it does again) */
+	(void)rgpu_conn_set_recv_timeout(c->c, 0);
+	struct rgpu_conn *v = rgpu_verbs_upgrade(c->c, 0, &e);
+	if (!v)
+		(void)rgpu_conn_set_recv_timeout(c->c, (int)rc_setting(RS_HANDSHAKE_TIMEOUT_MS));
 	if (v) {
 		c->c = v;
 		log_info("%s:%u: on InfiniBand verbs", c->host, c->port);
 		return CUDA_SUCCESS;
 	}
-	log_warn("%s:%u: verbs failed (%s)%s", c->host, c->port, err, required ? "" : "; using TCP");
-	if (strstr(err, "exchange over TCP failed") || strstr(err, "bad verbs"))
-		c->dead = 1;
-	return required || c->dead ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
+	int broken = e.code == RGPU_E_BROKEN;
+	log_warn("%s:%u: verbs failed (%s)%s", c->host, c->port, e.text,
+		 required || broken ? "" : "; using TCP");
+	if (broken) {
+		c->quiet = 1; /* said above */
+		rc_conn_fail(c, e.code, e.text);
+	}
+	return required || broken ? CUDA_ERROR_NO_DEVICE : CUDA_SUCCESS;
 #else
 	if (required) {
 		log_err("%s:%u: RGPU_TRANSPORT=verbs, but rgpu was built without libibverbs", c->host, c->port);
@@ -112,7 +117,16 @@ static CUresult verbs_upgrade(struct rc_conn *c, int required)
 
 static void do_init(void)
 {
-	log_setup();
+	char err[512];
+	/* every setting is checked before anything else happens: a typo
+	 * fails here, naming the variable and what it accepts */
+	int bad = rc_settings_load(err, sizeof(err));
+	rgpu_log_open("rgpu", (int)rc_setting(RS_LOG_LEVEL), 0);
+	if (bad) {
+		log_err("%s", err);
+		init_result = CUDA_ERROR_INVALID_VALUE;
+		return;
+	}
 	const char *spec = getenv("RGPU_SERVERS");
 	if (!spec || !*spec) {
 		log_err("RGPU_SERVERS is not set: name the GPUs to use, e.g. RGPU_SERVERS=gpunode1:%d/0",
@@ -121,17 +135,13 @@ static void do_init(void)
 		return;
 	}
 	struct rgpu_server_ent ents[RGPU_MAX_DEVICES];
-	char err[512];
 	int n = rgpu_servers_parse(spec, ents, RGPU_MAX_DEVICES, err, sizeof(err));
 	if (n < 0) {
 		log_err("%s", err);
 		init_result = CUDA_ERROR_INVALID_VALUE;
 		return;
 	}
-	int timeout_ms = 5000;
-	const char *t = getenv("RGPU_CONNECT_TIMEOUT_MS");
-	if (t && atoi(t) > 0)
-		timeout_ms = atoi(t);
+	int timeout_ms = (int)rc_setting(RS_CONNECT_TIMEOUT_MS);
 	for (int i = 0; i < n; i++) {
 		struct rc_dev *d = &rc_devs[i];
 		d->conn = conn_for(&ents[i]);
@@ -141,32 +151,29 @@ static void do_init(void)
 	/* RGPU_TRANSPORT: auto (default: same-host Unix socket and shared
 	 * memory where the server is on this node, InfiniBand verbs where a
 	 * device is up, else TCP), tcp, local, verbs */
-	const char *tp = getenv("RGPU_TRANSPORT");
-	if (!tp || !*tp)
-		tp = "auto";
-	if (strcmp(tp, "auto") && strcmp(tp, "tcp") && strcmp(tp, "local") && strcmp(tp, "verbs")) {
-		log_err("RGPU_TRANSPORT=%s: expected auto, tcp, local or verbs", tp);
-		init_result = CUDA_ERROR_INVALID_VALUE;
-		return;
-	}
+	const int tp = (int)rc_setting(RS_TRANSPORT);
 	for (int i = 0; i < rc_nconn; i++) {
 		struct rc_conn *c = &rc_conns[i];
 		c->c = NULL;
-		if ((!strcmp(tp, "auto") || !strcmp(tp, "local")) && rgpu_host_is_local(c->host)) {
+		if ((tp == RS_TP_AUTO || tp == RS_TP_LOCAL) && rgpu_host_is_local(c->host)) {
 			c->c = rgpu_unix_connect(c->port, err, sizeof(err));
 			if (c->c)
 				c->local = 1;
 			else
 				log_info("%s:%u: %s; using TCP", c->host, c->port, err);
 		}
-		if (!c->c && !strcmp(tp, "local")) {
+		if (!c->c && tp == RS_TP_LOCAL) {
 			log_err("rgpud at %s:%u: RGPU_TRANSPORT=local but the server is not on this node",
 				c->host, c->port);
 			init_result = CUDA_ERROR_NO_DEVICE;
 			return;
 		}
-		if (!c->c)
+		if (!c->c) {
 			c->c = rgpu_tcp_connect(c->host, c->port, timeout_ms, err, sizeof(err));
+			if (c->c && rgpu_tcp_keepalive(c->c, (int)rc_setting(RS_KEEPALIVE_S)) < 0)
+				log_warn("%s:%u: cannot set TCP keepalive: a lost server may go "
+					 "unnoticed", c->host, c->port);
+		}
 		if (!c->c) {
 			log_err("rgpud at %s:%u: %s", c->host, c->port, err);
 			init_result = CUDA_ERROR_NO_DEVICE;
@@ -180,8 +187,8 @@ static void do_init(void)
 		}
 		if (c->local)
 			rc_shm_setup(c);
-		else if (!strcmp(tp, "verbs") || !strcmp(tp, "auto")) {
-			rc = verbs_upgrade(c, !strcmp(tp, "verbs"));
+		else if (tp == RS_TP_VERBS || tp == RS_TP_AUTO) {
+			rc = verbs_upgrade(c, tp == RS_TP_VERBS);
 			if (rc) {
 				init_result = rc;
 				return;
@@ -200,13 +207,19 @@ static void do_init(void)
 		}
 		CUresult rc = fetch_device(d);
 		if (rc) {
-			log_err("GPU %u of %s:%u: %s", d->gpu, d->conn->host, d->conn->port,
+			log_err("GPU %u of %s:%u: %s%s%s", d->gpu, d->conn->host, d->conn->port,
 				rc == CUDA_ERROR_NOT_PERMITTED ? "not permitted (no lease for this job?)"
-							       : "cannot read its properties");
+							       : "cannot read its properties",
+				d->conn->dead ? ": " : "", d->conn->dead ? d->conn->err.text : "");
 			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
 			return;
 		}
 	}
+	/* cuInit's calls were bounded by the handshake timeout (rc_hello);
+	 * from here on a reply may take as long as its work (a kernel may
+	 * run for hours): liveness is TCP keepalive's */
+	for (int i = 0; i < rc_nconn; i++)
+		(void)rgpu_conn_set_recv_timeout(rc_conns[i].c, 0);
 	rc_ndev = n;
 	init_result = CUDA_SUCCESS;
 }

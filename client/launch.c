@@ -133,9 +133,22 @@ RC_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, voi
 		      cfg->numAttrs);
 }
 
-static CUresult attrs_fetch(struct rc_func *f)
+/* Function attribute caches: filled from the server on first use, dropped
+ * when an attribute is set.  attrs_lock guards every rc_func's attrs,
+ * attrs_valid and attrs_gen; the call itself runs without it, and a reply
+ * that crossed a cuFuncSetAttribute (attrs_gen moved) is used but not
+ * cached. */
+static pthread_mutex_t attrs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult attrs_fetch(struct rc_func *f, int out[CU_FUNC_ATTRIBUTE_MAX])
 {
-	if (f->attrs_valid)
+	pthread_mutex_lock(&attrs_lock);
+	int valid = f->attrs_valid;
+	unsigned gen = f->attrs_gen;
+	if (valid)
+		memcpy(out, f->attrs, sizeof(f->attrs));
+	pthread_mutex_unlock(&attrs_lock);
+	if (valid)
 		return CUDA_SUCCESS;
 	struct wbuf *w = rc_req();
 	put_u64(w, f->ctx->h);
@@ -144,15 +157,21 @@ static CUresult attrs_fetch(struct rc_func *f)
 	CUresult rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_GET_ATTRS, w, &r);
 	if (rc)
 		return rc;
+	memset(out, 0, sizeof(int) * CU_FUNC_ATTRIBUTE_MAX);
 	uint32_t n = get_u32(&r);
 	for (uint32_t a = 0; a < n && rd_ok(&r); a++) {
 		int32_t v = get_i32(&r);
 		if (a < CU_FUNC_ATTRIBUTE_MAX)
-			f->attrs[a] = v;
+			out[a] = v;
 	}
 	if (!rd_ok(&r))
 		return CUDA_ERROR_UNKNOWN;
-	f->attrs_valid = 1;
+	pthread_mutex_lock(&attrs_lock);
+	if (f->attrs_gen == gen) {
+		memcpy(f->attrs, out, sizeof(f->attrs));
+		f->attrs_valid = 1;
+	}
+	pthread_mutex_unlock(&attrs_lock);
 	return CUDA_SUCCESS;
 }
 
@@ -164,9 +183,10 @@ RC_EXPORT CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction
 		return rc;
 	if (!v || (int)a < 0 || a >= CU_FUNC_ATTRIBUTE_MAX)
 		return CUDA_ERROR_INVALID_VALUE;
-	if ((rc = attrs_fetch(f)))
+	int attrs[CU_FUNC_ATTRIBUTE_MAX];
+	if ((rc = attrs_fetch(f, attrs)))
 		return rc;
-	*v = f->attrs[a];
+	*v = attrs[a];
 	return CUDA_SUCCESS;
 }
 
@@ -183,7 +203,12 @@ RC_EXPORT CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute a, int
 	put_i32(w, v);
 	struct rd r;
 	rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_ATTR, w, &r);
-	f->attrs_valid = 0; /* some attributes move others */
+	/* some attributes move others: the cache goes, and a fetch that
+	 * started before this does not bring it back */
+	pthread_mutex_lock(&attrs_lock);
+	f->attrs_valid = 0;
+	f->attrs_gen++;
+	pthread_mutex_unlock(&attrs_lock);
 	return rc;
 }
 
@@ -245,11 +270,12 @@ RC_EXPORT CUresult cuOccupancyMaxPotentialBlockSizeWithFlags(int *min_grid, int 
 		return rc;
 	if (!min_grid || !block)
 		return CUDA_ERROR_INVALID_VALUE;
-	if ((rc = attrs_fetch(f)))
+	int fa[CU_FUNC_ATTRIBUTE_MAX];
+	if ((rc = attrs_fetch(f, fa)))
 		return rc;
 	const int *da = f->ctx->dev->attrs;
 	int warp = da[CU_DEVICE_ATTRIBUTE_WARP_SIZE] ? da[CU_DEVICE_ATTRIBUTE_WARP_SIZE] : 32;
-	int max = f->attrs[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
+	int max = fa[CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK];
 	if (limit > 0 && limit < max)
 		max = limit;
 	int best_bs = 0, best_occ = 0, best_blocks = 0;

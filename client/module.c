@@ -241,13 +241,15 @@ RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char 
 		return rc;
 	if (!pf || !name)
 		return CUDA_ERROR_INVALID_VALUE;
-	/* one handle per name, as the driver gives, freed with the module */
+	/* one handle per name, as the driver gives, freed with the module; the
+	 * lock spans the lookup so two threads asking for one name at once
+	 * get the same handle */
 	pthread_mutex_lock(&m->lock);
 	struct rc_func *f;
 	for (f = m->funcs; f && strcmp(f->name, name); f = f->next)
 		;
-	pthread_mutex_unlock(&m->lock);
 	if (f) {
+		pthread_mutex_unlock(&m->lock);
 		*pf = (CUfunction)f;
 		return CUDA_SUCCESS;
 	}
@@ -256,22 +258,22 @@ RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char 
 	put_u64(w, m->h);
 	put_str(w, name);
 	struct rd r;
-	if ((rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_GET_FUNCTION, w, &r)))
-		return rc;
+	rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_GET_FUNCTION, w, &r);
 	uint64_t h = get_u64(&r);
-	if ((rc = func_new(m->ctx, h, &r, &f)))
-		return rc;
-	if (!(f->name = strdup(name))) {
+	if (!rc)
+		rc = func_new(m->ctx, h, &r, &f);
+	if (!rc && !(f->name = strdup(name))) {
 		rc_layout_free(&f->layout);
 		free(f);
-		return CUDA_ERROR_OUT_OF_MEMORY;
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	pthread_mutex_lock(&m->lock);
-	f->next = m->funcs;
-	m->funcs = f;
+	if (!rc) {
+		f->next = m->funcs;
+		m->funcs = f;
+		*pf = (CUfunction)f;
+	}
 	pthread_mutex_unlock(&m->lock);
-	*pf = (CUfunction)f;
-	return CUDA_SUCCESS;
+	return rc;
 }
 
 RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule mod, const char *name)
@@ -496,6 +498,7 @@ CUresult rc_func_resolve(CUfunction fn, struct rc_func **out)
 	struct rc_ctx *c;
 	if ((rc = rc_need_ctx(&c)))
 		return rc;
+	/* fast path without the kernel's handle: already made in c */
 	pthread_mutex_lock(&k->lib->lock);
 	for (f = k->funcs; f && f->ctx != c; f = f->next)
 		;
@@ -507,28 +510,39 @@ CUresult rc_func_resolve(CUfunction fn, struct rc_func **out)
 	uint64_t kh;
 	if ((rc = kernel_on(k, c->dev->conn, c->h, &kh)))
 		return rc;
+	/* again under the lock, held over the call: two threads making the
+	 * function in one context at once get one handle */
+	pthread_mutex_lock(&k->lib->lock);
+	for (f = k->funcs; f && f->ctx != c; f = f->next)
+		;
+	if (f) {
+		pthread_mutex_unlock(&k->lib->lock);
+		*out = f;
+		return CUDA_SUCCESS;
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, kh);
 	struct rd r;
-	if ((rc = rc_call(c->dev->conn, RGPU_OP_KERNEL_GET_FUNCTION, w, &r)))
-		return rc;
-	f = calloc(1, sizeof(*f));
-	if (!f)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	f->magic = RC_FUNC;
-	f->ctx = c;
-	f->h = get_u64(&r);
-	if ((rc = rc_layout_read(&r, &f->layout))) {
-		free(f);
-		return rc;
+	rc = rc_call(c->dev->conn, RGPU_OP_KERNEL_GET_FUNCTION, w, &r);
+	if (!rc && !(f = calloc(1, sizeof(*f))))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!rc) {
+		f->magic = RC_FUNC;
+		f->ctx = c;
+		f->h = get_u64(&r);
+		if ((rc = rc_layout_read(&r, &f->layout))) {
+			free(f);
+			f = NULL;
+		}
 	}
-	pthread_mutex_lock(&k->lib->lock);
-	f->next = k->funcs;
-	k->funcs = f;
+	if (!rc) {
+		f->next = k->funcs;
+		k->funcs = f;
+		*out = f;
+	}
 	pthread_mutex_unlock(&k->lib->lock);
-	*out = f;
-	return CUDA_SUCCESS;
+	return rc;
 }
 
 RC_EXPORT CUresult cuKernelGetFunction(CUfunction *pf, CUkernel k)

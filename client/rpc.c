@@ -1,8 +1,22 @@
-/* Request/reply exchanges with rgpud, including bulk copies. */
+/*
+ * Request/reply exchanges with rgpud.
+ *
+ * Several application threads share one connection.  A request's frames go
+ * out under the connection's lock, and a request that wants a reply is
+ * registered (a waiter) before it leaves; its caller then waits for the
+ * reply by request id, without the lock.  Nobody owns the read side:
+ * whichever waiter finds no one reading becomes the reader
+ * (leader/follower).  It reads frames and hands each to the waiter of its
+ * id (bulk data straight into the buffer that waiter offers) until a frame
+ * of its own has come, then gives the read side to another waiter.  So one
+ * thread's synchronising call does not hold up another's query, and the
+ * server may answer in any order.
+ */
 #include "client.h"
 #include "cred.h"
 #include "frame.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -10,12 +24,37 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Per-thread request and reply buffers: no allocation per call, and a
- * reply stays readable after the connection lock is dropped. */
+/* A received reply frame: header fields and the payload (status first). */
+struct rc_frame {
+	struct rc_frame *next;
+	uint32_t flags;
+	uint32_t len;
+	uint8_t data[];
+};
+
+/* A request waiting for its reply frames. */
+struct rc_waiter {
+	struct rc_waiter *next;
+	uint64_t id;
+	uint16_t op;
+	int heap;                   /* registered by rc_send_frame: freed at the end */
+	struct rc_frame *head, *tail; /* frames read, not yet taken */
+	/* a buffer its caller offers for the next frame's payload; the reader
+	 * fills it in place when no frame is queued */
+	uint8_t *sink;
+	size_t sink_cap;
+	int busy;                   /* the reader is delivering a frame to it */
+	int sunk;                   /* it holds a frame: */
+	int32_t sunk_st;
+	uint32_t sunk_flags;
+	size_t sunk_len;
+};
+
+/* Per-thread request buffer and last reply: no allocation per request, and
+ * a reply stays readable until the thread's next call. */
 struct tls_bufs {
 	struct wbuf req;
-	uint8_t *rx;
-	size_t rxcap;
+	struct rc_frame *reply;
 };
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
@@ -24,7 +63,7 @@ static void tls_free(void *p)
 {
 	struct tls_bufs *b = p;
 	wbuf_free(&b->req);
-	free(b->rx);
+	free(b->reply);
 	free(b);
 }
 
@@ -56,142 +95,410 @@ struct wbuf *rc_req(void)
 	return w;
 }
 
-static CUresult map_status(int32_t st)
+CUresult rc_status(int32_t st)
 {
 	switch (st) {
 	case RGPU_ERR_AUTH: return CUDA_ERROR_NOT_PERMITTED;
 	case RGPU_ERR_HANDLE: return CUDA_ERROR_INVALID_HANDLE;
 	case RGPU_ERR_VERSION: return CUDA_ERROR_NOT_INITIALIZED;
-	case RGPU_ERR_PROTO:
-	case RGPU_ERR_BADOP: return CUDA_ERROR_UNKNOWN;
-	default: return (CUresult)st;
+	default:
+		/* protocol codes the driver has no name for, and anything
+		 * outside the driver's range, are never handed on as they are */
+		return st < 0 || st >= RGPU_ERR_PROTO ? CUDA_ERROR_UNKNOWN : (CUresult)st;
 	}
 }
 
 /* A broken connection is final for now; later: reconnect and replay. */
-CUresult rc_conn_failed(struct rc_conn *c, const char *what)
+CUresult rc_conn_fail(struct rc_conn *c, enum rgpu_errcode code, const char *why)
 {
-	if (!c->dead)
-		log_err("lost connection to rgpud at %s:%u (%s: %s)", c->host, c->port, what,
-			errno ? strerror(errno) : "closed by the server");
-	c->dead = 1;
+	pthread_mutex_lock(&c->rx_lock);
+	int first = !c->dead;
+	if (first) {
+		rgpu_error_set(&c->err, code, "%s", why);
+		c->dead = 1;
+		pthread_cond_broadcast(&c->cv);
+	}
+	int quiet = c->quiet;
+	pthread_mutex_unlock(&c->rx_lock);
+	if (first) {
+		if (!quiet)
+			log_err("lost connection to rgpud at %s:%u (%s)", c->host, c->port, why);
+		/* a thread blocked reading or sending wakes and fails */
+		if (c->c)
+			rgpu_conn_shutdown(c->c);
+	}
 	return CUDA_ERROR_DEVICE_UNAVAILABLE;
 }
 
-/* Reads one reply frame header for request id; payload follows. */
-static CUresult recv_reply_hdr(struct rc_conn *c, uint64_t id, uint16_t op, struct rgpu_hdr *h)
+CUresult rc_conn_failed(struct rc_conn *c, const char *what)
 {
-	int hs;
-	/* device printf output comes ahead of the reply: print it as the
-	 * program's own */
-	while ((hs = rgpu_frame_recv_hdr(c->c, h)) == RGPU_HDR_OK && h->op == RGPU_OP_OUTPUT &&
-	       (h->flags & RGPU_F_REPLY) && h->id == id) {
-		char buf[4096];
-		for (size_t left = h->len; left;) {
-			size_t k = left < sizeof(buf) ? left : sizeof(buf);
-			if (rgpu_recv(c->c, buf, k) < 0)
-				return rc_conn_failed(c, "reading output");
-			fflush(stdout);
-			ssize_t w = write(STDOUT_FILENO, buf, k);
-			(void)w;
-			left -= k;
-		}
+	int e = errno; /* taken first: nothing below may change the reason */
+	char why[256];
+	enum rgpu_errcode code = RGPU_E_SYSTEM;
+	if (e == EAGAIN || e == EWOULDBLOCK) {
+		code = RGPU_E_TIMEOUT;
+		snprintf(why, sizeof(why), "%s: no answer in time", what);
+	} else if (e) {
+		snprintf(why, sizeof(why), "%s: %s", what, strerror(e));
+	} else {
+		code = RGPU_E_CLOSED;
+		snprintf(why, sizeof(why), "%s: the server closed the connection", what);
 	}
-	if (hs != RGPU_HDR_OK)
-		return rc_conn_failed(c, "reading a reply");
-	if (!(h->flags & RGPU_F_REPLY) || h->id != id || h->op != op || h->len < 4) {
-		errno = EPROTO;
-		return rc_conn_failed(c, "unexpected reply");
+	return rc_conn_fail(c, code, why);
+}
+
+static CUresult proto_fail(struct rc_conn *c, const char *what)
+{
+	char why[256];
+	snprintf(why, sizeof(why), "protocol error: %s", what);
+	return rc_conn_fail(c, RGPU_E_PROTO, why);
+}
+
+static int is_dead(struct rc_conn *c)
+{
+	pthread_mutex_lock(&c->rx_lock);
+	int d = c->dead;
+	pthread_mutex_unlock(&c->rx_lock);
+	return d;
+}
+
+static void waiter_add(struct rc_conn *c, struct rc_waiter *w)
+{
+	pthread_mutex_lock(&c->rx_lock);
+	w->next = c->waiters;
+	c->waiters = w;
+	pthread_mutex_unlock(&c->rx_lock);
+}
+
+static struct rc_waiter *waiter_find(struct rc_conn *c, uint64_t id)
+{
+	for (struct rc_waiter *w = c->waiters; w; w = w->next)
+		if (w->id == id)
+			return w;
+	return NULL;
+}
+
+/* With rx_lock held: w leaves the list; its unread frames are dropped. */
+static void waiter_remove(struct rc_conn *c, struct rc_waiter *w)
+{
+	for (struct rc_waiter **p = &c->waiters; *p; p = &(*p)->next)
+		if (*p == w) {
+			*p = w->next;
+			break;
+		}
+	while (w->head) {
+		struct rc_frame *f = w->head;
+		w->head = f->next;
+		free(f);
+	}
+	w->tail = NULL;
+}
+
+/* w: registered for the reply (NULL for RGPU_F_NOREPLY); c->lock held */
+static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a,
+			    size_t alen, const void *b, size_t blen, struct rc_waiter *w,
+			    uint64_t *idp)
+{
+	if (is_dead(c))
+		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	uint64_t id = __atomic_add_fetch(&c->next_id, 1, __ATOMIC_RELAXED);
+	if (idp)
+		*idp = id;
+	if (w) {
+		w->id = id;
+		w->op = op;
+		waiter_add(c, w);
+	}
+	if (rgpu_frame_send(c->c, op, flags, id, a, alen, b, blen) < 0)
+		return rc_conn_failed(c, "sending a request");
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
+		       const void *a, size_t alen, const void *b, size_t blen)
+{
+	struct rc_waiter *w = NULL;
+	if (!(flags & RGPU_F_NOREPLY)) {
+		w = calloc(1, sizeof(*w));
+		if (!w)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		w->heap = 1;
+	}
+	return send_locked(c, op, flags, a, alen, b, blen, w, id);
+}
+
+/* Device printf output of the request id, ahead of its reply: printed as
+ * the program's own. */
+static CUresult print_output(struct rc_conn *c, size_t len)
+{
+	char buf[4096];
+	fflush(stdout);
+	for (size_t left = len; left;) {
+		size_t k = left < sizeof(buf) ? left : sizeof(buf);
+		if (rgpu_recv(c->c, buf, k) < 0)
+			return rc_conn_failed(c, "reading device output");
+		for (size_t off = 0; off < k;) {
+			ssize_t n = write(STDOUT_FILENO, buf + off, k - off);
+			if (n <= 0)
+				break; /* stdout closed: the output is dropped, not the call */
+			off += (size_t)n;
+		}
+		left -= k;
 	}
 	return CUDA_SUCCESS;
 }
 
-static CUresult recv_status(struct rc_conn *c, int32_t *st)
+static CUresult header_failed(struct rc_conn *c, int hs)
+{
+	switch (hs) {
+	case RGPU_HDR_BAD_MAGIC:
+		return rc_conn_fail(c, RGPU_E_FOREIGN, "what answered is not an rgpud: it speaks something "
+				       "other than the rgpu protocol (another service on that port?)");
+	case RGPU_HDR_TOO_LONG:
+		return proto_fail(c, "a reply longer than the protocol allows");
+	default:
+		return rc_conn_failed(c, "reading a reply");
+	}
+}
+
+static int32_t le32(const uint8_t *b)
+{
+	return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+			 (uint32_t)b[3] << 24);
+}
+
+/* The payload of h for w: into its sink, or queued as a frame.  w is
+ * marked busy meanwhile, so that it outlives the delivery even if the
+ * connection dies and its caller stops waiting. */
+static CUresult deliver(struct rc_conn *c, const struct rgpu_hdr *h, struct rc_waiter *w,
+			uint8_t *sink, size_t cap)
 {
 	uint8_t b[4];
-	if (rgpu_recv(c->c, b, 4) < 0)
+	size_t k = h->len - 4;
+	struct rc_frame *f = NULL;
+	CUresult rc = CUDA_SUCCESS;
+	if (h->op != w->op) {
+		rc = proto_fail(c, "a reply to another kind of request");
+	} else if (sink) {
+		if (rgpu_recv(c->c, b, 4) < 0)
+			rc = rc_conn_failed(c, "reading a reply");
+		else if (k > cap)
+			rc = proto_fail(c, "more data than asked for");
+		else if (k && rgpu_recv(c->c, sink, k) < 0)
+			rc = rc_conn_failed(c, "reading data");
+	} else if (!(f = malloc(sizeof(*f) + h->len))) {
+		rc = rc_conn_fail(c, RGPU_E_SYSTEM, "out of memory for a reply");
+	} else if (rgpu_recv(c->c, f->data, h->len) < 0) {
+		rc = rc_conn_failed(c, "reading a reply");
+	}
+	pthread_mutex_lock(&c->rx_lock);
+	w->busy = 0;
+	if (!rc && sink) {
+		w->sunk = 1;
+		w->sunk_st = le32(b);
+		w->sunk_flags = h->flags;
+		w->sunk_len = k;
+	} else if (!rc) {
+		f->next = NULL;
+		f->flags = h->flags;
+		f->len = h->len;
+		if (w->tail)
+			w->tail->next = f;
+		else
+			w->head = f;
+		w->tail = f;
+		f = NULL;
+	}
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->rx_lock);
+	free(f);
+	return rc;
+}
+
+/* Reads one frame and delivers it; called by the current reader only,
+ * without rx_lock. */
+static CUresult read_one(struct rc_conn *c)
+{
+	struct rgpu_hdr h;
+	errno = 0;
+	int hs = rgpu_frame_recv_hdr(c->c, &h);
+	if (hs != RGPU_HDR_OK)
+		return header_failed(c, hs);
+	if (!(h.flags & RGPU_F_REPLY))
+		return proto_fail(c, "the server sent a request");
+	if (h.op == RGPU_OP_OUTPUT)
+		return print_output(c, h.len);
+	if (h.len < 4)
+		return proto_fail(c, "a reply without a status");
+	pthread_mutex_lock(&c->rx_lock);
+	struct rc_waiter *w = waiter_find(c, h.id);
+	uint8_t *sink = NULL;
+	size_t cap = 0;
+	if (w) {
+		w->busy = 1;
+		if (w->sink && !w->head && !w->sunk) {
+			sink = w->sink;
+			cap = w->sink_cap;
+		}
+	}
+	pthread_mutex_unlock(&c->rx_lock);
+	if (w)
+		return deliver(c, &h, w, sink, cap);
+	/* its caller gave up; only ids that were sent may come back */
+	if (h.id == 0 || h.id > __atomic_load_n(&c->next_id, __ATOMIC_RELAXED))
+		return proto_fail(c, "a reply to a request never sent");
+	if (rgpu_frame_skip(c->c, h.len) < 0)
 		return rc_conn_failed(c, "reading a reply");
-	*st = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
 	return CUDA_SUCCESS;
 }
 
-static CUresult call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req,
-			    struct rd *r, int32_t *raw_status)
+/* With rx_lock held: returns once w has a frame, or the connection is dead
+ * (and the reader is done with w), reading frames for everyone while
+ * nobody else does. */
+static CUresult wait_frame(struct rc_conn *c, struct rc_waiter *w)
 {
-	struct tls_bufs *b = tls();
-	if (!b || req->oom)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (c->dead)
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	uint64_t id = ++c->next_id;
-	if (rgpu_frame_send(c->c, op, 0, id, req->data, req->len, NULL, 0) < 0)
-		return rc_conn_failed(c, "sending a request");
-	struct rgpu_hdr h;
-	CUresult rc = recv_reply_hdr(c, id, op, &h);
-	if (rc)
-		return rc;
-	size_t n = h.len;
-	if (n > b->rxcap) {
-		uint8_t *p = realloc(b->rx, n);
-		if (!p)
-			return rc_conn_failed(c, "out of memory for a reply");
-		b->rx = p;
-		b->rxcap = n;
+	for (;;) {
+		if (w->head || w->sunk)
+			return CUDA_SUCCESS;
+		if (c->dead && !w->busy)
+			return CUDA_ERROR_DEVICE_UNAVAILABLE;
+		if (!c->reading && !c->dead) {
+			c->reading = 1;
+			pthread_mutex_unlock(&c->rx_lock);
+			(void)read_one(c); /* a failure marks the connection dead */
+			pthread_mutex_lock(&c->rx_lock);
+			c->reading = 0;
+			/* the read side is free: another waiter may need it */
+			pthread_cond_broadcast(&c->cv);
+			continue;
+		}
+		pthread_cond_wait(&c->cv, &c->rx_lock);
 	}
-	if (rgpu_recv(c->c, b->rx, n) < 0)
-		return rc_conn_failed(c, "reading a reply");
-	rd_init(r, b->rx, n);
-	int32_t st = get_i32(r);
+}
+
+/* Takes w's next frame into f (see rc_reply_frame); rx_lock not held. */
+static CUresult take_frame(struct rc_conn *c, struct rc_waiter *w, struct rc_reply *f, void *sink,
+			   size_t cap)
+{
+	memset(f, 0, sizeof(*f));
+	rd_init(&f->r, NULL, 0);
+	f->r.bad = 1;
+	pthread_mutex_lock(&c->rx_lock);
+	if (sink && !w->head) {
+		w->sink = sink;
+		w->sink_cap = cap;
+	}
+	CUresult rc = wait_frame(c, w);
+	w->sink = NULL;
+	struct rc_frame *fr = NULL;
+	if (!rc && w->sunk) {
+		w->sunk = 0;
+		f->st = w->sunk_st;
+		f->flags = w->sunk_flags;
+		f->len = w->sunk_len;
+		rd_init(&f->r, sink, 0);
+	} else if (!rc) {
+		fr = w->head;
+		w->head = fr->next;
+		if (!w->head)
+			w->tail = NULL;
+	}
+	pthread_mutex_unlock(&c->rx_lock);
+	if (!fr)
+		return rc;
+	f->st = le32(fr->data);
+	f->flags = fr->flags;
+	f->len = fr->len - 4;
+	if (sink) {
+		/* came before the sink was offered: copied once */
+		int fits = f->len <= cap;
+		if (fits)
+			memcpy(sink, fr->data + 4, f->len);
+		free(fr);
+		rd_init(&f->r, sink, 0);
+		return fits ? CUDA_SUCCESS : proto_fail(c, "more data than asked for");
+	}
+	struct tls_bufs *b = tls();
+	if (!b) {
+		free(fr);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	free(b->reply);
+	b->reply = fr;
+	rd_init(&f->r, fr->data + 4, f->len);
+	return CUDA_SUCCESS;
+}
+
+CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_reply *f,
+			void *sink, size_t sinkcap)
+{
+	pthread_mutex_lock(&c->rx_lock);
+	struct rc_waiter *w = waiter_find(c, id);
+	pthread_mutex_unlock(&c->rx_lock);
+	if (!w || w->op != op) {
+		memset(f, 0, sizeof(*f));
+		f->r.bad = 1;
+		return is_dead(c) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_INVALID_VALUE;
+	}
+	CUresult rc = take_frame(c, w, f, sink, sinkcap);
+	/* the reply is over: its last frame, an error, or a dead connection */
+	if (rc || !(f->flags & RGPU_F_MORE) || f->st) {
+		pthread_mutex_lock(&c->rx_lock);
+		waiter_remove(c, w);
+		pthread_mutex_unlock(&c->rx_lock);
+		if (w->heap)
+			free(w);
+	}
+	return rc;
+}
+
+/* One request, one reply frame; the reply is kept in the thread's buffer.
+ * locked: the caller holds c->lock already. */
+static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r,
+		     int32_t *raw_status, int locked)
+{
+	rd_init(r, NULL, 0);
+	r->bad = 1; /* empty until a reply arrives */
 	if (raw_status)
-		*raw_status = st;
-	return map_status(st);
-}
-
-CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
-{
-	return call_locked(c, op, req, r, NULL);
-}
-
-CUresult rc_recv_reply(struct rc_conn *c, uint64_t id, uint16_t op, struct rd *r, int32_t *st,
-		       uint32_t *flags)
-{
-	struct tls_bufs *b = tls();
-	if (!b)
+		*raw_status = 0;
+	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	struct rgpu_hdr h;
-	CUresult rc = recv_reply_hdr(c, id, op, &h);
+	struct rc_waiter w = { 0 };
+	uint64_t id = 0; /* stays 0 if nothing was sent: no waiter has it */
+	if (!locked)
+		pthread_mutex_lock(&c->lock);
+	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id);
+	if (!locked)
+		pthread_mutex_unlock(&c->lock);
+	/* also after a failed send: that takes w off the list once the
+	 * reader is done with it */
+	struct rc_reply f;
+	CUresult rrc = rc_reply_frame(c, id, op, &f, NULL, 0);
+	if (!rc)
+		rc = rrc;
+	if (!rc && (f.flags & RGPU_F_MORE) && !f.st) {
+		rc = proto_fail(c, "a multi-frame reply to a simple request");
+		/* w leaves the list when the dead connection is noticed */
+		while (rc_reply_frame(c, id, op, &f, NULL, 0) == CUDA_SUCCESS &&
+		       (f.flags & RGPU_F_MORE) && !f.st)
+			;
+	}
 	if (rc)
 		return rc;
-	if (h.len > b->rxcap) {
-		uint8_t *p = realloc(b->rx, h.len);
-		if (!p)
-			return rc_conn_failed(c, "out of memory for a reply");
-		b->rx = p;
-		b->rxcap = h.len;
-	}
-	if (rgpu_recv(c->c, b->rx, h.len) < 0)
-		return rc_conn_failed(c, "reading a reply");
-	rd_init(r, b->rx, h.len);
-	*st = get_i32(r);
-	*flags = h.flags;
-	return CUDA_SUCCESS;
-}
-
-CUresult rc_wait_status(struct rc_conn *c, uint64_t id, uint16_t op)
-{
-	struct rd r;
-	int32_t st;
-	uint32_t flags;
-	CUresult rc = rc_recv_reply(c, id, op, &r, &st, &flags);
-	return rc ? rc : map_status(st);
+	*r = f.r;
+	if (raw_status)
+		*raw_status = f.st;
+	return rc_status(f.st);
 }
 
 CUresult rc_call(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
 {
-	pthread_mutex_lock(&c->lock);
-	CUresult rc = call_locked(c, op, req, r, NULL);
-	pthread_mutex_unlock(&c->lock);
-	return rc;
+	return call(c, op, req, r, NULL, 0);
+}
+
+CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, struct rd *r)
+{
+	return call(c, op, req, r, NULL, 1);
 }
 
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
@@ -199,15 +506,15 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&c->lock);
-	CUresult rc = CUDA_SUCCESS;
-	if (c->dead)
-		rc = CUDA_ERROR_DEVICE_UNAVAILABLE;
-	else if (rgpu_frame_send(c->c, op, RGPU_F_NOREPLY, ++c->next_id, req->data, req->len, NULL, 0) < 0)
-		rc = rc_conn_failed(c, "sending a request");
+	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
 
+/* The handshake, bounded by RGPU_HANDSHAKE_TIMEOUT_MS: a peer that accepts
+ * the connection and never answers (another service, a hung rgpud) fails
+ * cuInit instead of hanging it.  The bound stays on every receive until
+ * the caller lifts it (cuInit does once its own calls are done). */
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 {
 	void *cred = NULL;
@@ -227,18 +534,33 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	put_str(w, me);
 	put_bytes(w, cred, clen);
 	free(cred);
+	int tmo = (int)rc_setting(RS_HANDSHAKE_TIMEOUT_MS);
+	c->quiet = 1;
+	(void)rgpu_conn_set_recv_timeout(c->c, tmo);
 	struct rd r;
 	int32_t st = 0;
-	pthread_mutex_lock(&c->lock);
-	CUresult rc = call_locked(c, RGPU_OP_HELLO, w, &r, &st);
-	pthread_mutex_unlock(&c->lock);
+	CUresult rc = call(c, RGPU_OP_HELLO, w, &r, &st, 0);
+	c->quiet = 0;
 	if (rc == CUDA_ERROR_DEVICE_UNAVAILABLE) {
-		snprintf(err, errlen, "the server closed the connection during the handshake");
+		pthread_mutex_lock(&c->rx_lock);
+		if (c->err.code == RGPU_E_TIMEOUT)
+			snprintf(err, errlen, "no answer to the handshake within %d ms "
+					      "(RGPU_HANDSHAKE_TIMEOUT_MS): is it an rgpud, and is it "
+					      "running?", tmo);
+		else if (c->err.code == RGPU_E_FOREIGN)
+			snprintf(err, errlen, "%s", c->err.text);
+		else
+			snprintf(err, errlen, "handshake failed: %s", c->err.text);
+		pthread_mutex_unlock(&c->rx_lock);
 		return rc;
 	}
 	if (st) {
 		const char *why = get_str(&r, 1024);
 		snprintf(err, errlen, "%s", why ? why : "refused without a reason");
+		return rc;
+	}
+	if (rc) {
+		snprintf(err, errlen, "handshake failed (%d)", (int)rc);
 		return rc;
 	}
 	const char *sid = get_str(&r, 1024);
@@ -254,24 +576,12 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 
 size_t rc_chunk_bytes(size_t dflt)
 {
-	/* RGPU_CHUNK_KB: pieces host-to-device copies are cut into (64 KiB to
-	 * the protocol's 4 MiB); by default 4 MiB over a network and 2 MiB
-	 * through shared memory, from bench/chunk-sweep.sh's curves on the
-	 * H200 (docs/benchmarks.md) */
-	static size_t chunk;
-	if (!chunk) {
-		size_t v = SIZE_MAX;
-		const char *e = getenv("RGPU_CHUNK_KB");
-		if (e && atol(e) > 0) {
-			v = (size_t)atol(e) * 1024;
-			if (v < 65536)
-				v = 65536;
-			if (v > RGPU_CHUNK_SIZE)
-				v = RGPU_CHUNK_SIZE;
-		}
-		chunk = v;
-	}
-	return chunk == SIZE_MAX ? dflt : chunk;
+	/* RGPU_CHUNK_KB (settings.c): pieces host-to-device copies are cut
+	 * into; by default 4 MiB over a network and 2 MiB through shared
+	 * memory, from bench/chunk-sweep.sh's curves on the H200
+	 * (docs/benchmarks.md) */
+	unsigned long long kb = rc_setting(RS_CHUNK_KB);
+	return kb ? (size_t)kb * 1024 : dflt;
 }
 
 CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src, size_t n,
@@ -283,15 +593,11 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 	struct rc_conn *c = ctx->dev->conn;
 	uint8_t f[40];
 	struct wbuf w = { .data = f, .cap = sizeof(f) };
-	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		pthread_mutex_unlock(&c->lock);
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	}
 	uint64_t id = 0;
 	CUresult rc = CUDA_SUCCESS;
 	/* all chunks go out back to back; only the last one is answered */
-	for (size_t off = 0; off < n; off += chunk) {
+	pthread_mutex_lock(&c->lock);
+	for (size_t off = 0; off < n && !rc; off += chunk) {
 		size_t k = n - off < chunk ? n - off : chunk;
 		int last = off + k == n && !async;
 		w.len = 0;
@@ -300,25 +606,16 @@ CUresult rc_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const voi
 		put_u64(&w, dst);
 		put_u64(&w, n);
 		put_u64(&w, off);
-		id = ++c->next_id;
-		if (rgpu_frame_send(c->c, RGPU_OP_MEMCPY_HTOD, last ? 0 : RGPU_F_NOREPLY, id, f,
-				    sizeof(f), (const uint8_t *)src + off, k) < 0) {
-			rc = rc_conn_failed(c, "sending data");
-			break;
-		}
-	}
-	if (!rc && !async) {
-		struct rgpu_hdr h;
-		int32_t st = 0;
-		rc = recv_reply_hdr(c, id, RGPU_OP_MEMCPY_HTOD, &h);
-		if (!rc)
-			rc = recv_status(c, &st);
-		if (!rc && h.len > 4 && rgpu_frame_skip(c->c, h.len - 4) < 0)
-			rc = rc_conn_failed(c, "reading a reply");
-		if (!rc)
-			rc = map_status(st);
+		rc = rc_send_frame(c, RGPU_OP_MEMCPY_HTOD, last ? 0 : RGPU_F_NOREPLY, &id, f, sizeof(f),
+				   (const uint8_t *)src + off, k);
 	}
 	pthread_mutex_unlock(&c->lock);
+	if (!rc && !async) {
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_MEMCPY_HTOD, &r, NULL, 0);
+		if (!rc)
+			rc = rc_status(r.st);
+	}
 	return rc;
 }
 
@@ -333,46 +630,23 @@ CUresult rc_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr src
 	put_u64(&w, stream);
 	put_u64(&w, src);
 	put_u64(&w, n);
+	uint64_t id;
 	pthread_mutex_lock(&c->lock);
-	if (c->dead) {
-		pthread_mutex_unlock(&c->lock);
-		return CUDA_ERROR_DEVICE_UNAVAILABLE;
-	}
-	uint64_t id = ++c->next_id;
-	CUresult rc = CUDA_SUCCESS;
-	if (rgpu_frame_send(c->c, RGPU_OP_MEMCPY_DTOH, 0, id, f, sizeof(f), NULL, 0) < 0)
-		rc = rc_conn_failed(c, "sending a request");
-	size_t got = 0;
+	CUresult rc = rc_send_frame(c, RGPU_OP_MEMCPY_DTOH, 0, &id, f, sizeof(f), NULL, 0);
+	pthread_mutex_unlock(&c->lock);
 	/* data frames land straight in the caller's buffer */
+	size_t got = 0;
 	for (int more = 1; !rc && more;) {
-		struct rgpu_hdr h;
-		int32_t st = 0;
-		rc = recv_reply_hdr(c, id, RGPU_OP_MEMCPY_DTOH, &h);
-		if (!rc)
-			rc = recv_status(c, &st);
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_MEMCPY_DTOH, &r, (uint8_t *)dst + got, n - got);
 		if (rc)
 			break;
-		size_t k = h.len - 4;
-		more = (h.flags & RGPU_F_MORE) != 0;
-		if (k > n - got) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "more data than asked for");
-			break;
-		}
-		if (k && rgpu_recv(c->c, (uint8_t *)dst + got, k) < 0) {
-			rc = rc_conn_failed(c, "reading data");
-			break;
-		}
-		got += k;
-		if (st) {
-			rc = map_status(st); /* an error frame is always the last */
-			break;
-		}
-		if (!more && got != n) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "short data");
-		}
+		got += r.len;
+		more = (r.flags & RGPU_F_MORE) != 0;
+		if (r.st)
+			rc = rc_status(r.st); /* an error frame is always the last */
+		else if (!more && got != n)
+			rc = proto_fail(c, "short data");
 	}
-	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

@@ -159,14 +159,16 @@ static int slot_free(struct rc_conn *c)
 	return -1;
 }
 
+/* The ring's slots serve one copy at a time (ring_lock); other threads'
+ * requests may go out between its frames. */
 CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const void *src,
 		     size_t n, int async)
 {
 	struct rc_conn *c = ctx->dev->conn;
 	if (n == 0)
 		return CUDA_SUCCESS;
-	pthread_mutex_lock(&c->lock);
-	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
+	pthread_mutex_lock(&c->ring_lock);
+	CUresult rc = CUDA_SUCCESS;
 	uint64_t id = 0;
 	const size_t chunk = rc_chunk_bytes(RGPU_CHUNK_SIZE / 2);
 	for (size_t off = 0; !rc && off < n; off += chunk) {
@@ -178,7 +180,7 @@ CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const
 			struct wbuf *w = rc_req();
 			put_u64(w, ctx->h);
 			struct rd r;
-			rc = rc_call_locked(c, RGPU_OP_SHM_SLOT_WAIT, w, &r);
+			rc = rc_call(c, RGPU_OP_SHM_SLOT_WAIT, w, &r);
 		}
 		if (rc)
 			break;
@@ -193,14 +195,18 @@ CUresult rc_shm_htod(struct rc_ctx *ctx, uint64_t stream, CUdeviceptr dst, const
 		put_u64(&w, off);
 		put_u32(&w, (uint32_t)slot);
 		put_u32(&w, (uint32_t)k);
-		id = ++c->next_id;
-		if (rgpu_frame_send(c->c, RGPU_OP_SHM_HTOD, last && !async ? 0 : RGPU_F_NOREPLY, id,
-				    f, w.len, NULL, 0) < 0)
-			rc = rc_conn_failed(c, "sending a request");
+		pthread_mutex_lock(&c->lock);
+		rc = rc_send_frame(c, RGPU_OP_SHM_HTOD, last && !async ? 0 : RGPU_F_NOREPLY, &id, f,
+				   w.len, NULL, 0);
+		pthread_mutex_unlock(&c->lock);
 	}
-	if (!rc && !async)
-		rc = rc_wait_status(c, id, RGPU_OP_SHM_HTOD);
-	pthread_mutex_unlock(&c->lock);
+	if (!rc && !async) {
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_SHM_HTOD, &r, NULL, 0);
+		if (!rc)
+			rc = rc_status(r.st);
+	}
+	pthread_mutex_unlock(&c->ring_lock);
 	return rc;
 }
 
@@ -215,41 +221,36 @@ CUresult rc_shm_dtoh(struct rc_ctx *ctx, uint64_t stream, void *dst, CUdeviceptr
 	put_u64(&w, stream);
 	put_u64(&w, src);
 	put_u64(&w, n);
+	uint64_t id;
+	pthread_mutex_lock(&c->ring_lock);
 	pthread_mutex_lock(&c->lock);
-	CUresult rc = c->dead ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_SUCCESS;
-	uint64_t id = ++c->next_id;
-	if (!rc && rgpu_frame_send(c->c, RGPU_OP_SHM_DTOH, 0, id, f, w.len, NULL, 0) < 0)
-		rc = rc_conn_failed(c, "sending a request");
+	CUresult rc = rc_send_frame(c, RGPU_OP_SHM_DTOH, 0, &id, f, w.len, NULL, 0);
+	pthread_mutex_unlock(&c->lock);
 	size_t got = 0;
 	for (int more = 1; !rc && more;) {
-		struct rd r;
-		int32_t st;
-		uint32_t flags;
-		rc = rc_recv_reply(c, id, RGPU_OP_SHM_DTOH, &r, &st, &flags);
+		struct rc_reply r;
+		rc = rc_reply_frame(c, id, RGPU_OP_SHM_DTOH, &r, NULL, 0);
 		if (rc)
 			break;
-		more = (flags & RGPU_F_MORE) != 0;
-		if (st) {
-			rc = (CUresult)st;
+		more = (r.flags & RGPU_F_MORE) != 0;
+		if (r.st) {
+			rc = rc_status(r.st);
 			break;
 		}
-		if (r.left == 0 && !more)
+		if (r.len == 0 && !more)
 			break;
-		uint32_t slot = get_u32(&r), len = get_u32(&r);
-		if (!rd_ok(&r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > n - got) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "bad staging reply");
+		uint32_t slot = get_u32(&r.r), len = get_u32(&r.r);
+		if (!rd_ok(&r.r) || slot >= c->nslots || len > RGPU_CHUNK_SIZE || len > n - got) {
+			rc = rc_conn_fail(c, RGPU_E_PROTO, "protocol error: bad staging reply");
 			break;
 		}
 		pmemcpy((uint8_t *)dst + got, slot_ptr(c, slot), len);
 		__atomic_store_n(&c->slot_state[slot], 0, __ATOMIC_RELEASE);
 		got += len;
-		if (!more && got != n) {
-			errno = EPROTO;
-			rc = rc_conn_failed(c, "short data");
-		}
+		if (!more && got != n)
+			rc = rc_conn_fail(c, RGPU_E_PROTO, "protocol error: short data");
 	}
-	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_unlock(&c->ring_lock);
 	return rc;
 }
 

@@ -82,11 +82,14 @@ RC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 {
 	struct rc_ctx *c;
 	uint64_t h;
+	uint64_t e = rc_coh_epoch();
 	CUresult rc = rc_stream_resolve(s, &c, &h);
 	if (!rc)
 		rc = two_handles(c, RGPU_OP_STREAM_SYNC, h);
-	/* an acquire (coherence.c) */
-	return rc ? rc : rc_coh_acquire(c->dev->conn);
+	/* an acquire (coherence.c); the legacy NULL stream waits for every
+	 * blocking stream, so it counts as the whole context */
+	int legacy = h == 0 || h == (uint64_t)(uintptr_t)CU_STREAM_LEGACY;
+	return rc ? rc : rc_coh_acquire(c->dev->conn, legacy ? RC_COH_ALL : h, e);
 }
 
 RC_EXPORT CUresult cuStreamQuery(CUstream s)
@@ -231,10 +234,14 @@ RC_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int fl
 RC_EXPORT CUresult cuEventSynchronize(CUevent e)
 {
 	struct rc_event *ev;
+	uint64_t ep = rc_coh_epoch();
 	CUresult rc = rc_obj(e, RC_EVENT, &ev);
 	if (!rc)
 		rc = two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
-	return rc ? rc : rc_coh_acquire(ev->ctx->dev->conn);
+	/* the event's stream is not known here: counted as everything so far
+	 * (host writes after an event synchronisation must not be fetched
+	 * over) */
+	return rc ? rc : rc_coh_acquire(ev->ctx->dev->conn, RC_COH_ALL, ep);
 }
 
 RC_EXPORT CUresult cuEventQuery(CUevent e)

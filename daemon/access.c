@@ -1,9 +1,12 @@
 /*
- * Access control (access.h).  Two modes:
+ * Access control (access.h).  Three modes:
  *
- *  - open (require_lease 0): everyone may use every GPU without quota.  A
- *    valid munge credential, if the client sends one, still names the
- *    principal (uid, job) for the logs.
+ *  - allow (the default): a munge credential is required, of root or of a
+ *    user or group rgpud was told to admit (--allow-users, --allow-groups);
+ *    those may use every GPU without quota.
+ *  - open (--open): everyone may use every GPU without quota.  A valid
+ *    munge credential, if the client sends one, still names the principal
+ *    (uid, job) for the logs.
  *  - leases (require_lease 1): a munge credential is required; a client may
  *    use only the GPUs its job holds a lease for (lease.h), within the
  *    lease's memory quota, charged per (job, GPU) over all the job's
@@ -26,7 +29,9 @@
 #include <cuda.h>
 
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,8 +47,19 @@ void rgpud_sessions_end_job(uint64_t job_id)
 		 job_id);
 }
 
-static int require_lease;
+/* Provided by the parent (server.c); without it no session is counted. */
+int rgpud_sessions_of_uid(uint32_t uid) __attribute__((weak));
+int rgpud_sessions_of_uid(uint32_t uid)
+{
+	(void)uid;
+	return 0;
+}
+
+static int require_lease, open_access, max_sessions_per_user;
+static int check_interval_s = RGPUD_LEASE_CHECK_INTERVAL_S;
 static unsigned admin_uid;
+static uint32_t *allow_uids, *allow_gids;
+static size_t nallow_uids, nallow_gids;
 
 static pthread_t expiry_thread;
 static int expiry_running, expiry_stop;
@@ -71,7 +87,7 @@ static void *expiry_main(void *arg)
 	while (!expiry_stop) {
 		struct timespec ts;
 		clock_gettime(CLOCK_MONOTONIC, &ts);
-		ts.tv_sec += RGPUD_LEASE_CHECK_INTERVAL_S;
+		ts.tv_sec += check_interval_s;
 		while (!expiry_stop &&
 		       pthread_cond_timedwait(&expiry_cv, &expiry_mu, &ts) != ETIMEDOUT)
 			;
@@ -88,10 +104,41 @@ static void *expiry_main(void *arg)
 int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t errlen)
 {
 	require_lease = cfg->require_lease;
+	open_access = cfg->open_access && !require_lease;
+	max_sessions_per_user = cfg->max_sessions_per_user;
+	check_interval_s = cfg->check_interval_s > 0 ? cfg->check_interval_s
+						     : RGPUD_LEASE_CHECK_INTERVAL_S;
 	admin_uid = cfg->admin_uid;
+	free(allow_uids);
+	free(allow_gids);
+	allow_uids = allow_gids = NULL;
+	nallow_uids = nallow_gids = 0;
+	if (!require_lease && !open_access) {
+		size_t nu = cfg->nallow_uids, ng = cfg->nallow_gids;
+		allow_uids = malloc((nu ? nu : 1) * sizeof(*allow_uids));
+		allow_gids = malloc((ng ? ng : 1) * sizeof(*allow_gids));
+		if (!allow_uids || !allow_gids) {
+			snprintf(err, errlen, "out of memory");
+			return -1;
+		}
+		if (nu)
+			memcpy(allow_uids, cfg->allow_uids, nu * sizeof(*allow_uids));
+		if (ng)
+			memcpy(allow_gids, cfg->allow_gids, ng * sizeof(*allow_gids));
+		nallow_uids = nu;
+		nallow_gids = ng;
+#ifndef HAVE_MUNGE
+		log_err("access: a credential is required but rgpud was built without munge: "
+			"every client will be refused (start rgpud with --open to serve everyone)");
+#endif
+	}
 	if (!require_lease) {
 		/* No lease table; the GPU registry still serves LEASE_LIST. */
-		log_info("access: open mode: every client may use every GPU");
+		if (open_access)
+			log_info("access: open mode: every client may use every GPU");
+		else
+			log_info("access: a munge credential of root or of an allowed user or group "
+				 "(%zu users, %zu groups) is required", nallow_uids, nallow_gids);
 		return rgpud_lease_init(NULL, time(NULL), err, errlen);
 	}
 	if (!cfg->state_dir || !*cfg->state_dir) {
@@ -108,7 +155,15 @@ int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t e
 		return -1;
 	}
 	/* (a corrupt leases.json was renamed aside and logged by lease.c) */
+	log_info("access: leases required (state in %s, admin uid 0 and %u)", cfg->state_dir,
+		 admin_uid);
+	return 0;
+}
 
+int rgpud_access_start(char *err, size_t errlen)
+{
+	if (!require_lease || expiry_running)
+		return 0;
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -118,13 +173,10 @@ int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t e
 	int e = pthread_create(&expiry_thread, NULL, expiry_main, NULL);
 	if (e) {
 		pthread_cond_destroy(&expiry_cv);
-		rgpud_lease_fini();
 		snprintf(err, errlen, "cannot start the lease expiry thread: %s", strerror(e));
 		return -1;
 	}
 	expiry_running = 1;
-	log_info("access: leases required (state in %s, admin uid 0 and %u)", cfg->state_dir,
-		 admin_uid);
 	return 0;
 }
 
@@ -140,7 +192,53 @@ void rgpud_access_fini(void)
 		expiry_running = 0;
 	}
 	rgpud_lease_fini();
-	require_lease = 0;
+	require_lease = open_access = 0;
+	free(allow_uids);
+	free(allow_gids);
+	allow_uids = allow_gids = NULL;
+	nallow_uids = nallow_gids = 0;
+}
+
+/* Whether rgpud was told to admit uid (by name or through a group). */
+static int allowed(uint32_t uid, uint32_t gid)
+{
+	if (uid == 0)
+		return 1;
+	for (size_t i = 0; i < nallow_uids; i++)
+		if (allow_uids[i] == uid)
+			return 1;
+	if (!nallow_gids)
+		return 0;
+	gid_t groups[256];
+	int ng = 256;
+	struct passwd pw, *res = NULL;
+	char buf[4096];
+	if (getpwuid_r(uid, &pw, buf, sizeof(buf), &res) || !res ||
+	    getgrouplist(res->pw_name, gid, groups, &ng) < 0) {
+		groups[0] = gid; /* unknown user here, or too many groups: its own gid */
+		ng = 1;
+	}
+	for (size_t i = 0; i < nallow_gids; i++) {
+		if (allow_gids[i] == gid)
+			return 1;
+		for (int k = 0; k < ng; k++)
+			if (groups[k] == allow_gids[i])
+				return 1;
+	}
+	return 0;
+}
+
+/* --max-sessions-per-user, for authenticated users other than root */
+static int over_session_limit(uint32_t uid, char *why, size_t whylen)
+{
+	if (!max_sessions_per_user || uid == 0)
+		return 0;
+	int n = rgpud_sessions_of_uid(uid);
+	if (n < max_sessions_per_user)
+		return 0;
+	snprintf(why, whylen, "uid %u already has %d sessions on this rgpud, its limit "
+		 "(--max-sessions-per-user)", uid, n);
+	return 1;
 }
 
 int rgpud_access_hello(const void *cred, size_t len, const char *peer,
@@ -159,11 +257,28 @@ int rgpud_access_hello(const void *cred, size_t len, const char *peer,
 		who->authenticated = 1;
 		who->admin = rgpud_auth_is_admin(c.uid, admin_uid);
 	}
-	if (!require_lease) {
+	if (open_access) {
 		if (ok)
 			log_debug("access: %s is uid %u, job %" PRIu64, peer, c.uid, c.job_id);
 		else if (len)
 			log_debug("access: %s: credential ignored in open mode: %s", peer, err);
+		return 0;
+	}
+	if (!require_lease) {
+		if (!ok) {
+			snprintf(why, whylen, "this rgpud requires a munge credential: %s%s", err,
+				 len ? "" : " (or its administrator may serve everyone with rgpud --open)");
+			goto refuse;
+		}
+		if (!allowed(c.uid, c.gid)) {
+			snprintf(why, whylen, "uid %u is not allowed to use this rgpud (its "
+				 "administrator admits users with --allow-users= and --allow-groups=)",
+				 c.uid);
+			goto refuse;
+		}
+		if (over_session_limit(c.uid, why, whylen))
+			goto refuse;
+		log_info("access: %s: uid %u, job %" PRIu64 " (allowed)", peer, c.uid, c.job_id);
 		return 0;
 	}
 	if (!ok) {
@@ -176,12 +291,15 @@ int rgpud_access_hello(const void *cred, size_t len, const char *peer,
 				 "need a job lease", c.uid);
 			goto refuse;
 		}
-		if (rgpud_lease_job_count(c.job_id, time(NULL)) == 0) {
+		/* another uid's job is refused here, before a worker exists */
+		if (rgpud_lease_job_uid_count(c.job_id, c.uid, time(NULL)) == 0) {
 			snprintf(why, whylen, "job %" PRIu64 " of uid %u holds no lease on this server",
 				 c.job_id, c.uid);
 			goto refuse;
 		}
 	}
+	if (over_session_limit(c.uid, why, whylen))
+		goto refuse;
 	log_info("access: %s: uid %u, job %" PRIu64 "%s", peer, c.uid, c.job_id,
 		 who->admin ? " (admin)" : "");
 	return 0;
@@ -219,18 +337,25 @@ refuse:
 	return -1;
 }
 
-int rgpud_access_charge(const struct rgpud_principal *who, unsigned gpu, int64_t delta)
+int rgpud_access_charge(const struct rgpud_principal *who, unsigned gpu, uint64_t bytes)
 {
-	if (!require_lease || delta == 0)
+	if (!require_lease || bytes == 0)
 		return 0;
-	int rc = rgpud_lease_charge(who->job_id, gpu, delta);
+	int rc = rgpud_lease_charge(who->job_id, gpu, bytes);
 	if (rc == RGPUD_LEASE_QUOTA)
-		log_info("access: job %" PRIu64 " GPU %u: %" PRId64 " more bytes would exceed "
-			 "its quota", who->job_id, gpu, delta);
+		log_info("access: job %" PRIu64 " GPU %u: %" PRIu64 " more bytes would exceed "
+			 "its quota", who->job_id, gpu, bytes);
 	else if (rc)
 		log_warn("access: job %" PRIu64 " GPU %u: allocation refused: no lease",
 			 who->job_id, gpu);
 	return rc ? -1 : 0;
+}
+
+int rgpud_access_refund(const struct rgpud_principal *who, unsigned gpu, uint64_t bytes)
+{
+	if (!require_lease || bytes == 0)
+		return 0;
+	return rgpud_lease_refund(who->job_id, gpu, bytes) ? -1 : 0;
 }
 
 void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
@@ -273,7 +398,8 @@ static int may_manage(const struct rgpud_principal *who, unsigned op, struct wbu
 	char msg[256];
 	if (!require_lease) {
 		*status = fail(reply, CUDA_ERROR_NOT_SUPPORTED,
-			       "rgpud runs in open mode (without leases): nothing to manage");
+			       open_access ? "rgpud runs in open mode (without leases): nothing to manage"
+					   : "rgpud runs without leases: nothing to manage");
 		return 0;
 	}
 	if (!who->authenticated || !who->admin) {
@@ -347,6 +473,12 @@ static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf 
 		put_u64(reply, g[i].reserved);
 		put_u32(reply, (uint32_t)g[i].exclusive);
 	}
+	/* a user sees only their own leases; root and SlurmUser see all */
+	size_t shown = 0;
+	for (size_t i = 0; i < nl; i++)
+		if (who->admin || l[i].uid == who->uid)
+			l[shown++] = l[i];
+	nl = shown;
 	put_u32(reply, (uint32_t)nl);
 	for (size_t i = 0; i < nl; i++) {
 		put_u64(reply, l[i].job_id);

@@ -21,12 +21,25 @@ struct rgpud_principal {
 
 struct rgpud_access_config {
 	int require_lease;     /* --leases: munge credential + job lease required */
+	int open_access;       /* --open (without --leases): no credential needed */
+	/* without either: a munge credential of root or of these is required
+	 * (--allow-users, --allow-groups; a group admits its members, primary
+	 * or supplementary) */
+	const uint32_t *allow_uids;
+	size_t nallow_uids;
+	const uint32_t *allow_gids;
+	size_t nallow_gids;
+	int max_sessions_per_user; /* authenticated uids other than root; 0: none */
+	int check_interval_s;      /* how often expired leases are collected (0: default) */
 	const char *state_dir; /* where leases persist across restarts */
 	unsigned admin_uid;    /* besides root, may manage leases (SlurmUser) */
 };
 
-/* Once at start-up (loads persisted leases, starts expiry).  0 or -1+err. */
+/* Once at start-up (loads persisted leases).  0 or -1+err. */
 int rgpud_access_init(const struct rgpud_access_config *cfg, char *err, size_t errlen);
+/* Starts the lease expiry thread: after daemon(), which keeps no thread
+ * but the caller.  0 or -1+err. */
+int rgpud_access_start(char *err, size_t errlen);
 void rgpud_access_fini(void);
 
 /* Called once per connection with HELLO's credential bytes (may be empty).
@@ -41,10 +54,12 @@ int rgpud_access_device(const struct rgpud_principal *who, unsigned gpu,
 			uint64_t *mem_limit, char *why, size_t whylen);
 
 /* Device-memory accounting against the quota of the caller's lease on gpu
- * (summed over every session of the job).  charge(+n) before an allocation:
- * 0 = fits, -1 = over quota; charge(-n) after a free or a failed
- * allocation.  No-ops without a quota. */
-int rgpud_access_charge(const struct rgpud_principal *who, unsigned gpu, int64_t delta);
+ * (summed over every session of the job).  charge(n) before an allocation:
+ * 0 = fits, -1 = over quota (or it would wrap); refund(n) after a free or a
+ * failed allocation: -1 if more than was charged (nothing changes).  No-ops
+ * without leases. */
+int rgpud_access_charge(const struct rgpud_principal *who, unsigned gpu, uint64_t bytes);
+int rgpud_access_refund(const struct rgpud_principal *who, unsigned gpu, uint64_t bytes);
 /* Quota (0 = none) and bytes charged so far, for cuMemGetInfo. */
 void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
 			uint64_t *limit, uint64_t *used);

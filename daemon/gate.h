@@ -24,6 +24,14 @@ struct wbuf;
 /* worker side (calls block on the parent) */
 void gate_attach(int ctl_fd);
 int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen);
+/* Device memory against the session's quota: charge before allocating
+ * (0, or -1: over quota or it would overflow), refund after freeing or a
+ * failed allocation (-1: more than this worker holds; nothing changes).
+ * Anything a worker holds when it exits is refunded by the parent. */
+int gate_charge_bytes(unsigned gpu, uint64_t bytes);
+int gate_refund_bytes(unsigned gpu, uint64_t bytes);
+/* Older form: delta > 0 charges, delta < 0 refunds -delta.  New code uses
+ * the two above (a u64 size cast to int64 reads as a refund). */
 int gate_charge(unsigned gpu, int64_t delta);
 void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used);
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out);

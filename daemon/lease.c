@@ -176,10 +176,85 @@ static int get_field(json_object *o, const char *key, uint64_t max, uint64_t *v,
 	return 0;
 }
 
+static int cmp_job_gpu(const void *a, const void *b)
+{
+	const struct rgpud_lease *x = *(const struct rgpud_lease *const *)a;
+	const struct rgpud_lease *y = *(const struct rgpud_lease *const *)b;
+	if (x->job_id != y->job_id)
+		return x->job_id < y->job_id ? -1 : 1;
+	return x->gpu < y->gpu ? -1 : x->gpu > y->gpu;
+}
+
+/* A (job, GPU) held twice in the loaded table, found by sorting (a lookup
+ * per lease made loading 200,000 leases take seconds).  0 or -1 with why. */
+static int find_duplicate(char *why, size_t whylen)
+{
+	if (ntab < 2)
+		return 0;
+	const struct rgpud_lease **v = malloc(ntab * sizeof(*v));
+	if (!v) {
+		snprintf(why, whylen, "out of memory");
+		return -1;
+	}
+	for (size_t i = 0; i < ntab; i++)
+		v[i] = &tab[i];
+	qsort(v, ntab, sizeof(*v), cmp_job_gpu);
+	int rc = 0;
+	for (size_t i = 1; i < ntab && !rc; i++)
+		if (!cmp_job_gpu(&v[i - 1], &v[i])) {
+			snprintf(why, whylen, "job %" PRIu64 " on GPU %u twice", v[i]->job_id, v[i]->gpu);
+			rc = -1;
+		}
+	free(v);
+	return rc;
+}
+
+/* json-c saturates integers that do not fit 64 bits (a mem_limit of 1e20
+ * digits would read as "unlimited"): find such literals in the raw text.
+ * 0, or -1 with why. */
+static int check_number_range(const char *text, size_t len, char *why, size_t whylen)
+{
+	int in_str = 0;
+	for (size_t i = 0; i < len; i++) {
+		char c = text[i];
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = 0;
+			continue;
+		}
+		if (c == '"') {
+			in_str = 1;
+			continue;
+		}
+		if (c != '-' && (c < '0' || c > '9'))
+			continue;
+		size_t j = i + (c == '-');
+		while (j < len && text[j] == '0')
+			j++; /* leading zeros do not count */
+		size_t start = j, frac = 0;
+		while (j < len && ((text[j] >= '0' && text[j] <= '9') || text[j] == '.' ||
+				   text[j] == 'e' || text[j] == 'E' || text[j] == '+' || text[j] == '-'))
+			frac += text[j++] > '9';
+		size_t digits = j - start;
+		const char *lim = c == '-' ? "9223372036854775808" : "18446744073709551615";
+		size_t ll = strlen(lim);
+		if (!frac && (digits > ll || (digits == ll && memcmp(text + start, lim, ll) > 0))) {
+			snprintf(why, whylen, "number at byte %zu does not fit in 64 bits", i);
+			return -1;
+		}
+		i = j - 1;
+	}
+	return 0;
+}
+
 /* Parses text into the (empty) table, mu held.  0, or -1 with why. */
 static int parse_locked(const char *text, size_t len, time_t now, size_t *dropped,
 			char *why, size_t whylen)
 {
+	if (check_number_range(text, len, why, whylen))
+		return -1;
 	json_tokener *tok = json_tokener_new();
 	if (!tok) {
 		snprintf(why, whylen, "out of memory");
@@ -237,11 +312,6 @@ static int parse_locked(const char *text, size_t len, time_t now, size_t *droppe
 			snprintf(why, whylen, "lease %zu: job_id 0", i);
 			goto out;
 		}
-		if (lookup(l.job_id, l.gpu)) {
-			snprintf(why, whylen, "lease %zu: job %" PRIu64 " on GPU %u twice", i,
-				 l.job_id, l.gpu);
-			goto out;
-		}
 		if (!live(&l, now)) {
 			log_info("leases: dropping job %" PRIu64 "'s lease on GPU %u: expired at %" PRIu64,
 				 l.job_id, l.gpu, l.expires);
@@ -253,7 +323,7 @@ static int parse_locked(const char *text, size_t len, time_t now, size_t *droppe
 			goto out;
 		}
 	}
-	rc = 0;
+	rc = find_duplicate(why, whylen);
 out:
 	json_object_put(root);
 	if (rc)
@@ -569,37 +639,50 @@ int rgpud_lease_find(uint64_t job_id, unsigned gpu, time_t now, struct rgpud_lea
 
 int rgpud_lease_job_count(uint64_t job_id, time_t now)
 {
+	return rgpud_lease_job_uid_count(job_id, UINT32_MAX, now);
+}
+
+int rgpud_lease_job_uid_count(uint64_t job_id, uint32_t uid, time_t now)
+{
 	pthread_mutex_lock(&mu);
 	int n = 0;
 	for (size_t i = 0; i < ntab; i++)
-		if (tab[i].job_id == job_id && live(&tab[i], now))
+		if (tab[i].job_id == job_id && live(&tab[i], now) &&
+		    (uid == UINT32_MAX || tab[i].uid == uid))
 			n++;
 	pthread_mutex_unlock(&mu);
 	return n;
 }
 
-int rgpud_lease_charge(uint64_t job_id, unsigned gpu, int64_t delta)
+int rgpud_lease_charge(uint64_t job_id, unsigned gpu, uint64_t bytes)
 {
 	pthread_mutex_lock(&mu);
 	struct rgpud_lease *l = lookup(job_id, gpu);
 	int rc = 0;
-	if (!l) {
-		rc = delta > 0 ? RGPUD_LEASE_NOTFOUND : 0;
-	} else if (delta > 0) {
-		uint64_t d = (uint64_t)delta;
-		if (l->mem_limit && (d > l->mem_limit || l->used > l->mem_limit - d))
-			rc = RGPUD_LEASE_QUOTA;
-		else
-			l->used += d;
-	} else if (delta < 0) {
-		uint64_t d = delta == INT64_MIN ? (uint64_t)INT64_MAX + 1 : (uint64_t)-delta;
-		if (d > l->used) {
-			log_warn("leases: job %" PRIu64 " GPU %u: refund of %" PRIu64
-				 " exceeds the %" PRIu64 " charged", job_id, gpu, d, l->used);
-			l->used = 0;
-		} else {
-			l->used -= d;
-		}
+	if (!l)
+		rc = bytes ? RGPUD_LEASE_NOTFOUND : 0;
+	else if (bytes > UINT64_MAX - l->used)
+		rc = RGPUD_LEASE_QUOTA; /* would wrap: no quota can hold it */
+	else if (l->mem_limit && l->used + bytes > l->mem_limit)
+		rc = RGPUD_LEASE_QUOTA;
+	else
+		l->used += bytes;
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
+int rgpud_lease_refund(uint64_t job_id, unsigned gpu, uint64_t bytes)
+{
+	pthread_mutex_lock(&mu);
+	struct rgpud_lease *l = lookup(job_id, gpu);
+	int rc = 0;
+	if (l && bytes > l->used) {
+		/* the caller's books are wrong: keep ours as they are */
+		log_err("leases: job %" PRIu64 " GPU %u: refund of %" PRIu64
+			" exceeds the %" PRIu64 " charged: refused", job_id, gpu, bytes, l->used);
+		rc = RGPUD_LEASE_INVAL;
+	} else if (l) {
+		l->used -= bytes;
 	}
 	pthread_mutex_unlock(&mu);
 	return rc;

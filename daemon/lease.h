@@ -21,8 +21,9 @@
  *
  * The table persists in <state_dir>/leases.json (written through a temp file,
  * fsync and rename, so a crash leaves the old or the new file, never half of
- * one).  Bytes charged (memory in use) are not persisted: a restarted rgpud
- * has no sessions, hence no memory in use.
+ * one).  Bytes charged (memory in use) are not persisted: session workers
+ * die with the rgpud parent (PR_SET_PDEATHSIG), so a restarted rgpud has no
+ * sessions, hence no memory in use.
  *
  * Every function is thread-safe (one mutex over the table).
  */
@@ -100,12 +101,16 @@ int rgpud_lease_release_job(uint64_t job_id);
  * RGPUD_LEASE_NOTFOUND.  rgpud_lease_job_count counts the job's live leases. */
 int rgpud_lease_find(uint64_t job_id, unsigned gpu, time_t now, struct rgpud_lease *out);
 int rgpud_lease_job_count(uint64_t job_id, time_t now);
+/* The job's live leases held by uid. */
+int rgpud_lease_job_uid_count(uint64_t job_id, uint32_t uid, time_t now);
 
-/* Charges delta bytes to the lease (job, gpu).  delta > 0 fails with
- * RGPUD_LEASE_QUOTA if used + delta > mem_limit (mem_limit 0: never) and
- * RGPUD_LEASE_NOTFOUND without a lease; delta < 0 never fails (clamped at 0,
- * a no-op without a lease). */
-int rgpud_lease_charge(uint64_t job_id, unsigned gpu, int64_t delta);
+/* Charges bytes to the lease (job, gpu): RGPUD_LEASE_QUOTA if used + bytes
+ * exceeds mem_limit or would wrap (mem_limit 0: only the wrap),
+ * RGPUD_LEASE_NOTFOUND without a lease.  Nothing changes on failure. */
+int rgpud_lease_charge(uint64_t job_id, unsigned gpu, uint64_t bytes);
+/* Gives bytes back: RGPUD_LEASE_INVAL (logged, nothing changes) if that is
+ * more than the lease has charged; 0 (a no-op) without a lease. */
+int rgpud_lease_refund(uint64_t job_id, unsigned gpu, uint64_t bytes);
 
 /* Removes the leases expired at now, persists, and returns the distinct jobs
  * that lost one in a malloc'd array (*jobs, *njobs; free() it). 0 or -1

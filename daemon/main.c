@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <pwd.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,13 +46,22 @@ static void usage(FILE *f)
 "      --driver=PATH         CUDA driver library to load (default libcuda.so.1,\n"
 "                            or the emulated device with --emulated)\n"
 "      --leases              require a munge credential and a Slurm job lease for\n"
-"                            every client (cluster mode); without it anyone who\n"
-"                            can connect may use the GPUs\n"
-"      --open                serve clients without a credential\n"
+"                            every client (cluster mode)\n"
+"      --allow-users=LIST    without --leases: users (names or uids, comma-\n"
+"                            separated) admitted besides root; a munge\n"
+"                            credential is required (the default admits root only)\n"
+"      --allow-groups=LIST   the same for the members of these groups\n"
+"      --open                serve every client, without a credential\n"
+"      --hello-timeout=SEC   close connections that send no HELLO by then (10)\n"
+"      --max-pending-per-host=N  connections waiting for their HELLO per client\n"
+"                            address (128); more are closed at once\n"
+"      --max-sessions-per-user=N  sessions one user (other than root) may hold\n"
+"                            at once (default: no limit)\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
 "      --slurm-user=USER     besides root, the user allowed to manage leases\n"
 "      --metrics=[ADDR:]PORT serve Prometheus metrics on http://ADDR:PORT/metrics\n"
 "                            (ADDR 127.0.0.1 when only a port is given)\n"
+"      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -64,6 +75,59 @@ static void usage(FILE *f)
 
 /* long options without a short form */
 enum { OPT_METRICS = 256 };
+
+/* Parses a non-negative integer option in [lo, hi]; exits on error. */
+static long num_opt(const char *name, const char *v, long lo, long hi)
+{
+	char *end;
+	errno = 0;
+	long n = strtol(v, &end, 10);
+	if (errno || end == v || *end || n < lo || n > hi) {
+		fprintf(stderr, "rgpud: --%s: '%s' is not a number from %ld to %ld\n", name, v, lo, hi);
+		exit(2);
+	}
+	return n;
+}
+
+/* --allow-users / --allow-groups: names or numbers, comma-separated,
+ * appended to *v.  Exits on an unknown name. */
+static void id_list(const char *name, const char *arg, int groups, uint32_t **v, size_t *n)
+{
+	char *copy = strdup(arg), *save = NULL;
+	if (!copy)
+		exit(1);
+	for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		uint32_t id;
+		char *end;
+		errno = 0;
+		unsigned long num = strtoul(t, &end, 10);
+		struct passwd *pw = groups ? NULL : getpwnam(t);
+		struct group *gr = groups ? getgrnam(t) : NULL;
+		if (pw)
+			id = pw->pw_uid;
+		else if (gr)
+			id = gr->gr_gid;
+		else if (!errno && *t && !*end && num < UINT32_MAX)
+			id = (uint32_t)num;
+		else {
+			fprintf(stderr, "rgpud: --%s: no such %s '%s'\n", name, groups ? "group" : "user", t);
+			exit(2);
+		}
+		uint32_t *nv = realloc(*v, (*n + 1) * sizeof(*nv));
+		if (!nv)
+			exit(1);
+		*v = nv;
+		(*v)[(*n)++] = id;
+	}
+	free(copy);
+}
+
+/* Whether the listen address is a loopback one (--open is then local). */
+static int is_loopback(const char *addr)
+{
+	return !strncmp(addr, "127.", 4) || !strncmp(addr, "[::1]", 5) ||
+	       !strncmp(addr, "localhost:", 10);
+}
 
 static void on_signal(int sig)
 {
@@ -112,11 +176,17 @@ static int probe_gpus(const char *driver, struct probe_gpu *g, int max, char *er
 	pid_t pid = fork();
 	if (pid < 0) {
 		snprintf(err, errlen, "fork: %s", strerror(errno));
+		close(pfd[0]);
+		close(pfd[1]);
 		return -1;
 	}
 	if (pid == 0) {
 		close(pfd[0]);
+		/* unbuffered: what the child says must reach the parent before
+		 * _exit, which flushes nothing */
 		FILE *out = fdopen(pfd[1], "w");
+		if (out)
+			setvbuf(out, NULL, _IONBF, 0);
 		struct rgpud_driver d;
 		char e[600];
 		int n = 0;
@@ -149,6 +219,8 @@ static int probe_gpus(const char *driver, struct probe_gpu *g, int max, char *er
 	}
 	close(pfd[1]);
 	FILE *in = fdopen(pfd[0], "r");
+	if (!in)
+		close(pfd[0]);
 	char line[1024];
 	int n = 0;
 	snprintf(err, errlen, "CUDA driver %s: the GPU probe failed", driver);
@@ -183,24 +255,57 @@ static int probe_gpus(const char *driver, struct probe_gpu *g, int max, char *er
 }
 
 /* A session worker: serves one client on an inherited socket. */
-static int worker_main(const char *fds, const char *who, const char *name, const char *driver)
+/* The worker gives up root for the uid it serves (server.c says whom and
+ * why), keeps no way back, cannot be traced by that user (it would then
+ * allocate past the parent's accounting), and dies with its parent. */
+static int worker_drop(const char *name, unsigned uid, unsigned gid, int parent, int groups)
 {
-	int cfd, ctl;
-	unsigned uid, gid;
+	if (geteuid() == 0 && uid != 0) {
+		struct passwd *pw = groups ? getpwuid(uid) : NULL;
+		if ((pw ? initgroups(pw->pw_name, gid) : setgroups(0, NULL)) < 0 || setgid(gid) < 0 ||
+		    setuid(uid) < 0) {
+			log_err("%s: cannot run as uid %u gid %u: %s", name, uid, gid, strerror(errno));
+			return -1;
+		}
+		if (setuid(0) == 0) {
+			log_err("%s: could regain root after dropping it", name);
+			return -1;
+		}
+		log_debug("%s: worker runs as uid %u gid %u", name, uid, gid);
+	}
+	/* a change of uid clears the parent-death signal: set it again */
+	if (prctl(PR_SET_DUMPABLE, 0) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ||
+	    (parent > 0 && getppid() != parent)) {
+		log_err("%s: the rgpud parent is gone", name);
+		return -1;
+	}
+	return 0;
+}
+
+static int worker_main(const char *fds, const char *who, const char *runas, const char *name,
+		       const char *driver)
+{
+	int cfd, ctl, parent, groups;
+	unsigned uid, gid, run_uid, run_gid;
 	unsigned long long job;
 	int admin, authd;
-	if (!driver || sscanf(fds, "%d,%d", &cfd, &ctl) != 2 || !who ||
-	    sscanf(who, "%u,%u,%llu,%d,%d", &uid, &gid, &job, &admin, &authd) != 5) {
+	if (!driver || sscanf(fds, "%d,%d", &cfd, &ctl) != 2 || !who || !runas ||
+	    sscanf(who, "%u,%u,%llu,%d,%d", &uid, &gid, &job, &admin, &authd) != 5 ||
+	    sscanf(runas, "%u,%u,%d,%d", &run_uid, &run_gid, &parent, &groups) != 4) {
 		fprintf(stderr, "rgpud: --session-worker is internal to rgpud\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	struct rgpud *srv = &rgpud_server;
 	char err[600];
+	/* loaded as root (the library may sit where the served user cannot
+	 * read), initialised after the drop */
 	if (rgpud_driver_load(&srv->drv, driver, err, sizeof(err)) < 0) {
 		log_err("%s: %s", name, err);
 		return 1;
 	}
+	if (worker_drop(name, run_uid, run_gid, parent, groups) < 0)
+		return 1;
 	int rc = srv->drv.cuInit(0);
 	if (!rc)
 		rc = srv->drv.cuDeviceGetCount(&srv->ndev);
@@ -256,12 +361,23 @@ int main(int argc, char **argv)
 		{ "session-worker", required_argument, NULL, 'W' },
 		{ "worker-who", required_argument, NULL, 'H' },
 		{ "worker-name", required_argument, NULL, 'N' },
+		{ "worker-run-as", required_argument, NULL, 'R' },
+		{ "allow-users", required_argument, NULL, 'A' },
+		{ "allow-groups", required_argument, NULL, 'G' },
+		{ "hello-timeout", required_argument, NULL, 'T' },
+		{ "max-pending-per-host", required_argument, NULL, 'M' },
+		{ "max-sessions-per-user", required_argument, NULL, 'u' },
+		{ "lease-check-interval", required_argument, NULL, 'I' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char listen_addr[300];
 	snprintf(listen_addr, sizeof(listen_addr), "0.0.0.0:%d", RGPU_DEFAULT_PORT);
 	const char *driver = NULL, *pidfile = NULL, *metrics_addr = NULL;
-	int open_access = 0; /* today's default; deny-by-default is issue 16 */
+	int open_access = 0; /* deny by default: --open serves everyone */
+	uint32_t *allow_uids = NULL, *allow_gids = NULL;
+	size_t nallow_uids = 0, nallow_gids = 0;
+	const char *worker_runas = NULL;
+	struct rgpud *srv = &rgpud_server;
 	int emulated = 0, daemonize = 0, use_syslog = 0, level = RGPU_LOG_INFO;
 	struct rgpud_access_config acfg = { .state_dir = RGPU_STATEDIR };
 	const char *worker_fds = NULL, *worker_who = NULL, *worker_name = "client";
@@ -313,6 +429,13 @@ int main(int argc, char **argv)
 		case 'W': worker_fds = optarg; break;
 		case 'H': worker_who = optarg; break;
 		case 'N': worker_name = optarg; break;
+		case 'R': worker_runas = optarg; break;
+		case 'A': id_list("allow-users", optarg, 0, &allow_uids, &nallow_uids); break;
+		case 'G': id_list("allow-groups", optarg, 1, &allow_gids, &nallow_gids); break;
+		case 'T': srv->hello_timeout_ms = (int)(1000 * num_opt("hello-timeout", optarg, 1, 3600)); break;
+		case 'M': srv->max_pending_per_host = (int)num_opt("max-pending-per-host", optarg, 1, 100000); break;
+		case 'I': acfg.check_interval_s = (int)num_opt("lease-check-interval", optarg, 1, 86400); break;
+		case 'u': srv->max_sessions_per_user = (int)num_opt("max-sessions-per-user", optarg, 0, 1000000); break;
 		case 'V': printf("rgpud %s (protocol %d)\n", PACKAGE_VERSION, RGPU_PROTO_VERSION); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -323,11 +446,23 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rgpu_log_open("rgpud", level, use_syslog);
-	(void)open_access;
 	if (worker_fds)
-		return worker_main(worker_fds, worker_who, worker_name, driver);
+		return worker_main(worker_fds, worker_who, worker_runas, worker_name, driver);
+	if (open_access && acfg.require_lease) {
+		fprintf(stderr, "rgpud: --open and --leases exclude each other\n");
+		return 2;
+	}
+	if ((nallow_uids || nallow_gids) && (open_access || acfg.require_lease)) {
+		fprintf(stderr, "rgpud: --allow-users and --allow-groups go without --open and --leases\n");
+		return 2;
+	}
+	acfg.open_access = open_access;
+	acfg.allow_uids = allow_uids;
+	acfg.nallow_uids = nallow_uids;
+	acfg.allow_gids = allow_gids;
+	acfg.nallow_gids = nallow_gids;
+	acfg.max_sessions_per_user = srv->max_sessions_per_user;
 
-	struct rgpud *srv = &rgpud_server;
 	if (gethostname(srv->hostname, sizeof(srv->hostname) - 1) < 0)
 		snprintf(srv->hostname, sizeof(srv->hostname), "localhost");
 	srv->use_syslog = use_syslog;
@@ -376,11 +511,21 @@ int main(int argc, char **argv)
 			port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 							      : ((struct sockaddr_in *)&ss)->sin_port);
 		srv->unix_fd = port ? rgpu_unix_listen(port, err, sizeof(err)) : -1;
-		if (srv->unix_fd < 0)
-			log_warn("%s; same-host clients will use TCP", err);
+		if (srv->unix_fd < 0) {
+			/* whoever holds the name would receive same-host clients and
+			 * their credentials */
+			log_err("%s: another process holds that name (another rgpud on this "
+				"port, or a squatter): not starting", err);
+			return 1;
+		}
 	}
 	if (daemonize && daemon(0, use_syslog ? 0 : 1) < 0) {
 		log_err("cannot detach: %s", strerror(errno));
+		return 1;
+	}
+	/* threads after daemon(): fork keeps only the calling thread */
+	if (rgpud_access_start(err, sizeof(err)) < 0) {
+		log_err("%s", err);
 		return 1;
 	}
 	/* (after detaching: the endpoint runs a thread) */
@@ -403,7 +548,12 @@ int main(int argc, char **argv)
 
 	log_info("serving %d GPU(s) (%s%s) on %s with %s, protocol %d, %s", ndev, gpus[0].name,
 		 ndev > 1 ? ", ..." : "", listen_addr, driver, RGPU_PROTO_VERSION,
-		 acfg.require_lease ? "leases required" : "open access (no authentication)");
+		 acfg.require_lease ? "leases required"
+		 : open_access ? "open access (no authentication)"
+			       : "munge credential of root or an allowed user required");
+	if (open_access && !is_loopback(listen_addr))
+		log_warn("--open on %s: anyone who can reach this address may use the GPUs, "
+			 "without authentication", listen_addr);
 	rgpud_serve(srv);
 	log_info("shutting down");
 	metrics_stop();
@@ -411,6 +561,8 @@ int main(int argc, char **argv)
 	if (srv->unix_fd >= 0)
 		close(srv->unix_fd);
 	rgpud_access_fini();
+	free(allow_uids);
+	free(allow_gids);
 	if (pidfile)
 		unlink(pidfile);
 	return 0;

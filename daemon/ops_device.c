@@ -124,13 +124,13 @@ int op_transport(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 	else if (kind == 1) {
 		if (session_send_reply(s, h, 0, 0, NULL, 0) < 0)
 			return OP_DROP;
-		char err[256];
-		struct rgpu_conn *v = rgpu_verbs_upgrade(s->conn, 1, err, sizeof(err));
+		struct rgpu_error err;
+		struct rgpu_conn *v = rgpu_verbs_upgrade(s->conn, 1, &err);
 		if (v) {
 			s->conn = v;
 			log_info("%s: now on InfiniBand verbs", s->name);
 		} else {
-			log_warn("%s: staying on TCP: %s", s->name, err);
+			log_warn("%s: staying on TCP: %s", s->name, err.text);
 		}
 		return OP_REPLIED;
 	}

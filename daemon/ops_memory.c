@@ -48,7 +48,7 @@ int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 		return rc;
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (gate_charge(cs->dev, (int64_t)size) < 0)
+	if (gate_charge_bytes(cs->dev, size) < 0) /* unsigned: 2^63 is no refund */
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	CUdeviceptr p = 0;
 	rc = D->cuMemAlloc_v2(&p, size);
@@ -57,7 +57,7 @@ int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	if (rc) {
-		gate_charge(cs->dev, -(int64_t)size);
+		gate_refund_bytes(cs->dev, size);
 		return rc;
 	}
 	put_u64(out, p);

@@ -6,6 +6,7 @@
 #include "driver.h"
 
 #include <pthread.h>
+#include <signal.h>
 
 struct session;
 
@@ -21,8 +22,19 @@ struct rgpud {
 	pthread_mutex_t lock; /* guards the session list */
 	struct session *sessions;
 	int nsessions;
-	volatile int stopping;
+	volatile sig_atomic_t stopping; /* set by SIGTERM/SIGINT */
+	/* bounds before authentication (server.c) */
+	int hello_timeout_ms;     /* --hello-timeout: a HELLO must arrive by then */
+	int max_pending_per_host; /* --max-pending-per-host: handshakes per address */
+	/* after it */
+	int max_sessions_per_user; /* --max-sessions-per-user (0: no limit) */
 };
+
+/* Defaults of the bounds above. */
+#define RGPUD_HELLO_TIMEOUT_MS 10000
+#define RGPUD_MAX_PENDING_PER_HOST 128
+#define RGPUD_MAX_PENDING 1024 /* handshakes in all */
+#define RGPUD_HELLO_MAX 16384  /* bytes of a HELLO payload (a munge credential is ~300) */
 
 extern struct rgpud rgpud_server;
 
@@ -30,5 +42,7 @@ extern struct rgpud rgpud_server;
 int rgpud_serve(struct rgpud *srv);
 void rgpud_session_register(struct rgpud *srv, struct session *s);
 void rgpud_session_unregister(struct rgpud *srv, struct session *s);
+/* Open sessions of an authenticated uid (for --max-sessions-per-user). */
+int rgpud_sessions_of_uid(uint32_t uid);
 
 #endif

@@ -4,6 +4,8 @@
 #ifndef RGPU_TRANSPORT_H
 #define RGPU_TRANSPORT_H
 
+#include "error.h"
+
 #include <stddef.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -74,18 +76,27 @@ int rgpu_host_is_local(const char *host);
 int rgpu_unix_peer(struct rgpu_conn *c, int *pid, unsigned *uid);
 /* internal: a connected stream socket as a "unix" transport connection */
 struct rgpu_conn *rgpu_stream_wrap(int fd, const char *peer);
+/* Bounds every receive on a TCP or same-host connection to ms
+ * milliseconds (0: no bound); a receive that times out fails with EAGAIN.
+ * 0, or -1 on other transports. */
+int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms);
+/* TCP keepalive so that a peer whose host or network is gone is noticed
+ * within about `seconds` even while nothing is being sent (a long kernel);
+ * also bounds how long sent data may stay unacknowledged.  0 or -1. */
+int rgpu_tcp_keepalive(struct rgpu_conn *c, int seconds);
 /* The socket under a TCP connection (for poll and credentials). */
 int rgpu_tcp_fd(struct rgpu_conn *c);
 
 /* InfiniBand verbs (transport_verbs.c; only in builds with HAVE_VERBS from
  * config.h).  Both ends call rgpu_verbs_upgrade at the same point of the
  * protocol with nothing else in flight on tcp.  Success: a verbs connection
- * that owns tcp (closing it closes tcp).  NULL: err says why and tcp is the
- * caller's still (the fallback), usable unless err names a failed exchange,
- * in which case tcp has been shut down.  rgpu_verbs_available: 1 if a
- * device has an ACTIVE port, else 0; why says which (docs/transports.md). */
+ * that owns tcp (closing it closes tcp).  NULL: e->text says why; e->code
+ * RGPU_E_UNAVAILABLE: tcp is the caller's still and usable (the fallback);
+ * RGPU_E_BROKEN: the exchange failed and tcp has been shut down.
+ * rgpu_verbs_available: 1 if a device has an ACTIVE port, else 0; why says
+ * which (docs/transports.md). */
 struct rgpu_conn *rgpu_verbs_upgrade(struct rgpu_conn *tcp, int is_server,
-				     char *err, size_t errlen);
+				     struct rgpu_error *e);
 int rgpu_verbs_available(char *why, size_t n);
 
 #endif

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 struct tcp_conn {
@@ -170,6 +171,33 @@ struct rgpu_conn *rgpu_tcp_from_fd(int fd)
 }
 
 int rgpu_tcp_fd(struct rgpu_conn *c) { return ((struct tcp_conn *)c)->fd; }
+
+int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms)
+{
+	if (c->tp != &tcp_transport && c->tp != &unix_transport)
+		return -1;
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	return setsockopt(((struct tcp_conn *)c)->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+}
+
+int rgpu_tcp_keepalive(struct rgpu_conn *c, int seconds)
+{
+	if (c->tp != &tcp_transport)
+		return -1;
+	int fd = ((struct tcp_conn *)c)->fd;
+	/* idle half the time, then three probes in the other half */
+	int idle = seconds / 2 > 0 ? seconds / 2 : 1;
+	int intvl = seconds / 6 > 0 ? seconds / 6 : 1;
+	int cnt = 3, one = 1;
+	unsigned user_ms = (unsigned)seconds * 1000u;
+	if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0 ||
+	    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms)) < 0)
+		return -1;
+	return 0;
+}
 
 static int connect_timeout(int fd, const struct sockaddr *sa, socklen_t len, int timeout_ms)
 {

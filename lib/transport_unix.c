@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,15 +38,58 @@ int rgpu_unix_listen(unsigned port, char *err, size_t errlen)
 	return fd;
 }
 
+/* Who may own the same-host socket: RGPU_SERVER_USER (a name or uid) if
+ * set, else root; the client's own uid always (a server one runs oneself
+ * learns nothing new).  -1 with err if RGPU_SERVER_USER names nobody. */
+static int expected_server_uid(uid_t *uid, char *err, size_t errlen)
+{
+	const char *u = getenv("RGPU_SERVER_USER");
+	*uid = 0;
+	if (!u || !*u)
+		return 0;
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(u, &end, 10);
+	struct passwd *pw = getpwnam(u);
+	if (pw)
+		*uid = pw->pw_uid;
+	else if (!errno && !*end && *u >= '0' && *u <= '9' && v < (unsigned long)(uid_t)-1)
+		*uid = (uid_t)v;
+	else {
+		snprintf(err, errlen, "RGPU_SERVER_USER=%s: no such user", u);
+		return -1;
+	}
+	return 0;
+}
+
 struct rgpu_conn *rgpu_unix_connect(unsigned port, char *err, size_t errlen)
 {
 	struct sockaddr_un sa;
 	socklen_t len = unix_addr(port, &sa);
+	uid_t want;
+	if (expected_server_uid(&want, err, errlen) < 0)
+		return NULL;
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, len) < 0) {
 		snprintf(err, errlen, "no local rgpud at @rgpud.%u: %s", port, strerror(errno));
 		if (fd >= 0)
 			close(fd);
+		return NULL;
+	}
+	/* Any local user can bind an abstract name first: before a credential
+	 * goes out, the kernel says who owns the other end. */
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+		snprintf(err, errlen, "@rgpud.%u: cannot learn who serves it: %s", port, strerror(errno));
+		close(fd);
+		return NULL;
+	}
+	if (cr.uid != want && cr.uid != getuid()) {
+		snprintf(err, errlen, "@rgpud.%u is held by uid %u (pid %d), not by rgpud's user "
+			 "(uid %u; RGPU_SERVER_USER sets it): not talking to it", port,
+			 (unsigned)cr.uid, (int)cr.pid, (unsigned)want);
+		close(fd);
 		return NULL;
 	}
 	char peer[32];

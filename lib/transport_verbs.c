@@ -761,9 +761,10 @@ static int swap(struct rgpu_conn *tcp, const uint8_t *mine, uint8_t *theirs, siz
 	return rgpu_sendv(tcp, &iov, 1) < 0 || rgpu_recv(tcp, theirs, n) < 0 ? -1 : 0;
 }
 
-struct rgpu_conn *rgpu_verbs_upgrade(struct rgpu_conn *tcp, int is_server, char *err,
-				     size_t errlen)
+struct rgpu_conn *rgpu_verbs_upgrade(struct rgpu_conn *tcp, int is_server, struct rgpu_error *e)
 {
+	char *err = e->text;
+	const size_t errlen = sizeof(e->text);
 	struct vconn *v = calloc(1, sizeof(*v));
 	char why[160] = "";
 	struct rgpu_vinfo me = { 0 }, peer;
@@ -860,10 +861,14 @@ struct rgpu_conn *rgpu_verbs_upgrade(struct rgpu_conn *tcp, int is_server, char 
 	(void)is_server; /* the exchange is symmetric; kept for logs and future roles */
 	return &v->base;
 broken:
+	e->code = RGPU_E_BROKEN;
 	/* The TCP byte stream is no longer in step: make the caller's next
 	 * use of it fail instead of reading setup bytes as frames. */
 	rgpu_conn_shutdown(tcp);
+	goto out;
 fallback:
+	e->code = RGPU_E_UNAVAILABLE;
+out:
 	if (v)
 		destroy(v);
 	return NULL;

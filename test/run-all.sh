@@ -134,7 +134,19 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 		if [ "$f" -gt 0 ]; then
 			grep -E '^#' e2e-san.log | tail -30
 		fi
+		# and the parent's tests (test/parent) against the same rgpud
+		RGPU_PARENT_DAEMON_BUILD=$top/_build-san RGPU_PARENT_LOGDIR=$PWD/parent-san-logs \
+		   RGPU_VA_BASE=0x400000000000 ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD \
+		   bash "$top/test/parent/run-parent.sh" > parent-san.log 2>&1 || status=1
+		sed -n -e 's/^ok [0-9]* - \(.*\) # *SKIP\(.*\)/SKIP: san \1 -\2/p' \
+		       -e '/# *SKIP/!s/^ok [0-9]* - \(.*\)/PASS: san \1/p' \
+		       -e 's/^not ok [0-9]* - \(.*\)/FAIL: san \1/p' parent-san.log
+		read -r p2 f2 s2 x2 <<<"$(tap_counts parent-san.log)"
+		if [ "$f2" -gt 0 ]; then
+			grep -E '^#' parent-san.log | tail -30
+		fi
 		summary "end to end, rgpud under ASan/UBSan (_build/e2e-san.log)" "$p" "$f" "$s" "$x"
+		summary "rgpud parent, rgpud under ASan/UBSan (_build/parent-san.log)" "$p2" "$f2" "$s2" "$x2"
 		# the metrics endpoint and damaged lease files too (test/metrics,
 		# test/chaos), failing on any sanitizer report in rgpud's logs
 		for t in metrics/run-metrics.sh chaos/state-files.sh; do

@@ -205,8 +205,11 @@ suite() {
 	run t_managed "$ONE" -- t_managed
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_graph "$ONE" -- t_graph
-	# xfail until the client routes replies by request id (issue 15 item 3)
-	run t_sync_threads "$ONE" xfail -- t_sync_threads
+	# many threads on one connection (fewer rounds under valgrind: its
+	# threads run one at a time); one thread's long synchronisation does
+	# not hold up another's calls (replies routed by id, client/rpc.c)
+	run t_threads "$ONE" -- T_ITERS=$([ ${#WRAP[@]} -gt 0 ] && echo 3 || echo 12) t_threads
+	run t_sync_threads "$ONE" -- t_sync_threads
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then
@@ -331,6 +334,117 @@ if want t_verbs_required; then
 	fi
 fi
 
+# Peers that are not a working rgpud: one that accepts and never answers
+# (a hung rgpud, another service), one that answers HTTP, and one that
+# answers the handshake and then nothing (hung after it).  cuInit fails
+# within RGPU_HANDSHAKE_TIMEOUT_MS and the log names the server and why.
+# start_peer MODE -> PEER_PORT, PEER_PID
+start_peer() {
+	local pf=$LOGDIR/peer-$1.port
+	rm -f "$pf"
+	"$PYTHON" -c 'import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+print(s.getsockname()[1], flush=True)
+import struct
+def exactly(c, n):
+    b = b""
+    while len(b) < n:
+        k = c.recv(n - len(b))
+        if not k:
+            raise OSError("closed")
+        b += k
+    return b
+held = []
+while True:
+    c, _ = s.accept()
+    held.append(c)
+    try:
+        if sys.argv[1] == "foreign":
+            c.recv(4096)
+            c.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        elif sys.argv[1] == "hung":
+            # answers HELLO as rgpud does (one GPU), then never again
+            magic, ver, op, flags, n, rid = struct.unpack("<IHHIIQ", exactly(c, 24))
+            exactly(c, n)
+            sid = b"hung-test\0"
+            body = struct.pack("<iI", 0, len(sid)) + sid + struct.pack("<I", 1)
+            c.sendall(struct.pack("<IHHIIQ", magic, ver, op, 1, len(body), rid) + body)
+    except OSError:
+        pass' "$1" >"$pf" 2>"$LOGDIR/peer-$1.err" &
+	PEER_PID=$!
+	for _ in $(seq 1 50); do
+		PEER_PORT=$(head -1 "$pf" 2>/dev/null)
+		[ -n "$PEER_PORT" ] && return 0
+		sleep 0.1
+	done
+	stop_peer
+	echo "FAIL: cannot start the $1 test peer"; exit 1
+}
+stop_peer() {
+	kill "$PEER_PID" 2>/dev/null
+	wait "$PEER_PID" 2>/dev/null
+}
+if want t_silent_peer; then
+	start_peer silent
+	t0=$(date +%s%N)
+	run t_silent_peer "127.0.0.1:$PEER_PORT/0" -- RGPU_TRANSPORT=tcp RGPU_HANDSHAKE_TIMEOUT_MS=1000 t_noserver
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	if [ "$LAST_RC" -eq 0 ]; then
+		grep "127.0.0.1:$PEER_PORT" "$LOGDIR/t_silent_peer.err" | grep -q "no answer to the handshake within 1000 ms"
+		verdict t_silent_peer_log $? "stderr does not name 127.0.0.1:$PEER_PORT and the missing answer"
+		[ "$ms" -lt 5000 ]
+		verdict t_silent_peer_bounded $? "cuInit took $ms ms with RGPU_HANDSHAKE_TIMEOUT_MS=1000"
+	fi
+	stop_peer
+fi
+if want t_foreign_peer; then
+	start_peer foreign
+	run t_foreign_peer "127.0.0.1:$PEER_PORT/0" -- RGPU_TRANSPORT=tcp RGPU_HANDSHAKE_TIMEOUT_MS=5000 t_noserver
+	if [ "$LAST_RC" -eq 0 ]; then
+		grep "127.0.0.1:$PEER_PORT" "$LOGDIR/t_foreign_peer.err" | grep -q "is not an rgpud"
+		verdict t_foreign_peer_log $? "stderr does not say that 127.0.0.1:$PEER_PORT is not an rgpud"
+		! grep -q "No such file or directory" "$LOGDIR/t_foreign_peer.err"
+		verdict t_foreign_peer_no_stale_errno $? "a stale errno in the message"
+	fi
+	stop_peer
+fi
+
+if want t_hung_peer; then
+	start_peer hung
+	t0=$(date +%s%N)
+	run t_hung_peer "127.0.0.1:$PEER_PORT/0" -- RGPU_TRANSPORT=tcp RGPU_HANDSHAKE_TIMEOUT_MS=1000 t_noserver
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	if [ "$LAST_RC" -eq 0 ]; then
+		grep "127.0.0.1:$PEER_PORT" "$LOGDIR/t_hung_peer.err" | grep -q "no answer in time"
+		verdict t_hung_peer_log $? "stderr does not name 127.0.0.1:$PEER_PORT and the missing answer"
+		[ "$ms" -lt 5000 ]
+		verdict t_hung_peer_bounded $? "cuInit took $ms ms with RGPU_HANDSHAKE_TIMEOUT_MS=1000"
+	fi
+	stop_peer
+fi
+
+# bad client settings fail cuInit, naming the variable and what it takes
+# (against a working server: nothing else is wrong)
+if want t_bad_settings; then
+	i=0
+	for bad in RGPU_LOG_LEVEL=loud RGPU_CONNECT_TIMEOUT_MS=abc RGPU_CHUNK_KB=-5 \
+		   RGPU_CHUNK_KB=99999 RGPU_HANDSHAKE_TIMEOUT_MS=0 RGPU_KEEPALIVE_S=1x \
+		   RGPU_VA_BASE=0x1234 RGPU_WRITE_TRACKING=yes RGPU_TRANSPORT=udp; do
+		i=$((i + 1))
+		run "t_bad_setting_$i" "$ONE" -- "$bad" t_noserver
+		if [ "$LAST_RC" -eq 0 ]; then
+			grep -qF "$bad is not valid: expected" "$LOGDIR/t_bad_setting_$i.err"
+			verdict "t_bad_setting_${i}_log" $? "stderr does not say why $bad is refused"
+		fi
+	done
+	# and good values of the same are taken
+	run t_good_settings "$ONE" -- RGPU_LOG_LEVEL=debug RGPU_CONNECT_TIMEOUT_MS=2000 \
+		RGPU_CHUNK_KB=64 RGPU_HANDSHAKE_TIMEOUT_MS=3000 RGPU_KEEPALIVE_S=30 \
+		RGPU_VA_BASE=0x500000000000 RGPU_WRITE_TRACKING=0 RGPU_TRANSPORT=tcp t_vecadd
+fi
+
 # a client killed mid-session: its worker frees what it held, and the
 # daemon goes on serving
 if want t_killed_client && [ -z "${RGPU_E2E_ONLY:-}" ]; then
@@ -394,8 +508,14 @@ if [ "${RGPU_VALGRIND:-0}" = 1 ]; then
 		export T_BUSY_MS=200
 		suite
 		unset T_BUSY_MS
-		WRAP=()
 		SUFFIX=""
+		# the client's locking, checked: threads sharing a connection
+		# under helgrind (over TCP: the copy path's own threads are the
+		# same-host path's; without managed memory, whose coherence
+		# fetches rewrite regions other threads read)
+		WRAP=(valgrind -q --tool=helgrind --error-exitcode=99)
+		run t_threads_helgrind "$ONE" -- T_THREADS=4 T_ITERS=2 T_MANAGED=0 RGPU_TRANSPORT=tcp t_threads
+		WRAP=()
 	else
 		verdict valgrind_installed 1 "RGPU_VALGRIND=1 but valgrind is not installed"
 	fi

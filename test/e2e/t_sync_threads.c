@@ -6,8 +6,7 @@
  * after the kernel.
  *
  * Needs the server to answer while a sync waits (daemon/waiter.c) and the
- * client to route replies by request id; run-e2e.sh tolerates a failure
- * (xfail) until the client side has landed.
+ * client to route replies by request id (client/rpc.c).
  */
 #include "common.h"
 

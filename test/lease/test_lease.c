@@ -80,6 +80,14 @@ void rgpud_sessions_end_job(uint64_t job_id)
 	pthread_mutex_unlock(&ended_mu);
 }
 
+/* the parent's session count, as the test sets it */
+static int sessions_now;
+int rgpud_sessions_of_uid(uint32_t uid)
+{
+	(void)uid;
+	return sessions_now;
+}
+
 static int was_ended(uint64_t job)
 {
 	int n = 0;
@@ -423,6 +431,16 @@ static void test_corrupt(void)
 		     "{\"job_id\": 5, \"uid\": 1, \"gpu\": 0, \"mem_limit\": 0, \"expires\": 0},"
 		     "{\"job_id\": 5, \"uid\": 1, \"gpu\": 0, \"mem_limit\": 0, \"expires\": 0}]}",
 		     "twice");
+	/* issue 16.10: numbers past 64 bits saturated to "unlimited" and loaded */
+	corrupt_case("{\"version\": 1, \"leases\": [{\"job_id\": 5, \"uid\": 1, \"gpu\": 0, "
+		     "\"mem_limit\": 18446744073709551616, \"expires\": 0}]}",
+		     "does not fit in 64 bits");
+	corrupt_case("{\"version\": 1, \"leases\": [{\"job_id\": 5, \"uid\": 1, \"gpu\": 0, "
+		     "\"mem_limit\": 1, \"expires\": 99999999999999999999999}]}",
+		     "does not fit in 64 bits");
+	corrupt_case("{\"version\": 1, \"leases\": [{\"job_id\": -99999999999999999999, "
+		     "\"uid\": 1, \"gpu\": 0, \"mem_limit\": 1, \"expires\": 0}]}",
+		     "does not fit in 64 bits");
 
 	/* a valid file with big numbers loads */
 	char err[512];
@@ -433,6 +451,40 @@ static void test_corrupt(void)
 	CHECK(rgpud_lease_init(dir, 1, err, sizeof(err)) == 0 && err[0] == 0);
 	struct rgpud_lease f;
 	CHECK(rgpud_lease_find(UINT64_MAX, 3, 1, &f) == 0 && f.uid == UINT32_MAX);
+	rgpud_lease_fini();
+	rm_rf(dir);
+	free(dir);
+}
+
+/* issue 16.10: loading was quadratic (200,000 leases took 9 s) */
+static void test_load_many(void)
+{
+	enum { N = 200000 };
+	char err[512];
+	char *dir = make_tmpdir();
+	size_t cap = (size_t)N * 100 + 100, n = 0;
+	char *text = malloc(cap);
+	n += (size_t)snprintf(text + n, cap - n, "{\"version\": 1, \"leases\": [");
+	for (int i = 0; i < N; i++)
+		n += (size_t)snprintf(text + n, cap - n, "%s{\"job_id\": %d, \"uid\": 1, \"gpu\": 0, "
+				      "\"mem_limit\": 1, \"expires\": 0}", i ? "," : "", i + 1);
+	snprintf(text + n, cap - n, "]}");
+	write_file(dir, "leases.json", text);
+	free(text);
+	/* CPU time: a loaded machine must not fail the test, a quadratic
+	 * loader (tens of seconds of CPU here) must */
+	struct timespec a, b;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+	CHECK(rgpud_lease_init(dir, 1, err, sizeof(err)) == 0 && err[0] == 0);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	struct rgpud_lease *ls;
+	size_t nl;
+	CHECK(rgpud_lease_list(&ls, &nl) == 0 && nl == N);
+	free(ls);
+	if (s > 3.0)
+		fprintf(stderr, "loading %d leases took %.1f s of CPU\n", N, s);
+	CHECK(s < 3.0);
 	rgpud_lease_fini();
 	rm_rf(dir);
 	free(dir);
@@ -454,19 +506,27 @@ static void test_quota(void)
 	CHECK(rgpud_lease_charge(41, 0, INT64_MAX) == RGPUD_LEASE_QUOTA);
 	struct rgpud_lease f;
 	CHECK(rgpud_lease_find(41, 0, now, &f) == 0 && f.used == 1000);
-	CHECK(rgpud_lease_charge(41, 0, -600) == 0);
+	CHECK(rgpud_lease_refund(41, 0, 600) == 0);
 	CHECK(rgpud_lease_charge(41, 0, 500) == 0);
-	CHECK(rgpud_lease_charge(41, 0, -900) == 0);
+	CHECK(rgpud_lease_refund(41, 0, 900) == 0);
 	CHECK(rgpud_lease_find(41, 0, now, &f) == 0 && f.used == 0);
-	/* over-refund clamps */
-	CHECK(rgpud_lease_charge(41, 0, -5) == 0);
+	/* an over-refund is refused, not clamped (issue 16.1: usage read 0) */
+	CHECK(rgpud_lease_charge(41, 0, 10) == 0);
+	CHECK(rgpud_lease_refund(41, 0, 11) == RGPUD_LEASE_INVAL);
+	CHECK(rgpud_lease_find(41, 0, now, &f) == 0 && f.used == 10);
+	CHECK(rgpud_lease_refund(41, 0, 10) == 0);
+	/* sizes of 2^63 and more are charges like any other */
+	CHECK(rgpud_lease_charge(41, 0, 1ull << 63) == RGPUD_LEASE_QUOTA);
+	CHECK(rgpud_lease_charge(41, 0, UINT64_MAX) == RGPUD_LEASE_QUOTA);
 	CHECK(rgpud_lease_find(41, 0, now, &f) == 0 && f.used == 0);
-	/* whole GPU: no quota, usage tracked */
+	/* whole GPU: no quota, usage tracked, and it cannot wrap */
 	CHECK(rgpud_lease_charge(42, 1, 100 * GiB) == 0);
+	CHECK(rgpud_lease_find(42, 1, now, &f) == 0 && f.used == 100 * GiB);
+	CHECK(rgpud_lease_charge(42, 1, UINT64_MAX - 100 * GiB + 1) == RGPUD_LEASE_QUOTA);
 	CHECK(rgpud_lease_find(42, 1, now, &f) == 0 && f.used == 100 * GiB);
 	/* no lease */
 	CHECK(rgpud_lease_charge(43, 0, 1) == RGPUD_LEASE_NOTFOUND);
-	CHECK(rgpud_lease_charge(43, 0, -1) == 0);
+	CHECK(rgpud_lease_refund(43, 0, 1) == 0);
 	CHECK(rgpud_lease_charge(41, 1, 1) == RGPUD_LEASE_NOTFOUND);
 	rgpud_lease_fini();
 }
@@ -480,7 +540,7 @@ struct thr {
 	pthread_t t;
 	uint64_t job;
 	unsigned gpu;
-	int64_t step;
+	uint64_t step;
 	long ok;
 	int refund;
 };
@@ -493,11 +553,11 @@ static void *charger(void *arg)
 			t->ok++;
 	if (t->refund)
 		for (long i = 0; i < t->ok; i++)
-			rgpud_lease_charge(t->job, t->gpu, -t->step);
+			rgpud_lease_refund(t->job, t->gpu, t->step);
 	return NULL;
 }
 
-static void run_threads(uint64_t job, unsigned gpu, int64_t step, int refund, long *ok)
+static void run_threads(uint64_t job, unsigned gpu, uint64_t step, int refund, long *ok)
 {
 	struct thr t[NTHREADS];
 	for (int i = 0; i < NTHREADS; i++) {
@@ -532,7 +592,7 @@ static void test_concurrent(void)
 	CHECK(ok == 50000);
 	CHECK(rgpud_lease_find(52, 1, now, &f) == 0 && f.used == 150000);
 	/* and refunds from all threads bring it back to zero */
-	CHECK(rgpud_lease_charge(52, 1, -150000) == 0);
+	CHECK(rgpud_lease_refund(52, 1, 150000) == 0);
 	run_threads(52, 1, 3, 1, &ok);
 	CHECK(ok >= 50000);
 	CHECK(rgpud_lease_find(52, 1, now, &f) == 0 && f.used == 0);
@@ -574,7 +634,7 @@ static const char *reply_str(struct wbuf *reply)
 static void test_access_open(void)
 {
 	char err[512], why[512];
-	struct rgpud_access_config cfg = { .require_lease = 0 };
+	struct rgpud_access_config cfg = { .require_lease = 0, .open_access = 1 };
 	CHECK(rgpud_access_init(&cfg, err, sizeof(err)) == 0);
 	register_gpus();
 	struct rgpud_principal who;
@@ -586,7 +646,7 @@ static void test_access_open(void)
 	CHECK(rgpud_access_device(&who, 0, &lim, why, sizeof(why)) == 0 && lim == 0);
 	CHECK(rgpud_access_device(&who, 5, &lim, why, sizeof(why)) == 0 && lim == 0);
 	CHECK(rgpud_access_charge(&who, 0, 100 * GiB) == 0);
-	CHECK(rgpud_access_charge(&who, 0, -100 * (int64_t)GiB) == 0);
+	CHECK(rgpud_access_refund(&who, 0, 100 * GiB) == 0);
 	rgpud_access_usage(&who, 0, &lim, &used);
 	CHECK(lim == 0 && used == 0);
 
@@ -676,7 +736,7 @@ static void test_access_leases(void)
 	CHECK(rgpud_access_charge(&user2, 1, 1) == -1); /* quota summed over sessions */
 	rgpud_access_usage(&user, 1, &lim, &used);
 	CHECK(lim == 2 * GiB && used == 2 * GiB);
-	CHECK(rgpud_access_charge(&user, 1, -(int64_t)GiB) == 0);
+	CHECK(rgpud_access_refund(&user, 1, GiB) == 0);
 	rgpud_access_usage(&user2, 1, &lim, &used);
 	CHECK(lim == 2 * GiB && used == 1 * GiB);
 	rgpud_access_usage(&user2, 0, &lim, &used);
@@ -700,6 +760,20 @@ static void test_access_leases(void)
 			      !excl && name && !strcmp(name, "Test GPU B"));
 		else
 			CHECK(g == 0 && excl && reserved == 16 * GiB);
+	}
+	/* a user sees only their own leases (issue 16.10)... */
+	CHECK(get_u32(&r) == 1);
+	CHECK(get_u64(&r) == 123 && get_u32(&r) == 1000);
+	/* ...an admin sees every one */
+	CHECK(call_op(&slurm, RGPU_OP_LEASE_LIST, &req, &reply) == 0);
+	rd_init(&r, reply.data, reply.len);
+	CHECK(get_u32(&r) == 2);
+	for (int i = 0; i < 2; i++) {
+		get_u32(&r);
+		get_str(&r, 200);
+		get_u64(&r);
+		get_u64(&r);
+		get_u32(&r);
 	}
 	CHECK(get_u32(&r) == 2);
 	int seen = 0;
@@ -734,7 +808,7 @@ static void test_access_leases(void)
 	CHECK(was_ended(123) == 1);
 	CHECK(rgpud_access_device(&user, 1, &lim, why, sizeof(why)) == -1);
 	CHECK(rgpud_access_charge(&user, 1, 1) == -1);
-	CHECK(rgpud_access_charge(&user, 1, -1) == 0);
+	CHECK(rgpud_access_refund(&user, 1, 1) == 0);
 	CHECK(call_op(&slurm, RGPU_OP_LEASE_RELEASE, &req, &reply) == 0);
 	rd_init(&r, reply.data, reply.len);
 	CHECK(get_u32(&r) == 0);
@@ -983,12 +1057,66 @@ static void test_munge(void)
 		CHECK(cred_as_nobody("0", cred, sizeof(cred)) == 0);
 		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:3", &who, why, sizeof(why)) == -1);
 		CHECK_STR(why, "not in a Slurm job");
+		/* issue 16.10: another uid's job is refused at HELLO (before the
+		 * parent spawns a worker for it), not at the first GPU use */
+		struct rgpud_lease l2 = L(778, 1234, 0, 1 * GiB, 0);
+		CHECK(rgpud_lease_grant(&l2, time(NULL), why, sizeof(why)) == 0);
+		CHECK(cred_as_nobody("778", cred, sizeof(cred)) == 0);
+		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:4", &who, why, sizeof(why)) == -1);
+		CHECK_STR(why, "job 778 of uid 65534 holds no lease");
 	} else {
 		fprintf(stderr, "(not root: the non-admin uid checks are skipped)\n");
 	}
 	rgpud_access_fini();
 	rm_rf(dir);
 	free(dir);
+
+	/* issue 16.3: deny by default.  Without --leases and --open, a munge
+	 * credential of root or of an allowed user or group is required. */
+	struct rgpud_access_config deny = { 0 };
+	CHECK(rgpud_access_init(&deny, err, sizeof(err)) == 0);
+	CHECK(rgpud_access_hello(NULL, 0, "peer:5", &who, why, sizeof(why)) == -1);
+	CHECK_STR(why, "requires a munge credential");
+	CHECK_STR(why, "--open");
+	CHECK(rgpu_client_credential(&buf, &len, err, sizeof(err)) == 0);
+	CHECK(rgpud_access_hello(buf, len, "peer:5", &who, why, sizeof(why)) == (getuid() == 0 ? 0 : -1));
+	free(buf);
+	if (getuid() == 0 && cred_as_nobody("0", cred, sizeof(cred)) == 0) {
+		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:6", &who, why, sizeof(why)) == -1);
+		CHECK_STR(why, "uid 65534 is not allowed");
+		rgpud_access_fini();
+		uint32_t nobody = 65534, other = 4321;
+		struct rgpud_access_config allow_u = { .allow_uids = &other, .nallow_uids = 1 };
+		CHECK(rgpud_access_init(&allow_u, err, sizeof(err)) == 0);
+		CHECK(cred_as_nobody("0", cred, sizeof(cred)) == 0);
+		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:6", &who, why, sizeof(why)) == -1);
+		rgpud_access_fini();
+		allow_u.allow_uids = &nobody;
+		CHECK(rgpud_access_init(&allow_u, err, sizeof(err)) == 0);
+		CHECK(cred_as_nobody("0", cred, sizeof(cred)) == 0);
+		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:6", &who, why, sizeof(why)) == 0);
+		CHECK(who.uid == 65534 && who.authenticated);
+		/* --max-sessions-per-user */
+		rgpud_access_fini();
+		allow_u.max_sessions_per_user = 2;
+		CHECK(rgpud_access_init(&allow_u, err, sizeof(err)) == 0);
+		sessions_now = 2;
+		CHECK(cred_as_nobody("0", cred, sizeof(cred)) == 0);
+		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:6", &who, why, sizeof(why)) == -1);
+		CHECK_STR(why, "already has 2 sessions");
+		sessions_now = 1;
+		CHECK(cred_as_nobody("0", cred, sizeof(cred)) == 0);
+		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:6", &who, why, sizeof(why)) == 0);
+		sessions_now = 0;
+		rgpud_access_fini();
+		/* groups: nobody's primary group (65534 on Debian: nogroup) */
+		uint32_t nogroup = 65534;
+		struct rgpud_access_config allow_g = { .allow_gids = &nogroup, .nallow_gids = 1 };
+		CHECK(rgpud_access_init(&allow_g, err, sizeof(err)) == 0);
+		CHECK(cred_as_nobody("0", cred, sizeof(cred)) == 0);
+		CHECK(rgpud_access_hello(cred, strlen(cred), "peer:7", &who, why, sizeof(why)) == 0);
+	}
+	rgpud_access_fini();
 
 	/* munged unreachable at an explicit socket */
 	char *saved = strdup(getenv("RGPU_MUNGE_SOCKET"));
@@ -1024,6 +1152,7 @@ int main(void)
 	test_expiry();
 	test_persistence();
 	test_corrupt();
+	test_load_many();
 	test_quota();
 	test_concurrent();
 	test_access_open();

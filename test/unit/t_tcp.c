@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <time.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -83,6 +85,34 @@ int main(void)
 	ok(rgpu_recv(srv, got, 5) == 0 && memcmp(got, "abcde", 5) == 0, "received in order");
 	ok(rgpu_sendv(srv, (struct iovec[]){ { "pong", 4 } }, 1) == 0 &&
 	   rgpu_recv(cli, got, 4) == 0 && memcmp(got, "pong", 4) == 0, "reply the other way");
+
+	/* liveness settings: keepalive probes and a bound on unacknowledged
+	 * data (RGPU_KEEPALIVE_S), a bounded receive (the handshake) */
+	ok(rgpu_tcp_keepalive(cli, 60) == 0, "keepalive for 60 s");
+	int v = 0;
+	socklen_t vl = sizeof(v);
+	getsockopt(rgpu_tcp_fd(cli), IPPROTO_TCP, TCP_KEEPIDLE, &v, &vl);
+	is_i64(v, 30, "probes start after 30 s idle");
+	getsockopt(rgpu_tcp_fd(cli), IPPROTO_TCP, TCP_KEEPCNT, &v, &vl);
+	is_i64(v, 3, "3 probes");
+	unsigned ut = 0;
+	vl = sizeof(ut);
+	getsockopt(rgpu_tcp_fd(cli), IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, &vl);
+	is_u64(ut, 60000, "unacknowledged data fails the connection after 60 s");
+	ok(rgpu_conn_set_recv_timeout(cli, 200) == 0, "a 200 ms receive bound");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	errno = 0;
+	int trc = rgpu_recv(cli, got, 1);
+	int terr = errno;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	ok(trc == -1 && (terr == EAGAIN || terr == EWOULDBLOCK), "a silent peer: EAGAIN (%s)",
+	   strerror(terr));
+	ok(ms >= 150 && ms < 2000, "after about 200 ms (%ld ms)", ms);
+	ok(rgpu_conn_set_recv_timeout(cli, 0) == 0, "bound removed");
+	ok(rgpu_sendv(srv, (struct iovec[]){ { "k", 1 } }, 1) == 0 && rgpu_recv(cli, got, 1) == 0 &&
+	   got[0] == 'k', "the connection still works after a timed-out receive");
 
 	/* 32 MiB in the middle of three iovecs; the receiver runs concurrently */
 	uint8_t *big = malloc(BIG);

@@ -652,13 +652,13 @@ static void tcp_pair(struct pair *p)
 struct up {
 	struct rgpu_conn *tcp, *res;
 	int server;
-	char err[256];
+	struct rgpu_error e;
 };
 
 static void *upgrade_thread(void *arg)
 {
 	struct up *u = arg;
-	u->res = rgpu_verbs_upgrade(u->tcp, u->server, u->err, sizeof(u->err));
+	u->res = rgpu_verbs_upgrade(u->tcp, u->server, &u->e);
 	return NULL;
 }
 
@@ -685,8 +685,8 @@ static void test_device(void)
 	pthread_join(th, NULL);
 	if (!avail) {
 		ok(!ua.res && !ub.res, "upgrade without devices: both ends fall back");
-		like(ua.err, "verbs unavailable here: no RDMA devices", "client's reason (%s)", ua.err);
-		like(ub.err, "verbs unavailable here", "server's reason (%s)", ub.err);
+		like(ua.e.text, "verbs unavailable here: no RDMA devices", "client's reason (%s)", ua.e.text);
+		like(ub.e.text, "verbs unavailable here", "server's reason (%s)", ub.e.text);
 		struct iovec iov = { "after", 6 };
 		char buf[6] = "";
 		ok(rgpu_sendv(p.a, &iov, 1) == 0 && rgpu_recv(p.b, buf, 6) == 0 && !strcmp(buf, "after"),
@@ -719,9 +719,10 @@ static void test_device(void)
 	struct iovec iov = { b, sizeof(b) };
 	rgpu_sendv(p.b, &iov, 1);
 	pthread_join(th, NULL);
-	ok(!u.res, "a refusing peer: fallback (%s)", u.err);
+	ok(!u.res, "a refusing peer: fallback (%s)", u.e.text);
+	is_i64(u.e.code, RGPU_E_UNAVAILABLE, "a refusal leaves TCP usable (code)");
 	if (avail)
-		like(u.err, "test peer says no", "the peer's reason is reported");
+		like(u.e.text, "test peer says no", "the peer's reason is reported");
 	struct iovec iov2 = { "x", 1 };
 	char c1 = 0;
 	ok(rgpu_sendv(p.a, &iov2, 1) == 0 && rgpu_recv(p.b, &c1, 1) == 0 && c1 == 'x',
@@ -739,7 +740,8 @@ static void test_device(void)
 	rgpu_sendv(p.b, &iov, 1);
 	pthread_join(th, NULL);
 	ok(!u.res, "garbage info: no verbs connection");
-	like(u.err, "bad verbs connection info", "garbage named (%s)", u.err);
+	like(u.e.text, "bad verbs connection info", "garbage named (%s)", u.e.text);
+	is_i64(u.e.code, RGPU_E_BROKEN, "garbage: the connection is broken (code)");
 	ok(rgpu_recv(p.a, &c1, 1) < 0, "garbage info: TCP shut down, the next read fails");
 	rgpu_conn_close(p.a);
 	rgpu_conn_close(p.b);
@@ -752,7 +754,8 @@ static void test_device(void)
 	rgpu_conn_close(p.b);
 	pthread_join(th, NULL);
 	ok(!u.res, "peer gone mid-exchange: no verbs connection");
-	like(u.err, "exchange over TCP failed", "and says so (%s)", u.err);
+	like(u.e.text, "exchange over TCP failed", "and says so (%s)", u.e.text);
+	is_i64(u.e.code, RGPU_E_BROKEN, "peer gone: the connection is broken (code)");
 	rgpu_conn_close(p.a);
 }
 
