@@ -46,9 +46,14 @@ static int gate_call(struct gate_req *q, const void *payload, struct gate_rep *p
 	memcpy(msg, q, sizeof(*q));
 	if (q->len)
 		memcpy(msg + sizeof(*q), payload, q->len);
-	if (send(ctl, msg, sizeof(*q) + q->len, MSG_NOSIGNAL) < 0)
+	/* a signal (a timer, a debugger) must not end the session */
+	ssize_t n;
+	while ((n = send(ctl, msg, sizeof(*q) + q->len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
 		return -1;
-	ssize_t n = recv(ctl, msg, GATE_MSG, 0);
+	while ((n = recv(ctl, msg, GATE_MSG, 0)) < 0 && errno == EINTR)
+		;
 	if (n < (ssize_t)sizeof(*p))
 		return -1;
 	memcpy(p, msg, sizeof(*p));

@@ -45,8 +45,10 @@ static uint8_t *wbuf_grow(struct wbuf *w, size_t n)
 
 void put_raw(struct wbuf *w, const void *p, size_t n)
 {
+	if (!n)
+		return; /* nothing to add: no offset on a still-NULL buffer */
 	uint8_t *d = wbuf_grow(w, n);
-	if (d && n)
+	if (d)
 		memcpy(d, p, n);
 }
 

@@ -29,7 +29,8 @@ fi
 if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 	pkgs="build-essential autoconf automake libtool pkg-config python3
 	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
-	      slurmctld slurmd slurm-client iproute2 valgrind libmicrohttpd-dev curl"
+	      slurmctld slurmd slurm-client iproute2 valgrind libmicrohttpd-dev curl
+	      clang libclang-rt-14-dev"
 	missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null |
 		  awk '$NF != "installed" {print $1}'; for p in $pkgs; do
 		  dpkg-query -W "$p" >/dev/null 2>&1 || echo "$p"; done)
@@ -44,12 +45,21 @@ if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then
 	exit 1
 fi
 
+# libFuzzer harnesses (test/fuzz) where clang can link them
+fuzz_opt=""
+if command -v clang >/dev/null &&
+   echo 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }' |
+   clang -x c -fsanitize=fuzzer,address,undefined -o /tmp/rgpu-fuzz-probe.$$ - >/dev/null 2>&1; then
+	fuzz_opt=--enable-fuzz
+fi
+rm -f /tmp/rgpu-fuzz-probe.$$
+
 echo "== build (in _build: autoreconf, configure, make; a few minutes the first time)"
 autoreconf -fi >/dev/null
 mkdir -p _build
 cd _build
 echo "   configure"
-../configure --enable-werror ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >configure.out ||
+../configure --enable-werror $fuzz_opt ${CUDA_HOME:+--with-cuda=$CUDA_HOME} >configure.out ||
 	{ tail -20 configure.out; echo "configure failed (_build/config.log)"; exit 1; }
 # progress: a line per 25 files compiled or linked (the output in
 # _build/make.out and make.err)
@@ -172,6 +182,25 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 	else
 		summary "end to end, rgpud under ASan/UBSan (not built)" 0 1 0
 	fi
+fi
+
+# A short pass of every fuzz harness (docs/fuzzing.md); the long one is
+# `make fuzz FUZZ_SECONDS=... FUZZ_JOBS=...` on a big machine.
+if [ -n "$fuzz_opt" ]; then
+	echo "== fuzz: ${RGPU_FUZZ_SECONDS:-10} s per harness (make fuzz)"
+	frc=0
+	make fuzz FUZZ_SECONDS="${RGPU_FUZZ_SECONDS:-10}" FUZZ_RESULTS="$PWD/fuzz-short" \
+		> fuzz-short.log 2>&1 || frc=1
+	grep -E '^(PASS|FAIL)' fuzz-short.log || tail -20 fuzz-short.log
+	fp=$(grep -c '^PASS' fuzz-short.log || true)
+	ff=$(grep -c '^FAIL' fuzz-short.log || true)
+	# a run that failed before any harness ran still counts as a failure
+	[ "$frc" -eq 0 ] || [ "$ff" -gt 0 ] || ff=1
+	[ "$frc" -eq 0 ] || status=1
+	summary "fuzz, short pass (_build/fuzz-short.log, _build/fuzz-short/)" "$fp" "$ff" 0
+else
+	echo "SKIP: fuzz short pass: clang cannot link libFuzzer here (Debian: clang libclang-rt-14-dev)"
+	summary "fuzz, short pass (no clang with libFuzzer)" 0 0 1
 fi
 
 if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then

@@ -1,0 +1,108 @@
+#!/bin/bash
+# Runs libFuzzer harnesses and records what they did (docs/fuzzing.md).
+# Called by `make fuzz`; also runnable by hand from the build tree.
+#
+#   FUZZ_TARGETS  harnesses to run (default: all built, FUZZ_ALL)
+#   FUZZ_SECONDS  seconds per worker per harness (default 60)
+#   FUZZ_JOBS     parallel workers per harness (default 1); CPU time per
+#                 harness is FUZZ_SECONDS x FUZZ_JOBS
+#   FUZZ_RESULTS  results directory (default ./fuzz-results/DATE-HOST)
+#   FUZZ_NICE     nice level of the fuzzers (default 10)
+#   FUZZ_BIN, FUZZ_SRC  where the harnesses and test/fuzz sources are
+#
+# Per harness, in FUZZ_RESULTS/<harness>/: corpus/ (the seed corpus, then
+# what the run added), artifacts/ (crash-*, leak-*, timeout-*, oom-*),
+# fuzz-N.log (libFuzzer's output per worker) and stats.txt.  summary.tsv
+# has one line per harness: date, machine, harness, seconds, jobs,
+# cpu_seconds, execs, coverage (edges), corpus size, artifacts.
+# Exit 1 if any harness left an artifact (a crash), else 0.
+set -u
+: "${FUZZ_BIN:=$PWD}"
+: "${FUZZ_SRC:=$(cd "$(dirname "$0")" && pwd)}"
+: "${FUZZ_ALL:=fuzz_frame fuzz_wire fuzz_servers fuzz_size fuzz_lease fuzz_dispatch fuzz_dispatch_lease fuzz_spank_options}"
+FUZZ_TARGETS=${FUZZ_TARGETS:-$FUZZ_ALL}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+FUZZ_JOBS=${FUZZ_JOBS:-1}
+FUZZ_NICE=${FUZZ_NICE:-10}
+host=$(hostname -s 2>/dev/null || hostname)
+stamp=$(date -u +%Y-%m-%dT%H%MZ)
+FUZZ_RESULTS=${FUZZ_RESULTS:-$PWD/fuzz-results/$stamp-$host}
+mkdir -p "$FUZZ_RESULTS"
+FUZZ_RESULTS=$(cd "$FUZZ_RESULTS" && pwd)
+machine="$host ($(nproc) cores, $(uname -m))"
+summary=$FUZZ_RESULTS/summary.tsv
+[ -s "$summary" ] || printf 'date\tmachine\tharness\tseconds\tjobs\tcpu_seconds\texecs\tedges\tcorpus\tartifacts\n' > "$summary"
+
+# Per-harness libFuzzer flags: the dispatcher's inputs hold recorded
+# sessions (module images, bulk copies), the parsers' inputs are short.
+flags_for() {
+	case $1 in
+	fuzz_dispatch*) echo "-max_len=262144 -timeout=20 -rss_limit_mb=4096" ;;
+	fuzz_lease) echo "-max_len=16384 -timeout=10" ;;
+	fuzz_frame|fuzz_wire) echo "-max_len=65536 -timeout=10" ;;
+	*) echo "-max_len=4096 -timeout=10" ;;
+	esac
+}
+
+# the two dispatcher harnesses share the recorded sessions
+corpus_of() { [ "$1" = fuzz_dispatch_lease ] && echo fuzz_dispatch || echo "$1"; }
+
+status=0
+for t in $FUZZ_TARGETS; do
+	bin=$FUZZ_BIN/$t
+	if [ ! -x "$bin" ]; then
+		echo "FAIL: $t: $bin not built"
+		status=1
+		continue
+	fi
+	out=$FUZZ_RESULTS/$t
+	mkdir -p "$out/corpus" "$out/artifacts"
+	# the repository's seeds are copied, never written to
+	for d in "$FUZZ_SRC/corpus/$(corpus_of "$t")" "$FUZZ_SRC/regressions/$t"; do
+		[ -d "$d" ] && cp -n "$d"/* "$out/corpus/" 2>/dev/null
+	done
+	dict=""
+	[ -f "$FUZZ_SRC/$t.dict" ] && dict="-dict=$FUZZ_SRC/$t.dict"
+	echo "== $t: $FUZZ_JOBS worker(s) x ${FUZZ_SECONDS}s"
+	start=$(date +%s)
+	# -jobs: every worker fuzzes for max_total_time and shares corpus/
+	( cd "$out" && nice -n "$FUZZ_NICE" "$bin" $(flags_for "$t") $dict \
+		-max_total_time="$FUZZ_SECONDS" -jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS" \
+		-print_final_stats=1 -artifact_prefix="$out/artifacts/" \
+		corpus > run.log 2>&1 )
+	wall=$(( $(date +%s) - start ))
+	execs=0; edges=0
+	for log in "$out"/fuzz-*.log; do
+		[ -f "$log" ] || continue
+		e=$(grep -a 'stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}')
+		execs=$((execs + ${e:-0}))
+		c=$(grep -a -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
+		[ "${c:-0}" -gt "$edges" ] && edges=$c
+	done
+	ncorpus=$(ls "$out/corpus" | wc -l)
+	nart=$(ls "$out/artifacts" | wc -l)
+	{
+		echo "harness: $t"
+		echo "date: $stamp"
+		echo "machine: $machine"
+		echo "workers: $FUZZ_JOBS"
+		echo "seconds_per_worker: $FUZZ_SECONDS"
+		echo "cpu_seconds: $((FUZZ_SECONDS * FUZZ_JOBS))"
+		echo "wall_seconds: $wall"
+		echo "execs: $execs"
+		echo "edges: $edges"
+		echo "corpus: $ncorpus"
+		echo "artifacts: $nart"
+		ls "$out/artifacts" | sed 's/^/  /'
+	} > "$out/stats.txt"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$stamp" "$machine" "$t" "$FUZZ_SECONDS" \
+		"$FUZZ_JOBS" "$((FUZZ_SECONDS * FUZZ_JOBS))" "$execs" "$edges" "$ncorpus" "$nart" >> "$summary"
+	if [ "$nart" -gt 0 ]; then
+		echo "FAIL: $t: $nart artifact(s) in $out/artifacts (see fuzz-*.log there)"
+		status=1
+	else
+		echo "PASS: $t: $execs runs, $edges edges, no crash"
+	fi
+done
+echo "results: $FUZZ_RESULTS (summary.tsv)"
+exit $status
