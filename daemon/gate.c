@@ -1,5 +1,6 @@
 #include "gate.h"
 #include "log.h"
+#include "metrics.h"
 #include "session.h"
 #include "wire.h"
 
@@ -188,6 +189,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 	uint64_t charged[RGPUD_MAX_GPUS] = { 0 };
 	struct wbuf out;
 	wbuf_init(&out);
+	struct metrics_session *ms = metrics_session_open(who);
 	while (msg) {
 		ssize_t n = recv(fd, msg, GATE_MSG, 0);
 		if (n <= 0) {
@@ -207,6 +209,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 		switch (q.op) {
 		case G_DEVICE:
 			p.rc = rgpud_access_device(who, q.gpu, &p.limit, why, sizeof(why));
+			if (p.rc)
+				metrics_refused("gpu");
+			else
+				metrics_session_gpu(ms, q.gpu);
 			put_raw(&out, why, strlen(why));
 			break;
 		case G_CHARGE:
@@ -216,6 +222,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 				p.rc = rgpud_access_charge(who, q.gpu, q.bytes);
 			if (p.rc == 0)
 				charged[q.gpu] += q.bytes;
+			if (p.rc)
+				metrics_refused("quota");
+			else
+				metrics_session_charge(ms, q.gpu, q.bytes);
 			break;
 		case G_REFUND:
 			if (q.bytes > charged[q.gpu]) {
@@ -226,8 +236,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 				break;
 			}
 			p.rc = rgpud_access_refund(who, q.gpu, q.bytes);
-			if (p.rc == 0)
+			if (p.rc == 0) {
 				charged[q.gpu] -= q.bytes;
+				metrics_session_refund(ms, q.gpu, q.bytes);
+			}
 			break;
 		case G_USAGE:
 			rgpud_access_usage(who, q.gpu, &p.limit, &p.used);
@@ -257,4 +269,5 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			rgpud_access_refund(who, g, charged[g]);
 		}
 	}
+	metrics_session_close(ms);
 }

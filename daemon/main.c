@@ -4,6 +4,7 @@
 #include "proto.h"
 #include "gate.h"
 #include "lease.h"
+#include "metrics.h"
 #include "session.h"
 #include "rgpud.h"
 #include "transport.h"
@@ -58,6 +59,8 @@ static void usage(FILE *f)
 "                            at once (default: no limit)\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
 "      --slurm-user=USER     besides root, the user allowed to manage leases\n"
+"      --metrics=[ADDR:]PORT serve Prometheus metrics on http://ADDR:PORT/metrics\n"
+"                            (ADDR 127.0.0.1 when only a port is given)\n"
 "      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
@@ -69,6 +72,9 @@ static void usage(FILE *f)
 "Clients select GPUs with RGPU_SERVERS=host[:port][/gpu],...  See rgpud(8).\n",
 		RGPU_DEFAULT_PORT, RGPU_STATEDIR);
 }
+
+/* long options without a short form */
+enum { OPT_METRICS = 256 };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -344,6 +350,7 @@ int main(int argc, char **argv)
 		{ "open", no_argument, NULL, 'O' },
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
+		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -365,7 +372,7 @@ int main(int argc, char **argv)
 	};
 	char listen_addr[300];
 	snprintf(listen_addr, sizeof(listen_addr), "0.0.0.0:%d", RGPU_DEFAULT_PORT);
-	const char *driver = NULL, *pidfile = NULL;
+	const char *driver = NULL, *pidfile = NULL, *metrics_addr = NULL;
 	int open_access = 0; /* deny by default: --open serves everyone */
 	uint32_t *allow_uids = NULL, *allow_gids = NULL;
 	size_t nallow_uids = 0, nallow_gids = 0;
@@ -407,6 +414,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		}
+		case OPT_METRICS: metrics_addr = optarg; break;
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;
@@ -520,6 +528,11 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		return 1;
 	}
+	/* (after detaching: the endpoint runs a thread) */
+	if (metrics_addr && metrics_start(metrics_addr, err, sizeof(err)) < 0) {
+		log_err("%s", err);
+		return 1;
+	}
 	if (pidfile) {
 		FILE *f = fopen(pidfile, "w");
 		if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) {
@@ -543,6 +556,7 @@ int main(int argc, char **argv)
 			 "without authentication", listen_addr);
 	rgpud_serve(srv);
 	log_info("shutting down");
+	metrics_stop();
 	close(srv->listen_fd);
 	if (srv->unix_fd >= 0)
 		close(srv->unix_fd);

@@ -2,6 +2,7 @@
 #include "config.h"
 #include "log.h"
 #include "gate.h"
+#include "metrics.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -17,6 +18,7 @@ int op_hello(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct w
 			 "protocol version mismatch: client speaks rgpu protocol %u, "
 			 "server %s speaks %u", h->version, rgpud_server.hostname, RGPU_PROTO_VERSION);
 		log_warn("%s: %s", s->name, msg);
+		metrics_refused("version");
 		put_str(out, msg);
 		session_send_reply(s, h, 0, RGPU_ERR_VERSION, out->data, out->len);
 		s->ended = 1;
@@ -31,6 +33,7 @@ int op_hello(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct w
 	char why[256] = "";
 	if (rgpud_access_hello(cred, clen, s->conn->peer, &s->who, why, sizeof(why)) < 0) {
 		log_warn("%s (%s): refused: %s", s->name, client, why);
+		metrics_refused("auth");
 		put_str(out, why);
 		session_send_reply(s, h, 0, RGPU_ERR_AUTH, out->data, out->len);
 		s->ended = 1;

@@ -6,6 +6,7 @@
  */
 #include "gate.h"
 #include "log.h"
+#include "metrics.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -196,6 +197,7 @@ static void *conn_thread(void *arg)
 	close(sv[1]);
 	if (s->worker < 0) {
 		log_err("%s: cannot start a session worker: %s", s->name, strerror(errno));
+		metrics_error("spawn");
 		close(sv[0]);
 		goto out;
 	}
@@ -208,6 +210,7 @@ static void *conn_thread(void *arg)
 	int st = 0;
 	while (waitpid(s->worker, &st, 0) < 0 && errno == EINTR)
 		;
+	metrics_worker_exit(st);
 	if (WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
 		log_warn("%s: worker %d died of signal %d", s->name, (int)s->worker, WTERMSIG(st));
 	else if (WIFEXITED(st) && WEXITSTATUS(st))
@@ -288,6 +291,7 @@ static void pending_add(struct rgpud *srv, struct rgpu_conn *c)
 				 RGPUD_MAX_PENDING);
 			last_warn = t;
 		}
+		metrics_refused("pending_limit");
 		rgpu_conn_close(c);
 		return;
 	}
@@ -364,6 +368,7 @@ static int pending_fill(struct pending *p)
 			if (bad) {
 				log_warn("%s: %s (op %u, %u bytes), dropping connection", p->c->peer,
 					 bad, h.op, h.len);
+				metrics_refused("bad_hello");
 				return -1;
 			}
 			p->need = RGPU_HDR_SIZE + h.len;
@@ -459,6 +464,7 @@ int rgpud_serve(struct rgpud *srv)
 			if (i < npend && pend[i].deadline <= now) {
 				log_info("%s: no HELLO within %d ms: connection closed", pend[i].c->peer,
 					 srv->hello_timeout_ms);
+				metrics_refused("hello_timeout");
 				pending_drop(i);
 			}
 		}
@@ -479,12 +485,15 @@ int rgpud_serve(struct rgpud *srv)
 				} else if (e != EAGAIN && e != ECONNABORTED && e != EINTR) {
 					log_warn("accept: %s", strerror(e));
 				}
+				if (e != EAGAIN && e != EINTR)
+					metrics_error("accept");
 				continue;
 			}
 			if (accept_failing) {
 				log_info("accepting connections again");
 				accept_failing = 0;
 			}
+			metrics_conn_accepted();
 			pending_add(srv, c);
 		}
 	}

@@ -29,7 +29,7 @@ fi
 if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 	pkgs="build-essential autoconf automake libtool pkg-config python3
 	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
-	      slurmctld slurmd slurm-client iproute2 valgrind
+	      slurmctld slurmd slurm-client iproute2 valgrind libmicrohttpd-dev curl
 	      clang libclang-rt-14-dev"
 	missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null |
 		  awk '$NF != "installed" {print $1}'; for p in $pkgs; do
@@ -157,6 +157,28 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 		fi
 		summary "end to end, rgpud under ASan/UBSan (_build/e2e-san.log)" "$p" "$f" "$s" "$x"
 		summary "rgpud parent, rgpud under ASan/UBSan (_build/parent-san.log)" "$p2" "$f2" "$s2" "$x2"
+		# the metrics endpoint and damaged lease files too (test/metrics,
+		# test/chaos), failing on any sanitizer report in rgpud's logs
+		for t in metrics/run-metrics.sh chaos/state-files.sh; do
+			n=$(basename "$t" .sh)
+			mkdir -p "san-$n" && rm -rf "san-$n"/*
+			trc=0
+			( cd "san-$n" && RGPU_E2E_DAEMON_BUILD=$top/_build-san ASAN_OPTIONS=detect_leaks=1 \
+			  top_builddir=$OLDPWD bash "$top/test/$t" > out.txt 2>&1 ) || trc=$?
+			if [ $trc -eq 77 ]; then
+				echo "SKIP: $n with rgpud under ASan/UBSan"
+				summary "$n, rgpud under ASan/UBSan (_build/san-$n)" 0 0 1
+			elif [ $trc -eq 0 ] && ! grep -rqE 'ERROR: [A-Za-z]+Sanitizer|runtime error:' "san-$n"; then
+				echo "PASS: $n with rgpud under ASan/UBSan"
+				summary "$n, rgpud under ASan/UBSan (_build/san-$n)" 1 0 0
+			else
+				echo "FAIL: $n with rgpud under ASan/UBSan:"
+				tail -20 "san-$n/out.txt"
+				grep -rE -m5 'ERROR: [A-Za-z]+Sanitizer|runtime error:' "san-$n"
+				summary "$n, rgpud under ASan/UBSan (_build/san-$n)" 0 1 0
+				status=1
+			fi
+		done
 	else
 		summary "end to end, rgpud under ASan/UBSan (not built)" 0 1 0
 	fi
