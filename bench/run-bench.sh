@@ -115,7 +115,7 @@ start_daemon() {
 			RGPU_EMU_LIB=$EMULIB "$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" \
 				${RGPUD_ARGS:-} >"$LOGDIR/rgpud.log" 2>&1 &
 		else
-			LD_LIBRARY_PATH=$([ $HAVE_REAL = 1 ] && echo "$REAL" || echo "${LD_LIBRARY_PATH:-}") \
+			LD_LIBRARY_PATH=$([ $HAVE_REAL = 1 ] && echo "$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" || echo "${LD_LIBRARY_PATH:-}") \
 				"$RGPUD" --open --listen "127.0.0.1:$PORT" \
 				${RGPUD_ARGS:-} >"$LOGDIR/rgpud.log" 2>&1 &
 		fi

@@ -4,7 +4,8 @@
 # a CI-type machine (Debian 12) and carried over as _build, with the
 # libraries that machine lacks in .devcarry/lib (libjson-c.so.5, ...).
 #
-#   OUT=DIR test/gpu/device-run.sh [gpu] [compat] [bench]   (default: all)
+#   OUT=DIR test/gpu/device-run.sh [gpu] [compat] [bench] [threads]
+#   (default: gpu compat bench)
 #
 # rgpud runs as root there and its session workers drop to the served uid
 # (nobody for --open over TCP), so the tree is copied to a world-readable
@@ -30,6 +31,35 @@ S=$OUT/summary.txt
 	echo "rgpu: $(git -C "$src" describe --always --dirty 2>/dev/null || echo '?')"
 	ldd _build/daemon/rgpud | grep -i "not found" && echo "rgpud: missing libraries"
 } >"$S" 2>&1
+threads_part() {
+	local R=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64} E=_build/test/e2e fail=0 pass=0 p1 p2 port pids=""
+	p1=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	p2=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	for port in $p1 $p2; do
+		LD_LIBRARY_PATH=$R:$LD_LIBRARY_PATH _build/daemon/rgpud --open --listen 127.0.0.1:$port \
+			>"$L/threads-rgpud-$port.log" 2>&1 &
+		pids="$pids $!"
+	done
+	sleep 3
+	for tp in tcp auto; do
+		for i in 1 2 3 4 5; do
+			for t in "t_threads" "t_sync_threads" "t_shm_parallel"; do
+				srv=127.0.0.1:$p1
+				[ $t = t_shm_parallel ] && srv=127.0.0.1:$p1,127.0.0.1:$p2
+				if RGPU_TRANSPORT=$tp RGPU_SERVERS=$srv LD_LIBRARY_PATH=_build/client/.libs:$LD_LIBRARY_PATH \
+				   timeout 120 "$E/$t" >"$L/threads-$t-$tp-$i.out" 2>&1; then
+					pass=$((pass + 1)); echo "PASS $t $tp #$i"
+				else
+					fail=$((fail + 1)); echo "FAIL $t $tp #$i: $(tail -2 "$L/threads-$t-$tp-$i.out" | tr '\n' ' ')"
+				fi
+			done
+		done
+	done
+	kill $pids 2>/dev/null; wait
+	echo "threads: $pass passed, $fail failed"
+	[ $fail = 0 ]
+}
+
 for p in $parts; do
 	t0=$(date +%s)
 	case $p in
@@ -41,6 +71,11 @@ for p in $parts; do
 		rc=$? ;;
 	bench)
 		bash bench/run-bench.sh --out "$L/bench" >"$L/bench.txt" 2>&1
+		rc=$? ;;
+	threads)
+		# the multi-threaded and copy-path e2e programs on the real GPU,
+		# each 5 times over TCP and the same-host path
+		threads_part >"$L/threads.txt" 2>&1
 		rc=$? ;;
 	*) echo "unknown part $p" >>"$S"; continue ;;
 	esac
