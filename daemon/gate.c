@@ -107,9 +107,10 @@ int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen)
 	return p.rc;
 }
 
-int gate_charge_bytes(unsigned gpu, uint64_t bytes)
+/* a charge or a refund of bytes on gpu, answered by the parent */
+static int gate_bytes(int op, unsigned gpu, uint64_t bytes)
 {
-	struct gate_req q = { .op = G_CHARGE, .gpu = gpu, .bytes = bytes };
+	struct gate_req q = { .op = op, .gpu = gpu, .bytes = bytes };
 	struct gate_rep p;
 	if (!bytes)
 		return 0;
@@ -118,16 +119,9 @@ int gate_charge_bytes(unsigned gpu, uint64_t bytes)
 	return p.rc;
 }
 
-int gate_refund_bytes(unsigned gpu, uint64_t bytes)
-{
-	struct gate_req q = { .op = G_REFUND, .gpu = gpu, .bytes = bytes };
-	struct gate_rep p;
-	if (!bytes)
-		return 0;
-	if (gate_call(&q, NULL, &p, NULL, NULL) < 0)
-		lost();
-	return p.rc;
-}
+int gate_charge_bytes(unsigned gpu, uint64_t bytes) { return gate_bytes(G_CHARGE, gpu, bytes); }
+
+int gate_refund_bytes(unsigned gpu, uint64_t bytes) { return gate_bytes(G_REFUND, gpu, bytes); }
 
 int gate_charge(unsigned gpu, int64_t delta)
 {
