@@ -65,7 +65,8 @@ static inline int raw_write(int fd, const void *p, size_t n)
 	return 0;
 }
 
-/* Exactly n bytes within timeout_ms each wait: 0, or -1. */
+/* Exactly n bytes within timeout_ms each wait: 0, 1 when the peer closed
+ * the connection first, -1 on a timeout or another error. */
 static inline int raw_read(int fd, void *p, size_t n, int timeout_ms)
 {
 	char *b = p;
@@ -79,7 +80,9 @@ static inline int raw_read(int fd, void *p, size_t n, int timeout_ms)
 		ssize_t k = recv(fd, b, n, 0);
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k <= 0)
+		if (k == 0 || (k < 0 && errno == ECONNRESET))
+			return 1;
+		if (k < 0)
 			return -1;
 		b += k;
 		n -= (size_t)k;
@@ -106,13 +109,13 @@ static inline int raw_recv(struct raw *c, struct raw_reply *rp, int timeout_ms)
 	uint8_t b[RGPU_HDR_SIZE];
 	free(rp->data);
 	rp->data = NULL;
-	if (raw_read(c->fd, b, sizeof(b), timeout_ms) < 0)
+	if (raw_read(c->fd, b, sizeof(b), timeout_ms) != 0)
 		return -1;
 	rgpu_hdr_decode(b, &rp->h);
 	if (rp->h.magic != RGPU_PROTO_MAGIC || rp->h.len > RGPU_MAX_PAYLOAD)
 		return -1;
 	rp->data = malloc(rp->h.len + 1);
-	if (!rp->data || raw_read(c->fd, rp->data, rp->h.len, timeout_ms) < 0)
+	if (!rp->data || raw_read(c->fd, rp->data, rp->h.len, timeout_ms) != 0)
 		return -1;
 	rd_init(&rp->r, rp->data, rp->h.len);
 	rp->status = rp->h.op == RGPU_OP_OUTPUT ? 0 : get_i32(&rp->r);

@@ -31,6 +31,7 @@
 #include "proto.h"
 #include "transport.h"
 #include "wire.h"
+#include "raw.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -82,42 +83,6 @@ static int conn_any(const char *host, unsigned port)
 	return dup(rgpu_tcp_fd(c)); /* (the wrapper is left behind: a test) */
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n) {
-		ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
-/* 0, 1 on EOF, -1 on timeout or error */
-static int read_all(int fd, void *p, size_t n, int timeout_ms)
-{
-	char *c = p;
-	while (n) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		int r = poll(&pf, 1, timeout_ms);
-		if (r <= 0)
-			return -1;
-		ssize_t k = recv(fd, c, n, 0);
-		if (k == 0 || (k < 0 && errno == ECONNRESET))
-			return 1;
-		if (k < 0)
-			return -1;
-		c += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 static void frame(struct wbuf *out, uint16_t op, uint32_t len)
 {
 	struct rgpu_hdr h = { .magic = RGPU_PROTO_MAGIC, .version = RGPU_PROTO_VERSION, .op = op,
@@ -133,7 +98,7 @@ static void send_req(int fd, uint16_t op, const struct wbuf *w)
 	wbuf_init(&f);
 	frame(&f, op, (uint32_t)w->len);
 	put_raw(&f, w->data, w->len);
-	if (write_all(fd, f.data, f.len) < 0) {
+	if (raw_write(fd, f.data, f.len) < 0) {
 		fprintf(stderr, "t_parent: send: %s\n", strerror(errno));
 		exit(1);
 	}
@@ -153,14 +118,14 @@ static int recv_reply(int fd, struct reply *rp)
 	struct rgpu_hdr h;
 	free(rp->data);
 	rp->data = NULL;
-	int rc = read_all(fd, b, sizeof(b), TIMEOUT_MS);
+	int rc = raw_read(fd, b, sizeof(b), TIMEOUT_MS);
 	if (rc)
 		return rc;
 	rgpu_hdr_decode(b, &h);
 	if (h.magic != RGPU_PROTO_MAGIC || h.len > RGPU_MAX_PAYLOAD)
 		return -1;
 	rp->data = malloc(h.len + 1);
-	if (!rp->data || (rc = read_all(fd, rp->data, h.len, TIMEOUT_MS)))
+	if (!rp->data || (rc = raw_read(fd, rp->data, h.len, TIMEOUT_MS)))
 		return rc ? rc : -1;
 	rd_init(&rp->r, rp->data, h.len);
 	rp->status = get_i32(&rp->r);
@@ -436,7 +401,7 @@ static int mode_bighello(const char *host, unsigned port)
 	struct wbuf w;
 	wbuf_init(&w);
 	frame(&w, RGPU_OP_HELLO, 1u << 20);
-	write_all(fd, w.data, w.len);
+	raw_write(fd, w.data, w.len);
 	char b;
 	struct pollfd pf = { .fd = fd, .events = POLLIN };
 	int dropped = poll(&pf, 1, 3000) == 1 && recv(fd, &b, 1, 0) <= 0;
@@ -457,7 +422,7 @@ static int mode_pipeline(const char *host, unsigned port)
 	put_u32(&w, 0);
 	frame(&all, RGPU_OP_DEVICE_INFO, (uint32_t)w.len);
 	put_raw(&all, w.data, w.len);
-	write_all(fd, all.data, all.len); /* both before any reply */
+	raw_write(fd, all.data, all.len); /* both before any reply */
 	struct reply rp = { 0 };
 	int n = 0;
 	while (n < 2 && recv_reply(fd, &rp) == 0 && rp.status == 0)
