@@ -15,7 +15,8 @@
 # fuzz-N.log (libFuzzer's output per worker) and stats.txt.  summary.tsv
 # has one line per harness: date, machine, harness, seconds, jobs,
 # cpu_seconds, execs, coverage (edges), corpus size, artifacts.
-# Exit 1 if any harness left an artifact (a crash), else 0.
+# Exit 1 if any harness left a crash, leak or oom artifact, else 0
+# (timeouts and slow units are reported, not failed).
 set -u
 : "${FUZZ_BIN:=$PWD}"
 : "${FUZZ_SRC:=$(cd "$(dirname "$0")" && pwd)}"
@@ -97,9 +98,15 @@ for t in $FUZZ_TARGETS; do
 	} > "$out/stats.txt"
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$stamp" "$machine" "$t" "$FUZZ_SECONDS" \
 		"$FUZZ_JOBS" "$((FUZZ_SECONDS * FUZZ_JOBS))" "$execs" "$edges" "$ncorpus" "$nart" >> "$summary"
-	if [ "$nart" -gt 0 ]; then
-		echo "FAIL: $t: $nart artifact(s) in $out/artifacts (see fuzz-*.log there)"
+	# crashes, leaks and out-of-memory fail the run; a timeout or a slow
+	# unit is reported (the emulated device runs queued kernels out at
+	# context teardown: docs/fuzzing.md) without failing it
+	nbad=$(ls "$out/artifacts" | grep -c -E '^(crash|leak|oom)-' || true)
+	if [ "$nbad" -gt 0 ]; then
+		echo "FAIL: $t: $nbad crash/leak/oom artifact(s) in $out/artifacts (see fuzz-*.log there)"
 		status=1
+	elif [ "$nart" -gt 0 ]; then
+		echo "PASS: $t: $execs runs, $edges edges, no crash; $nart timeout/slow artifact(s) in $out/artifacts"
 	else
 		echo "PASS: $t: $execs runs, $edges edges, no crash"
 	fi
