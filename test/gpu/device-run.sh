@@ -4,8 +4,9 @@
 # a CI-type machine (Debian 12) and carried over as _build, with the
 # libraries that machine lacks in .devcarry/lib (libjson-c.so.5, ...).
 #
-#   OUT=DIR test/gpu/device-run.sh [gpu] [compat] [bench] [threads]
-#   (default: gpu compat bench)
+#   OUT=DIR test/gpu/device-run.sh [gpu] [compat] [bench] [threads] [PATH.sh...]
+#   (default: gpu compat bench; PATH.sh: any script of the tree, run as
+#   `bash PATH.sh --out DIR` with RGPU_PART_TIMEOUT seconds, default 540)
 #
 # rgpud runs as root there and its session workers drop to the served uid
 # (nobody for --open over TCP), so the tree is copied to a world-readable
@@ -77,6 +78,17 @@ for p in $parts; do
 		# each 5 times over TCP and the same-host path
 		threads_part >"$L/threads.txt" 2>&1
 		rc=$? ;;
+	*.sh)
+		# any GPU script of the tree (a benchmark, a peer suite):
+		# run as `bash SCRIPT --out DIR`, its output kept like the others
+		n=$(basename "$p" .sh)
+		if [ -f "$p" ]; then
+			timeout "${RGPU_PART_TIMEOUT:-540}" bash "$p" --out "$L/$n" >"$L/$n.txt" 2>&1
+			rc=$?
+		else
+			echo "no such script: $p" >"$L/$n.txt"; rc=127
+		fi
+		p=$n ;;
 	*) echo "unknown part $p" >>"$S"; continue ;;
 	esac
 	echo "== $p: exit $rc in $(( $(date +%s) - t0 )) s" >>"$S"
