@@ -241,11 +241,17 @@ typedef uint64_t rgpu_handle;
 	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
 	X(LEASE_LIST, 82, "leases and GPU load")
 
+/* Opcode ranges reserved per area (append inside your range; never renumber):
+ *   98-127 general, 128-159 graphs, host functions, attributes, linker,
+ *   160-191 pools, VMM for applications, IPC, peers, registered memory,
+ *   192-199 memory manager (swap, wait), 200-207 scheduling and session
+ *   listing, 208-223 migration and recovery, 224-231 call statistics and
+ *   round-trip savings, 232-239 admission and accounting. */
 enum rgpu_op {
 #define RGPU_OP_ENUM(name, num, doc) RGPU_OP_##name = num,
 	RGPU_OPS(RGPU_OP_ENUM)
 #undef RGPU_OP_ENUM
-	RGPU_OP_MAX = 128,
+	RGPU_OP_MAX = 256,
 };
 
 /* Module image kinds in MODULE_LOAD, from what the client could size. */
