@@ -4,6 +4,8 @@
 #include "rgpud.h"
 #include "devout.h"
 #include "waiter.h"
+#include "migrate/migrate.h"
+#include "migrate/snapshot.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -288,6 +290,8 @@ static void session_cleanup(struct session *s)
 	shm_cleanup(s);
 	stage_free(s);
 	vmem_cleanup(s);
+	memif_cleanup(s);
+	journal_free(s);
 	int nctx = 0;
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
@@ -394,8 +398,13 @@ static int read_payload(struct session *s, size_t n)
 	return n ? session_recv(s, s->rx, n) : 0;
 }
 
+/* the parent has a migration order for this worker (migrate.h) */
+#define RGPU_HDR_ORDER (-10)
+
 static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 {
+	if (s->mig_fd > 0 && s->in_len - s->in_off < RGPU_HDR_SIZE && migrate_wait_input(s))
+		return RGPU_HDR_ORDER;
 	if (in_fill(s, RGPU_HDR_SIZE) < 0)
 		return RGPU_HDR_EOF;
 	rgpu_hdr_decode(s->in + s->in_off, h);
@@ -415,6 +424,8 @@ int session_serve_one(struct session *s)
 	session_prepare(s);
 	struct rgpu_hdr h;
 	int hs = recv_hdr(s, &h);
+	if (hs == RGPU_HDR_ORDER)
+		return migrate_serve_order(s) ? -1 : 0;
 	if (hs == RGPU_HDR_EOF) {
 		if (errno)
 			log_info("%s: connection lost: %s", s->name, strerror(errno));
@@ -459,6 +470,7 @@ int session_serve_one(struct session *s)
 	pthread_mutex_lock(&s->send_lock);
 	int rc = reply(s, od, &h, &r);
 	pthread_mutex_unlock(&s->send_lock);
+	s->last_id = h.id;
 	return rc;
 }
 
@@ -467,6 +479,10 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 		 struct rd *r)
 {
 	int st = od->fn(s, h, r, &s->tx);
+	/* what made or changed an object is kept for migration (prefix 0:
+	 * the whole request is in s->rx) */
+	if (st >= 0 && !od->prefix)
+		journal_note(s, h->op, s->rx, h->len, st, s->tx.data, s->tx.len);
 	if (st == OP_DROP) {
 		log_warn("%s: malformed %s request (%u bytes), dropping connection", s->name,
 			 rgpu_op_name(h->op), h->len);

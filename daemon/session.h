@@ -24,6 +24,8 @@
 
 struct rgpud;
 struct vmem;
+struct journal;
+struct memif_run;
 
 /* Device memory charged to the quota for a context itself (measured:
  * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
@@ -92,6 +94,14 @@ struct session {
 	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
 	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
 	int prepared;     /* session_prepare done */
+
+	/* migration and recovery (daemon/migrate/) */
+	struct journal *journal;       /* requests that made the live objects */
+	struct memif_run *memif_runs;  /* memory re-created at fixed addresses */
+	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
+	uint64_t last_id;              /* id of the last request served */
+	int attach;                    /* parent: HELLO named a moved session */
+	uint8_t attach_token[16];
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
