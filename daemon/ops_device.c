@@ -42,6 +42,12 @@ int op_hello(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct w
 		s->ended = 1;
 		return OP_REPLIED;
 	}
+	/* the kernel vouches for a same-host peer: its root may move
+	 * sessions without munge (migrate/parent.c) */
+	int ppid;
+	unsigned puid;
+	if (rgpu_unix_peer(s->conn, &ppid, &puid) == 0 && puid == 0)
+		s->who.local_root = 1;
 	if (token && migrate_parent_attach_check(&s->who, token, why, sizeof(why)) < 0) {
 		log_warn("%s (%s): refused: %s", s->name, client, why);
 		put_str(out, why);

@@ -219,37 +219,6 @@ int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, cha
 	return 0;
 }
 
-int rg_migrate(struct rg_conn *c, const char *target, int32_t gpu, uint64_t session,
-	       uint64_t job, int drain, uint32_t *moved, uint32_t *failed, char **report,
-	       char *why, size_t whylen)
-{
-	struct wbuf w;
-	wbuf_init(&w);
-	put_str(&w, target);
-	put_u32(&w, (uint32_t)gpu);
-	put_u64(&w, session);
-	put_u64(&w, job);
-	put_u32(&w, drain ? 1 : 0);
-	struct rd r;
-	int32_t st;
-	int rc = call(c, RGPU_OP_MIGRATE, &w, &r, &st);
-	wbuf_free(&w);
-	*report = NULL;
-	if (rc)
-		return -1;
-	if (st) {
-		failure(&r, st, why, whylen);
-		return st;
-	}
-	*moved = get_u32(&r);
-	*failed = get_u32(&r);
-	const char *rep = get_str(&r, RGPU_MAX_PAYLOAD);
-	if (!rd_ok(&r) || !rep)
-		return -1;
-	*report = strdup(rep);
-	return 0;
-}
-
 int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whylen)
 {
 	memset(out, 0, sizeof(*out));

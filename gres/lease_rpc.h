@@ -49,11 +49,6 @@ struct rg_list {
 	struct rg_list_lease *leases;
 	size_t nlease;
 };
-/* MIGRATE (proto.h): moves sessions of the server c is connected to.
- * report gets the server's lines (one per session), malloc'd. */
-int rg_migrate(struct rg_conn *c, const char *target, int32_t gpu, uint64_t session,
-	       uint64_t job, int drain, uint32_t *moved, uint32_t *failed, char **report,
-	       char *why, size_t whylen);
 int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whylen);
 void rg_list_free(struct rg_list *l);
 

@@ -5,13 +5,18 @@
  * themselves, so no session's memory passes through this command.
  */
 #include "rgpu_cmds.h"
-#include "lease_rpc.h"
+#include "cred.h"
+#include "frame.h"
+#include "proto.h"
 #include "servers.h"
+#include "transport.h"
+#include "wire.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TIMEOUT_MS 10000
 
@@ -30,7 +35,32 @@ static int target(const char *spec, char *addr, size_t n, int32_t *gpu)
 	return 0;
 }
 
-static struct rg_conn *admin_connect(const char *spec)
+/* One request, its one reply frame: the status, fields in *r (valid until
+ * the next call).  -1 when the connection failed. */
+static int call(struct rgpu_conn *c, uint16_t op, const struct wbuf *w, struct rd *r, int32_t *st)
+{
+	static uint64_t id;
+	static uint8_t *buf;
+	if (w->oom || rgpu_frame_send(c, op, 0, ++id, w->data, w->len, NULL, 0) < 0)
+		return -1;
+	struct rgpu_hdr h;
+	do {
+		if (rgpu_frame_recv_hdr(c, &h) != RGPU_HDR_OK || !(h.flags & RGPU_F_REPLY) ||
+		    h.len < 4)
+			return -1;
+		free(buf);
+		if (!(buf = malloc(h.len)) || rgpu_recv(c, buf, h.len) < 0)
+			return -1;
+	} while (h.op != op || h.id != id);
+	rd_init(r, buf, h.len);
+	*st = (int32_t)get_u32(r);
+	return 0;
+}
+
+/* An admin session on the server: over its Unix socket when it runs on
+ * this host (the kernel then vouches for root, no munge needed), else
+ * TCP; a munge credential when munged answers. */
+static struct rgpu_conn *admin_connect(const char *spec)
 {
 	struct rgpu_server_ent e;
 	char err[512];
@@ -38,37 +68,80 @@ static struct rg_conn *admin_connect(const char *spec)
 		fprintf(stderr, "rgpu: '%s': %s\n", spec, err);
 		return NULL;
 	}
-	struct rg_conn *c = rg_connect(e.host, e.port, 0, TIMEOUT_MS, err, sizeof(err));
-	if (!c)
+	struct rgpu_conn *c = NULL;
+	if (rgpu_host_is_local(e.host))
+		c = rgpu_unix_connect(e.port, err, sizeof(err));
+	if (!c && !(c = rgpu_tcp_connect(e.host, e.port, TIMEOUT_MS, err, sizeof(err)))) {
 		fprintf(stderr, "rgpu: %s: %s\n", spec, err);
+		return NULL;
+	}
+	void *cred = NULL;
+	size_t clen = 0;
+	if (rgpu_client_credential(&cred, &clen, err, sizeof(err)) < 0) {
+		fprintf(stderr, "rgpu: cannot make a credential: %s\n", err);
+		rgpu_conn_close(c);
+		return NULL;
+	}
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u32(&w, RGPU_PROTO_VERSION);
+	put_str(&w, "rgpu migrate");
+	put_bytes(&w, cred, clen);
+	free(cred);
+	struct rd r;
+	int32_t st;
+	(void)rgpu_conn_set_recv_timeout(c, TIMEOUT_MS);
+	int rc = call(c, RGPU_OP_HELLO, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc < 0 || st) {
+		const char *m = rc < 0 ? NULL : get_str(&r, 1024);
+		fprintf(stderr, "rgpu: %s: %s\n", spec, rc < 0 ? "no handshake (is it an rgpud?)"
+							    : m ? m : "refused");
+		rgpu_conn_close(c);
+		return NULL;
+	}
+	(void)rgpu_conn_set_recv_timeout(c, 0); /* moving sessions takes its time */
 	return c;
 }
 
 /* One MIGRATE; prints the server's report.  0 all moved, 1 some failed,
  * 2 refused or unreachable. */
-static int order(struct rg_conn *c, const char *from, const char *to, uint64_t session,
+static int order(struct rgpu_conn *c, const char *from, const char *to, uint64_t session,
 		 uint64_t job, int drain, uint32_t *failed_out)
 {
-	char addr[300], why[1024] = "";
+	char addr[300];
 	int32_t gpu;
 	if (target(to, addr, sizeof(addr), &gpu) < 0)
 		return 2;
-	uint32_t moved = 0, failed = 0;
-	char *report = NULL;
-	int rc = rg_migrate(c, addr, gpu, session, job, drain, &moved, &failed, &report, why,
-			    sizeof(why));
+	struct wbuf w;
+	wbuf_init(&w);
+	put_str(&w, addr);
+	put_u32(&w, (uint32_t)gpu);
+	put_u64(&w, session);
+	put_u64(&w, job);
+	put_u32(&w, drain ? 1 : 0);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_MIGRATE, &w, &r, &st);
+	wbuf_free(&w);
 	if (rc < 0) {
 		fprintf(stderr, "rgpu: %s: the connection failed\n", from);
 		return 2;
 	}
-	if (rc > 0) {
-		fprintf(stderr, "rgpu: %s refused: %s\n", from, why);
+	if (st) {
+		const char *m = get_str(&r, 1024);
+		fprintf(stderr, "rgpu: %s refused: %s\n", from, m ? m : "no reason given");
 		return 2;
 	}
-	fputs(report ? report : "", stdout);
+	uint32_t moved = get_u32(&r), failed = get_u32(&r);
+	const char *report = get_str(&r, RGPU_MAX_PAYLOAD);
+	if (!rd_ok(&r) || !report) {
+		fprintf(stderr, "rgpu: %s: a malformed answer\n", from);
+		return 2;
+	}
+	fputs(report, stdout);
 	printf("%u moved, %u failed (%s -> %s%s)\n", moved, failed, from, addr,
 	       gpu >= 0 ? ", that GPU" : "");
-	free(report);
 	if (failed_out)
 		*failed_out = failed;
 	return failed ? 1 : 0;
@@ -116,11 +189,11 @@ int rgpu_cmd_migrate(int argc, char **argv)
 				"--to HOST:PORT[/GPU]\n");
 		return 2;
 	}
-	struct rg_conn *c = admin_connect(from);
+	struct rgpu_conn *c = admin_connect(from);
 	if (!c)
 		return 2;
 	int rc = order(c, from, to, session, job, 0, NULL);
-	rg_close(c);
+	rgpu_conn_close(c);
 	return rc;
 }
 
@@ -154,7 +227,7 @@ int rgpu_cmd_drain(int argc, char **argv)
 		return 2;
 	}
 	const char *from = argv[optind];
-	struct rg_conn *c = admin_connect(from);
+	struct rgpu_conn *c = admin_connect(from);
 	if (!c)
 		return 2;
 	/* the first order also stops new sessions; what one target could
@@ -168,7 +241,7 @@ int rgpu_cmd_drain(int argc, char **argv)
 		if (rc == 0)
 			break;
 	}
-	rg_close(c);
+	rgpu_conn_close(c);
 	if (rc == 0)
 		printf("%s is drained: it takes no new sessions\n", from);
 	return rc;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #ifdef HAVE_MUNGE
 #include <munge.h>
@@ -75,6 +76,7 @@ struct out_stream {
 	size_t n;
 	int32_t gpu;
 	uint64_t id;
+	uint64_t total; /* stream bytes sent */
 };
 
 static int flush(struct out_stream *o, int last)
@@ -95,6 +97,7 @@ static int flush(struct out_stream *o, int last)
 static int out_write(void *arg, const void *p, size_t n)
 {
 	struct out_stream *o = arg;
+	o->total += n;
 	while (n) {
 		size_t k = OUT_CHUNK - o->n < n ? OUT_CHUNK - o->n : n;
 		memcpy(o->buf + o->n, p, k);
@@ -216,6 +219,8 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 	}
 	free(rbuf);
 	rbuf = NULL;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	struct snap_io io = { .write = out_write, .arg = &o };
 	if (snap_capture(s, s->last_id, &io, why, wl) < 0 || flush(&o, 1) < 0) {
 		if (!why[0])
@@ -255,7 +260,11 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 		rc = 0; /* either way this copy is over */
 		goto out;
 	}
-	log_info("%s: session moved to %s%s", s->name, target, gpu >= 0 ? " (another GPU)" : "");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	log_info("%s: session moved to %s%s: %llu bytes of state in %.3f s (%.2f GB/s)", s->name,
+		 target, gpu >= 0 ? " (another GPU)" : "", (unsigned long long)o.total, secs,
+		 secs > 0 ? o.total / secs / 1e9 : 0.0);
 	rc = 0;
 out:
 	free(rbuf);

@@ -163,8 +163,9 @@ int migrate_parent_order(const struct rgpud_principal *who, struct rd *r, struct
 	uint32_t drain = get_u32(r);
 	if (!rd_done(r) || !dest || !dest[0] || drain > 1)
 		return -1;
-	if (!who->admin) {
-		put_str(out, "moving sessions needs root or the SlurmUser");
+	if (!who->admin && !who->local_root) {
+		put_str(out, "moving sessions needs root or the SlurmUser (a munge credential, or "
+			     "root on the server's own host)");
 		return RGPU_ERR_AUTH;
 	}
 	struct rgpud *srv = &rgpud_server;
