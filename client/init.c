@@ -25,6 +25,14 @@ RC_EXPORT const char rgpu_client_version[] = PACKAGE_VERSION;
 
 int rc_conn_index(const struct rc_conn *c) { return (int)(c - rc_conns); }
 
+/* a session moved to another GPU of its server (replay.h) */
+static void gpu_moved(struct rc_conn *c, unsigned gpu)
+{
+	for (int i = 0; i < RGPU_MAX_DEVICES; i++)
+		if (rc_devs[i].conn == c)
+			rc_devs[i].gpu = gpu;
+}
+
 static struct rc_conn *conn_for(const struct rgpu_server_ent *e)
 {
 	for (int i = 0; i < rc_nconn; i++)
@@ -186,6 +194,7 @@ static void do_init(void)
 			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
 			return;
 		}
+		rc_replay_gpu_moved = gpu_moved;
 		rc_replay_setup(c);
 		if (c->local)
 			rc_shm_setup(c);

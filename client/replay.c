@@ -24,6 +24,8 @@
 #include <string.h>
 #include <unistd.h>
 
+void (*rc_replay_gpu_moved)(struct rc_conn *c, unsigned gpu);
+
 static int loggable(uint16_t op)
 {
 	/* the session's own state moves through these, never replayed */
@@ -359,10 +361,8 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 		snprintf(c->host, sizeof(c->host), "%s", host);
 		c->port = port;
 	}
-	if (moved && gpu != UINT32_MAX)
-		for (int i = 0; i < RGPU_MAX_DEVICES; i++)
-			if (rc_devs[i].conn == c)
-				rc_devs[i].gpu = gpu;
+	if (moved && gpu != UINT32_MAX && rc_replay_gpu_moved)
+		rc_replay_gpu_moved(c, gpu);
 	pthread_mutex_lock(&rp->lock);
 	rp->moved = 0;
 	rp->recoveries++;

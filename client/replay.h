@@ -40,8 +40,13 @@ int rc_replay_moved(struct rc_conn *c, uint32_t len);
  * connection); -1: nothing to recover, fail as before. */
 int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed);
 /* rpc.c, after a synchronising call returned (c->lock not held): takes a
- * checkpoint when one is due. */
-void rc_standby_tick(struct rc_conn *c);
+ * checkpoint when one is due; 1 when it did (the thread's reply buffer
+ * was reused). */
+int rc_standby_tick(struct rc_conn *c);
+
+/* Set by init.c: the session on c now runs on the server's GPU gpu (a
+ * move to another GPU): the devices on c are renamed. */
+extern void (*rc_replay_gpu_moved)(struct rc_conn *c, unsigned gpu);
 
 /* standby.c, for replay.c */
 struct rc_replay;

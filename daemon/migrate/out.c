@@ -274,6 +274,31 @@ out:
 	return rc;
 }
 
+/* After MOVED: no more to say, and what the client still sends is sent
+ * again to the new server; read it until the client lets go (it closes
+ * this connection once re-attached), so closing here does not reset a
+ * connection whose notice the client has not read yet. */
+static void let_go(struct session *s)
+{
+	int fd = rgpu_tcp_fd(s->conn);
+	if (fd < 0 || shutdown(fd, SHUT_WR) < 0)
+		return;
+	char buf[65536];
+	for (int waited = 0; waited < 10000;) {
+		struct pollfd pf = { .fd = fd, .events = POLLIN };
+		int n = poll(&pf, 1, 100);
+		if (n < 0 && errno != EINTR)
+			return;
+		if (n <= 0) {
+			waited += 100;
+			continue;
+		}
+		ssize_t k = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+			return;
+	}
+}
+
 int migrate_serve_order(struct session *s)
 {
 	uint8_t m[600];
@@ -295,6 +320,7 @@ int migrate_serve_order(struct session *s)
 	char why[512] = "";
 	if (move_out(s, (const char *)m + 4, gpu, why, sizeof(why)) == 0) {
 		answer(s, 0, why[0] ? why : "moved");
+		let_go(s);
 		return 1;
 	}
 	log_warn("%s: session not moved: %s", s->name, why);

@@ -11,6 +11,8 @@
 #   t_standby_after_sigkill     RGPU_STANDBY=B, A's parent and workers SIGKILLed
 #   t_lost_without_standby_fails  no standby: a clear error, no hang
 #   t_migrate_needs_admin       a user's credential is refused
+#   t_bad_state_refused         garbage, truncated and forged state, forged tokens
+#                               (raw_restore.py): refused with a reason, server unharmed
 #   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
 #   t_restart_keeps_jobs        rgpud restarted (SIGKILL) with standby: the job goes on
 # Environment: top_builddir, RGPU_MIGRATE_LOGDIR (default ./migrate-logs).
@@ -74,7 +76,7 @@ for _ in $(seq 100); do [ -S "$TMP/munge.socket" ] && break; sleep 0.05; done
 [ -S "$TMP/munge.socket" ] || { echo "1..0 # SKIP munged did not start"; exit 0; }
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..7"
+echo "1..8"
 
 # start_rgpud NAME [options] -> PORT, PID; log in $LOGDIR/NAME.log
 start_rgpud() {
@@ -196,6 +198,11 @@ if command -v setpriv >/dev/null; then
 else
 	sk t_migrate_needs_admin "no setpriv"
 fi
+
+# ---- bad state, forged tokens ----
+python3 "$(dirname "$0")/raw_restore.py" "$B" >"$LOGDIR/raw.out" 2>&1
+RRC=$?
+check t_bad_state_refused '[ "$RRC" = 0 ] && kill -0 "$BP"' "$(cat "$LOGDIR/raw.out")"
 
 # ---- rgpu drain: the session moves, new ones are refused ----
 start_rgpud a5 && A=$PORT AP=$PID
