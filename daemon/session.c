@@ -6,6 +6,7 @@
 #include "waiter.h"
 #include "migrate/migrate.h"
 #include "migrate/snapshot.h"
+#include "appmem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -214,9 +215,11 @@ int session_owns_range(struct session *s, uint64_t p, uint64_t n)
 {
 	ssize_t i = alloc_find(s, p);
 	if (i < 0)
-		return 0;
+		return appmem_owns_range(s, p, n);
 	const struct alloc *a = &s->allocs[i];
-	return p - a->dptr <= a->size && n <= a->size - (p - a->dptr);
+	if (p - a->dptr <= a->size && n <= a->size - (p - a->dptr))
+		return 1;
+	return appmem_owns_range(s, p, n);
 }
 
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
@@ -292,6 +295,7 @@ static void session_cleanup(struct session *s)
 	vmem_cleanup(s);
 	memif_cleanup(s);
 	journal_free(s);
+	appmem_cleanup(s);
 	int nctx = 0;
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];

@@ -10,6 +10,7 @@
 #include "../rgpud.h"
 #include "../session.h"
 #include "../waiter.h"
+#include "../appmem.h"
 #include "log.h"
 #include "proto.h"
 
@@ -190,10 +191,49 @@ static int table(struct cap *c)
 	return 0;
 }
 
+static int has_record(void *arg, const struct journal_rec *r)
+{
+	return r->id == *(uint64_t *)arg;
+}
+
+/* Every live object must be one the journal can make again: a kind it
+ * knows, with the request that made it.  Anything else (application VMM
+ * memory, pools, objects of requests added later) is refused by name
+ * rather than lost on the way. */
+static const char *uncapturable(struct session *s, char *buf, size_t n)
+{
+	static const char *const kinds[] = { "?", "context", "module", "function", "library",
+					      "kernel", "stream", "event", "graph",
+					      "executable graph", "VMM physical memory",
+					      "memory pool" };
+	if (s->appmem && (s->appmem->phys || s->appmem->nmaps || s->appmem->npallocs)) {
+		snprintf(buf, n, "the session holds application VMM memory or stream-ordered "
+				 "allocations, which are not migrated yet");
+		return buf;
+	}
+	for (uint32_t i = 0; i < s->ht.n; i++) {
+		const struct hentry *e = &s->ht.e[i];
+		if (e->kind == HK_FREE)
+			continue;
+		const char *k = (unsigned)e->kind < sizeof(kinds) / sizeof(kinds[0])
+					? kinds[e->kind] : "unknown";
+		uint64_t id = (uint64_t)e->gen << 32 | (i + 1);
+		if (e->kind > HK_EVENT || !journal_each(s, has_record, &id)) {
+			snprintf(buf, n, "the session holds a %s (handle %#llx) that is not migrated "
+				 "yet", k, (unsigned long long)id);
+			return buf;
+		}
+	}
+	return NULL;
+}
+
 int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, char *why,
 		 size_t whylen)
 {
+	char kb[200];
 	const char *no = journal_unmovable(s);
+	if (!no)
+		no = uncapturable(s, kb, sizeof(kb));
 	if (!no && s->shm)
 		no = "the session shares memory with a client on the same host (RGPU_TRANSPORT=tcp "
 		     "makes a session movable)";

@@ -11,6 +11,7 @@
 #   t_standby_after_sigkill     RGPU_STANDBY=B, A's parent and workers SIGKILLed
 #   t_lost_without_standby_fails  no standby: a clear error, no hang
 #   t_migrate_needs_admin       a user's credential is refused
+#   t_unmovable_stays           a session holding a memory pool: refused, goes on
 #   t_bad_state_refused         garbage, truncated and forged state, forged tokens
 #                               (raw_restore.py): refused with a reason, server unharmed
 #   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
@@ -76,7 +77,7 @@ for _ in $(seq 100); do [ -S "$TMP/munge.socket" ] && break; sleep 0.05; done
 [ -S "$TMP/munge.socket" ] || { echo "1..0 # SKIP munged did not start"; exit 0; }
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..8"
+echo "1..9"
 
 # start_rgpud NAME [options] -> PORT, PID; log in $LOGDIR/NAME.log
 start_rgpud() {
@@ -198,6 +199,20 @@ if command -v setpriv >/dev/null; then
 else
 	sk t_migrate_needs_admin "no setpriv"
 fi
+
+# ---- what cannot move stays, unharmed ----
+start_rgpud a7 && A=$PORT AP=$PID
+if run_app pool "127.0.0.1:$A" pool; then
+	"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B" >"$LOGDIR/pool.cmd" 2>&1
+	PRC=$?
+	go pool
+	check t_unmovable_stays \
+		'[ "$PRC" = 1 ] && grep -q "0 moved, 1 failed" "$LOGDIR/pool.cmd" && grep -q "memory pool .* not migrated yet" "$LOGDIR/pool.cmd" && [ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/pool.out"' \
+		"rc $PRC; $(cat "$LOGDIR/pool.cmd"; detail pool)"
+else
+	ko t_unmovable_stays "$(detail pool)"
+fi
+kill_all "$AP"
 
 # ---- bad state, forged tokens ----
 python3 "$(dirname "$0")/raw_restore.py" "$B" >"$LOGDIR/raw.out" 2>&1

@@ -9,7 +9,9 @@
  * for a line on stdin; meanwhile the test moves the session or kills its
  * server.  Phase 2 checks every byte and every handle: the data, the
  * globals, launches on the old stream, the old event, then creates and
- * destroys objects.  It prints OK on success.
+ * destroys objects.  It prints OK on success.  With "pool" it also holds
+ * a memory pool, which is not migrated: the move must be refused and the
+ * session go on where it was.
  */
 #include "../e2e/common.h"
 
@@ -30,6 +32,7 @@ int main(int argc, char **argv)
 {
 	e2e_init(argv[0]);
 	int standby = argc > 1 && !strcmp(argv[1], "standby");
+	int pool = argc > 1 && !strcmp(argv[1], "pool");
 	(void)primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction f_add = get_func(mod, "vec_add");
@@ -74,6 +77,12 @@ int main(int argc, char **argv)
 	CK(cuEventSynchronize(ev));
 	CK(cuCtxSynchronize()); /* with a standby: the checkpoint */
 
+	CUmemoryPool mp = NULL;
+	if (pool) {
+		CUmemPoolProps pp = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				      .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+		CK(cuMemPoolCreate(&mp, &pp));
+	}
 	CUdeviceptr dd = 0;
 	int *d = xmalloc(N * sizeof(int));
 	if (standby) {
@@ -145,6 +154,8 @@ int main(int argc, char **argv)
 	if (dd)
 		CK(cuMemFree(dd));
 	CK(cuModuleUnload(mod));
+	if (mp)
+		CK(cuMemPoolDestroy(mp));
 	printf("OK\n");
 	return 0;
 }
