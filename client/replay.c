@@ -28,9 +28,10 @@ void (*rc_replay_gpu_moved)(struct rc_conn *c, unsigned gpu);
 
 static int loggable(uint16_t op)
 {
-	/* the session's own state moves through these, never replayed */
-	return op != RGPU_OP_HELLO && op != RGPU_OP_SESSION_SAVE && op != RGPU_OP_SESSION_RESTORE &&
-	       op != RGPU_OP_TRANSPORT;
+	/* the handshake and a restore are never replayed; a checkpoint in
+	 * progress when the server dies is (its caller then gets the new
+	 * server's state) */
+	return op != RGPU_OP_HELLO && op != RGPU_OP_SESSION_RESTORE && op != RGPU_OP_TRANSPORT;
 }
 
 void rc_replay_setup(struct rc_conn *c)

@@ -163,14 +163,14 @@ fi
 kill_all "$BP"
 
 # ---- a standby: the whole server SIGKILLed ----
-start_rgpud a3 --checkpoint-interval=3600 && A=$PORT AP=$PID
+start_rgpud a3 --checkpoint-interval=1 && A=$PORT AP=$PID
 start_rgpud b3 && B=$PORT BP=$PID
 export RGPU_STANDBY=127.0.0.1:$B
 if run_app standby "127.0.0.1:$A" standby; then
 	kill_all "$AP"
 	go standby
 	check t_standby_after_sigkill \
-		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/standby.out" && grep -q "recovered on" "$LOGDIR/standby.err"' \
+		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/standby.out" && grep -q "recovered on" "$LOGDIR/standby.err" && [ "$(grep -c "checkpoint of" "$LOGDIR/standby.err")" -ge 2 ]' \
 		"$(detail standby; tail -5 "$LOGDIR/b3.log")"
 else
 	ko t_standby_after_sigkill "$(detail standby)"

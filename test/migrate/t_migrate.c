@@ -97,6 +97,13 @@ int main(int argc, char **argv)
 		scale = 0.5f;
 		CK(cuMemcpyHtoD(gscale, &scale, sizeof(scale)));
 		CK(cuStreamSynchronize(s));
+		/* a server checkpointing every second takes another one here:
+		 * recovery then starts from it and replays only what follows */
+		struct timespec ts = { 1, 200 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		CK(cuCtxSynchronize());
+		launch1d(f_inc, N, s, inc_args);
+		CK(cuStreamSynchronize(s));
 	}
 	wait_go();
 
@@ -114,7 +121,7 @@ int main(int argc, char **argv)
 	if (standby) {
 		CK(cuMemcpyDtoH(d, dd, N * sizeof(int)));
 		for (int i = 0; i < N; i++)
-			CHECK(d[i] == i + 2, "d[%d] = %d, want %d", i, d[i], i + 2);
+			CHECK(d[i] == i + 3, "d[%d] = %d, want %d", i, d[i], i + 3);
 		float back = 0;
 		CK(cuMemcpyDtoH(&back, gscale, sizeof(back)));
 		CHECK(back == 0.5f, "g_scale = %g, want 0.5", back);
