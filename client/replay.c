@@ -366,11 +366,13 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 		rc_replay_gpu_moved(c, gpu);
 	pthread_mutex_lock(&rp->lock);
 	rp->moved = 0;
+	struct rgpu_conn **slot = &rp->old[rp->recoveries % RC_OLD_CONNS];
+	if (*slot)
+		rgpu_conn_close(*slot);
+	*slot = failed;
 	rp->recoveries++;
 	pthread_mutex_unlock(&rp->lock);
-	/* the old connection stays allocated: a thread may still be about
-	 * to read from it (it fails, comes here, and finds c->c changed) */
-	c->c = nc;
+	__atomic_store_n(&c->c, nc, __ATOMIC_RELEASE);
 	log_info("session %s on %s", moved ? "re-attached" : "recovered", addr);
 	rc = 0;
 out:

@@ -39,6 +39,11 @@ struct rc_replay {
 	uint8_t token[RC_TOKEN_LEN];
 	uint64_t moved_last;
 	unsigned recoveries;
+	/* connections replaced by a recovery: a thread may still be about to
+	 * read from one (it fails and finds c->c changed); closed once older
+	 * than RC_OLD_CONNS recoveries */
+#define RC_OLD_CONNS 8
+	struct rgpu_conn *old[RC_OLD_CONNS];
 	/* standby (standby.c) */
 	struct rc_standby standby[RC_MAX_STANDBY];
 	int nstandby;

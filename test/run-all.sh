@@ -155,8 +155,20 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 		if [ "$f2" -gt 0 ]; then
 			grep -E '^#' parent-san.log | tail -30
 		fi
+		# migration and recovery (test/migrate) against the same rgpud
+		RGPU_MIGRATE_DAEMON_BUILD=$top/_build-san RGPU_MIGRATE_LOGDIR=$PWD/migrate-san-logs \
+		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD \
+		   bash "$top/test/migrate/run-migrate.sh" > migrate-san.log 2>&1 || status=1
+		sed -n -e 's/^ok [0-9]* - \(.*\) # *SKIP\(.*\)/SKIP: san \1 -\2/p' \
+		       -e '/# *SKIP/!s/^ok [0-9]* - \(.*\)/PASS: san \1/p' \
+		       -e 's/^not ok [0-9]* - \(.*\)/FAIL: san \1/p' migrate-san.log
+		read -r p3 f3 s3 x3 <<<"$(tap_counts migrate-san.log)"
+		if [ "$f3" -gt 0 ]; then
+			grep -E '^#' migrate-san.log | tail -30
+		fi
 		summary "end to end, rgpud under ASan/UBSan (_build/e2e-san.log)" "$p" "$f" "$s" "$x"
 		summary "rgpud parent, rgpud under ASan/UBSan (_build/parent-san.log)" "$p2" "$f2" "$s2" "$x2"
+		summary "migration, rgpud under ASan/UBSan (_build/migrate-san.log)" "$p3" "$f3" "$s3" "$x3"
 		# the metrics endpoint and damaged lease files too (test/metrics,
 		# test/chaos), failing on any sanitizer report in rgpud's logs
 		for t in metrics/run-metrics.sh chaos/state-files.sh; do

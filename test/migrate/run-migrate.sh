@@ -16,13 +16,17 @@
 #                               (raw_restore.py): refused with a reason, server unharmed
 #   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
 #   t_restart_keeps_jobs        rgpud restarted (SIGKILL) with standby: the job goes on
-# Environment: top_builddir, RGPU_MIGRATE_LOGDIR (default ./migrate-logs).
+#   t_daemons_clean             no sanitizer report in any rgpud log
+# Environment: top_builddir, RGPU_MIGRATE_LOGDIR (default ./migrate-logs),
+# RGPU_MIGRATE_DAEMON_BUILD (another build tree whose rgpud and emulated
+# device serve: the sanitizer build, test/run-all.sh).
 set -u
 : "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
-RGPUD=$top_builddir/daemon/rgpud
+DAEMON_BUILD=${RGPU_MIGRATE_DAEMON_BUILD:-$top_builddir}
+RGPUD=$DAEMON_BUILD/daemon/rgpud
 RGPU=$top_builddir/tools/rgpu
 PROG=$top_builddir/test/migrate/t_migrate
-EMULIB=$top_builddir/emu/.libs/librgpu-emu.so
+EMULIB=$DAEMON_BUILD/emu/.libs/librgpu-emu.so
 CLIENTDIR=$top_builddir/client/.libs
 LOGDIR=${RGPU_MIGRATE_LOGDIR:-$PWD/migrate-logs}
 for f in "$RGPUD" "$RGPU" "$PROG" "$EMULIB" "$CLIENTDIR/libcuda.so.1"; do
@@ -77,7 +81,7 @@ for _ in $(seq 100); do [ -S "$TMP/munge.socket" ] && break; sleep 0.05; done
 [ -S "$TMP/munge.socket" ] || { echo "1..0 # SKIP munged did not start"; exit 0; }
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..9"
+echo "1..10"
 
 # start_rgpud NAME [options] -> PORT, PID; log in $LOGDIR/NAME.log
 start_rgpud() {
@@ -254,4 +258,6 @@ else
 fi
 unset RGPU_STANDBY
 kill_all "$BP"
+check t_daemons_clean '! grep -qE "ERROR: [A-Za-z]+Sanitizer|runtime error:" "$LOGDIR"/*.log' \
+	"$(grep -hE -A5 "ERROR: [A-Za-z]+Sanitizer|runtime error:" "$LOGDIR"/*.log | head -30)"
 exit $((failed > 0))

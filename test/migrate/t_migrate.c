@@ -163,6 +163,11 @@ int main(int argc, char **argv)
 	CK(cuModuleUnload(mod));
 	if (mp)
 		CK(cuMemPoolDestroy(mp));
+	free(a);
+	free(b);
+	free(c);
+	free(d);
+	free(bigh);
 	printf("OK\n");
 	return 0;
 }
