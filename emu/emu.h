@@ -46,7 +46,8 @@ struct emu_op;
 /* ---- device.c */
 struct emu_device {
 	size_t total;
-	size_t used;     /* allocations + per-context overhead, all contexts */
+	size_t used;     /* allocations + per-context overhead, all contexts of
+			  * this process (the device's pool: pool.c) */
 };
 
 extern pthread_mutex_t emu_glock;
@@ -64,6 +65,13 @@ void emu_rdlock(pthread_rwlock_t *l);
 void emu_wrlock(pthread_rwlock_t *l);
 void emu_rwunlock(pthread_rwlock_t *l);
 uint64_t emu_now_ns(void);
+
+/* ---- pool.c: the device's memory shared by every process using it.
+ * Callers hold emu_glock.  take: 0, or -1 when n does not fit. */
+int emu_pool_init(int ndev, size_t total);
+int emu_pool_take(int dev, size_t n);
+void emu_pool_give(int dev, size_t n);
+size_t emu_pool_used(int dev);
 
 /* ---- memory.c */
 struct emu_alloc {
