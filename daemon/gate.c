@@ -1,5 +1,6 @@
 #include "gate.h"
 #include "log.h"
+#include "mem/mem.h"
 #include "metrics.h"
 #include "session.h"
 #include "wire.h"
@@ -10,7 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum gate_op { G_DEVICE = 1, G_CHARGE, G_USAGE, G_ADMIN, G_REFUND };
+enum gate_op { G_DEVICE = 1, G_CHARGE, G_USAGE, G_ADMIN, G_REFUND, G_MEM };
 
 struct gate_req {
 	uint32_t op, gpu, admin_op, len;
@@ -33,6 +34,8 @@ static int ctl = -1;
 
 void gate_attach(int fd) { ctl = fd; }
 
+int gate_fd(void) { return ctl; }
+
 /* One exchange; the reply payload goes to *buf (grown as needed, at most
  * GATE_REPLY_MAX) or, with buf NULL, is discarded. */
 static int gate_call(struct gate_req *q, const void *payload, struct gate_rep *p,
@@ -52,8 +55,18 @@ static int gate_call(struct gate_req *q, const void *payload, struct gate_rep *p
 		;
 	if (n < 0)
 		return -1;
-	while ((n = recv(ctl, msg, GATE_MSG, 0)) < 0 && errno == EINTR)
-		;
+	for (;;) {
+		while ((n = recv(ctl, msg, GATE_MSG, 0)) < 0 && errno == EINTR)
+			;
+		/* the parent's memory manager asking while we wait: busy */
+		int32_t magic;
+		if (n == (ssize_t)sizeof(struct mem_parent_msg) &&
+		    (memcpy(&magic, msg, sizeof(magic)), magic == MEM_PARENT_MAGIC)) {
+			mem_ctl_busy(msg, (size_t)n);
+			continue;
+		}
+		break;
+	}
 	if (n < (ssize_t)sizeof(*p))
 		return -1;
 	memcpy(p, msg, sizeof(*p));
@@ -143,6 +156,29 @@ void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used)
 	*used = p.used;
 }
 
+int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
+{
+	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
+	struct gate_rep p;
+	if (gate_call(&q, payload, &p, NULL, NULL) < 0)
+		lost();
+	return p.rc;
+}
+
+int gate_mem_send(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
+{
+	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
+	uint8_t m[sizeof(q) + 256];
+	if (len > 256)
+		return -1;
+	memcpy(m, &q, sizeof(q));
+	memcpy(m + sizeof(q), payload, len);
+	ssize_t n;
+	while ((n = send(ctl, m, sizeof(q) + len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return n < 0 ? -1 : 0;
+}
+
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out)
 {
 	struct gate_req q = { .op = G_ADMIN, .admin_op = op, .len = (uint32_t)r->left };
@@ -184,6 +220,8 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 	struct wbuf out;
 	wbuf_init(&out);
 	struct metrics_session *ms = metrics_session_open(who);
+	/* the memory manager's record of this worker (mem/arbiter.c) */
+	struct mem_worker *mw = mem_parent_open(fd, ms);
 	while (msg) {
 		ssize_t n = recv(fd, msg, GATE_MSG, 0);
 		if (n <= 0) {
@@ -214,8 +252,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 				p.rc = -1;
 			else
 				p.rc = rgpud_access_charge(who, q.gpu, q.bytes);
-			if (p.rc == 0)
+			if (p.rc == 0) {
 				charged[q.gpu] += q.bytes;
+				mem_parent_charged(mw, q.gpu, (int64_t)q.bytes);
+			}
 			if (p.rc)
 				metrics_refused("quota");
 			else
@@ -233,6 +273,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			if (p.rc == 0) {
 				charged[q.gpu] -= q.bytes;
 				metrics_session_refund(ms, q.gpu, q.bytes);
+				mem_parent_charged(mw, q.gpu, -(int64_t)q.bytes);
 			}
 			break;
 		case G_USAGE:
@@ -245,12 +286,24 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			p.rc = rc == -1 ? OP_DROP : rc;
 			break;
 		}
+		case G_MEM:
+			p.rc = mem_parent_request(mw, q.admin_op, q.gpu, msg + sizeof(q), q.len);
+			if (p.rc == MEM_NO_REPLY)
+				continue;
+			break;
 		default:
 			p.rc = -1;
 		}
 		if (out.oom || out.len > GATE_REPLY_MAX)
 			break;
-		if (send_reply(fd, msg, &p, &out) < 0)
+		/* the memory manager sends this worker requests of its own */
+		pthread_mutex_t *sl = mem_parent_send_lock(mw);
+		if (sl)
+			pthread_mutex_lock(sl);
+		int sent = send_reply(fd, msg, &p, &out);
+		if (sl)
+			pthread_mutex_unlock(sl);
+		if (sent < 0)
 			break;
 	}
 	free(msg);
@@ -263,5 +316,6 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			rgpud_access_refund(who, g, charged[g]);
 		}
 	}
+	mem_parent_close(mw);
 	metrics_session_close(ms);
 }

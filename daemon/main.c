@@ -5,6 +5,7 @@
 #include "gate.h"
 #include "lease.h"
 #include "metrics.h"
+#include "mem/mem.h"
 #include "session.h"
 #include "rgpud.h"
 #include "transport.h"
@@ -62,6 +63,11 @@ static void usage(FILE *f)
 "      --metrics=[ADDR:]PORT serve Prometheus metrics on http://ADDR:PORT/metrics\n"
 "                            (ADDR 127.0.0.1 when only a port is given)\n"
 "      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
+"      --memory-policy=POLICY  when an allocation does not fit on the GPU:\n"
+"                            swap (default: evict idle sessions to host memory),\n"
+"                            wait (until memory is freed), or fail\n"
+"      --memory-wait=SEC     how long an allocation may wait for room under swap\n"
+"                            or wait (default 60; 0: not at all)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -74,7 +80,7 @@ static void usage(FILE *f)
 }
 
 /* long options without a short form */
-enum { OPT_METRICS = 256 };
+enum { OPT_METRICS = 256, OPT_MEM_POLICY, OPT_MEM_WAIT };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -351,6 +357,8 @@ int main(int argc, char **argv)
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "memory-policy", required_argument, NULL, OPT_MEM_POLICY },
+		{ "memory-wait", required_argument, NULL, OPT_MEM_WAIT },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -381,6 +389,8 @@ int main(int argc, char **argv)
 	int emulated = 0, daemonize = 0, use_syslog = 0, level = RGPU_LOG_INFO;
 	struct rgpud_access_config acfg = { .state_dir = RGPU_STATEDIR };
 	const char *worker_fds = NULL, *worker_who = NULL, *worker_name = "client";
+	enum mem_policy mem_policy = MEM_POLICY_SWAP;
+	unsigned mem_wait = 60;
 	int c;
 	while ((c = getopt_long(argc, argv, "l:edsv:hV", opts, NULL)) != -1) {
 		switch (c) {
@@ -415,6 +425,14 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_METRICS: metrics_addr = optarg; break;
+		case OPT_MEM_POLICY:
+			if (mem_policy_parse(optarg, &mem_policy) < 0) {
+				fprintf(stderr, "rgpud: --memory-policy: '%s' is not one of swap, wait, fail\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_MEM_WAIT: mem_wait = (unsigned)num_opt("memory-wait", optarg, 0, 86400); break;
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;
@@ -448,6 +466,7 @@ int main(int argc, char **argv)
 	rgpu_log_open("rgpud", level, use_syslog);
 	if (worker_fds)
 		return worker_main(worker_fds, worker_who, worker_runas, worker_name, driver);
+	mem_parent_config(mem_policy, mem_wait);
 	if (open_access && acfg.require_lease) {
 		fprintf(stderr, "rgpud: --open and --leases exclude each other\n");
 		return 2;

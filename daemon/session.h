@@ -24,6 +24,7 @@
 
 struct rgpud;
 struct vmem;
+struct mem_state;
 
 /* Device memory charged to the quota for a context itself (measured:
  * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
@@ -79,6 +80,7 @@ struct session {
 	struct xfer_pool pool;  /* pinned staging for bulk copies (stage.c) */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
+	struct mem_state *mem;  /* movable device memory (mem/mem.h) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
 
 	uint8_t *rx;    /* the current request's payload */
@@ -92,6 +94,7 @@ struct session {
 	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
 	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
 	int prepared;     /* session_prepare done */
+	int mem_err;      /* the memory manager refused the current request */
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
@@ -217,6 +220,7 @@ DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait)
 DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap) DECL_OP(transport)
 DECL_OP(capture_begin) DECL_OP(capture_end) DECL_OP(capture_status) DECL_OP(graph_instantiate)
 DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
+DECL_OP(mem_refused)
 #undef DECL_OP
 
 #endif
