@@ -34,7 +34,7 @@ static int ctl = -1;
 
 void gate_attach(int fd) { ctl = fd; }
 
-int gate_fd(void) { return ctl; }
+int gate_ctl_fd(void) { return ctl; }
 
 /* One exchange; the reply payload goes to *buf (grown as needed, at most
  * GATE_REPLY_MAX) or, with buf NULL, is discarded. */

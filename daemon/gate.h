@@ -36,11 +36,11 @@ int gate_charge(unsigned gpu, int64_t delta);
 void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used);
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out);
 /* The memory manager's messages (daemon/mem/): a request answered by the
- * parent (its rc), and one it does not answer.  gate_fd: the control
+ * parent (its rc), and one it does not answer.  gate_ctl_fd: the control
  * socket, which the worker watches between requests. */
 int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len);
 int gate_mem_send(unsigned sub, unsigned gpu, const void *payload, uint32_t len);
-int gate_fd(void);
+int gate_ctl_fd(void);
 
 /* parent side: serves one worker until it exits, then refunds what it
  * still holds.  Returns when the worker's end of ctl_fd closes. */

@@ -126,7 +126,7 @@ static void parent_request(struct session *s)
 {
 	uint8_t buf[256];
 	ssize_t n;
-	while ((n = recv(gate_fd(), buf, sizeof(buf), MSG_DONTWAIT)) < 0 && errno == EINTR)
+	while ((n = recv(gate_ctl_fd(), buf, sizeof(buf), MSG_DONTWAIT)) < 0 && errno == EINTR)
 		;
 	struct mem_parent_msg q;
 	if (n != (ssize_t)sizeof(q))
@@ -153,7 +153,7 @@ static void parent_request(struct session *s)
 
 void mem_wait_client(struct session *s)
 {
-	int ctl = gate_fd();
+	int ctl = gate_ctl_fd();
 	if (ctl < 0 || !s->conn || !s->conn->tp ||
 	    (strcmp(s->conn->tp->name, "tcp") && strcmp(s->conn->tp->name, "unix")))
 		return; /* verbs: not a descriptor to wait on; the parent's
