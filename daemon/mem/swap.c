@@ -166,12 +166,13 @@ int mem_evict(struct session *s, uint64_t *freed)
 	if (!m)
 		return CUDA_SUCCESS;
 	uint64_t t0 = mem_now_ns(), bytes = 0;
-	int rc = 0;
+	int rc = 0, fresh = 0;
 	/* queue every copy: preparing the next shadow overlaps this copy */
 	for (size_t i = 0; i < m->nblocks && !rc; i++) {
 		struct mem_block *b = m->blocks[i];
 		if (b->plain || !b->resident)
 			continue;
+		fresh |= !b->shadow;
 		if (shadow_get(m, b) < 0) {
 			log_warn("%s: no host memory to swap %llu bytes out to", s->name,
 				 (unsigned long long)b->len);
@@ -199,8 +200,10 @@ int mem_evict(struct session *s, uint64_t *freed)
 	m->out_bytes += (double)bytes;
 	m->out_s += secs(t0, mem_now_ns());
 	*freed = bytes;
-	log_info("%s: swapped out %llu bytes of device memory in %.3f s", s->name,
-		 (unsigned long long)bytes, secs(t0, mem_now_ns()));
+	log_info("%s: swapped out %llu bytes of device memory in %.3f s (%.1f GB/s, %s)", s->name,
+		 (unsigned long long)bytes, secs(t0, mem_now_ns()),
+		 (double)bytes / 1e9 / (secs(t0, mem_now_ns()) + 1e-9),
+		 fresh ? "host memory prepared now" : "host memory kept from before");
 	mem_report(s);
 	return CUDA_SUCCESS;
 }
@@ -212,17 +215,62 @@ int mem_restore(struct session *s)
 		return CUDA_SUCCESS;
 	uint64_t t0 = mem_now_ns(), bytes = 0;
 	int rc = 0;
-	for (size_t i = 0; i < m->nblocks && !rc; i++) {
+	/* room first (the parent may have to evict others meanwhile), then
+	 * every copy queued at once.  Room for all of it is asked for before
+	 * anything is mapped: two sessions each holding half of what they
+	 * need while waiting for the other would wait for nothing. */
+	uint64_t need[RGPUD_MAX_GPUS] = { 0 };
+	uint64_t ctx_of[RGPUD_MAX_GPUS] = { 0 };
+	for (size_t i = 0; i < m->nblocks; i++) {
+		struct mem_block *b = m->blocks[i];
+		if (!b->plain && !b->resident) {
+			need[b->dev] += b->len;
+			ctx_of[b->dev] = b->ctx;
+		}
+	}
+	for (unsigned d = 0; d < RGPUD_MAX_GPUS; d++) {
+		size_t fr = 0, tot = 0;
+		int asked = 0;
+		while (need[d] && mem_enter_ctx(s, ctx_of[d]) == 0 &&
+		       D->cuMemGetInfo_v2(&fr, &tot) == 0 && fr < need[d] + MEM_CHUNK) {
+			asked = 1;
+			if (!mem_ask_room(s, d, need[d] + MEM_CHUNK - fr))
+				break;
+		}
+		if (asked)
+			mem_room_done(s, d);
+	}
+	size_t mapped = 0;
+	for (size_t i = 0; i < m->nblocks; i++) {
 		struct mem_block *b = m->blocks[i];
 		if (b->plain || b->resident)
 			continue;
 		if ((rc = mem_phys_map(s, b)))
 			break;
+		b->resident = 2; /* mapped, bytes not back yet */
+		mapped++;
+	}
+	uint64_t t1 = mem_now_ns();
+	for (size_t i = 0; i < m->nblocks; i++) {
+		struct mem_block *b = m->blocks[i];
+		if (b->resident != 2)
+			continue;
+		if (rc) {
+			/* not all of it fits: give back what was mapped */
+			b->resident = 1;
+			mem_phys_unmap(b);
+			continue;
+		}
+		b->resident = 1;
 		m->evicted--;
 		bytes += b->len;
-		if ((rc = mem_enter_ctx(s, b->ctx)) == 0)
-			rc = D->cuMemcpyHtoDAsync_v2(b->va, b->shadow, b->len, NULL);
+		int r = mem_enter_ctx(s, b->ctx);
+		if (!r)
+			r = D->cuMemcpyHtoDAsync_v2(b->va, b->shadow, b->len, NULL);
+		if (r && !rc)
+			rc = r;
 	}
+	(void)mapped;
 	int src = sync_ctxs(s, m, 1);
 	if (!rc)
 		rc = src;
@@ -237,11 +285,14 @@ int mem_restore(struct session *s)
 		else
 			kept += b->len;
 	}
+	uint64_t t2 = mem_now_ns();
 	m->in_bytes += (double)bytes;
-	m->in_s += secs(t0, mem_now_ns());
+	m->in_s += secs(t1, t2);
 	if (bytes)
-		log_info("%s: swapped in %llu bytes of device memory in %.3f s", s->name,
-			 (unsigned long long)bytes, secs(t0, mem_now_ns()));
+		log_info("%s: swapped in %llu bytes of device memory in %.3f s (copy %.3f s, "
+			 "%.1f GB/s; waiting for room %.3f s)", s->name, (unsigned long long)bytes,
+			 secs(t0, t2), secs(t1, t2), (double)bytes / 1e9 / (secs(t1, t2) + 1e-9),
+			 secs(t0, t1));
 	mem_report(s);
 	return rc;
 }
