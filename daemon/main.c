@@ -68,6 +68,9 @@ static void usage(FILE *f)
 "                            wait (until memory is freed), or fail\n"
 "      --memory-wait=SEC     how long an allocation may wait for room under swap\n"
 "                            or wait (default 60; 0: not at all)\n"
+"      --memory-overcommit=RATIO  with --leases: slices of a GPU may together\n"
+"                            promise up to RATIO times its memory (1 to 10,\n"
+"                            default 1; above 1 needs swap or wait)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -80,7 +83,7 @@ static void usage(FILE *f)
 }
 
 /* long options without a short form */
-enum { OPT_METRICS = 256, OPT_MEM_POLICY, OPT_MEM_WAIT };
+enum { OPT_METRICS = 256, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -359,6 +362,7 @@ int main(int argc, char **argv)
 		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "memory-policy", required_argument, NULL, OPT_MEM_POLICY },
 		{ "memory-wait", required_argument, NULL, OPT_MEM_WAIT },
+		{ "memory-overcommit", required_argument, NULL, OPT_MEM_OVERCOMMIT },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -390,7 +394,7 @@ int main(int argc, char **argv)
 	struct rgpud_access_config acfg = { .state_dir = RGPU_STATEDIR };
 	const char *worker_fds = NULL, *worker_who = NULL, *worker_name = "client";
 	enum mem_policy mem_policy = MEM_POLICY_SWAP;
-	unsigned mem_wait = 60;
+	unsigned mem_wait = 60, mem_overcommit_pct = 100;
 	int c;
 	while ((c = getopt_long(argc, argv, "l:edsv:hV", opts, NULL)) != -1) {
 		switch (c) {
@@ -433,6 +437,18 @@ int main(int argc, char **argv)
 			}
 			break;
 		case OPT_MEM_WAIT: mem_wait = (unsigned)num_opt("memory-wait", optarg, 0, 86400); break;
+		case OPT_MEM_OVERCOMMIT: {
+			char *end;
+			errno = 0;
+			double r = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(r >= 1.0 && r <= 10.0)) {
+				fprintf(stderr, "rgpud: --memory-overcommit: '%s' is not a ratio from 1 to 10\n",
+					optarg);
+				return 2;
+			}
+			mem_overcommit_pct = (unsigned)(r * 100 + 0.5);
+			break;
+		}
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;
@@ -467,6 +483,11 @@ int main(int argc, char **argv)
 	if (worker_fds)
 		return worker_main(worker_fds, worker_who, worker_runas, worker_name, driver);
 	mem_parent_config(mem_policy, mem_wait);
+	if (mem_overcommit_pct > 100 && mem_policy == MEM_POLICY_FAIL) {
+		fprintf(stderr, "rgpud: --memory-overcommit above 1 needs --memory-policy=swap or wait\n");
+		return 2;
+	}
+	rgpud_lease_set_overcommit(mem_overcommit_pct);
 	if (open_access && acfg.require_lease) {
 		fprintf(stderr, "rgpud: --open and --leases exclude each other\n");
 		return 2;
