@@ -283,7 +283,14 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 	for (;;) {
 		if (policy == MEM_POLICY_SWAP) {
 			int others;
+			if (gen[gpu] != w->seen_gen) {
+				/* someone freed memory meanwhile: try that first */
+				w->seen_gen = gen[gpu];
+				rc = 0;
+				break;
+			}
 			if (swap_round(w, gpu, bytes, &others)) {
+				w->seen_gen = gen[gpu];
 				rc = 0;
 				break;
 			}
