@@ -5,6 +5,7 @@
 #include "devout.h"
 #include "waiter.h"
 #include "appmem.h"
+#include "mem/mem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -292,6 +293,7 @@ static void session_cleanup(struct session *s)
 	stage_free(s);
 	vmem_cleanup(s);
 	appmem_cleanup(s);
+	mem_cleanup(s);
 	int nctx = 0;
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
@@ -400,6 +402,10 @@ static int read_payload(struct session *s, size_t n)
 
 static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 {
+	/* between requests: the memory manager listens to the parent while
+	 * the client is quiet */
+	if (s->in_len - s->in_off < RGPU_HDR_SIZE && s->mem)
+		mem_wait_client(s);
 	if (in_fill(s, RGPU_HDR_SIZE) < 0)
 		return RGPU_HDR_EOF;
 	rgpu_hdr_decode(s->in + s->in_off, h);
@@ -459,10 +465,15 @@ int session_serve_one(struct session *s)
 	if (od->flags & OPF_DRAINS)
 		waiter_drain(s);
 	wbuf_reset(&s->tx);
+	/* an evicted session's memory comes back before GPU work */
+	static const struct op_desc refused = { op_mem_refused, 0, 1, 0 };
+	if ((s->mem_err = mem_before_request(s, h.op)))
+		od = &refused;
 	/* the main loop's frames never interleave with a waiter's reply */
 	pthread_mutex_lock(&s->send_lock);
 	int rc = reply(s, od, &h, &r);
 	pthread_mutex_unlock(&s->send_lock);
+	mem_after_request(s);
 	return rc;
 }
 

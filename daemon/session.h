@@ -25,6 +25,7 @@
 struct rgpud;
 struct vmem;
 struct appmem;
+struct mem_state;
 
 /* Device memory charged to the quota for a context itself (measured:
  * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
@@ -80,6 +81,7 @@ struct session {
 	struct xfer_pool pool;  /* pinned staging for bulk copies (stage.c) */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
+	struct mem_state *mem;  /* movable device memory (mem/mem.h) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
 	struct appmem *appmem;  /* application VMM and pools (appmem.h) */
 
@@ -94,6 +96,7 @@ struct session {
 	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
 	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
 	int prepared;     /* session_prepare done */
+	int mem_err;      /* the memory manager refused the current request */
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
@@ -226,6 +229,7 @@ DECL_OP(vmm_export) DECL_OP(vmm_import) DECL_OP(memset2d) DECL_OP(peer_query) DE
 DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
 DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
+DECL_OP(mem_refused)
 #undef DECL_OP
 
 #endif

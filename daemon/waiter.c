@@ -138,6 +138,17 @@ int waiter_post(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind
 	return 0;
 }
 
+unsigned waiter_busy(struct session *s)
+{
+	struct waiters *w = s->waiters;
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	unsigned n = w->busy;
+	pthread_mutex_unlock(&w->lock);
+	return n;
+}
+
 void waiter_drain(struct session *s)
 {
 	struct waiters *w = s->waiters;

@@ -27,6 +27,8 @@ int waiter_post(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind
 /* Returns once no wait is queued or running (before an object a wait
  * may use is destroyed).  The caller must not hold the send lock. */
 void waiter_drain(struct session *s);
+/* Waits queued or running (the memory manager's idleness test). */
+unsigned waiter_busy(struct session *s);
 /* Drains, then ends the threads (session end). */
 void waiter_stop(struct session *s);
 
