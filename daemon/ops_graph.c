@@ -124,3 +124,8 @@ int op_graph_nodes(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	put_u64(out, n);
 	return rc;
 }
+
+int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	return CUDA_ERROR_NOT_SUPPORTED;
+}

@@ -80,6 +80,7 @@ struct session {
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
+	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
 
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
@@ -200,6 +201,19 @@ int vmem_owns(struct session *s, uint64_t addr);
 void vmem_forget_ctx(struct session *s, uint64_t ctx);
 void vmem_cleanup(struct session *s);
 
+/* ops_hostfn.c: host functions run on the client.  hostfn_node_arg: the
+ * argument for hostfn_trampoline() standing for client host function
+ * client_id (oneshot: freed once it ran; else kept for the session: graph
+ * host nodes); NULL when out of memory.  hostfn_client_id: the client id
+ * behind such an argument, 0 if p is none.  hostfn_cleanup releases every
+ * held stream (session end, before contexts go); hostfn_free frees the
+ * rest after the contexts are gone. */
+void *hostfn_node_arg(struct session *s, uint64_t client_id, int oneshot);
+CUhostFn hostfn_trampoline(void);
+uint64_t hostfn_client_id(struct session *s, void *p);
+void hostfn_cleanup(struct session *s);
+void hostfn_free(struct session *s);
+
 /* ops (ops_*.c) */
 #define DECL_OP(name) int op_##name(struct session *, const struct rgpu_hdr *, struct rd *, struct wbuf *);
 DECL_OP(hello) DECL_OP(device_info)
@@ -217,6 +231,8 @@ DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait)
 DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap) DECL_OP(transport)
 DECL_OP(capture_begin) DECL_OP(capture_end) DECL_OP(capture_status) DECL_OP(graph_instantiate)
 DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
+DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(stream_attr)
+DECL_OP(profiler) DECL_OP(graph_op) DECL_OP(link)
 #undef DECL_OP
 
 #endif

@@ -103,6 +103,7 @@ enum emu_op_kind {
 	EMU_OP_LAUNCH,
 	EMU_OP_RECORD,
 	EMU_OP_WAIT,
+	EMU_OP_HOST,        /* a host function (graph.c) */
 };
 
 struct emu_dep {
@@ -133,6 +134,9 @@ struct emu_op {
 	/* events */
 	struct emu_event *event;
 	uint64_t gen;
+	/* host functions: run by the worker, no lock held */
+	CUhostFn hostfn;
+	void *hostdata;
 };
 
 struct emu_stream {

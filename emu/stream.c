@@ -101,8 +101,11 @@ static void *worker(void *arg)
 			/* A faulted context runs nothing more: its queue
 			 * drains without effect, as on a GPU. */
 			emu_unlock(&ctx->lock);
+			rc = CUDA_SUCCESS;
 			if (op->kind == EMU_OP_LAUNCH)
 				rc = emu_launch_exec(op->launch);
+			else if (op->kind == EMU_OP_HOST)
+				op->hostfn(op->hostdata);
 			else
 				rc = emu_mem_exec(ctx, op);
 			if (rc != CUDA_SUCCESS)

@@ -239,7 +239,33 @@ typedef uint64_t rgpu_handle;
 	 * (slices + per-slice context reserve; total when exclusive),        \
 	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
 	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
-	X(LEASE_LIST, 82, "leases and GPU load")
+	X(LEASE_LIST, 82, "leases and GPU load")                                \
+	/* Host functions (cuLaunchHostFunc, cuStreamAddCallback, graph host  \
+	 * nodes) run on the client in stream order: the server queues a host \
+	 * function of its own that tells the client (a reply to its pending  \
+	 * HOSTFN_WAIT) and holds the stream until HOSTFN_DONE.                \
+	 * handle ctx, handle stream, u64 client id -> (queued) */            \
+	X(HOSTFN_LAUNCH, 128, "queue a client host function on a stream")     \
+	/* -> u32 n, (u64 seq, u64 client id)[n]: host functions the streams  \
+	 * have reached; answered only once there is at least one (a long    \
+	 * poll; the client keeps one pending while host functions are out). */ \
+	X(HOSTFN_WAIT, 129, "wait for reached host functions")                \
+	/* u64 seq -> (sent without a reply) */                               \
+	X(HOSTFN_DONE, 130, "a host function returned: the stream goes on")   \
+	/* handle ctx, handle stream, u32 attr, u32 set, bytes value          \
+	 * (CUstreamAttrValue, no handles) -> bytes value */                   \
+	X(STREAM_ATTR, 131, "get or set a stream attribute")                  \
+	/* u32 start (1 start, 0 stop) -> */                                  \
+	X(PROFILER, 132, "cuProfilerStart / cuProfilerStop")                  \
+	/* Explicit graphs: one opcode, a sub-operation and its arguments     \
+	 * (daemon/ops_graph.c documents each).  handle ctx, u32 sub, ... ->  \
+	 * per sub. */                                                         \
+	X(GRAPH_OP, 133, "explicit graph construction, update and queries")   \
+	/* handle ctx, u32 nopts, (u32 opt, u64 value)[nopts] (options whose  \
+	 * values are numbers), u32 ninputs, (u32 type, str name, bytes       \
+	 * data)[ninputs] -> bytes cubin, str info log, str error log (the   \
+	 * logs also on failure, after the status) */                         \
+	X(LINK, 134, "link images with the JIT linker: the linked cubin")
 
 /* Opcode ranges reserved per area (append inside your range; never renumber):
  *   98-127 general, 128-159 graphs, host functions, attributes, linker,

@@ -1,0 +1,1 @@
+/* Explicit graphs on the emulated device: see below. */
