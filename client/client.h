@@ -184,6 +184,9 @@ static inline CUresult rc_obj(const void *p, uint32_t magic, void *out)
 
 /* init.c */
 CUresult rc_initialized(void);       /* CUDA_ERROR_NOT_INITIALIZED before cuInit */
+/* device.c: a device attribute as programs see it (what rgpu cannot
+ * provide reads as absent) */
+int rc_dev_attr(const struct rc_dev *d, CUdevice_attribute a);
 CUresult rc_dev_get(CUdevice d, struct rc_dev **out);
 int rc_conn_index(const struct rc_conn *c);
 

@@ -179,6 +179,9 @@ void emu_streams_destroy_all(struct emu_ctx *ctx);
 void emu_op_free(struct emu_ctx *ctx, struct emu_op *op);
 void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
 
+/* ---- attr.c: a destroyed stream's attributes go */
+void emu_attr_forget(CUstream h);
+
 /* ---- kernels.c */
 struct emu_kparam {
 	size_t offset, size;

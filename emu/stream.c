@@ -320,6 +320,7 @@ EMU_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 	emu_broadcast(&ctx->cond);
 	emu_unlock(&ctx->lock);
 	free(s);
+	emu_attr_forget(hStream);
 	emu_ctx_leave(ctx);
 	return CUDA_SUCCESS;
 }
