@@ -297,6 +297,9 @@ uint64_t rc_hostfn_register(CUhostFn fn, void *data);
 void rc_hostfn_forget(uint64_t id);
 /* graph.c: a host function was captured on stream s */
 void rc_capture_host_node(CUstream s);
+/* gnode.c: the graph a capturing stream builds and its current ends */
+CUresult rc_capture_info(CUstream s, struct rc_ctx *c, uint64_t sh, CUgraph *graph,
+			 const CUgraphNode **deps, size_t *ndeps);
 
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */

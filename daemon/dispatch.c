@@ -66,7 +66,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPDF(CAPTURE_END, capture_end, 0, OPF_CREATES),
 	OPD(CAPTURE_STATUS, capture_status, 0),
 	OPDF(GRAPH_INSTANTIATE, graph_instantiate, 0, OPF_CREATES),
-	OPD(GRAPH_LAUNCH, graph_launch, 0),
+	OPDF(GRAPH_LAUNCH, graph_launch, 0, OPF_CREATES), /* host nodes: its own status */
 	OPD(GRAPH_DESTROY, graph_destroy, 0),
 	OPD(GRAPH_NODES, graph_nodes, 0),
 	OPDF(VMEM_MAP, vmem_map, 0, OPF_CREATES),

@@ -144,6 +144,9 @@
 	X(cuGraphAddDependencies)                \
 	X(cuGraphRemoveDependencies)             \
 	X(cuGraphDestroyNode)                    \
+	X(cuGraphGetEdges)                       \
+	X(cuGraphNodeFindInClone)                \
+	X(cuGraphChildGraphNodeGetGraph)         \
 	X(cuGraphKernelNodeGetParams_v2)         \
 	X(cuGraphKernelNodeSetParams_v2)         \
 	X(cuGraphMemsetNodeGetParams)            \

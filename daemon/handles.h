@@ -18,6 +18,7 @@ enum hkind {
 	HK_EVENT,
 	HK_GRAPH,
 	HK_GRAPHEXEC,
+	HK_GNODE,     /* a node of a graph (parent: the graph) */
 };
 
 struct hentry {

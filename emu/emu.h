@@ -179,6 +179,11 @@ void emu_streams_destroy_all(struct emu_ctx *ctx);
 void emu_op_free(struct emu_ctx *ctx, struct emu_op *op);
 void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
 
+/* ---- graph.c: while s is capturing, op becomes a node of the capture's
+ * graph (taken, *rc the result) and 1 is returned; else 0.  Caller holds
+ * ctx->lock (graph.c's lock comes after it). */
+int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc);
+
 /* ---- attr.c: a destroyed stream's attributes go */
 void emu_attr_forget(CUstream h);
 

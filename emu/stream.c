@@ -171,7 +171,11 @@ CUresult emu_stream_enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct em
 {
 	struct emu_dep *deps = NULL;
 	int n = 0, cap = 0, bad = 0;
+	CUresult taken;
 
+	/* a capturing stream records its work instead (graph.c) */
+	if (emu_capture_take(s, op, &taken))
+		return taken;
 	if (s->is_null) {
 		for (struct emu_stream *t = ctx->streams; t; t = t->next)
 			if (!(t->flags & CU_STREAM_NON_BLOCKING) && add_dep(&deps, &n, &cap, t) != 0)
