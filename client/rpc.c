@@ -452,8 +452,10 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct rc_waiter w = { 0 };
 	uint64_t id = 0; /* stays 0 if nothing was sent: no waiter has it */
-	if (!locked)
+	if (!locked) {
+		rc_hostfn_gate(c, op);
 		pthread_mutex_lock(&c->lock);
+	}
 	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id);
 	if (!locked)
 		pthread_mutex_unlock(&c->lock);
@@ -492,6 +494,7 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 {
 	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc_hostfn_gate(c, op);
 	pthread_mutex_lock(&c->lock);
 	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL);
 	pthread_mutex_unlock(&c->lock);

@@ -281,6 +281,8 @@ static void session_cleanup(struct session *s)
 {
 	struct rgpud_driver *d = &s->srv->drv;
 	uint64_t freed = 0;
+	/* streams held for the client's host functions go on (no client) */
+	hostfn_cleanup(s);
 	/* no wait may outlive the contexts it waits in */
 	waiter_stop(s);
 	for (size_t i = 0; i < s->nalloc; i++) {
@@ -312,6 +314,7 @@ static void session_cleanup(struct session *s)
 		}
 	}
 	d->cuCtxSetCurrent(NULL);
+	hostfn_free(s);
 	if (nctx || freed)
 		log_info("%s: session ended: %d context(s), %llu bytes of device memory freed",
 			 s->name, nctx, (unsigned long long)freed);

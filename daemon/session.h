@@ -84,6 +84,7 @@ struct session {
 	struct mem_state *mem;  /* movable device memory (mem/mem.h) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
 	struct appmem *appmem;  /* application VMM and pools (appmem.h) */
+	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
 
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
@@ -205,6 +206,19 @@ int vmem_owns(struct session *s, uint64_t addr);
 void vmem_forget_ctx(struct session *s, uint64_t ctx);
 void vmem_cleanup(struct session *s);
 
+/* ops_hostfn.c: host functions run on the client.  hostfn_node_arg: the
+ * argument for hostfn_trampoline() standing for client host function
+ * client_id (oneshot: freed once it ran; else kept for the session: graph
+ * host nodes); NULL when out of memory.  hostfn_client_id: the client id
+ * behind such an argument, 0 if p is none.  hostfn_cleanup releases every
+ * held stream (session end, before contexts go); hostfn_free frees the
+ * rest after the contexts are gone. */
+void *hostfn_node_arg(struct session *s, uint64_t client_id, int oneshot);
+CUhostFn hostfn_trampoline(void);
+uint64_t hostfn_client_id(struct session *s, void *p);
+void hostfn_cleanup(struct session *s);
+void hostfn_free(struct session *s);
+
 /* ops (ops_*.c) */
 #define DECL_OP(name) int op_##name(struct session *, const struct rgpu_hdr *, struct rd *, struct wbuf *);
 DECL_OP(hello) DECL_OP(device_info)
@@ -230,6 +244,8 @@ DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_def
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
 DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
 DECL_OP(mem_refused)
+DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(stream_attr)
+DECL_OP(profiler) DECL_OP(graph_op) DECL_OP(link)
 #undef DECL_OP
 
 #endif

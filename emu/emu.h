@@ -120,6 +120,7 @@ enum emu_op_kind {
 	EMU_OP_LAUNCH,
 	EMU_OP_RECORD,
 	EMU_OP_WAIT,
+	EMU_OP_HOST,        /* a host function (graph.c) */
 };
 
 struct emu_dep {
@@ -150,6 +151,9 @@ struct emu_op {
 	/* events */
 	struct emu_event *event;
 	uint64_t gen;
+	/* host functions: run by the worker, no lock held */
+	CUhostFn hostfn;
+	void *hostdata;
 };
 
 struct emu_stream {
@@ -192,6 +196,14 @@ void emu_ctx_wait_idle(struct emu_ctx *ctx);
 void emu_streams_destroy_all(struct emu_ctx *ctx);
 void emu_op_free(struct emu_ctx *ctx, struct emu_op *op);
 void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
+
+/* ---- graph.c: while s is capturing, op becomes a node of the capture's
+ * graph (taken, *rc the result) and 1 is returned; else 0.  Caller holds
+ * ctx->lock (graph.c's lock comes after it). */
+int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc);
+
+/* ---- attr.c: a destroyed stream's attributes go */
+void emu_attr_forget(CUstream h);
 
 /* ---- kernels.c */
 struct emu_kparam {
