@@ -269,6 +269,8 @@ void gate_share_drop(const uint8_t token[16])
 	memcpy(q.token, token, 16);
 	if (gate_call(&q, NULL, &p, NULL, NULL) < 0)
 		lost();
+}
+
 int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
 {
 	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
