@@ -57,6 +57,9 @@ struct rc_conn {
 	struct rgpu_error err;    /* why the connection failed */
 	char server_id[128];
 	int ndev;
+	/* migration and recovery (replay.h) */
+	struct rc_replay *replay; /* the request log; NULL: not movable */
+	unsigned ckpt_interval;   /* HELLO: the server's checkpoint interval */
 	/* same host (Unix socket): the shared staging ring */
 	pthread_mutex_t ring_lock; /* one copy through the ring at a time */
 	int local;

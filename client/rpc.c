@@ -17,6 +17,7 @@
 #include "frame.h"
 #include "log.h"
 #include "settings.h"
+#include "replay.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -196,8 +197,14 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 		w->op = op;
 		waiter_add(c, w);
 	}
-	if (rgpu_frame_send(c->c, op, flags, id, a, alen, b, blen) < 0)
+	/* kept until served: a session that moves or recovers sends it again */
+	rc_replay_log(c, id, op, flags, a, alen, b, blen);
+	struct rgpu_conn *cc = c->c;
+	if (rgpu_frame_send(cc, op, flags, id, a, alen, b, blen) < 0) {
+		if (rc_replay_recover(c, 1, cc) == 0)
+			return CUDA_SUCCESS; /* sent again on the new connection */
 		return rc_conn_failed(c, "sending a request");
+	}
 	return CUDA_SUCCESS;
 }
 
@@ -308,15 +315,24 @@ static CUresult read_one(struct rc_conn *c)
 {
 	struct rgpu_hdr h;
 	errno = 0;
-	int hs = rgpu_frame_recv_hdr(c->c, &h);
-	if (hs != RGPU_HDR_OK)
+	struct rgpu_conn *cc = __atomic_load_n(&c->c, __ATOMIC_ACQUIRE);
+	int hs = rgpu_frame_recv_hdr(cc, &h);
+	if (hs != RGPU_HDR_OK) {
+		/* at a frame boundary: a moved session or a standby carries on */
+		if (hs == RGPU_HDR_EOF && rc_replay_recover(c, 0, cc) == 0)
+			return CUDA_SUCCESS;
 		return header_failed(c, hs);
+	}
 	if (!(h.flags & RGPU_F_REPLY))
 		return proto_fail(c, "the server sent a request");
 	if (h.op == RGPU_OP_OUTPUT)
 		return print_output(c, h.len);
+	if (h.op == RGPU_OP_MOVED)
+		return rc_replay_moved(c, h.len) < 0 ? proto_fail(c, "a malformed MOVED notice")
+						     : CUDA_SUCCESS;
 	if (h.len < 4)
 		return proto_fail(c, "a reply without a status");
+	rc_replay_served(c, h.id);
 	pthread_mutex_lock(&c->rx_lock);
 	struct rc_waiter *w = waiter_find(c, h.id);
 	uint8_t *sink = NULL;
@@ -428,6 +444,10 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 		return is_dead(c) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_INVALID_VALUE;
 	}
 	CUresult rc = take_frame(c, w, f, sink, sinkcap);
+	if (!rc && op == RGPU_OP_MEM_ALLOC && !f->st && !sink && f->len >= 8) {
+		struct rd t = f->r;
+		rc_replay_alloc(c, id, get_u64(&t));
+	}
 	/* the reply is over: its last frame, an error, or a dead connection */
 	if (rc || !(f->flags & RGPU_F_MORE) || f->st) {
 		pthread_mutex_lock(&c->rx_lock);
@@ -477,6 +497,12 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 	*r = f.r;
 	if (raw_status)
 		*raw_status = f.st;
+	/* a synchronisation point: a checkpoint may be due (standby.c) */
+	if (!locked && !f.st &&
+	    (op == RGPU_OP_CTX_SYNC || op == RGPU_OP_STREAM_SYNC || op == RGPU_OP_EVENT_SYNC)) {
+		rc_standby_tick(c);
+		rd_init(r, NULL, 0); /* no fields; the thread's buffer was reused */
+	}
 	return rc_status(f.st);
 }
 
@@ -588,5 +614,7 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	}
 	snprintf(c->server_id, sizeof(c->server_id), "%s", sid);
 	c->ndev = (int)ndev;
+	if (r.left >= 4) /* the server's checkpoint interval (standby.c) */
+		c->ckpt_interval = get_u32(&r);
 	return rc_share(c, err, errlen);
 }

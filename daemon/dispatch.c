@@ -2,6 +2,7 @@
 #include "gate.h"
 #include "rgpud.h"
 #include "session.h"
+#include "migrate/migrate.h"
 
 int op_admin(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
@@ -104,6 +105,10 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(LEASE_LIST, admin, 0),
 	OPD(SESSION_LIST, admin, 0),
 	OPD(SESSION_SHARE, admin, 0),
+	OPDF(SESSION_SAVE, session_save, 0, OPF_DRAINS),
+	OPDF(SESSION_RESTORE, session_restore, 8, OPF_DRAINS),
+	OPD(MIGRATE, admin, 0),
+	OPDF(MEM_ALLOC_AT, mem_alloc_at, 0, OPF_CREATES),
 };
 
 const struct op_desc *rgpud_op(unsigned op)

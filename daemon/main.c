@@ -57,6 +57,8 @@ static void usage(FILE *f)
 "      --hello-timeout=SEC   close connections that send no HELLO by then (10)\n"
 "      --max-pending-per-host=N  connections waiting for their HELLO per client\n"
 "                            address (128); more are closed at once\n"
+"      --checkpoint-interval=S  clients with standby servers checkpoint their\n"
+"                               sessions every S seconds (0: never, the default)\n"
 "      --max-sessions-per-user=N  sessions one user (other than root) may hold\n"
 "                            at once (default: no limit)\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
@@ -314,11 +316,11 @@ static int worker_drop(const char *name, unsigned uid, unsigned gid, int parent,
 static int worker_main(const char *fds, const char *who, const char *runas, const char *name,
 		       const char *driver)
 {
-	int cfd, ctl, parent, groups;
+	int cfd, ctl, mig = -1, parent, groups;
 	unsigned uid, gid, run_uid, run_gid;
 	unsigned long long job;
 	int admin, authd;
-	if (!driver || sscanf(fds, "%d,%d", &cfd, &ctl) != 2 || !who || !runas ||
+	if (!driver || sscanf(fds, "%d,%d,%d", &cfd, &ctl, &mig) < 2 || !who || !runas ||
 	    sscanf(who, "%u,%u,%llu,%d,%d", &uid, &gid, &job, &admin, &authd) != 5 ||
 	    sscanf(runas, "%u,%u,%d,%d", &run_uid, &run_gid, &parent, &groups) != 4) {
 		fprintf(stderr, "rgpud: --session-worker is internal to rgpud\n");
@@ -357,6 +359,7 @@ static int worker_main(const char *fds, const char *who, const char *runas, cons
 	}
 	s->srv = srv;
 	s->out_fd = out_fd;
+	s->mig_fd = mig;
 	s->hello_done = 1;
 	s->who = (struct rgpud_principal){ .uid = uid, .gid = gid, .job_id = job,
 					   .admin = admin, .authenticated = authd };
@@ -406,6 +409,7 @@ int main(int argc, char **argv)
 		{ "max-pending-per-host", required_argument, NULL, 'M' },
 		{ "max-sessions-per-user", required_argument, NULL, 'u' },
 		{ "lease-check-interval", required_argument, NULL, 'I' },
+		{ "checkpoint-interval", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char listen_addr[300];
@@ -532,6 +536,7 @@ int main(int argc, char **argv)
 		case 'T': srv->hello_timeout_ms = (int)(1000 * num_opt("hello-timeout", optarg, 1, 3600)); break;
 		case 'M': srv->max_pending_per_host = (int)num_opt("max-pending-per-host", optarg, 1, 100000); break;
 		case 'I': acfg.check_interval_s = (int)num_opt("lease-check-interval", optarg, 1, 86400); break;
+		case 'C': srv->checkpoint_s = (int)num_opt("checkpoint-interval", optarg, 0, 86400); break;
 		case 'u': srv->max_sessions_per_user = (int)num_opt("max-sessions-per-user", optarg, 0, 1000000); break;
 		case 'V': printf("rgpud %s (protocol %d)\n", PACKAGE_VERSION, RGPU_PROTO_VERSION); return 0;
 		default: usage(stderr); return 2;

@@ -26,6 +26,8 @@ struct rgpud;
 struct vmem;
 struct appmem;
 struct mem_state;
+struct journal;
+struct memif_run;
 
 /* Device memory charged to the quota for a context itself (measured:
  * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
@@ -98,6 +100,14 @@ struct session {
 	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
 	int prepared;     /* session_prepare done */
 	int mem_err;      /* the memory manager refused the current request */
+
+	/* migration and recovery (daemon/migrate/) */
+	struct journal *journal;       /* requests that made the live objects */
+	struct memif_run *memif_runs;  /* memory re-created at fixed addresses */
+	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
+	uint64_t last_id;              /* id of the last request served */
+	int attach;                    /* parent: HELLO named a moved session */
+	uint8_t attach_token[16];
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */

@@ -31,6 +31,11 @@
 
 #define EMU_API __attribute__((visibility("default")))
 
+/* Test hook (memory.c): the next device or globals mapping this thread
+ * makes goes exactly at addr, or fails.  rgpud's migration uses it to
+ * re-create a session's memory and module globals at their addresses. */
+EMU_API CUresult CUDAAPI cuRgpuEmuPlaceNext(CUdeviceptr addr);
+
 struct emu_ctx;
 struct emu_module;
 struct emu_kernel;
