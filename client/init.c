@@ -3,6 +3,7 @@
 #include "client.h"
 #include "log.h"
 #include "settings.h"
+#include "stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,7 @@ static void do_init(void)
 		init_result = CUDA_ERROR_INVALID_VALUE;
 		return;
 	}
+	rc_stats_init();
 	const char *spec = getenv("RGPU_SERVERS");
 	if (!spec || !*spec) {
 		log_err("RGPU_SERVERS is not set: name the GPUs to use, e.g. RGPU_SERVERS=gpunode1:%d/0",

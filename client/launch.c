@@ -1,6 +1,7 @@
 /* Kernel launches, function attributes and occupancy. */
 #include "client.h"
 #include "log.h"
+#include "stats.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -190,12 +191,26 @@ RC_EXPORT CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction
 	return CUDA_SUCCESS;
 }
 
+_Static_assert(CU_FUNC_ATTRIBUTE_MAX <= 32, "set_known holds one bit per attribute");
+
 RC_EXPORT CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute a, int v)
 {
 	struct rc_func *f;
 	CUresult rc = rc_func_resolve(fn, &f);
 	if (rc)
 		return rc;
+	/* libraries set the same attribute before every launch (PyTorch's
+	 * attention and GEMM kernels: 24 round trips per training step);
+	 * setting it again to the value it has changes nothing */
+	if ((int)a >= 0 && a < CU_FUNC_ATTRIBUTE_MAX) {
+		pthread_mutex_lock(&attrs_lock);
+		int same = (f->set_known >> a & 1) && f->set_val[a] == v;
+		pthread_mutex_unlock(&attrs_lock);
+		if (same) {
+			rc_stats_local(RGPU_OP_FUNC_SET_ATTR);
+			return CUDA_SUCCESS;
+		}
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, f->ctx->h);
 	put_u64(w, f->h);
@@ -208,6 +223,12 @@ RC_EXPORT CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute a, int
 	pthread_mutex_lock(&attrs_lock);
 	f->attrs_valid = 0;
 	f->attrs_gen++;
+	/* what other attributes were set to may have moved too */
+	f->set_known = 0;
+	if (!rc && (int)a >= 0 && a < CU_FUNC_ATTRIBUTE_MAX) {
+		f->set_known = 1u << a;
+		f->set_val[a] = v;
+	}
 	pthread_mutex_unlock(&attrs_lock);
 	return rc;
 }
@@ -223,11 +244,31 @@ RC_EXPORT CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache cfg)
 	put_u64(w, f->h);
 	put_u32(w, (uint32_t)cfg);
 	struct rd r;
-	return rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_CACHE, w, &r);
+	rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_CACHE, w, &r);
+	/* the preference moves the shared memory split: occupancy answers go */
+	pthread_mutex_lock(&attrs_lock);
+	f->attrs_gen++;
+	f->attrs_valid = 0;
+	pthread_mutex_unlock(&attrs_lock);
+	return rc;
 }
 
+/* Occupancy depends on the function (its attributes: attrs_gen), the
+ * device and the arguments only: recent answers are kept per function. */
 static CUresult occ_blocks(int *n, struct rc_func *f, int bs, size_t smem, unsigned flags)
 {
+	pthread_mutex_lock(&attrs_lock);
+	unsigned gen = f->attrs_gen;
+	for (unsigned i = 0; i < sizeof(f->occ) / sizeof(f->occ[0]); i++) {
+		const struct rc_occ *o = &f->occ[i];
+		if (o->valid && o->gen == gen && o->bs == bs && o->smem == smem && o->flags == flags) {
+			*n = o->n;
+			pthread_mutex_unlock(&attrs_lock);
+			rc_stats_local(RGPU_OP_OCC_MAX_BLOCKS);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&attrs_lock);
 	struct wbuf *w = rc_req();
 	put_u64(w, f->ctx->h);
 	put_u64(w, f->h);
@@ -236,9 +277,20 @@ static CUresult occ_blocks(int *n, struct rc_func *f, int bs, size_t smem, unsig
 	put_u32(w, flags);
 	struct rd r;
 	CUresult rc = rc_call(f->ctx->dev->conn, RGPU_OP_OCC_MAX_BLOCKS, w, &r);
-	if (!rc)
-		*n = get_i32(&r);
-	return rc;
+	if (rc)
+		return rc;
+	int v = get_i32(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	*n = v;
+	pthread_mutex_lock(&attrs_lock);
+	if (f->attrs_gen == gen) {
+		struct rc_occ *o = &f->occ[f->occ_next++ % (sizeof(f->occ) / sizeof(f->occ[0]))];
+		*o = (struct rc_occ){ .bs = bs, .n = v, .flags = flags, .gen = gen, .smem = smem,
+				      .valid = 1 };
+	}
+	pthread_mutex_unlock(&attrs_lock);
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction fn, int bs,

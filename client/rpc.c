@@ -17,6 +17,7 @@
 #include "frame.h"
 #include "log.h"
 #include "settings.h"
+#include "stats.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -198,6 +199,7 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 	}
 	if (rgpu_frame_send(c->c, op, flags, id, a, alen, b, blen) < 0)
 		return rc_conn_failed(c, "sending a request");
+	rc_stats_request(op, w != NULL, RGPU_HDR_SIZE + alen + blen);
 	return CUDA_SUCCESS;
 }
 
@@ -311,6 +313,7 @@ static CUresult read_one(struct rc_conn *c)
 	int hs = rgpu_frame_recv_hdr(c->c, &h);
 	if (hs != RGPU_HDR_OK)
 		return header_failed(c, hs);
+	rc_stats_received(RGPU_HDR_SIZE + (size_t)h.len);
 	if (!(h.flags & RGPU_F_REPLY))
 		return proto_fail(c, "the server sent a request");
 	if (h.op == RGPU_OP_OUTPUT)
@@ -427,7 +430,10 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 		f->r.bad = 1;
 		return is_dead(c) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_INVALID_VALUE;
 	}
+	uint64_t t0 = rc_stats_on ? rc_stats_now() : 0;
 	CUresult rc = take_frame(c, w, f, sink, sinkcap);
+	if (rc_stats_on)
+		rc_stats_wait(op, rc_stats_now() - t0);
 	/* the reply is over: its last frame, an error, or a dead connection */
 	if (rc || !(f->flags & RGPU_F_MORE) || f->st) {
 		pthread_mutex_lock(&c->rx_lock);
