@@ -181,6 +181,11 @@ struct rc_event {
 	uint64_t rec_id;
 	int rec_legacy;
 	uint64_t done_at;
+	/* completion pushed by the server (EVENT_RECORD_WATCH / EVENT_DONE)
+	 * for events the application polls: records are numbered; the
+	 * server says which have completed, or which it does not watch */
+	int want_watch, rec_watched;
+	uint64_t seq, rec_seq, done_seq, unwatched_seq;
 };
 
 /* global state (init.c) */
@@ -229,6 +234,13 @@ struct wbuf *rc_req(void);
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
 /* a reply status as the application sees it (protocol codes mapped) */
 CUresult rc_status(int32_t st);
+/* Reads what the server has sent already (notices, replies to others),
+ * without waiting; nothing when another thread is reading.  0, or -1
+ * when the connection cannot be polled (no socket) or is dead. */
+int rc_poll(struct rc_conn *c);
+/* stream.c: an EVENT_DONE notice (status 0: record seq of the event with
+ * server handle h has completed; else it is not watched) */
+void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq);
 
 /* rpc.c: frames, for the transfer layer (requests of several frames,
  * replies of several frames).  The frames of one request go out with the

@@ -20,6 +20,7 @@
 #include "stats.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -304,6 +305,23 @@ static CUresult deliver(struct rc_conn *c, const struct rgpu_hdr *h, struct rc_w
 	return rc;
 }
 
+/* An EVENT_DONE notice: no request's reply */
+static CUresult notice(struct rc_conn *c, size_t len)
+{
+	uint8_t b[20];
+	if (len != sizeof(b))
+		return proto_fail(c, "a malformed event notice");
+	if (rgpu_recv(c->c, b, sizeof(b)) < 0)
+		return rc_conn_failed(c, "reading an event notice");
+	uint64_t h = 0, seq = 0;
+	for (int i = 7; i >= 0; i--) {
+		h = h << 8 | b[4 + i];
+		seq = seq << 8 | b[12 + i];
+	}
+	rc_event_notice(c, le32(b), h, seq);
+	return CUDA_SUCCESS;
+}
+
 /* Reads one frame and delivers it; called by the current reader only,
  * without rx_lock. */
 static CUresult read_one(struct rc_conn *c)
@@ -318,6 +336,8 @@ static CUresult read_one(struct rc_conn *c)
 		return proto_fail(c, "the server sent a request");
 	if (h.op == RGPU_OP_OUTPUT)
 		return print_output(c, h.len);
+	if (h.op == RGPU_OP_EVENT_DONE)
+		return notice(c, h.len);
 	if (h.len < 4)
 		return proto_fail(c, "a reply without a status");
 	pthread_mutex_lock(&c->rx_lock);
@@ -364,6 +384,37 @@ static CUresult wait_frame(struct rc_conn *c, struct rc_waiter *w)
 		}
 		pthread_cond_wait(&c->cv, &c->rx_lock);
 	}
+}
+
+int rc_poll(struct rc_conn *c)
+{
+	int fd = c->c ? rgpu_conn_fd(c->c) : -1;
+	if (fd < 0)
+		return -1;
+	pthread_mutex_lock(&c->rx_lock);
+	if (c->dead) {
+		pthread_mutex_unlock(&c->rx_lock);
+		return -1;
+	}
+	if (c->reading) { /* that reader delivers what comes */
+		pthread_mutex_unlock(&c->rx_lock);
+		return 0;
+	}
+	c->reading = 1;
+	pthread_mutex_unlock(&c->rx_lock);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR)))
+			break;
+		if (read_one(c))
+			break; /* the connection is marked dead */
+	}
+	pthread_mutex_lock(&c->rx_lock);
+	c->reading = 0;
+	int dead = c->dead;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->rx_lock);
+	return dead ? -1 : 0;
 }
 
 /* Takes w's next frame into f (see rc_reply_frame); rx_lock not held. */

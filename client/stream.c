@@ -75,10 +75,80 @@ static int event_done(struct rc_event *ev)
 	if (rec == REC_UNTRACKED)
 		return 0;
 	struct rc_ctx *c = ev->ctx;
+	if (__atomic_load_n(&ev->rec_watched, __ATOMIC_ACQUIRE) &&
+	    __atomic_load_n(&ev->done_seq, __ATOMIC_ACQUIRE) >=
+		    __atomic_load_n(&ev->rec_seq, __ATOMIC_ACQUIRE))
+		return 1;
 	return __atomic_load_n(&ev->done_at, __ATOMIC_ACQUIRE) > rec ||
 	       __atomic_load_n(&c->idle_all, __ATOMIC_ACQUIRE) > rec ||
 	       (__atomic_load_n(&ev->rec_legacy, __ATOMIC_ACQUIRE) &&
 		__atomic_load_n(&c->idle_legacy, __ATOMIC_ACQUIRE) > rec);
+}
+
+/* ---- events whose completion the server pushes ----
+ *
+ * An event the application polls (a cuEventQuery that had to ask the
+ * server) is watched from its next record on: the record goes as
+ * EVENT_RECORD_WATCH with a number, and the server sends EVENT_DONE with
+ * that number once the work before it has completed.  A query then reads
+ * what has arrived (rc_poll, no waiting) and answers itself: done, or not
+ * yet (the notice is at most one one-way trip behind).  The server says
+ * so when it cannot watch a record; that record is asked about again. */
+
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rc_event **watched;
+static size_t nwatched, capwatched;
+
+static void watch_add(struct rc_event *ev)
+{
+	pthread_mutex_lock(&watch_lock);
+	if (nwatched == capwatched) {
+		size_t cap = capwatched ? capwatched * 2 : 32;
+		struct rc_event **p = realloc(watched, cap * sizeof(*p));
+		if (!p) {
+			pthread_mutex_unlock(&watch_lock);
+			return; /* not watched: its queries ask the server */
+		}
+		watched = p;
+		capwatched = cap;
+	}
+	watched[nwatched++] = ev;
+	__atomic_store_n(&ev->want_watch, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&watch_lock);
+}
+
+static void watch_drop(struct rc_event *ev)
+{
+	if (!__atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&watch_lock);
+	for (size_t i = 0; i < nwatched; i++)
+		if (watched[i] == ev) {
+			watched[i] = watched[--nwatched];
+			break;
+		}
+	pthread_mutex_unlock(&watch_lock);
+}
+
+void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq)
+{
+	pthread_mutex_lock(&watch_lock);
+	for (size_t i = 0; i < nwatched; i++) {
+		struct rc_event *ev = watched[i];
+		if (ev->h == h && ev->ctx->dev->conn == c) {
+			store_max(status ? &ev->unwatched_seq : &ev->done_seq, seq);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&watch_lock);
+}
+
+/* The last record is watched and the server has not said it gave up. */
+static int watch_pending(struct rc_event *ev)
+{
+	return __atomic_load_n(&ev->rec_watched, __ATOMIC_ACQUIRE) &&
+	       __atomic_load_n(&ev->unwatched_seq, __ATOMIC_ACQUIRE) <
+		       __atomic_load_n(&ev->rec_seq, __ATOMIC_ACQUIRE);
 }
 
 CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h)
@@ -295,6 +365,7 @@ RC_EXPORT CUresult cuEventDestroy_v2(CUevent e)
 	if (rc)
 		return rc;
 	rc = two_handles(ev->ctx, RGPU_OP_EVENT_DESTROY, ev->h);
+	watch_drop(ev);
 	ev->magic = 0;
 	free(ev);
 	return rc;
@@ -314,15 +385,25 @@ RC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 		return rc;
 	if (c != ev->ctx)
 		return CUDA_ERROR_INVALID_HANDLE;
+	struct rc_conn *conn = c->dev->conn;
+	int capturing = rc_stream_capture_id(s) != 0;
+	int watch = !capturing && __atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE) &&
+		    rgpu_conn_fd(conn->c) >= 0;
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, ev->h);
 	put_u64(w, h);
-	rc = rc_post(c->dev->conn, RGPU_OP_EVENT_RECORD, w);
+	if (watch) {
+		uint64_t seq = __atomic_add_fetch(&ev->seq, 1, __ATOMIC_RELAXED);
+		put_u64(w, seq);
+		__atomic_store_n(&ev->rec_seq, seq, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&ev->rec_watched, watch, __ATOMIC_RELEASE);
+	rc = rc_post(conn, watch ? RGPU_OP_EVENT_RECORD_WATCH : RGPU_OP_EVENT_RECORD, w);
 	/* after the send: the last id is then no lower than the record's */
 	__atomic_store_n(&ev->rec_legacy, is_legacy(h), __ATOMIC_RELEASE);
 	__atomic_store_n(&ev->rec_id,
-			 rc_stream_capture_id(s) ? REC_UNTRACKED : rc_idle_mark(c->dev->conn) - 1,
+			 capturing ? REC_UNTRACKED : rc_idle_mark(conn) - 1,
 			 __ATOMIC_RELEASE);
 	return rc;
 }
@@ -365,10 +446,23 @@ RC_EXPORT CUresult cuEventQuery(CUevent e)
 		rc_stats_local(RGPU_OP_EVENT_QUERY);
 		return CUDA_SUCCESS;
 	}
-	uint64_t mark = rc_idle_mark(ev->ctx->dev->conn);
+	struct rc_conn *conn = ev->ctx->dev->conn;
+	if (watch_pending(ev) && rc_poll(conn) == 0) {
+		/* the server says when it completes: what it said so far */
+		int done = event_done(ev);
+		if (done || watch_pending(ev)) {
+			rc_stats_local(RGPU_OP_EVENT_QUERY);
+			return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+		}
+	}
+	uint64_t mark = rc_idle_mark(conn);
 	rc = two_handles(ev->ctx, RGPU_OP_EVENT_QUERY, ev->h);
 	if (!rc)
 		store_max(&ev->done_at, mark);
+	/* polled: its next records are watched */
+	if ((rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY) &&
+	    !__atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE))
+		watch_add(ev);
 	return rc;
 }
 

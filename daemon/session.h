@@ -194,6 +194,9 @@ int session_skip(struct session *s, size_t n);
 void session_forward_output(struct session *s, const struct rgpu_hdr *h);
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len);
+/* EVENT_DONE for the event handle's record seq (status 0: completed; else
+ * not watched, the client asks); the send lock held */
+int session_send_notice(struct session *s, int32_t status, uint64_t handle, uint64_t seq);
 
 /* ops_vmem.c */
 int vmem_owns(struct session *s, uint64_t addr);
@@ -217,6 +220,7 @@ DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait)
 DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap) DECL_OP(transport)
 DECL_OP(capture_begin) DECL_OP(capture_end) DECL_OP(capture_status) DECL_OP(graph_instantiate)
 DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
+DECL_OP(event_record_watch)
 #undef DECL_OP
 
 #endif

@@ -239,7 +239,16 @@ typedef uint64_t rgpu_handle;
 	 * (slices + per-slice context reserve; total when exclusive),        \
 	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
 	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
-	X(LEASE_LIST, 82, "leases and GPU load")
+	X(LEASE_LIST, 82, "leases and GPU load")                              \
+	/* Round trips saved (issue 13).  handle ctx, handle event, handle    \
+	 * stream, u64 seq -> (sent with RGPU_F_NOREPLY) records the event as \
+	 * EVENT_RECORD does; once that work has completed the server sends  \
+	 * EVENT_DONE, so that the client answers cuEventQuery itself. */     \
+	X(EVENT_RECORD_WATCH, 224, "record an event, say when it completes")  \
+	/* Server to client only, id 0, RGPU_F_REPLY: i32 status (0), handle  \
+	 * event, u64 seq of an EVENT_RECORD_WATCH whose work has completed   \
+	 * (and so has every earlier record of that event). */                \
+	X(EVENT_DONE, 225, "a watched event record has completed")
 
 /* Opcode ranges reserved per area (append inside your range; never renumber):
  *   98-127 general, 128-159 graphs, host functions, attributes, linker,

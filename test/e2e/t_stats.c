@@ -84,6 +84,33 @@ int main(int argc, char **argv)
 	TRIPS(1, "synchronising an event recorded after the last proof", CK(cuEventSynchronize(ev)));
 	TRIPS(0, "querying it after its synchronisation", EXPECT_RC(cuEventQuery(ev), CUDA_SUCCESS));
 
+	/* a polled event is watched from its next record: the server says
+	 * when it completes, and queries need no round trip */
+	CUfunction fbusy = get_func(mod, "busy_wait_ns");
+	unsigned long long ns = 30000000ull; /* 30 ms */
+	void *bargs[] = { &ns };
+	CK(cuLaunchKernel(fbusy, 1, 1, 1, 1, 1, 1, 0, NULL, bargs, NULL));
+	CK(cuEventRecord(ev, NULL));
+	TRIPS(1, "querying an event recorded after a 30 ms kernel", {
+		CUresult q = cuEventQuery(ev);
+		CHECK(q == CUDA_ERROR_NOT_READY || q == CUDA_SUCCESS, "cuEventQuery: %s", cu_name(q));
+	});
+	CK(cuLaunchKernel(fbusy, 1, 1, 1, 1, 1, 1, 0, NULL, bargs, NULL));
+	CK(cuEventRecord(ev, NULL));
+	int polls = 0, ready_seen = 0;
+	double t0 = now_ms();
+	TRIPS(0, "polling a watched event until it completes", {
+		CUresult q;
+		while ((q = cuEventQuery(ev)) == CUDA_ERROR_NOT_READY && now_ms() - t0 < 10000) {
+			polls++;
+			ready_seen = 1;
+		}
+		CHECK(q == CUDA_SUCCESS, "cuEventQuery: %s after %.0f ms", cu_name(q), now_ms() - t0);
+	});
+	CHECK(off || ready_seen, "a 30 ms kernel was done at the first poll");
+	say("watched event: %d local polls, done after %.1f ms", polls, now_ms() - t0);
+	CK(cuCtxSynchronize());
+
 	/* a new stream is idle; after work on it, one trip */
 	CUstream s;
 	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -106,15 +133,20 @@ int main(int argc, char **argv)
 	TRIPS(2, "cuCtxGetLimit(STACK_SIZE) twice (the driver may grow it)",
 	      CK(cuCtxGetLimit(&v1, CU_LIMIT_STACK_SIZE)); CK(cuCtxGetLimit(&v2, CU_LIMIT_STACK_SIZE)));
 
-	/* an attribute set to the value it has: nothing to send */
+	/* an attribute set to the value it has: nothing to send; the dynamic
+	 * shared memory bound, checked by the client, needs no reply (the
+	 * function's attributes are read once, for the check) */
 	TRIPS(1, "cuFuncSetAttribute twice with one value",
 	      CK(cuFuncSetAttribute(finc, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024));
 	      CK(cuFuncSetAttribute(finc, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 1024)));
-	TRIPS(1, "cuFuncSetAttribute with another value",
-	      CK(cuFuncSetAttribute(finc, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 2048)));
 	int got = 0;
-	CK(cuFuncGetAttribute(&got, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, finc));
+	TRIPS(0, "cuFuncSetAttribute with another value, then reading it",
+	      CK(cuFuncSetAttribute(finc, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 2048));
+	      CK(cuFuncGetAttribute(&got, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, finc)));
 	CHECK(got == 2048, "attribute %d after setting 2048", got);
+	/* the server has it too: the function reads back from there */
+	launch1d(finc, (unsigned)n, NULL, args);
+	CK(cuCtxSynchronize());
 
 	/* occupancy: asked once per question */
 	int b1 = 0, b2 = 0;
