@@ -51,6 +51,10 @@ struct rc_conn {
 	pthread_cond_t cv;        /* a reply delivered, the read side free, or dead */
 	struct rc_waiter *waiters; /* requests waiting for a reply */
 	int reading;              /* a waiter is reading frames for everyone */
+	/* the reader's receive buffer (rpc.c; NULL until cuInit is done):
+	 * one system call takes a whole small reply */
+	uint8_t *rxbuf;
+	size_t rx_off, rx_len;
 	int dead;
 	int quiet;                /* during cuInit's handshake: cuInit says why */
 	struct rgpu_error err;    /* why the connection failed */
@@ -238,6 +242,10 @@ CUresult rc_status(int32_t st);
  * without waiting; nothing when another thread is reading.  0, or -1
  * when the connection cannot be polled (no socket) or is dead. */
 int rc_poll(struct rc_conn *c);
+/* From now on replies are read through a buffer (cuInit, once the
+ * connection's transport is settled: nothing may be read ahead of a
+ * transport switch). */
+void rc_rx_buffered(struct rc_conn *c);
 /* stream.c: an EVENT_DONE notice (status 0: record seq of the event with
  * server handle h has completed; else it is not watched) */
 void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq);

@@ -220,8 +220,10 @@ static void do_init(void)
 	/* cuInit's calls were bounded by the handshake timeout (rc_hello);
 	 * from here on a reply may take as long as its work (a kernel may
 	 * run for hours): liveness is TCP keepalive's */
-	for (int i = 0; i < rc_nconn; i++)
+	for (int i = 0; i < rc_nconn; i++) {
 		(void)rgpu_conn_set_recv_timeout(rc_conns[i].c, 0);
+		rc_rx_buffered(&rc_conns[i]);
+	}
 	rc_ndev = n;
 	init_result = CUDA_SUCCESS;
 }
