@@ -17,7 +17,7 @@
 #
 # Writes DIR/train.jsonl, DIR/micro/bench.json, DIR/summary.txt,
 # DIR/summary.json and the logs.  Every process runs under a timeout; the
-# whole run takes about 6-7 minutes on an H100 machine.
+# whole run takes about 7 minutes on an H100 machine (--reps 5).
 # Environment: top_builddir (default _build next to bench/),
 # RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PYTHON (python3).
 # Exit: 0 when everything ran (bars met or not), 1 on an error, 77 when
@@ -28,7 +28,7 @@ src=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$src/_build}"
 : "${PYTHON:=python3}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
-OUT="" REPS=5 STEPS=25 WARMUP=8 MODELS=gpt,cnn,gpt-compile MICRO=1
+OUT="" REPS=5 STEPS=25 WARMUP=6 MODELS=gpt,cnn,gpt-compile MICRO=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=${2:?}; shift ;;

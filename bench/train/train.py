@@ -228,7 +228,9 @@ def main():
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.benchmark = True
+    # no autotuning: it runs every convolution algorithm at start-up (a
+    # second locally, ten through rgpu) and picks by a noisy clock
+    torch.backends.cudnn.benchmark = False
     counters = rgpu_counters()
     out = open(a.json, "a") if a.json else None
     status = 0
