@@ -53,6 +53,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPDF(EVENT_CREATE, event_create, 0, OPF_CREATES),
 	OPDF(EVENT_DESTROY, event_destroy, 0, OPF_DRAINS),
 	OPD(EVENT_RECORD, event_record, 0),
+	OPD(EVENT_RECORD_WATCH, event_record_watch, 0),
 	OPD(EVENT_SYNC, event_sync, 0),
 	OPD(EVENT_QUERY, event_query, 0),
 	OPD(EVENT_ELAPSED, event_elapsed, 0),

@@ -36,6 +36,17 @@ int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t fla
 	return rgpu_sendv(s->conn, iov, len ? 3 : 2);
 }
 
+int session_send_notice(struct session *s, int32_t status, uint64_t handle, uint64_t seq)
+{
+	struct rgpu_hdr h = { .op = RGPU_OP_EVENT_DONE, .id = 0 };
+	uint8_t p[16];
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(handle >> (8 * i));
+		p[8 + i] = (uint8_t)(seq >> (8 * i));
+	}
+	return session_send_reply(s, &h, 0, status, p, sizeof(p));
+}
+
 void session_forward_output(struct session *s, const struct rgpu_hdr *h)
 {
 	if (!s->out)

@@ -210,6 +210,9 @@ int session_skip(struct session *s, size_t n);
 void session_forward_output(struct session *s, const struct rgpu_hdr *h);
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len);
+/* EVENT_DONE for the event handle's record seq (status 0: completed; else
+ * not watched, the client asks); the send lock held */
+int session_send_notice(struct session *s, int32_t status, uint64_t handle, uint64_t seq);
 
 /* ops_vmem.c */
 int vmem_owns(struct session *s, uint64_t addr);
@@ -256,6 +259,7 @@ DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
 DECL_OP(mem_refused)
 DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(stream_attr)
 DECL_OP(profiler) DECL_OP(graph_op) DECL_OP(link)
+DECL_OP(event_record_watch)
 #undef DECL_OP
 
 #endif

@@ -308,8 +308,16 @@ typedef uint64_t rgpu_handle;
 	/* handle ctx, u64 dptr, u64 size -> : device memory at exactly dptr   \
 	 * (recovery replays a cuMemAlloc whose address the client has seen)  \
 	 * CUDA_ERROR_INVALID_VALUE if the address cannot be had here */       \
-	X(MEM_ALLOC_AT, 212, "allocate device memory at an address")
-
+	X(MEM_ALLOC_AT, 212, "allocate device memory at an address") \
+	/* Round trips saved (issue 13).  handle ctx, handle event, handle    \
+	 * stream, u64 seq -> (sent with RGPU_F_NOREPLY) records the event as \
+	 * EVENT_RECORD does; once that work has completed the server sends  \
+	 * EVENT_DONE, so that the client answers cuEventQuery itself. */     \
+	X(EVENT_RECORD_WATCH, 224, "record an event, say when it completes")  \
+	/* Server to client only, id 0, RGPU_F_REPLY: i32 status (0), handle  \
+	 * event, u64 seq of an EVENT_RECORD_WATCH whose work has completed   \
+	 * (and so has every earlier record of that event). */                \
+	X(EVENT_DONE, 225, "a watched event record has completed")
 
 
 /* Application memory (apimem, 160-191): the VMM API, stream-ordered pools,
