@@ -136,14 +136,9 @@ void rc_replay_alloc(struct rc_conn *c, uint64_t id, uint64_t dptr)
 	pthread_mutex_unlock(&rp->lock);
 }
 
-int rc_replay_moved(struct rc_conn *c, uint32_t len)
+int rc_replay_moved(struct rc_conn *c, const uint8_t *b, uint32_t len)
 {
 	struct rc_replay *rp = c->replay;
-	uint8_t *b = len <= 4096 ? malloc(len ? len : 1) : NULL;
-	if (!b || rgpu_recv(c->c, b, len) < 0) {
-		free(b);
-		return -1;
-	}
 	struct rd r;
 	rd_init(&r, b, len);
 	const char *addr = get_str(&r, 299);
@@ -165,7 +160,6 @@ int rc_replay_moved(struct rc_conn *c, uint32_t len)
 		log_err("%s:%u: a malformed notice that the session moved%s", c->host, c->port,
 			rp ? "" : " (this connection keeps no request log: it cannot follow)");
 	}
-	free(b);
 	return ok ? 0 : -1;
 }
 

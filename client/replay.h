@@ -33,7 +33,7 @@ void rc_replay_served(struct rc_conn *c, uint64_t id);
 /* rpc.c: a successful MEM_ALLOC's address (a recovery re-creates it there). */
 void rc_replay_alloc(struct rc_conn *c, uint64_t id, uint64_t dptr);
 /* rpc.c: the MOVED notice (len payload bytes follow on the connection). */
-int rc_replay_moved(struct rc_conn *c, uint32_t len);
+int rc_replay_moved(struct rc_conn *c, const uint8_t *payload, uint32_t len);
 /* rpc.c: the connection failed at a frame boundary: re-attach the session
  * (moved) or restore it on a standby, then send again what was not served.
  * have_lock: the caller holds c->lock.  0: carry on (c->c is the new

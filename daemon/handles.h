@@ -20,6 +20,7 @@ enum hkind {
 	HK_GRAPHEXEC,
 	HK_VMM,     /* application physical memory (ops_appvmm.c) */
 	HK_POOL,    /* stream-ordered memory pool (ops_pool.c) */
+	HK_GNODE,     /* a node of a graph (parent: the graph) */
 };
 
 struct hentry {

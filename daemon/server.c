@@ -9,8 +9,8 @@
 #include "metrics.h"
 #include "rgpud.h"
 #include "session.h"
-#include "migrate/migrate.h"
 #include "sched/scheduler.h"
+#include "migrate/migrate.h"
 
 #include "frame.h"
 #include "proto.h"
@@ -195,8 +195,7 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl, int mig)
 			_exit(125);
 		/* the two descriptors the worker inherits */
 		if (fcntl(cfd, F_SETFD, 0) < 0 || fcntl(ctl, F_SETFD, 0) < 0 ||
-		    fcntl(mig, F_SETFD, 0) < 0 ||
-		    (sched_fd >= 0 && fcntl(sched_fd, F_SETFD, 0) < 0))
+		    (sched_fd >= 0 && fcntl(sched_fd, F_SETFD, 0) < 0) || fcntl(mig, F_SETFD, 0) < 0)
 			_exit(126);
 		execve(srv->self_exe, argv, envp);
 		_exit(127);

@@ -11,6 +11,7 @@
 #include "../session.h"
 #include "../waiter.h"
 #include "../appmem.h"
+#include "../mem/mem.h"
 #include "log.h"
 #include "proto.h"
 
@@ -243,6 +244,16 @@ int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, 
 	}
 	if (drain(s, why, whylen) < 0)
 		return -1;
+	/* memory swapped out to host comes back first: it is read from the
+	 * device like the rest */
+	uint64_t resident = 0, swapped = 0;
+	mem_usage(s, &resident, &swapped);
+	int mrc = swapped ? mem_restore(s) : 0;
+	if (mrc) {
+		snprintf(why, whylen, "the session's swapped-out memory could not come back: %s",
+			 rgpud_cu_errname(D, mrc));
+		return -1;
+	}
 	struct cap c = { .s = s, .io = io, .why = why, .whylen = whylen };
 	if (s->nalloc) {
 		void *p = NULL;

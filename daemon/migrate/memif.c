@@ -1,19 +1,21 @@
 /*
- * The narrow memory interface (memif.h) until the memory manager lands.
+ * The narrow memory interface (memif.h), served by the memory manager
+ * (mem/mem.h): a session's cuMemAlloc'd memory lives in a reserved range
+ * of the worker, and mem_restore_at re-creates an allocation at its
+ * address in another worker (which adopts the source's range).
  *
- * Re-creating cuMemAlloc'd memory at its address: the emulated device
- * places its next mapping where it is told (cuRgpuEmuPlaceNext, a test
- * hook of emu/); a real driver gets physical memory mapped through the
- * VMM API over the 2 MiB granules the allocation covers (several small
- * allocations share one granule; a granule mapped for one serves the
- * next).  The driver may refuse a fixed address: the restore then fails,
- * saying so.  Granules stay mapped until the session ends.
+ * Without the VMM API (a driver that lacks it) the memory manager hands
+ * out plain cuMemAlloc memory: then the emulated device places the next
+ * mapping where it is told (cuRgpuEmuPlaceNext, a test hook of emu/), and
+ * a real driver gets 2 MiB granules mapped at the address if it grants
+ * them (else the restore fails, saying so).
  */
 #include "memif.h"
 #include "snapshot.h"
 #include "../gate.h"
 #include "../rgpud.h"
 #include "../session.h"
+#include "../mem/mem.h"
 #include "log.h"
 
 #include <dlfcn.h>
@@ -127,7 +129,9 @@ int memif_restore_at(struct session *s, uint64_t ctx, unsigned dev, uint64_t dpt
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	int rc;
 	CUdeviceptr got = 0;
-	if (emu_place()) {
+	if (D->have_vmm) {
+		rc = mem_restore_at(s, ctx, dev, dptr, size, NULL);
+	} else if (emu_place()) {
 		migrate_place_next(dptr);
 		rc = D->cuMemAlloc_v2(&got, size);
 		if (!rc && got != dptr) {

@@ -30,9 +30,6 @@ struct rd;
 struct wbuf;
 
 /* ---- worker side (out.c) ---- */
-/* Blocks until the client's connection or the migration channel has
- * input: 1 when an order is waiting, 0 otherwise. */
-int migrate_wait_input(struct session *s);
 /* Serves one order from the parent: 1 when the session has moved (the
  * caller ends it), 0 when it stays here (the reason went to the parent). */
 int migrate_serve_order(struct session *s);

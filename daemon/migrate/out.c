@@ -32,30 +32,6 @@
 #define OUT_CHUNK (4u << 20)
 #define CONNECT_MS 10000
 
-int migrate_wait_input(struct session *s)
-{
-	int cfd = s->conn ? rgpu_tcp_fd(s->conn) : -1;
-	if (s->mig_fd <= 0 || cfd < 0)
-		return 0;
-	for (;;) {
-		struct pollfd pf[2] = { { .fd = cfd, .events = POLLIN }, { .fd = s->mig_fd, .events = POLLIN } };
-		int n = poll(pf, 2, -1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return 0;
-		if (pf[1].revents & (POLLHUP | POLLERR)) {
-			/* the parent is gone: the gate notices and ends the worker */
-			close(s->mig_fd);
-			s->mig_fd = -1;
-			return 0;
-		}
-		if (pf[1].revents & POLLIN)
-			return 1;
-		return 0;
-	}
-}
-
 static void answer(struct session *s, int32_t rc, const char *text)
 {
 	size_t n = strlen(text);
