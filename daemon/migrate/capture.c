@@ -207,6 +207,11 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 					      "kernel", "stream", "event", "graph",
 					      "executable graph", "VMM physical memory",
 					      "memory pool" };
+	if (s->hostfn) {
+		snprintf(buf, n, "the session uses host functions (cuLaunchHostFunc, stream "
+				 "callbacks), which are not migrated yet");
+		return buf;
+	}
 	if (s->appmem && (s->appmem->phys || s->appmem->nmaps || s->appmem->npallocs)) {
 		snprintf(buf, n, "the session holds application VMM memory or stream-ordered "
 				 "allocations, which are not migrated yet");
