@@ -155,6 +155,19 @@ static int range_reserve_at(struct session *s, struct mem_state *m, unsigned dev
 		if (rc == CUDA_SUCCESS)
 			D->cuMemAddressFree(got, MEM_RANGE_SIZE);
 	}
+	/* a migrated session from a range outside the slots: the range from
+	 * its lowest allocation on (restores come in address order) */
+	if (near && (near < MEM_RANGE_FIRST ||
+		     near - MEM_RANGE_FIRST >= MEM_RANGE_SLOTS * MEM_RANGE_SIZE)) {
+		CUdeviceptr want = near & ~(MEM_CHUNK - 1), got = 0;
+		rc = D->cuMemAddressReserve(&got, MEM_RANGE_SIZE, MEM_CHUNK, want, 0);
+		if (rc == CUDA_SUCCESS && got == want) {
+			m->range[dev].base = got;
+			return CUDA_SUCCESS;
+		}
+		if (rc == CUDA_SUCCESS)
+			D->cuMemAddressFree(got, MEM_RANGE_SIZE);
+	}
 	/* no fixed slot: anywhere (addresses still survive eviction, but a
 	 * migration target must then find the same range free) */
 	CUdeviceptr got = 0;
