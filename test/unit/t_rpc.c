@@ -455,6 +455,9 @@ static void test_notices(void)
 int main(void)
 {
 	setenv("RGPU_HANDSHAKE_TIMEOUT_MS", "300", 1);
+	/* each request at once: these connections live on the stack, and
+	 * coalescing runs end to end (e2e t_stats) */
+	setenv("RGPU_COALESCE_US", "0", 1);
 	unsetenv("SLURM_JOB_ID");
 	char err[256];
 	if (rc_settings_load(err, sizeof(err)) < 0)
