@@ -41,7 +41,7 @@ int rc_replay_moved(struct rc_conn *c, const uint8_t *payload, uint32_t len);
 int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed);
 /* rpc.c, after a synchronising call returned (c->lock not held): takes a
  * checkpoint when one is due. */
-void rc_standby_tick(struct rc_conn *c);
+int rc_standby_tick(struct rc_conn *c); /* 1: a checkpoint was taken */
 
 /* standby.c, for replay.c */
 struct rc_replay;

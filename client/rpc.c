@@ -631,8 +631,8 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 	/* a synchronisation point: a checkpoint may be due (standby.c) */
 	if (!locked && !f.st &&
 	    (op == RGPU_OP_CTX_SYNC || op == RGPU_OP_STREAM_SYNC || op == RGPU_OP_EVENT_SYNC)) {
-		rc_standby_tick(c);
-		rd_init(r, NULL, 0); /* no fields; the thread's buffer was reused */
+		if (rc_standby_tick(c))
+			rd_init(r, NULL, 0); /* no fields; the thread's buffer was reused */
 	}
 	return rc_status(f.st);
 }

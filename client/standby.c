@@ -136,11 +136,11 @@ static void checkpoint(struct rc_conn *c, struct rc_replay *rp)
 	log_info("%s:%u: checkpoint of %zu bytes in %.3f s", c->host, c->port, len, now_s() - t0);
 }
 
-void rc_standby_tick(struct rc_conn *c)
+int rc_standby_tick(struct rc_conn *c)
 {
 	struct rc_replay *rp = c->replay;
 	if (!rp || !rp->nstandby || !rp->interval_s)
-		return;
+		return 0;
 	pthread_mutex_lock(&rp->lock);
 	int due = !rp->ckpt_failed && !rp->ckpt_busy && !rp->lost &&
 		  (!rp->ckpt || now_s() - rp->last_ckpt >= rp->interval_s);
@@ -148,11 +148,12 @@ void rc_standby_tick(struct rc_conn *c)
 		rp->ckpt_busy = 1;
 	pthread_mutex_unlock(&rp->lock);
 	if (!due)
-		return;
+		return 0;
 	checkpoint(c, rp);
 	pthread_mutex_lock(&rp->lock);
 	rp->ckpt_busy = 0;
 	pthread_mutex_unlock(&rp->lock);
+	return 1;
 }
 
 /* SESSION_RESTORE (mode 0) of the checkpoint on nc; 0 or -1 with why[]. */
