@@ -14,6 +14,7 @@
 
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include "error.h"
 #include "proto.h"
@@ -64,6 +65,9 @@ struct rc_conn {
 	struct rgpu_error err;    /* why the connection failed */
 	char server_id[128];
 	int ndev;
+	/* migration and recovery (replay.h) */
+	struct rc_replay *replay; /* the request log; NULL: not movable */
+	unsigned ckpt_interval;   /* HELLO: the server's checkpoint interval */
 	/* same host (Unix socket): the shared staging ring */
 	pthread_mutex_t ring_lock; /* one copy through the ring at a time */
 	int local;
@@ -172,6 +176,7 @@ struct rc_stream {
 	unsigned flags;
 	int priority;
 	uint64_t capture_id; /* non-zero while capturing (graph.c) */
+	uint64_t capture_hosts; /* host functions captured so far */
 	uint64_t idle_at;    /* stream.c: seen idle (rc_idle_mark), atomic */
 };
 
@@ -220,6 +225,9 @@ static inline CUresult rc_obj(const void *p, uint32_t magic, void *out)
 
 /* init.c */
 CUresult rc_initialized(void);       /* CUDA_ERROR_NOT_INITIALIZED before cuInit */
+/* device.c: a device attribute as programs see it (what rgpu cannot
+ * provide reads as absent) */
+int rc_dev_attr(const struct rc_dev *d, CUdevice_attribute a);
 CUresult rc_dev_get(CUdevice d, struct rc_dev **out);
 int rc_conn_index(const struct rc_conn *c);
 
@@ -343,6 +351,23 @@ void rc_coh_device_use(uint64_t p);
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,
 		     int async);
 CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async);
+
+/* hostfn.c: host functions run here in stream order.  rc_hostfn_gate
+ * holds back a request that may make the server wait for device work
+ * while host functions are out on c (called before c->lock is taken);
+ * rc_hostfn_out / rc_hostfn_back count host functions that will come (a
+ * launch of a graph with host nodes) or will not after all;
+ * rc_hostfn_register gives a graph host node its client id. */
+void rc_hostfn_gate(struct rc_conn *c, uint16_t op);
+CUresult rc_hostfn_out(struct rc_conn *c, uint64_t n);
+void rc_hostfn_back(struct rc_conn *c, uint64_t n);
+uint64_t rc_hostfn_register(CUhostFn fn, void *data);
+void rc_hostfn_forget(uint64_t id);
+/* graph.c: a host function was captured on stream s */
+void rc_capture_host_node(CUstream s);
+/* gnode.c: the graph a capturing stream builds and its current ends */
+CUresult rc_capture_info(CUstream s, struct rc_ctx *c, uint64_t sh, CUgraph *graph,
+			 const CUgraphNode **deps, size_t *ndeps);
 
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */

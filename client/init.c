@@ -3,6 +3,7 @@
 #include "client.h"
 #include "log.h"
 #include "settings.h"
+#include "replay.h"
 #include "stats.h"
 
 #include <stdio.h>
@@ -187,6 +188,7 @@ static void do_init(void)
 			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
 			return;
 		}
+		rc_replay_setup(c);
 		if (c->local)
 			rc_shm_setup(c);
 		else if (tp == RS_TP_VERBS || tp == RS_TP_AUTO) {

@@ -17,6 +17,7 @@
 #include "frame.h"
 #include "log.h"
 #include "settings.h"
+#include "replay.h"
 #include "stats.h"
 
 #include <errno.h>
@@ -227,11 +228,20 @@ static int write_locked(struct rc_conn *c, const uint8_t *hb, const void *a, siz
 	return rc;
 }
 
+/* With c->lock held, after a failed write: the session recovers (its
+ * requests, logged, are sent again: replay.c) or the connection fails. */
+static CUresult send_failed(struct rc_conn *c)
+{
+	if (rc_replay_recover(c, 1, c->c) == 0)
+		return CUDA_SUCCESS; /* sent again on the new connection */
+	return rc_conn_failed(c, "sending a request");
+}
+
 void rc_flush(struct rc_conn *c)
 {
 	pthread_mutex_lock(&c->lock);
 	if (c->txq.len && !is_dead(c) && write_locked(c, NULL, NULL, 0, NULL, 0) < 0)
-		(void)rc_conn_failed(c, "sending requests");
+		(void)send_failed(c);
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -317,6 +327,9 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 			      .op = op, .flags = flags, .len = (uint32_t)(alen + blen), .id = id };
 	uint8_t hb[RGPU_HDR_SIZE];
 	rgpu_hdr_encode(&h, hb);
+	/* kept until served: a session that moves or recovers sends it again
+	 * (queued requests too: recovery drops the queue, replay.c) */
+	rc_replay_log(c, id, op, flags, a, alen, b, blen);
 	rc_stats_request(op, w != NULL, RGPU_HDR_SIZE + alen + blen);
 	if (queue && rc_setting(RS_COALESCE_US) && !blen) {
 		size_t before = c->txq.len;
@@ -328,7 +341,7 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 				return CUDA_SUCCESS;
 			/* full (or no flusher): everything goes now */
 			if (write_locked(c, NULL, NULL, 0, NULL, 0) < 0)
-				return rc_conn_failed(c, "sending a request");
+				return send_failed(c);
 			return CUDA_SUCCESS;
 		}
 		/* no room: the queue as it was, then this frame */
@@ -336,7 +349,7 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 		c->txq.oom = 0;
 	}
 	if (write_locked(c, hb, a, alen, b, blen) < 0)
-		return rc_conn_failed(c, "sending a request");
+		return send_failed(c);
 	return CUDA_SUCCESS;
 }
 
@@ -519,6 +532,7 @@ static CUresult read_one(struct rc_conn *c)
 {
 	struct rgpu_hdr h;
 	errno = 0;
+	struct rgpu_conn *cc = __atomic_load_n(&c->c, __ATOMIC_ACQUIRE);
 	int hs = RGPU_HDR_OK;
 	uint8_t hb[RGPU_HDR_SIZE];
 	if (rx(c, hb, sizeof(hb)) < 0) {
@@ -530,17 +544,32 @@ static CUresult read_one(struct rc_conn *c)
 		else if (h.len > RGPU_MAX_PAYLOAD)
 			hs = RGPU_HDR_TOO_LONG;
 	}
-	if (hs != RGPU_HDR_OK)
+	if (hs != RGPU_HDR_OK) {
+		/* at a frame boundary: a moved session or a standby carries on
+		 * (on a new connection: nothing buffered from the old one) */
+		if (hs == RGPU_HDR_EOF) {
+			c->rx_off = c->rx_len = 0;
+			if (rc_replay_recover(c, 0, cc) == 0)
+				return CUDA_SUCCESS;
+		}
 		return header_failed(c, hs);
+	}
 	rc_stats_received(RGPU_HDR_SIZE + (size_t)h.len);
 	if (!(h.flags & RGPU_F_REPLY))
 		return proto_fail(c, "the server sent a request");
 	if (h.op == RGPU_OP_OUTPUT)
 		return print_output(c, h.len);
+	if (h.op == RGPU_OP_MOVED) {
+		uint8_t mb[4096];
+		if (h.len > sizeof(mb) || rx(c, mb, h.len) < 0 || rc_replay_moved(c, mb, h.len) < 0)
+			return proto_fail(c, "a malformed MOVED notice");
+		return CUDA_SUCCESS;
+	}
 	if (h.op == RGPU_OP_EVENT_DONE)
 		return notice(c, h.len);
 	if (h.len < 4)
 		return proto_fail(c, "a reply without a status");
+	rc_replay_served(c, h.id);
 	pthread_mutex_lock(&c->rx_lock);
 	struct rc_waiter *w = waiter_find(c, h.id);
 	uint8_t *sink = NULL;
@@ -688,6 +717,10 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 	}
 	uint64_t t0 = rc_stats_on ? rc_stats_now() : 0;
 	CUresult rc = take_frame(c, w, f, sink, sinkcap);
+	if (!rc && op == RGPU_OP_MEM_ALLOC && !f->st && !sink && f->len >= 8) {
+		struct rd t = f->r;
+		rc_replay_alloc(c, id, get_u64(&t));
+	}
 	if (rc_stats_on)
 		rc_stats_wait(op, rc_stats_now() - t0);
 	/* the reply is over: its last frame, an error, or a dead connection */
@@ -714,8 +747,10 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct rc_waiter w = { 0 };
 	uint64_t id = 0; /* stays 0 if nothing was sent: no waiter has it */
-	if (!locked)
+	if (!locked) {
+		rc_hostfn_gate(c, op);
 		pthread_mutex_lock(&c->lock);
+	}
 	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id, 0);
 	if (!locked)
 		pthread_mutex_unlock(&c->lock);
@@ -737,6 +772,12 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 	*r = f.r;
 	if (raw_status)
 		*raw_status = f.st;
+	/* a synchronisation point: a checkpoint may be due (standby.c) */
+	if (!locked && !f.st &&
+	    (op == RGPU_OP_CTX_SYNC || op == RGPU_OP_STREAM_SYNC || op == RGPU_OP_EVENT_SYNC)) {
+		if (rc_standby_tick(c))
+			rd_init(r, NULL, 0); /* no fields; the thread's buffer was reused */
+	}
 	return rc_status(f.st);
 }
 
@@ -754,6 +795,7 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 {
 	if (req->oom)
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc_hostfn_gate(c, op);
 	pthread_mutex_lock(&c->lock);
 	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL, 1);
 	pthread_mutex_unlock(&c->lock);
@@ -847,5 +889,7 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	}
 	snprintf(c->server_id, sizeof(c->server_id), "%s", sid);
 	c->ndev = (int)ndev;
+	if (r.left >= 4) /* the server's checkpoint interval (standby.c) */
+		c->ckpt_interval = get_u32(&r);
 	return rc_share(c, err, errlen);
 }

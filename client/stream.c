@@ -529,7 +529,15 @@ RC_EXPORT CUresult cuStreamGetCaptureInfo_v2(CUstream s, CUstreamCaptureStatus *
 		*deps = NULL;
 	if (ndeps)
 		*ndeps = 0;
-	return not_capturing(s, st, id);
+	CUresult rc = not_capturing(s, st, id);
+	/* the graph being built and its ends live on the server (gnode.c) */
+	if (!rc && *st == CU_STREAM_CAPTURE_STATUS_ACTIVE && (graph || deps || ndeps)) {
+		struct rc_ctx *c;
+		uint64_t h;
+		if (!(rc = rc_stream_resolve(s, &c, &h)))
+			rc = rc_capture_info(s, c, h, graph, deps, ndeps);
+	}
+	return rc;
 }
 
 RC_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, CUstreamCaptureStatus *st, cuuint64_t *id,

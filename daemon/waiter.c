@@ -170,6 +170,17 @@ static int post(struct session *s, struct wait_job *j)
 	return 0;
 }
 
+unsigned waiter_busy(struct session *s)
+{
+	struct waiters *w = s->waiters;
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	unsigned n = w->busy;
+	pthread_mutex_unlock(&w->lock);
+	return n;
+}
+
 void waiter_drain(struct session *s)
 {
 	struct waiters *w = s->waiters;

@@ -31,6 +31,8 @@ int waiter_post_notice(struct session *s, CUcontext ctx, void *obj, uint64_t han
 /* Returns once no wait is queued or running (before an object a wait
  * may use is destroyed).  The caller must not hold the send lock. */
 void waiter_drain(struct session *s);
+/* Waits queued or running (the memory manager's idleness test). */
+unsigned waiter_busy(struct session *s);
 /* Drains, then ends the threads (session end). */
 void waiter_stop(struct session *s);
 
