@@ -26,6 +26,7 @@ struct mem_block {
 	int small;
 	uint64_t *bitmap;    /* small: 256-byte units in use */
 	unsigned nused;      /* small: allocations in it */
+	unsigned free_units; /* small: units not in use */
 	void *shadow;        /* host copy (evicted, or kept for the next time) */
 	int shadow_pinned;
 };
@@ -46,6 +47,7 @@ struct mem_state {
 	} range[RGPUD_MAX_GPUS];
 	size_t evicted;            /* blocks not resident */
 	uint64_t last_active_ns;
+	uint64_t reported[2];      /* resident, swapped: as the parent knows */
 	double out_bytes, out_s, in_bytes, in_s;
 };
 
@@ -56,6 +58,9 @@ int mem_phys_map(struct session *s, struct mem_block *b);
 void mem_phys_unmap(struct mem_block *b);
 /* Frees b's host copy (swap.c). */
 void mem_shadow_drop(struct mem_state *m, struct mem_block *b);
+/* Reports usage to the parent: always with force, else only changes of
+ * 64 MiB or more (room.c). */
+void mem_report_if(struct session *s, int force);
 /* No work of the session queued or running (room.c). */
 int mem_session_idle(struct session *s);
 

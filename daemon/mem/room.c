@@ -190,7 +190,15 @@ void mem_room_done(struct session *s, unsigned dev)
 	gate_mem_call(MEMQ_ROOM_DONE, dev, &q, sizeof(q));
 }
 
-void mem_report(struct session *s)
+/* Changes smaller than this wait for the next report (each is a round
+ * trip to the parent); evictions and restores always report. */
+#define REPORT_STEP (64ull << 20)
+
+static uint64_t absdiff(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+void mem_report(struct session *s) { mem_report_if(s, 0); }
+
+void mem_report_if(struct session *s, int force)
 {
 	struct mem_state *m = s->mem;
 	struct mem_q_report r = { 0 };
@@ -203,6 +211,14 @@ void mem_report(struct session *s)
 			r.resident_all += b->len;
 		else
 			r.swapped_all += b->len;
+	}
+	if (m && !force && absdiff(r.resident_all, m->reported[0]) < REPORT_STEP &&
+	    absdiff(r.swapped_all, m->reported[1]) < REPORT_STEP &&
+	    (r.resident_all == 0) == (m->reported[0] == 0))
+		return;
+	if (m) {
+		m->reported[0] = r.resident_all;
+		m->reported[1] = r.swapped_all;
 	}
 	gate_mem_call(MEMQ_REPORT, 0, &r, sizeof(r));
 }

@@ -204,7 +204,7 @@ int mem_evict(struct session *s, uint64_t *freed)
 		 (unsigned long long)bytes, secs(t0, mem_now_ns()),
 		 (double)bytes / 1e9 / (secs(t0, mem_now_ns()) + 1e-9),
 		 fresh ? "host memory prepared now" : "host memory kept from before");
-	mem_report(s);
+	mem_report_if(s, 1);
 	return CUDA_SUCCESS;
 }
 
@@ -293,7 +293,7 @@ int mem_restore(struct session *s)
 			 "%.1f GB/s; waiting for room %.3f s)", s->name, (unsigned long long)bytes,
 			 secs(t0, t2), secs(t1, t2), (double)bytes / 1e9 / (secs(t1, t2) + 1e-9),
 			 secs(t0, t1));
-	mem_report(s);
+	mem_report_if(s, 1);
 	return rc;
 }
 
