@@ -175,10 +175,11 @@ void mem_parent_charged(struct mem_worker *w, unsigned gpu, int64_t delta)
 
 /* Asks worker t (lock held, t->refs taken) and waits for its answer; 0 and
  * *a, or -1 (no answer in time, or it is gone). */
-static int ask(struct mem_worker *t, unsigned op, unsigned gpu, unsigned timeout_ms,
-	       struct mem_q_answer *a)
+static int ask(struct mem_worker *t, unsigned op, unsigned gpu, uint64_t bytes,
+	       unsigned timeout_ms, struct mem_q_answer *a)
 {
-	struct mem_parent_msg m = { .rc = MEM_PARENT_MAGIC, .op = op, .seq = ++next_seq, .gpu = gpu };
+	struct mem_parent_msg m = { .rc = MEM_PARENT_MAGIC, .op = op, .seq = ++next_seq, .gpu = gpu,
+				    .bytes = bytes };
 	t->ask_seq = m.seq;
 	t->answered = 0;
 	pthread_mutex_unlock(&lock);
@@ -229,7 +230,7 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct mem_q_answer a;
-		if (ask(c[i].w, MEMP_STATE, gpu, STATE_TIMEOUT_MS, &a) == 0 && a.idle && a.bytes) {
+		if (ask(c[i].w, MEMP_STATE, gpu, 0, STATE_TIMEOUT_MS, &a) == 0 && a.idle && a.bytes) {
 			c[i].idle_ms = a.idle_ms;
 			c[k++] = c[i];
 		} else {
@@ -240,7 +241,8 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	uint64_t freed = 0;
 	for (size_t i = 0; i < k; i++) {
 		struct mem_q_answer a;
-		if (freed < bytes && ask(c[i].w, MEMP_EVICT, gpu, EVICT_TIMEOUT_MS, &a) == 0 && a.idle)
+		if (freed < bytes &&
+		    ask(c[i].w, MEMP_EVICT, gpu, bytes - freed, EVICT_TIMEOUT_MS, &a) == 0 && a.idle)
 			freed += a.bytes;
 		c[i].w->refs--;
 	}

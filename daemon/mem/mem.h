@@ -137,6 +137,7 @@ struct mem_parent_msg {
 	uint32_t op;
 	uint64_t seq;
 	uint64_t gpu;
+	uint64_t bytes;  /* EVICT: how much is wanted (0: all of it) */
 };
 
 /* ---- parent side (arbiter.c) ---- */

@@ -24,6 +24,7 @@ struct mem_block {
 	int resident;        /* mapped on the GPU */
 	int plain;           /* cuMemAlloc'd (no VMM): never evicted */
 	int small;
+	int evicting;        /* chosen by the eviction in progress */
 	uint64_t *bitmap;    /* small: 256-byte units in use */
 	unsigned nused;      /* small: allocations in it */
 	unsigned free_units; /* small: units not in use */
@@ -56,6 +57,9 @@ uint64_t mem_now_ns(void);
 int mem_enter_ctx(struct session *s, uint64_t ctx);
 int mem_phys_map(struct session *s, struct mem_block *b);
 void mem_phys_unmap(struct mem_block *b);
+/* Evicts resident chunks on dev (-1: all devices) in address order until
+ * want bytes (0: all) are queued (swap.c). */
+int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed);
 /* Frees b's host copy (swap.c). */
 void mem_shadow_drop(struct mem_state *m, struct mem_block *b);
 /* Reports usage to the parent: always with force, else only changes of

@@ -143,7 +143,8 @@ static void parent_request(struct session *s)
 	}
 	if (q.op == MEMP_EVICT) {
 		uint64_t freed = 0;
-		if (idle && resident_on(s, (unsigned)q.gpu) && mem_evict(s, &freed) != 0)
+		if (idle && resident_on(s, (unsigned)q.gpu) &&
+		    mem_evict_some(s, (int)q.gpu, q.bytes, &freed) != 0)
 			freed = 0;
 		answer(q.seq, (unsigned)q.gpu, freed > 0, idle_ms, freed);
 		return;
