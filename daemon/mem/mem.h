@@ -15,7 +15,8 @@
  *
  * When physical memory runs out, the worker asks the rgpud parent for room
  * over the gate (room.c); the parent (arbiter.c) applies the policy:
- * `swap` evicts whole idle sessions (least recently used) to host memory,
+ * `swap` evicts idle sessions (least recently used first, as much as is
+ * needed) to host memory,
  * `wait` queues the request in arrival order until memory is freed, `fail`
  * refuses.  A session that was evicted is restored before its next request
  * that may touch the GPU (mem_before_request).  Quotas are not this

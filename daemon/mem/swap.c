@@ -1,5 +1,6 @@
 /*
- * Eviction and restore of a whole session (see mem.h).
+ * Eviction and restore of a session's memory (see mem.h): all of it, or
+ * as much as the parent asks for, in address order.
  *
  * The host copy of a chunk ("shadow") is anonymous memory on transparent
  * huge pages, faulted in by several threads and registered (pinned) with
