@@ -42,8 +42,9 @@ int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
 int gate_mem_send(unsigned sub, unsigned gpu, const void *payload, uint32_t len);
 int gate_ctl_fd(void);
 
-/* parent side: serves one worker until it exits, then refunds what it
- * still holds.  Returns when the worker's end of ctl_fd closes. */
-void gate_serve(int ctl_fd, const struct rgpud_principal *who, const char *name);
+/* parent side: serves one worker (process id worker) until it exits, then
+ * refunds what it still holds and frees its scheduler slots.  Returns when
+ * the worker's end of ctl_fd closes. */
+void gate_serve(int ctl_fd, const struct rgpud_principal *who, const char *name, pid_t worker);
 
 #endif
