@@ -259,6 +259,17 @@ static int first_in_line(const struct mem_worker *w, unsigned gpu)
 	return 1;
 }
 
+/* Another request waits for room on gpu since before w's (lock held):
+ * while each waits for the other's memory, the younger gives way. */
+static int older_waiting(const struct mem_worker *w, unsigned gpu)
+{
+	for (const struct mem_worker *t = workers; t; t = t->next)
+		if (t != w && !t->dead && t->in_room && t->ticket && t->ticket_gpu == gpu &&
+		    t->ticket < w->ticket)
+			return 1;
+	return 0;
+}
+
 static int others_hold(const struct mem_worker *w, unsigned gpu)
 {
 	for (const struct mem_worker *t = workers; t; t = t->next)
@@ -280,7 +291,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 		w->seen_gen = gen[gpu];
 		w->deadline_ns = now + (uint64_t)wait_s * 1000000000ull;
 	}
-	int rc = CUDA_ERROR_OUT_OF_MEMORY;
+	int rc = CUDA_ERROR_OUT_OF_MEMORY, rounds = 0;
 	w->in_room = 1;
 	for (;;) {
 		if (policy == MEM_POLICY_SWAP) {
@@ -298,6 +309,10 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 			}
 			if (!others)
 				break; /* nothing to evict: its own working set does not fit */
+			if (rounds++ && w->resident[gpu] && older_waiting(w, gpu)) {
+				rc = MEM_ROOM_YIELD;
+				break;
+			}
 		} else {
 			if (!others_hold(w, gpu))
 				break; /* nobody else can give memory back */
@@ -314,7 +329,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 		wait_until(until < w->deadline_ns ? until : w->deadline_ns);
 	}
 	w->in_room = 0;
-	if (rc)
+	if (rc && rc != MEM_ROOM_YIELD)
 		w->ticket = 0;
 	pthread_cond_broadcast(&cond);
 	return rc;

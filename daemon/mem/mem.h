@@ -98,6 +98,10 @@ void mem_ctl_busy(const void *msg, size_t len);
 /* Physical memory ran out on dev: asks the parent for room.  1: try again,
  * 0: give up (CUDA_ERROR_OUT_OF_MEMORY). */
 int mem_ask_room(struct session *s, unsigned dev, uint64_t bytes);
+/* The parent's answer to a request for room from a worker that holds
+ * memory an older waiting request needs (mem_ask_room evicts itself). */
+#define MEM_ROOM_YIELD 1
+
 /* The allocation that asked for room got it (or gave up). */
 void mem_room_done(struct session *s, unsigned dev);
 /* Tells the parent the session's resident and swapped-out bytes. */

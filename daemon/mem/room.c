@@ -180,8 +180,18 @@ void mem_wait_client(struct session *s)
 int mem_ask_room(struct session *s, unsigned dev, uint64_t bytes)
 {
 	struct mem_q_room q = { .bytes = bytes };
-	(void)s;
-	return gate_mem_call(MEMQ_ROOM, dev, &q, sizeof(q)) == 0;
+	int rc = gate_mem_call(MEMQ_ROOM, dev, &q, sizeof(q));
+	if (rc == MEM_ROOM_YIELD) {
+		/* an older request waits for this session's memory while this
+		 * one waits for its: give ours back if nothing runs on it (the
+		 * allocation in progress is not mapped yet; a restore's chunks
+		 * mapped but not refilled stay), and try again */
+		uint64_t freed = 0;
+		if (mem_session_idle(s))
+			mem_evict_some(s, (int)dev, 0, &freed);
+		return 1;
+	}
+	return rc == 0;
 }
 
 void mem_room_done(struct session *s, unsigned dev)

@@ -170,7 +170,7 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 	for (size_t i = 0; i < m->nblocks && !rc; i++) {
 		struct mem_block *b = m->blocks[i];
 		b->evicting = 0;
-		if (b->plain || !b->resident || (dev >= 0 && b->dev != (unsigned)dev) ||
+		if (b->plain || b->resident != 1 || (dev >= 0 && b->dev != (unsigned)dev) ||
 		    (want && queued >= want))
 			continue;
 		b->evicting = 1;
@@ -212,7 +212,18 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 	return CUDA_SUCCESS;
 }
 
+static int restore_pass(struct session *s);
+
 int mem_restore(struct session *s)
+{
+	/* a pass may have had to give memory back (mem_ask_room: yield) */
+	int rc = 0;
+	for (int i = 0; i < 1000 && !rc && s->mem && s->mem->evicted; i++)
+		rc = restore_pass(s);
+	return rc;
+}
+
+static int restore_pass(struct session *s)
 {
 	struct mem_state *m = s->mem;
 	if (!m || !m->evicted)
