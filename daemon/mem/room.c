@@ -45,6 +45,11 @@ static int needs_no_gpu(unsigned op)
 	case RGPU_OP_LEASE_GRANT:
 	case RGPU_OP_LEASE_RELEASE:
 	case RGPU_OP_LEASE_LIST:
+	case RGPU_OP_SESSION_LIST:
+	case RGPU_OP_SESSION_SHARE:
+	case RGPU_OP_GPU_STATUS:
+	case RGPU_OP_PEER_QUERY:
+	case RGPU_OP_POOL_GET_ATTR:
 		return 1;
 	}
 	return 0;
