@@ -1,4 +1,6 @@
 #include "gate.h"
+#include "migrate/migrate.h"
+#include "proto.h"
 #include "log.h"
 #include "mem/mem.h"
 #include "metrics.h"
@@ -15,9 +17,10 @@
 
 /* G_SHARE_*: shareable physical memory (share.h); a file descriptor
  * travels with the request (PUT) or the reply (GET) as SCM_RIGHTS.
- * G_MEM: the memory manager (mem/mem.h). */
+ * G_MEM: the memory manager (mem/arbiter.c).  G_PARK: a restored session
+ * waits for its client (migrate.h). */
 enum gate_op { G_DEVICE = 1, G_CHARGE, G_USAGE, G_ADMIN, G_REFUND, G_SHARE_PUT, G_SHARE_GET,
-	       G_SHARE_DROP, G_MEM };
+	       G_SHARE_DROP, G_MEM, G_PARK };
 
 struct gate_req {
 	uint32_t op, gpu, admin_op, len;
@@ -232,29 +235,6 @@ void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used)
 	*used = p.used;
 }
 
-int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
-{
-	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
-	struct gate_rep p;
-	if (gate_call(&q, payload, &p, NULL, NULL) < 0)
-		lost();
-	return p.rc;
-}
-
-int gate_mem_send(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
-{
-	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
-	uint8_t m[sizeof(q) + 256];
-	if (len > 256)
-		return -1;
-	memcpy(m, &q, sizeof(q));
-	memcpy(m + sizeof(q), payload, len);
-	ssize_t n;
-	while ((n = send(ctl, m, sizeof(q) + len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	return n < 0 ? -1 : 0;
-}
-
 int gate_share_put(int fd, unsigned gpu, uint64_t size, uint8_t token[16])
 {
 	struct gate_req q = { .op = G_SHARE_PUT, .gpu = gpu, .bytes = size };
@@ -294,6 +274,29 @@ void gate_share_drop(const uint8_t token[16])
 		lost();
 }
 
+int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
+{
+	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
+	struct gate_rep p;
+	if (gate_call(&q, payload, &p, NULL, NULL) < 0)
+		lost();
+	return p.rc;
+}
+
+int gate_mem_send(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
+{
+	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
+	uint8_t m[sizeof(q) + 256];
+	if (len > 256)
+		return -1;
+	memcpy(m, &q, sizeof(q));
+	memcpy(m + sizeof(q), payload, len);
+	ssize_t n;
+	while ((n = send(ctl, m, sizeof(q) + len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return n < 0 ? -1 : 0;
+}
+
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out)
 {
 	struct gate_req q = { .op = G_ADMIN, .admin_op = op, .len = (uint32_t)r->left };
@@ -327,6 +330,64 @@ static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbu
 	return 0;
 }
 
+/* A reply without payload carrying fd (when >= 0) as SCM_RIGHTS. */
+static int send_reply_fd(int sock, struct gate_rep *p, int fd)
+{
+	struct iovec iov = { p, sizeof(*p) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	p->len = 0;
+	if (fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN])
+{
+	uint8_t m[sizeof(struct gate_req) + MIGRATE_TOKEN_LEN];
+	struct gate_req q = { .op = G_PARK, .len = MIGRATE_TOKEN_LEN };
+	memcpy(m, &q, sizeof(q));
+	memcpy(m + sizeof(q), token, MIGRATE_TOKEN_LEN);
+	ssize_t n;
+	while ((n = send(ctl, m, sizeof(m), MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		lost();
+	struct gate_rep p;
+	struct iovec iov = { &p, sizeof(p) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	while ((n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n < (ssize_t)sizeof(p))
+		lost();
+	int fd = -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	if (p.rc && fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
 void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid_t worker)
 {
 	uint8_t *msg = malloc(GATE_MSG);
@@ -335,9 +396,9 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 	struct wbuf out;
 	wbuf_init(&out);
 	struct metrics_session *ms = metrics_session_open(who);
+	metrics_session_worker(ms, (int)worker, who->uid);
 	/* the memory manager's record of this worker (mem/arbiter.c) */
 	struct mem_worker *mw = mem_parent_open(fd, ms);
-	metrics_session_worker(ms, (int)worker, who->uid);
 	while (msg) {
 		int fd_in = -1, fd_out = -1;
 		ssize_t n = recv_fd(fd, msg, GATE_MSG, &fd_in);
@@ -398,20 +459,14 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 		case G_ADMIN: {
 			struct rd r;
 			rd_init(&r, msg + sizeof(q), q.len);
-			int rc = sched_parent_op(who, worker, q.admin_op, &r, &out);
-			if (rc == -1)
+			int rc;
+			if (q.admin_op == RGPU_OP_MIGRATE)
+				rc = migrate_parent_order(who, &r, &out);
+			else if ((rc = sched_parent_op(who, worker, q.admin_op, &r, &out)) == -1)
 				rc = rgpud_access_admin_op(who, q.admin_op, &r, &out);
 			p.rc = rc == -1 ? OP_DROP : rc;
 			break;
 		}
-		case G_MEM:
-			p.rc = mem_parent_request(mw, q.admin_op, q.gpu, msg + sizeof(q), q.len);
-			if (p.rc == MEM_NO_REPLY) {
-				if (fd_in >= 0)
-					close(fd_in);
-				continue;
-			}
-			break;
 		case G_SHARE_PUT:
 			p.rc = share_put(who, msg, fd_in, q.gpu, q.bytes, p.token);
 			fd_in = -1; /* kept by the registry (or closed) */
@@ -425,6 +480,29 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 		case G_SHARE_DROP:
 			share_drop(msg, q.token);
 			break;
+		case G_MEM:
+			p.rc = mem_parent_request(mw, q.admin_op, q.gpu, msg + sizeof(q), q.len);
+			if (p.rc == MEM_NO_REPLY) {
+				if (fd_in >= 0)
+					close(fd_in);
+				continue;
+			}
+			break;
+		case G_PARK: {
+			/* a restored session waits for its client (migrate.h) */
+			if (fd_in >= 0)
+				close(fd_in);
+			int cfd = migrate_parent_park(who, msg + sizeof(q), q.len, name);
+			p.rc = cfd < 0 ? -1 : 0;
+			if (send_reply_fd(fd, &p, cfd) < 0) {
+				if (cfd >= 0)
+					close(cfd);
+				goto done;
+			}
+			if (cfd >= 0)
+				close(cfd);
+			continue;
+		}
 		default:
 			p.rc = -1;
 		}
@@ -447,6 +525,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 		if (sent < 0)
 			break;
 	}
+done:
 	share_drop_owner(msg);
 	free(msg);
 	wbuf_free(&out);
@@ -458,7 +537,6 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 			rgpud_access_refund(who, g, charged[g]);
 		}
 	}
-	mem_parent_close(mw);
 	/* its GPU time goes to the metrics before its scheduler slots go */
 	for (unsigned g = 0; g < RGPUD_MAX_GPUS; g++) {
 		uint64_t ns = sched_parent_attained(worker, g, NULL, NULL, NULL);
@@ -466,5 +544,6 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 			metrics_session_gpu_time(ms, g, ns);
 	}
 	sched_parent_release(worker, NULL, 0);
+	mem_parent_close(mw);
 	metrics_session_close(ms);
 }

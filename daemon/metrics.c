@@ -37,11 +37,11 @@ struct metrics_session {
 	uint64_t gpus; /* admitted, bit mask */
 	double since[RGPUD_MAX_GPUS];
 	uint64_t mem[RGPUD_MAX_GPUS];
-	uint64_t resident, swapped; /* memory manager (metrics_session_memory) */
 	int pid;
 	uint32_t uid;
 	uint64_t gpu_ns[RGPUD_MAX_GPUS]; /* attained, once the worker ended */
 	struct metrics_session *next, *prev; /* live sessions (listing) */
+	uint64_t resident, swapped; /* memory manager (metrics_session_memory) */
 };
 
 /* Per (job, GPU): what live sessions hold, and GPU time of ended ones. */

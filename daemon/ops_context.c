@@ -4,8 +4,8 @@
 #include "gate.h"
 #include "rgpud.h"
 #include "session.h"
-#include "mem/mem.h"
 #include "sched/scheduler.h"
+#include "mem/mem.h"
 
 #include <stdlib.h>
 

@@ -25,10 +25,28 @@ static size_t page_size(void)
 	return p > 0 ? (size_t)p : 4096;
 }
 
+/* cuRgpuEmuPlaceNext: where this thread's next mapping must go (0: none) */
+static __thread uint64_t place_next;
+
+EMU_API CUresult CUDAAPI cuRgpuEmuPlaceNext(CUdeviceptr addr)
+{
+	place_next = addr;
+	return CUDA_SUCCESS;
+}
+
 static void *map_pages(size_t len)
 {
-	uint64_t hint = __atomic_fetch_add(&next_va, len + VA_GAP, __ATOMIC_RELAXED);
 	void *p;
+
+	if (place_next) {
+		/* exactly there or not at all: rgpud re-creates a migrated
+		 * session's memory at its addresses (daemon/migrate/memif.c) */
+		p = mmap((void *)(uintptr_t)place_next, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		place_next = 0;
+		return p == MAP_FAILED ? NULL : p;
+	}
+	uint64_t hint = __atomic_fetch_add(&next_va, len + VA_GAP, __ATOMIC_RELAXED);
 
 	if (hint >= VA_END || VA_END - hint < len)
 		hint = 0;

@@ -91,7 +91,11 @@ int mem_before_request(struct session *s, unsigned op);
 void mem_after_request(struct session *s);
 /* Called when the main loop needs bytes from the client: waits until the
  * connection is readable, answering the parent's requests meanwhile. */
-void mem_wait_client(struct session *s);
+/* Between requests the worker waits for its client and, on this
+ * descriptor (-1: none), for the parent's memory manager, whose questions
+ * mem_parent_input() answers (session.c, session_wait_client). */
+int mem_parent_fd(struct session *s);
+void mem_parent_input(struct session *s);
 /* A parent request that arrived while the worker waited for a reply of
  * its own (gate.c): answered "busy" at once. */
 void mem_ctl_busy(const void *msg, size_t len);

@@ -157,29 +157,19 @@ static void parent_request(struct session *s)
 	answer(q.seq, (unsigned)q.gpu, 0, 0, 0);
 }
 
-void mem_wait_client(struct session *s)
+int mem_parent_fd(struct session *s)
 {
 	int ctl = gate_ctl_fd();
-	if (ctl < 0 || !s->conn || !s->conn->tp ||
+	if (ctl < 0 || !s->mem || !s->conn || !s->conn->tp ||
 	    (strcmp(s->conn->tp->name, "tcp") && strcmp(s->conn->tp->name, "unix")))
-		return; /* verbs: not a descriptor to wait on; the parent's
-			 * questions then time out and the session counts as busy */
-	int cfd = rgpu_tcp_fd(s->conn);
-	for (;;) {
-		struct pollfd p[2] = { { .fd = cfd, .events = POLLIN }, { .fd = ctl, .events = POLLIN } };
-		int r = poll(p, 2, -1);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return;
-		}
-		if (p[1].revents & POLLIN)
-			parent_request(s);
-		else if (p[1].revents & (POLLHUP | POLLERR))
-			return; /* the next gate call ends the session */
-		if (p[0].revents)
-			return;
-	}
+		return -1; /* verbs: not a descriptor to wait on; the parent's
+			    * questions then time out and the session counts as busy */
+	return ctl;
+}
+
+void mem_parent_input(struct session *s)
+{
+	parent_request(s);
 }
 
 int mem_ask_room(struct session *s, unsigned dev, uint64_t bytes)
