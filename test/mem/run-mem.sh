@@ -2,7 +2,7 @@
 # The memory manager against the emulated device (issue 9), as TAP.
 #
 # Each case starts its own `rgpud --emulated --open` with one device (1 GiB
-# for fail and swap, RGPU_EMU_MEM=1G, 256 MiB for the others; its workers
+# for fail and swap, RGPU_EMU_MEM=1G, 320 MiB for the others; its workers
 # share one pool, emu/pool.c) and drives
 # t_oversub tenants (test/mem/t_oversub.c) through FIFOs:
 #   fail       --memory-policy=fail: a second 600 MiB session is refused
@@ -169,9 +169,9 @@ else
 fi
 stop_all
 
-# The remaining cases use a 256 MiB device and 150 MiB sessions (a context
+# The remaining cases use a 320 MiB device and 150 MiB sessions (a context
 # costs 64 MiB): the same contention with a quarter of the copying.
-DMEM=256M
+DMEM=320M
 
 # ---- wait: proceeds once the first frees
 if start_daemon wait --memory-policy=wait --memory-wait=60; then
@@ -211,7 +211,7 @@ if start_daemon grow --memory-wait=30; then
 	r=0
 	wait_for ga '^GREW' 40 || r=1
 	wait_for gb '^GREW' 40 || r=1
-	check "grow: both grow by 50 MiB at once (348 MiB in all on 256 MiB)" $r "$(cat "$LOGDIR"/ga.out "$LOGDIR"/gb.out | tr '\n' ' ')"
+	check "grow: both grow by 50 MiB at once (352 MiB in all on 320 MiB)" $r "$(cat "$LOGDIR"/ga.out "$LOGDIR"/gb.out | tr '\n' ' ')"
 	tell ga go
 	tell gb go
 	r=0
@@ -249,7 +249,7 @@ stop_all
 if start_daemon own_set; then
 	tenant oa 150+150
 	status_of oa; st=$ST
-	check "own_set: a session's own 300 MiB (and its context) on a 256 MiB GPU fails under swap" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
+	check "own_set: a session's own 300 MiB (and its context) on a 320 MiB GPU fails under swap" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
 else
 	notok "own_set: rgpud starts" "see $LOGDIR/own_set.log"
 fi
