@@ -61,6 +61,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 DPID=""
 start_rgpud() { # NAME ARGS...
 	local name=$1
+	LAST=$name
 	shift
 	PORT=$(free_port)
 	RGPUD_SWAP_KEEP=${KEEP:-24G} LD_LIBRARY_PATH=$R:${LD_LIBRARY_PATH:-} "$B/daemon/rgpud" --open --listen "127.0.0.1:$PORT" "$@" \
@@ -72,13 +73,21 @@ start_rgpud() { # NAME ARGS...
 	done
 	return 1
 }
-stop_rgpud() { [ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null; DPID=""; }
+stop_rgpud() {
+	[ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
+	DPID=""
+	# what the memory manager did, in the summary (the logs may not come back)
+	local f=$OUT/rgpud-$LAST.log
+	[ -f "$f" ] || return 0
+	say "  $LAST: $(grep -c 'swapped out' "$f") evictions, $(grep -c 'swapped in' "$f") restores, $(grep -c 'eviction asked by rgpud failed' "$f") failed evictions"
+	grep -m 4 -E 'memory: |eviction asked|swapped (out|in)' "$f" | sed 's/^/    /' | tee -a "$S"
+}
 trap 'stop_rgpud; kill $(jobs -p) 2>/dev/null' EXIT
 
 # tenants NAME MIB ITERS PASSES HOST_MS N MODE(seq|conc): wall seconds in WALL,
 # failures in BAD
 tenants() {
-	local name=$1 mib=$2 it=$3 pa=$4 host=$5 n=$6 mode=$7 i pids="" t0 t1 st
+	local name=$1 mib=$2 it=$3 pa=$4 host=$5 n=$6 mode=$7 i p pids="" t0 t1 st
 	BAD=0
 	t0=$(date +%s.%N)
 	for i in $(seq 1 "$n"); do

@@ -212,7 +212,8 @@ static int by_idle(const void *a, const void *b)
 /* One round of swap (lock held): evicts idle workers holding memory on gpu
  * until bytes were freed.  Returns bytes freed; *others: workers that hold
  * memory there at all. */
-static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, int *others)
+static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, int *others,
+			   int first)
 {
 	struct cand c[256];
 	size_t n = 0;
@@ -230,7 +231,13 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct mem_q_answer a;
-		if (ask(c[i].w, MEMP_STATE, gpu, 0, STATE_TIMEOUT_MS, &a) == 0 && a.idle && a.bytes) {
+		int got = ask(c[i].w, MEMP_STATE, gpu, 0, STATE_TIMEOUT_MS, &a);
+		if (first)
+			log_info("memory: %llu bytes wanted on GPU %u: a session with %llu bytes there "
+				 "%s", (unsigned long long)bytes, gpu,
+				 (unsigned long long)c[i].w->resident[gpu],
+				 got ? "did not answer" : a.idle ? "is idle" : "is busy");
+		if (got == 0 && a.idle && a.bytes) {
 			c[i].idle_ms = a.idle_ms;
 			c[k++] = c[i];
 		} else {
@@ -302,13 +309,16 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 				rc = 0;
 				break;
 			}
-			if (swap_round(w, gpu, bytes, &others)) {
+			if (swap_round(w, gpu, bytes, &others, rounds == 0)) {
 				w->seen_gen = gen[gpu];
 				rc = 0;
 				break;
 			}
-			if (!others)
+			if (!others) {
+				log_info("memory: %llu bytes wanted on GPU %u: no other session holds "
+					 "memory there", (unsigned long long)bytes, gpu);
 				break; /* nothing to evict: its own working set does not fit */
+			}
 			if (rounds++ && w->resident[gpu] && older_waiting(w, gpu)) {
 				rc = MEM_ROOM_YIELD;
 				break;

@@ -148,9 +148,15 @@ static void parent_request(struct session *s)
 	}
 	if (q.op == MEMP_EVICT) {
 		uint64_t freed = 0;
+		int rc = 0;
 		if (idle && resident_on(s, (unsigned)q.gpu) &&
-		    mem_evict_some(s, (int)q.gpu, q.bytes, &freed) != 0)
+		    (rc = mem_evict_some(s, (int)q.gpu, q.bytes, &freed)) != 0) {
+			log_warn("%s: eviction asked by rgpud failed: %s", s->name, rgpud_cu_errname(D, rc));
 			freed = 0;
+		}
+		if (!idle)
+			log_debug("%s: eviction asked by rgpud refused: work is queued or running",
+				  s->name);
 		answer(q.seq, (unsigned)q.gpu, freed > 0, idle_ms, freed);
 		return;
 	}
