@@ -253,7 +253,8 @@ int metrics_sessions_list(struct metrics_session_row **out, size_t *n)
 		for (unsigned g = 0; g < RGPUD_MAX_GPUS; g++)
 			if (m->gpus & (1ull << g))
 				v[k++] = (struct metrics_session_row){ .job = m->job, .uid = m->uid,
-					.gpu = g, .pid = m->pid, .mem = m->mem[g], .age_s = t - m->since[g] };
+					.gpu = g, .pid = m->pid, .mem = m->mem[g], .age_s = t - m->since[g],
+					.resident = m->resident, .swapped = m->swapped };
 	pthread_mutex_unlock(&mu);
 	*out = v;
 	*n = k;

@@ -56,6 +56,7 @@ struct metrics_session_row {
 	int pid;
 	uint64_t mem;
 	double age_s;
+	uint64_t resident, swapped; /* the session's, all GPUs (memory manager) */
 };
 int metrics_sessions_list(struct metrics_session_row **rows, size_t *n);
 

@@ -78,7 +78,15 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	}
 	CUcontext ctx;
 	/* Only scheduling flags mean anything for a remote context. */
-	if ((rc = d->cuCtxCreate_v2(&ctx, flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX), cd))) {
+	/* a full GPU: the memory manager may make room (mem/mem.h) */
+	int asked = 0;
+	while ((rc = d->cuCtxCreate_v2(&ctx, flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX),
+				       cd)) == CUDA_ERROR_OUT_OF_MEMORY &&
+	       mem_ask_room(s, dev, RGPUD_CTX_COST))
+		asked = 1;
+	if (asked)
+		mem_room_done(s, dev);
+	if (rc) {
 		gate_charge(dev, -(int64_t)cs->cost);
 		free(cs);
 		return rc;
