@@ -1,4 +1,5 @@
 #include "gate.h"
+#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "session.h"
@@ -89,6 +90,9 @@ static void lost(void)
 	_exit(3);
 }
 
+/* per GPU, what the parent charges a context (set on admission) */
+static uint64_t ctx_cost[RGPUD_MAX_GPUS];
+
 int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen)
 {
 	struct gate_req q = { .op = G_DEVICE, .gpu = gpu };
@@ -104,7 +108,14 @@ int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen)
 		why[k] = '\0';
 	}
 	*limit = p.limit;
+	if (p.rc == 0 && gpu < RGPUD_MAX_GPUS)
+		ctx_cost[gpu] = p.used;
 	return p.rc;
+}
+
+uint64_t gate_ctx_cost(unsigned gpu)
+{
+	return gpu < RGPUD_MAX_GPUS ? ctx_cost[gpu] : 0;
 }
 
 /* a charge or a refund of bytes on gpu, answered by the parent */
@@ -203,6 +214,8 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 		switch (q.op) {
 		case G_DEVICE:
 			p.rc = rgpud_access_device(who, q.gpu, &p.limit, why, sizeof(why));
+			/* what each context costs the session (the lease's reserve) */
+			p.used = rgpud_lease_ctx_reserve();
 			if (p.rc)
 				metrics_refused("gpu");
 			else

@@ -29,6 +29,7 @@ static struct rgpud_lease *tab;
 static size_t ntab, captab;
 static struct gpu_slot gpus[RGPUD_MAX_GPUS];
 static char *state_dir; /* NULL: no persistence */
+static uint64_t ctx_reserve = RGPUD_LEASE_CTX_RESERVE;
 
 static int live(const struct rgpud_lease *l, time_t now)
 {
@@ -55,6 +56,7 @@ static int append(const struct rgpud_lease *l)
 	}
 	tab[ntab] = *l;
 	tab[ntab].used = 0;
+	tab[ntab].peak = 0;
 	ntab++;
 	return 0;
 }
@@ -465,9 +467,25 @@ void rgpud_lease_set_gpu(unsigned gpu, const char *name, uint64_t total)
 	pthread_mutex_unlock(&mu);
 }
 
+void rgpud_lease_set_ctx_reserve(uint64_t bytes)
+{
+	pthread_mutex_lock(&mu);
+	ctx_reserve = bytes;
+	pthread_mutex_unlock(&mu);
+}
+
+uint64_t rgpud_lease_ctx_reserve(void)
+{
+	pthread_mutex_lock(&mu);
+	uint64_t r = ctx_reserve;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+/* What a slice takes from its GPU, and the most it may charge (mu held). */
 static uint64_t slice_cost(uint64_t limit)
 {
-	uint64_t c = limit + RGPUD_LEASE_CTX_RESERVE;
+	uint64_t c = limit + ctx_reserve;
 	return c < limit ? UINT64_MAX : c;
 }
 
@@ -575,7 +593,7 @@ int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size
 			fmt_bytes(want, sizeof(want), req->mem_limit);
 			fmt_bytes(have, sizeof(have), total > sum ? total - sum : 0);
 			fmt_bytes(tot, sizeof(tot), total);
-			fmt_bytes(res, sizeof(res), RGPUD_LEASE_CTX_RESERVE);
+			fmt_bytes(res, sizeof(res), ctx_reserve);
 			snprintf(why, whylen, "GPU %u has no room for %s (+%s context reserve): "
 				 "%s of %s unreserved", req->gpu, want, res, have, tot);
 			rc = RGPUD_LEASE_NOSPACE;
@@ -663,10 +681,10 @@ int rgpud_lease_charge(uint64_t job_id, unsigned gpu, uint64_t bytes)
 		rc = bytes ? RGPUD_LEASE_NOTFOUND : 0;
 	else if (bytes > UINT64_MAX - l->used)
 		rc = RGPUD_LEASE_QUOTA; /* would wrap: no quota can hold it */
-	else if (l->mem_limit && l->used + bytes > l->mem_limit)
+	else if (l->mem_limit && l->used + bytes > slice_cost(l->mem_limit))
 		rc = RGPUD_LEASE_QUOTA;
-	else
-		l->used += bytes;
+	else if ((l->used += bytes) > l->peak)
+		l->peak = l->used;
 	pthread_mutex_unlock(&mu);
 	return rc;
 }

@@ -34,7 +34,12 @@
 #include <stdint.h>
 #include <time.h>
 
-/* Device memory set aside per slice lease for its context(s). */
+/* Device memory set aside per slice lease for one context, by default
+ * (rgpud --ctx-reserve changes it; test/gpu/context-cost.sh measures what a
+ * context costs).  Every context a session creates is charged this much to
+ * its lease, and a slice may hold up to mem_limit + the reserve: the first
+ * context comes out of the reserve, every further one (another session of
+ * the job, or another context of one session) out of the quota. */
 #define RGPUD_LEASE_CTX_RESERVE (512ull << 20)
 /* How often access.c looks for expired leases. */
 #define RGPUD_LEASE_CHECK_INTERVAL_S 15
@@ -47,7 +52,8 @@ struct rgpud_lease {
 	uint32_t gpu;
 	uint64_t mem_limit; /* bytes; 0 = whole GPU, exclusive */
 	uint64_t expires;   /* unix seconds; 0 = never */
-	uint64_t used;      /* bytes charged now (not persisted) */
+	uint64_t used;      /* bytes charged now, contexts included (not persisted) */
+	uint64_t peak;      /* the most used has been (not persisted) */
 };
 
 struct rgpud_gpu_load {
@@ -70,6 +76,12 @@ enum rgpud_lease_rc {
 	RGPUD_LEASE_NOTFOUND = -7, /* charge/find: no such lease */
 	RGPUD_LEASE_QUOTA = -8,    /* charge: over the lease's quota */
 };
+
+/* The per-slice context reserve in force (default RGPUD_LEASE_CTX_RESERVE).
+ * Set it before granting: leases already granted were checked with the old
+ * value. */
+void rgpud_lease_set_ctx_reserve(uint64_t bytes);
+uint64_t rgpud_lease_ctx_reserve(void);
 
 /* Loads <state_dir>/leases.json if it exists (state_dir NULL: no
  * persistence, for tests and open mode), dropping expired leases.  The
@@ -105,7 +117,8 @@ int rgpud_lease_job_count(uint64_t job_id, time_t now);
 int rgpud_lease_job_uid_count(uint64_t job_id, uint32_t uid, time_t now);
 
 /* Charges bytes to the lease (job, gpu): RGPUD_LEASE_QUOTA if used + bytes
- * exceeds mem_limit or would wrap (mem_limit 0: only the wrap),
+ * exceeds mem_limit + the context reserve or would wrap (mem_limit 0: only
+ * the wrap),
  * RGPUD_LEASE_NOTFOUND without a lease.  Nothing changes on failure. */
 int rgpud_lease_charge(uint64_t job_id, unsigned gpu, uint64_t bytes);
 /* Gives bytes back: RGPUD_LEASE_INVAL (logged, nothing changes) if that is

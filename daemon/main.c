@@ -7,6 +7,7 @@
 #include "metrics.h"
 #include "session.h"
 #include "rgpud.h"
+#include "size.h"
 #include "transport.h"
 
 #include <errno.h>
@@ -62,6 +63,8 @@ static void usage(FILE *f)
 "      --metrics=[ADDR:]PORT serve Prometheus metrics on http://ADDR:PORT/metrics\n"
 "                            (ADDR 127.0.0.1 when only a port is given)\n"
 "      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
+"      --ctx-reserve=SIZE    device memory set aside per slice for its context,\n"
+"                            and charged for every context (default 512M)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -74,7 +77,7 @@ static void usage(FILE *f)
 }
 
 /* long options without a short form */
-enum { OPT_METRICS = 256 };
+enum { OPT_METRICS = 256, OPT_CTX_RESERVE };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -351,6 +354,7 @@ int main(int argc, char **argv)
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "ctx-reserve", required_argument, NULL, OPT_CTX_RESERVE },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -415,6 +419,17 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_METRICS: metrics_addr = optarg; break;
+		case OPT_CTX_RESERVE: {
+			uint64_t b = 0;
+			char why[200];
+			if (rgpu_parse_size(optarg, &b, why, sizeof(why)) || b > (64ull << 30)) {
+				fprintf(stderr, "rgpud: --ctx-reserve=%s: %s\n", optarg,
+					b > (64ull << 30) ? "more than 64G" : why);
+				return 2;
+			}
+			rgpud_lease_set_ctx_reserve(b);
+			break;
+		}
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;

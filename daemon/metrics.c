@@ -189,6 +189,17 @@ void metrics_session_close(struct metrics_session *ms)
 	free(ms);
 }
 
+double metrics_job_gpu_seconds(uint64_t job, unsigned gpu)
+{
+	double s = 0, t = now_s();
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].job == job && rows[i].gpu == gpu)
+			s = rows[i].secs + rows[i].live * t - rows[i].since_sum;
+	pthread_mutex_unlock(&mu);
+	return s > 0 ? s : 0;
+}
+
 static void count_word(struct word_count *t, const char *w)
 {
 	pthread_mutex_lock(&mu);

@@ -36,6 +36,10 @@ void metrics_session_gpu(struct metrics_session *ms, unsigned gpu); /* admitted 
 void metrics_session_charge(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_refund(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_close(struct metrics_session *ms);
+/* Seconds the job's sessions held gpu, summed over sessions (ended ones,
+ * and live ones up to now): the GPU time LEASE_STATS reports for
+ * accounting.  0 when none is known (or its row was pruned). */
+double metrics_job_gpu_seconds(uint64_t job, unsigned gpu);
 
 /* Counters.  reason and kind are short snake_case words in static storage
  * (they become label values): refusals "auth", "version", "gpu", "quota",

@@ -238,8 +238,16 @@ typedef uint64_t rgpu_handle;
 	/* -> u32 ngpu, per GPU: (u32 gpu, str name, u64 total, u64 reserved   \
 	 * (slices + per-slice context reserve; total when exclusive),        \
 	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
-	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
-	X(LEASE_LIST, 82, "leases and GPU load")
+	 * u32 gpu, u64 mem_limit, u64 used, u64 expires), then u64          \
+	 * ctx_reserve (the per-slice context reserve; absent from servers    \
+	 * older than it: readers ignore what follows what they know) */       \
+	X(LEASE_LIST, 82, "leases and GPU load")                               \
+	/* Admission and accounting (232-239).  u64 job_id -> u32 n, per lease \
+	 * of the job: (u32 gpu, u64 mem_limit, u64 used, u64 peak (most       \
+	 * device memory charged at once, contexts included), u64 held_ms     \
+	 * (milliseconds the job's sessions held the GPU, summed over          \
+	 * sessions)).  Root, the SlurmUser, or the job's own uid. */          \
+	X(LEASE_STATS, 232, "a job's peak memory and GPU time, per lease")
 
 /* Opcode ranges reserved per area (append inside your range; never renumber):
  *   98-127 general, 128-159 graphs, host functions, attributes, linker,
