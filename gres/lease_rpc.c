@@ -1,5 +1,6 @@
 #include "lease_rpc.h"
 #include "frame.h"
+#include "lease.h" /* RGPUD_LEASE_CTX_RESERVE: the reserve of servers that do not say */
 #include "proto.h"
 #include "transport.h"
 #include "wire.h"
@@ -270,6 +271,10 @@ int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whyl
 	}
 	if (!rd_ok(&r))
 		goto bad;
+	/* servers that report their context reserve */
+	out->ctx_reserve = RGPUD_LEASE_CTX_RESERVE;
+	if (r.left >= 8)
+		out->ctx_reserve = get_u64(&r);
 	return 0;
 bad:
 	rg_list_free(out);
@@ -282,4 +287,41 @@ void rg_list_free(struct rg_list *l)
 	free(l->gpus);
 	free(l->leases);
 	memset(l, 0, sizeof(*l));
+}
+
+int rg_lease_stats(struct rg_conn *c, uint64_t job_id, struct rg_stat *out, size_t max,
+		   size_t *n, char *why, size_t whylen)
+{
+	*n = 0;
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u64(&w, job_id);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_LEASE_STATS, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st) {
+		failure(&r, st, why, whylen);
+		return st;
+	}
+	uint32_t k = get_u32(&r);
+	for (uint32_t i = 0; i < k && rd_ok(&r); i++) {
+		struct rg_stat s;
+		s.gpu = get_u32(&r);
+		s.mem_limit = get_u64(&r);
+		s.used = get_u64(&r);
+		s.peak = get_u64(&r);
+		s.held_ms = get_u64(&r);
+		if (*n < max)
+			out[(*n)++] = s;
+	}
+	if (!rd_ok(&r)) {
+		snprintf(why, whylen, "malformed LEASE_STATS reply");
+		return RGPU_ERR_PROTO;
+	}
+	return 0;
 }

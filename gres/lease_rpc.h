@@ -48,8 +48,17 @@ struct rg_list {
 	size_t ngpu;
 	struct rg_list_lease *leases;
 	size_t nlease;
+	uint64_t ctx_reserve; /* RGPUD_LEASE_CTX_RESERVE from older servers */
 };
 int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whylen);
 void rg_list_free(struct rg_list *l);
+
+/* LEASE_STATS: a job's leases on this server, for accounting at its end. */
+struct rg_stat {
+	uint32_t gpu;
+	uint64_t mem_limit, used, peak, held_ms;
+};
+int rg_lease_stats(struct rg_conn *c, uint64_t job_id, struct rg_stat *out, size_t max,
+		   size_t *n, char *why, size_t whylen);
 
 #endif

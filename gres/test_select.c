@@ -112,7 +112,7 @@ int main(void)
 	r = (struct rg_request){ .count = 1, .mem = 16 * GiB, .job_id = 13 };
 	ok(rg_reserve(&c, &r, bal, &b, out, why, sizeof(why)) < 0, "slice of a whole GPU's size refused");
 	ok(strstr(why, "with room now") != NULL, "explained: %s", why);
-	is_u64(rg_cluster_max_slice(&c), 16 * GiB - RGPUD_LEASE_CTX_RESERVE, "max slice");
+	is_u64(rg_cluster_max_slice(&c, NULL), 16 * GiB - RGPUD_LEASE_CTX_RESERVE, "max slice");
 	rg_cluster_free(&c);
 
 	/* A refused grant moves on to the next candidate. */

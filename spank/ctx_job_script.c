@@ -28,7 +28,8 @@ struct job_req {
 };
 
 /* The count from the AdminComment job_submit.lua set ("rgpu-request;
- * count=N"), else from an explicit -L rgpu:N.  0: the job wants none. */
+ * count=N").  0: the job wants none.  (The rgpu license counts memory, not
+ * GPUs: job_submit.lua refuses -L rgpu given by hand.) */
 static int job_request(uint32_t job, struct job_req *q)
 {
 	job_info_msg_t *ji = NULL;
@@ -41,11 +42,9 @@ static int job_request(uint32_t job, struct job_req *q)
 		return -1;
 	}
 	slurm_job_info_t *j = &ji->job_array[0];
-	const char *ac = j->admin_comment, *lic = j->licenses, *p;
+	const char *ac = j->admin_comment, *p;
 	if (ac && (p = strstr(ac, "rgpu-request;count=")))
 		q->count = (unsigned)strtoul(p + 19, NULL, 10);
-	else if (lic && (p = strstr(lic, "rgpu:")) && (p == lic || p[-1] == ','))
-		q->count = (unsigned)strtoul(p + 5, NULL, 10);
 	q->uid = j->user_id;
 	if (j->time_limit != INFINITE && j->end_time > 0)
 		q->expires = (uint64_t)j->end_time + (uint64_t)rgpu_cfg.grace;
@@ -110,26 +109,47 @@ static void rpc_release(void *ctx, const struct rg_server *s, uint64_t job)
 			    "with the job's time limit)", job, s->node, why);
 }
 
-static void allocate(uint32_t job, const struct job_req *q, uint64_t mem, const char *me,
-		     struct rgpu_jobrec *rec)
+/* What one attempt at choosing and leasing the job's GPUs gave. */
+enum { ALLOC_OK, ALLOC_WAIT, ALLOC_NEVER };
+
+/* GPUs that could hold one device of the request if they were empty. */
+static unsigned could_ever_fit(const struct rg_cluster *c, const struct rg_request *r)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < c->ngpu; i++) {
+		const struct rg_gpu *g = &c->gpu[i];
+		if (c->srv[g->server].up && g->total && rg_request_cost(g, r) <= g->total)
+			n++;
+	}
+	return n;
+}
+
+static int allocate(uint32_t job, const struct job_req *q, uint64_t mem, const char *me,
+		    int max_age, struct rgpu_jobrec *rec)
 {
 	struct rg_cluster c;
 	char err[512];
-	if (rgpu_view_get(&c, rgpu_cfg.ttl, 1, err, sizeof(err))) {
+	rec->error[0] = '\0';
+	if (rgpu_view_get(&c, max_age, 1, err, sizeof(err))) {
 		snprintf(rec->error, sizeof(rec->error), "no GPU view: %s", err);
-		return;
+		return ALLOC_WAIT;
 	}
 	struct rg_request r = { .count = q->count, .mem = mem, .local_node = me,
 				.job_id = job, .uid = q->uid, .expires = q->expires };
 	struct rpc_ctx x = { calloc(c.nsrv ? c.nsrv : 1, sizeof(struct rg_conn *)), c.nsrv, &c };
 	uint32_t *out = calloc(q->count, sizeof(*out));
+	int rc = ALLOC_OK;
 	if (!x.conn || !out) {
 		snprintf(rec->error, sizeof(rec->error), "out of memory");
+		rc = ALLOC_WAIT;
 	} else {
 		struct rg_backend b = { rpc_grant, rpc_release, &x };
 		if (rg_reserve(&c, &r, rgpu_cfg.policy, &b, out, err, sizeof(err))) {
 			snprintf(rec->error, sizeof(rec->error), "no room for %u GPU(s): %s",
 				 q->count, err);
+			/* a request no GPU of the cluster could ever take fails
+			 * at once; anything else waits for room */
+			rc = could_ever_fit(&c, &r) < q->count ? ALLOC_NEVER : ALLOC_WAIT;
 		} else {
 			size_t ps = 0, pg = 0;
 			for (unsigned i = 0; i < q->count; i++) {
@@ -150,6 +170,23 @@ static void allocate(uint32_t job, const struct job_req *q, uint64_t mem, const 
 	free(x.conn);
 	free(out);
 	rgpu_view_release(&c, 1);
+	return rc;
+}
+
+/* Says in the job's AdminComment (squeue -O admin_comment, scontrol show
+ * job) that it waits for GPU room, and why.  Other nodes look for the
+ * "rgpu;" record only, so this prefix does not confuse them. */
+static void publish_wait(uint32_t job, time_t since, const char *why)
+{
+	char buf[1024];
+	snprintf(buf, sizeof(buf), "rgpu-wait;since=%lld;why=%s", (long long)since, why);
+	job_desc_msg_t d;
+	slurm_init_job_desc_msg(&d);
+	d.job_id = job;
+	d.admin_comment = buf;
+	if (slurm_update_job(&d) != SLURM_SUCCESS)
+		slurm_info("rgpu: job %u: cannot set AdminComment: %s", job,
+			   slurm_strerror(slurm_get_errno()));
 }
 
 int rgpu_job_prolog(spank_t sp)
@@ -177,8 +214,37 @@ int rgpu_job_prolog(spank_t sp)
 		rgpu_jobrec_write(job, &rec);
 		return 0;
 	}
-	if (!rec.error[0])
-		allocate(job, &q, rec.mem, me, &rec);
+	if (!rec.error[0]) {
+		/* Slurm admitted the job by its license (memory units, see
+		 * job_submit.lua): room exists in total.  When no single GPU has
+		 * it yet (fragmentation, a view that was stale), wait for it here
+		 * (the job shows CONFIGURING, its AdminComment says why), up to
+		 * `wait` seconds, polling afresh. */
+		time_t t0 = time(NULL);
+		int pause = 1, published = 0;
+		for (;;) {
+			int rc = allocate(job, &q, rec.mem, me, published ? pause : rgpu_cfg.ttl, &rec);
+			if (rc != ALLOC_WAIT)
+				break;
+			long waited = (long)(time(NULL) - t0);
+			if (waited >= rgpu_cfg.wait) {
+				char e[sizeof(rec.error)];
+				snprintf(e, sizeof(e), "%s (after waiting %ld s for room)", rec.error,
+					 waited);
+				snprintf(rec.error, sizeof(rec.error), "%s", e);
+				break;
+			}
+			if (!published) {
+				slurm_info("rgpu: job %u: waiting for GPU room: %s", job, rec.error);
+				publish_wait(job, t0, rec.error);
+				published = 1;
+			}
+			sleep((unsigned)pause);
+			if (pause < 5)
+				pause++;
+		}
+		rec.waited = (uint32_t)(time(NULL) - t0);
+	}
 	if (rec.error[0])
 		slurm_error("rgpu: job %u: %s", job, rec.error);
 	else
@@ -200,6 +266,8 @@ int rgpu_job_epilog(spank_t sp)
 	struct rgpu_jobrec rec;
 	if (rgpu_jobrec_read(job, &rec))
 		return 0;
+	uint64_t peak_sum = 0, peak_max = 0, held_ms = 0;
+	int have_stats = 0;
 	if (rec.servers[0]) {
 		char *list = strdup(rec.servers), *save = NULL;
 		char done[4096] = ",";
@@ -221,6 +289,20 @@ int rgpu_job_epilog(spank_t sp)
 			char why[512];
 			uint32_t n = 0;
 			struct rg_conn *c = rg_connect(e, port, 0, rgpu_cfg.timeout_ms, why, sizeof(why));
+			/* accounting first: the release forgets the leases */
+			struct rg_stat st[64];
+			size_t ns = 0;
+			if (c && rg_lease_stats(c, job, st, 64, &ns, why, sizeof(why)) == 0) {
+				for (size_t k = 0; k < ns; k++) {
+					peak_sum += st[k].peak;
+					if (st[k].peak > peak_max)
+						peak_max = st[k].peak;
+					held_ms += st[k].held_ms;
+				}
+				have_stats = 1;
+			} else if (c) {
+				slurm_info("rgpu: job %u: no accounting from %s: %s", job, e, why);
+			}
 			if (!c || rg_lease_release(c, job, &n, why, sizeof(why)))
 				slurm_error("rgpu: job %u: release on %s failed: %s (the lease "
 					    "expires with the job's time limit)", job, e, why);
@@ -248,6 +330,16 @@ int rgpu_job_epilog(spank_t sp)
 			free(g);
 			rgpu_view_release(&c, 1);
 		}
+	}
+	if (have_stats) {
+		/* where scontrol show job (and sacct, with slurmdbd) reads it */
+		rec.peak = peak_sum;
+		rec.peak_max = peak_max;
+		rec.gpu_ms = held_ms;
+		rec.accounted = 1;
+		slurm_info("rgpu: job %u: peak device memory %" PRIu64 " bytes (%" PRIu64
+			   " on one GPU), GPU time %" PRIu64 " ms", job, peak_sum, peak_max, held_ms);
+		rgpu_jobrec_publish(job, &rec);
 	}
 	rgpu_jobrec_remove(job);
 	return 0;

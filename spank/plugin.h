@@ -31,6 +31,7 @@ struct rgpu_cfg {
 	int timeout_ms; /* per server, connect and reply */
 	int parallel;   /* servers polled at once */
 	int grace;      /* seconds a lease outlives the job's time limit */
+	int wait;       /* seconds the prolog waits for GPU room */
 };
 extern struct rgpu_cfg rgpu_cfg;
 
@@ -69,6 +70,12 @@ struct rgpu_jobrec {
 	char gpus[4096];     /* node:index,... (for the snapshot on release) */
 	uint64_t mem;        /* slice size, 0 = whole GPUs */
 	char error[512];     /* set when the allocation failed */
+	uint32_t waited;     /* seconds the prolog waited for room */
+	/* accounting, filled by the epilog (LEASE_STATS) */
+	int accounted;
+	uint64_t peak;       /* bytes: sum over the job's GPUs of each one's peak */
+	uint64_t peak_max;   /* bytes: the largest of those */
+	uint64_t gpu_ms;     /* milliseconds sessions held the job's GPUs */
 };
 int rgpu_jobrec_write(uint32_t job, const struct rgpu_jobrec *r);
 /* 0: found; -1: none. */

@@ -19,9 +19,6 @@ RC_SLURMD_PORT=16818
 RC_RGPU_PORT=7420
 : "${RC_EMU_DEVICES:=2}"
 : "${RC_EMU_MEM:=4G}"
-# License seats per GPU (job_submit.lua's SEATS_PER_GPU): 2 lets two slices
-# share a GPU.
-: "${RC_SEATS:=2}"
 # Hooks for a machine whose Slurm is not installed in the usual places
 # (test/slurm/gpu-machine.sh); they change nothing when unset.  RC_RGPUD_ARGS
 # replaces --emulated (e.g. --driver=PATH for a real GPU), RC_SLURMD_ARGS is
@@ -125,8 +122,12 @@ rc_munge_down() {
 rc_write_conf() {
 	local host
 	host=$(hostname -s)
-	local ngpu=0 n
+	local ngpu=0 n mib
 	for n in $RC_GPU_NODES; do ngpu=$((ngpu + RC_EMU_DEVICES)); done
+	# the license counts GPU memory in MiB (job_submit.lua)
+	case $RC_EMU_MEM in
+	*G) mib=$(( ${RC_EMU_MEM%G} * 1024 )) ;; *M) mib=${RC_EMU_MEM%M} ;; *) mib=$RC_EMU_MEM ;;
+	esac
 	# The same shape as contrib/slurm.conf.example, with per-node paths
 	# because every slurmd shares this file system.
 	cat >"$RC_DIR/slurm.conf" <<EOF
@@ -167,7 +168,7 @@ PlugStackConfig=$RC_DIR/plugstack.conf
 PrologFlags=Alloc
 JobSubmitPlugins=lua
 GresTypes=rgpu
-Licenses=rgpu:$((ngpu * RC_SEATS))
+Licenses=rgpu:$((ngpu * mib)),rgpushare:$((ngpu * 100))
 NodeName=cpu1 NodeAddr=$(rc_addr cpu1) NodeHostname=cpu1 CPUs=2 RealMemory=1000 State=UNKNOWN
 NodeName=gpu1 NodeAddr=$(rc_addr gpu1) NodeHostname=gpu1 CPUs=2 RealMemory=1000 Gres=rgpu:$RC_EMU_DEVICES State=UNKNOWN
 NodeName=gpu2 NodeAddr=$(rc_addr gpu2) NodeHostname=gpu2 CPUs=2 RealMemory=1000 Gres=rgpu:$RC_EMU_DEVICES State=UNKNOWN
@@ -177,8 +178,7 @@ EOF
 	cat >"$RC_DIR/gres.conf" <<EOF
 NodeName=gpu[1-2] Name=rgpu Count=$RC_EMU_DEVICES
 EOF
-	sed "s/^local SEATS_PER_GPU = .*/local SEATS_PER_GPU = $RC_SEATS/" \
-		"$RC_SRC/contrib/job_submit.lua" >"$RC_DIR/job_submit.lua" || return 1
+	cp "$RC_SRC/contrib/job_submit.lua" "$RC_DIR/job_submit.lua" || return 1
 	cat >"$RC_DIR/plugstack.conf" <<EOF
 required $RC_BUILD/spank/.libs/spank_rgpu.so client_dir=$RC_BUILD/client/.libs port=$RC_RGPU_PORT state_dir=$RC_DIR/rgpu-state/%n ttl=30
 EOF
@@ -214,6 +214,11 @@ rc_slurm_up() {
 	for t in $(seq 1 60); do
 		idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | grep -c ' idle')
 		[ "$idle" = 3 ] && return 0
+		if ! kill -0 "$(cat "$RC_DIR/slurmctld.dpid")" 2>/dev/null; then
+			rc_log "slurmctld exited:"
+			tail -n 5 "$RC_DIR/slurmctld.log" >&2
+			return 1
+		fi
 		sleep 1
 	done
 	rc_log "nodes did not come up idle:"
