@@ -266,8 +266,12 @@ int rgpu_job_epilog(spank_t sp)
 	struct rgpu_jobrec rec;
 	if (rgpu_jobrec_read(job, &rec))
 		return 0;
-	uint64_t peak_sum = 0, peak_max = 0, held_ms = 0;
-	int have_stats = 0;
+	/* the final figures, for slurmd's log (the job has finished: its
+	 * AdminComment holds what its last step recorded) */
+	if (rec.servers[0] && rgpu_account(job, &rec) == 0)
+		slurm_info("rgpu: job %u: peak device memory %" PRIu64 " bytes (%" PRIu64
+			   " on one GPU), GPU time %.3f s", job, rec.peak, rec.peak_max,
+			   (double)rec.gpu_ms / 1000.0);
 	if (rec.servers[0]) {
 		char *list = strdup(rec.servers), *save = NULL;
 		char done[4096] = ",";
@@ -289,20 +293,6 @@ int rgpu_job_epilog(spank_t sp)
 			char why[512];
 			uint32_t n = 0;
 			struct rg_conn *c = rg_connect(e, port, 0, rgpu_cfg.timeout_ms, why, sizeof(why));
-			/* accounting first: the release forgets the leases */
-			struct rg_stat st[64];
-			size_t ns = 0;
-			if (c && rg_lease_stats(c, job, st, 64, &ns, why, sizeof(why)) == 0) {
-				for (size_t k = 0; k < ns; k++) {
-					peak_sum += st[k].peak;
-					if (st[k].peak > peak_max)
-						peak_max = st[k].peak;
-					held_ms += st[k].held_ms;
-				}
-				have_stats = 1;
-			} else if (c) {
-				slurm_info("rgpu: job %u: no accounting from %s: %s", job, e, why);
-			}
 			if (!c || rg_lease_release(c, job, &n, why, sizeof(why)))
 				slurm_error("rgpu: job %u: release on %s failed: %s (the lease "
 					    "expires with the job's time limit)", job, e, why);
@@ -330,16 +320,6 @@ int rgpu_job_epilog(spank_t sp)
 			free(g);
 			rgpu_view_release(&c, 1);
 		}
-	}
-	if (have_stats) {
-		/* where scontrol show job (and sacct, with slurmdbd) reads it */
-		rec.peak = peak_sum;
-		rec.peak_max = peak_max;
-		rec.gpu_ms = held_ms;
-		rec.accounted = 1;
-		slurm_info("rgpu: job %u: peak device memory %" PRIu64 " bytes (%" PRIu64
-			   " on one GPU), GPU time %" PRIu64 " ms", job, peak_sum, peak_max, held_ms);
-		rgpu_jobrec_publish(job, &rec);
 	}
 	rgpu_jobrec_remove(job);
 	return 0;

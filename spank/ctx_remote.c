@@ -54,3 +54,22 @@ int rgpu_remote_user_init(spank_t sp)
 	spank_setenv(sp, "LD_LIBRARY_PATH", ld, 1);
 	return 0;
 }
+
+/* slurmstepd (root), a step ended: on the job's first node (the one with
+ * the complete record), record the job's peak memory and GPU time so far
+ * in its AdminComment, while Slurm still lets it be updated. */
+int rgpu_remote_exit(spank_t sp)
+{
+	uint32_t job = 0;
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+		return 0;
+	char node[256];
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) == ESPANK_SUCCESS)
+		rgpu_cfg_set_node(node);
+	struct rgpu_jobrec rec;
+	if (rgpu_jobrec_read(job, &rec) || rec.error[0] || !rec.servers[0])
+		return 0;
+	if (rgpu_account(job, &rec) == 0 || rec.accounted)
+		rgpu_jobrec_publish(job, &rec);
+	return 0;
+}

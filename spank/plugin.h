@@ -10,6 +10,7 @@
  *   discover.c        GPU servers from Slurm's node table
  *   view.c            the load snapshot, refreshed when stale
  *   jobrec.c          what a job was granted (node-local file, AdminComment)
+ *   account.c         peak memory and GPU time, recorded at each step's end
  */
 #ifndef RGPU_SPANK_PLUGIN_H
 #define RGPU_SPANK_PLUGIN_H
@@ -53,6 +54,13 @@ int rgpu_local_post_opt(spank_t sp);
 int rgpu_job_prolog(spank_t sp);
 int rgpu_job_epilog(spank_t sp);
 int rgpu_remote_user_init(spank_t sp);
+int rgpu_remote_exit(spank_t sp);
+struct rgpu_jobrec;
+
+/* account.c: the job's peak memory and GPU time from its servers into
+ * rec (accounted, peak, peak_max, gpu_ms).  0, or -1 if a server did not
+ * answer (what the others said is kept). */
+int rgpu_account(uint32_t job, struct rgpu_jobrec *rec);
 
 /* discover.c: nodes with Gres=rgpu:N, as servers to poll.  0 or -1. */
 int rgpu_discover(struct rg_server_addr **out, size_t *n, char *err, size_t errlen);

@@ -30,6 +30,18 @@ RC_RGPU_PORT=7420
 
 rc_log() { echo "[cluster] $*" >&2; }
 
+# Closes every descriptor above 2 of the calling (sub)shell: a daemon must
+# not inherit the caller's lock (flock /tmp/rgpu-slurm.lock ...) or pipes, or
+# it holds them as long as it lives.
+rc_nofds() {
+	local fd
+	for fd in /proc/$BASHPID/fd/*; do
+		fd=${fd##*/}
+		[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+	done
+	return 0
+}
+
 rc_addr() {
 	case $1 in
 	cpu1) echo $RC_NET.11 ;; gpu1) echo $RC_NET.12 ;; gpu2) echo $RC_NET.13 ;;
@@ -100,7 +112,7 @@ rc_munge_up() {
 		return 0
 	fi
 	mkdir -p /run/munge && chown munge:munge /run/munge && chmod 755 /run/munge
-	runuser -u munge -- /usr/sbin/munged || { rc_log "munged failed to start"; return 1; }
+	( rc_nofds; exec runuser -u munge -- /usr/sbin/munged ) || { rc_log "munged failed to start"; return 1; }
 	RC_MUNGE_STARTED=1
 	local t
 	for t in 1 2 3 4 5 6 7 8 9 10; do
@@ -193,20 +205,20 @@ rc_rgpud_up() {
 	fi
 	for n in $RC_GPU_NODES; do
 		mkdir -p "$RC_DIR/$n/rgpud"
-		RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM RGPU_EMU_TAG=$n \
-			nsenter --net=/run/netns/"$(rc_ns $n)" "$bin" --listen "$(rc_addr $n):$RC_RGPU_PORT" \
+		( rc_nofds; RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM RGPU_EMU_TAG=$n \
+			exec nsenter --net=/run/netns/"$(rc_ns $n)" "$bin" --listen "$(rc_addr $n):$RC_RGPU_PORT" \
 			$RC_RGPUD_ARGS --leases --state-dir "$RC_DIR/$n/rgpud" \
-			--slurm-user root >"$RC_DIR/$n/rgpud.log" 2>&1 &
+			--slurm-user root ) >"$RC_DIR/$n/rgpud.log" 2>&1 &
 		echo $! >"$RC_DIR/$n/rgpud.pid"
 	done
 }
 
 rc_slurm_up() {
-	slurmctld -D -i -f "$RC_DIR/slurm.conf" >"$RC_DIR/slurmctld.out" 2>&1 &
+	( rc_nofds; exec slurmctld -D -i -f "$RC_DIR/slurm.conf" ) >"$RC_DIR/slurmctld.out" 2>&1 &
 	echo $! >"$RC_DIR/slurmctld.dpid"
 	local n
 	for n in $RC_NODES; do
-		nsenter --net=/run/netns/"$(rc_ns $n)" slurmd -D -N $n $RC_SLURMD_ARGS -f "$RC_DIR/slurm.conf" >"$RC_DIR/$n/slurmd.out" 2>&1 &
+		( rc_nofds; exec nsenter --net=/run/netns/"$(rc_ns $n)" slurmd -D -N $n $RC_SLURMD_ARGS -f "$RC_DIR/slurm.conf" ) >"$RC_DIR/$n/slurmd.out" 2>&1 &
 		echo $! >"$RC_DIR/$n/slurmd.dpid"
 	done
 	# Nodes come up idle within a few seconds.
