@@ -507,6 +507,24 @@ static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf 
 	return CUDA_SUCCESS;
 }
 
+static int op_claim(const struct rgpud_principal *who, struct rd *r, struct wbuf *reply)
+{
+	uint64_t job = get_u64(r);
+	uint32_t gpu = get_u32(r);
+	uint64_t mem = get_u64(r);
+	uint32_t ttl = get_u32(r);
+	if (!rd_done(r) || ttl > 3600)
+		return fail(reply, RGPU_ERR_PROTO, "malformed LEASE_CLAIM");
+	int status;
+	if (!may_manage(who, RGPU_OP_LEASE_CLAIM, reply, &status))
+		return status;
+	char why[512];
+	int rc = rgpud_lease_claim(job, gpu, mem, time(NULL), ttl, why, sizeof(why));
+	if (rc < 0)
+		return fail(reply, lease_status(rc), why);
+	return CUDA_SUCCESS;
+}
+
 /* Accounting at a job's end: its leases' peak memory and GPU time. */
 static int op_stats(const struct rgpud_principal *who, struct rd *r, struct wbuf *reply)
 {
@@ -543,6 +561,7 @@ int rgpud_access_admin_op(const struct rgpud_principal *who, unsigned op,
 	case RGPU_OP_LEASE_RELEASE: return op_release(who, r, reply);
 	case RGPU_OP_LEASE_LIST: return op_list(who, r, reply);
 	case RGPU_OP_LEASE_STATS: return op_stats(who, r, reply);
+	case RGPU_OP_LEASE_CLAIM: return op_claim(who, r, reply);
 	default: return -1;
 	}
 }

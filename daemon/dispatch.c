@@ -75,6 +75,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(LEASE_RELEASE, admin, 0),
 	OPD(LEASE_LIST, admin, 0),
 	OPD(LEASE_STATS, admin, 0),
+	OPD(LEASE_CLAIM, admin, 0),
 };
 
 const struct op_desc *rgpud_op(unsigned op)

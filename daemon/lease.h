@@ -105,6 +105,18 @@ void rgpud_lease_set_gpu(unsigned gpu, const char *name, uint64_t total);
  * Failures write a sentence into why. */
 int rgpud_lease_grant(const struct rgpud_lease *l, time_t now, char *why, size_t whylen);
 
+/* Claims: the job whose Slurm prolog waits longest for room on a GPU
+ * holds that GPU's claim (one per GPU), renewed while it waits.  Other
+ * jobs' grants on the GPU then count the claim as taken (a whole-GPU claim
+ * leaves them nothing), so the GPU drains for the waiting job instead of
+ * being taken by every job that starts after it; the claimer's own grant
+ * ignores it and converts it.  Not persisted (a restart drops claims: the
+ * prolog renews them).  ttl_s 0 drops the job's claim.  RGPUD_LEASE_OK,
+ * _NODEV, _INVAL (a slice larger than the GPU can ever hold), or
+ * _BUSY (another job's live claim; why names it). */
+int rgpud_lease_claim(uint64_t job_id, unsigned gpu, uint64_t mem_limit, time_t now,
+		      unsigned ttl_s, char *why, size_t whylen);
+
 /* Removes every lease of job; returns how many (>= 0).  A persistence failure
  * is logged; the leases are released regardless. */
 int rgpud_lease_release_job(uint64_t job_id);

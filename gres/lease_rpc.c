@@ -325,3 +325,25 @@ int rg_lease_stats(struct rg_conn *c, uint64_t job_id, struct rg_stat *out, size
 	}
 	return 0;
 }
+
+int rg_lease_claim(struct rg_conn *c, uint64_t job_id, uint32_t gpu, uint64_t mem_limit,
+		   uint32_t ttl_s, char *why, size_t whylen)
+{
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u64(&w, job_id);
+	put_u32(&w, gpu);
+	put_u64(&w, mem_limit);
+	put_u32(&w, ttl_s);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_LEASE_CLAIM, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st)
+		failure(&r, st, why, whylen);
+	return st;
+}

@@ -31,6 +31,9 @@ int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gp
 		   uint64_t mem_limit, uint64_t expires, char *why, size_t whylen);
 int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, char *why,
 		     size_t whylen);
+/* LEASE_CLAIM: hold gpu's room for a job waiting for it (ttl_s 0 drops). */
+int rg_lease_claim(struct rg_conn *c, uint64_t job_id, uint32_t gpu, uint64_t mem_limit,
+		   uint32_t ttl_s, char *why, size_t whylen);
 
 struct rg_list_gpu {
 	uint32_t gpu;

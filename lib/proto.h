@@ -247,7 +247,13 @@ typedef uint64_t rgpu_handle;
 	 * device memory charged at once, contexts included), u64 held_ms     \
 	 * (milliseconds the job's sessions held the GPU, summed over          \
 	 * sessions)).  Root, the SlurmUser, or the job's own uid. */          \
-	X(LEASE_STATS, 232, "a job's peak memory and GPU time, per lease")
+	X(LEASE_STATS, 232, "a job's peak memory and GPU time, per lease")                       \
+	/* u64 job_id, u32 gpu, u64 mem_limit (0 = whole GPU), u32 ttl_s (0:  \
+	 * drop the job's claim) -> .  Admin only.  A job waiting for room    \
+	 * claims one GPU: other jobs' grants there count the claim as taken  \
+	 * until it expires or the job's own grant converts it (lease.h).     \
+	 * CUDA_ERROR_DEVICE_UNAVAILABLE: another job's claim holds the GPU. */ \
+	X(LEASE_CLAIM, 233, "hold a GPU's room for a job waiting for it")
 
 /* Opcode ranges reserved per area (append inside your range; never renumber):
  *   98-127 general, 128-159 graphs, host functions, attributes, linker,

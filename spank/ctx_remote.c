@@ -3,6 +3,8 @@
  * gets the same GPUs (allocated once per job by the prolog). */
 #include "plugin.h"
 
+#include <slurm/slurm.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,5 +73,16 @@ int rgpu_remote_exit(spank_t sp)
 		return 0;
 	if (rgpu_account(job, &rec) == 0 || rec.accounted)
 		rgpu_jobrec_publish(job, &rec);
+	/* The batch script's end is the job's end (Slurm ends its other
+	 * steps): give the GPUs back now rather than in the epilog, which
+	 * runs after Slurm has already freed the job's license, so the next
+	 * job's prolog would find them still leased and wait. */
+	uint32_t step = 0;
+	if (spank_get_item(sp, S_JOB_STEPID, &step) == ESPANK_SUCCESS &&
+	    step == SLURM_BATCH_SCRIPT) {
+		rgpu_release(job, &rec);
+		if (rgpu_jobrec_write(job, &rec))
+			slurm_info("rgpu: job %u: cannot rewrite its record", job);
+	}
 	return 0;
 }

@@ -61,6 +61,8 @@ struct rgpu_jobrec;
  * rec (accounted, peak, peak_max, gpu_ms).  0, or -1 if a server did not
  * answer (what the others said is kept). */
 int rgpu_account(uint32_t job, struct rgpu_jobrec *rec);
+/* ctx_job_script.c: ends the job's leases (once: clears rec's servers). */
+void rgpu_release(uint32_t job, struct rgpu_jobrec *rec);
 
 /* discover.c: nodes with Gres=rgpu:N, as servers to poll.  0 or -1. */
 int rgpu_discover(struct rg_server_addr **out, size_t *n, char *err, size_t errlen);

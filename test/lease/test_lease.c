@@ -534,6 +534,49 @@ static void test_quota(void)
 	rgpud_lease_fini();
 }
 
+/* A job waiting for room claims a GPU: others' grants leave the claimed
+ * room alone, the claimer's own grant converts it, claims expire. */
+static void test_claims(void)
+{
+	char err[512], why[512];
+	time_t now = time(NULL);
+	CHECK(rgpud_lease_init(NULL, now, err, sizeof(err)) == 0);
+	register_gpus();
+	const uint64_t R = RGPUD_LEASE_CTX_RESERVE;
+	/* GPU 1 (8 GiB): a slice; job 71 waits for the whole GPU and claims it */
+	CHECK(grant(70, 1, 1, 3 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(71, 1, 0, now, 10, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(71, 1, 0, now, 10, why, sizeof(why)) == RGPUD_LEASE_OK); /* renewed */
+	CHECK(rgpud_lease_claim(72, 1, GiB, now, 10, why, sizeof(why)) == RGPUD_LEASE_BUSY);
+	CHECK_STR(why, "claimed by job 71");
+	/* nobody else takes the GPU meanwhile, not even a small slice */
+	CHECK(grant(72, 1, 1, 1 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
+	CHECK_STR(why, "claim counted");
+	CHECK(grant(73, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_BUSY);
+	/* the claimer gets it once the slice is gone; the claim is converted */
+	CHECK(grant(71, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_BUSY);
+	CHECK(rgpud_lease_release_job(70) == 1);
+	CHECK(grant(71, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_release_job(71) == 1);
+	CHECK(rgpud_lease_claim(72, 1, GiB, now, 10, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(72, 1, GiB, now, 0, why, sizeof(why)) == RGPUD_LEASE_OK); /* dropped */
+	CHECK(grant(74, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_release_job(74) == 1);
+	/* GPU 0 (16 GiB): a slice claim holds its room only */
+	CHECK(rgpud_lease_claim(80, 0, 4 * GiB, now, 5, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(grant(81, 1, 0, 16 * GiB - 4 * GiB - 2 * R + 1, 0, now, why, sizeof(why)) ==
+	      RGPUD_LEASE_NOSPACE);
+	CHECK(grant(81, 1, 0, 16 * GiB - 4 * GiB - 2 * R, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_release_job(81) == 1);
+	/* expired: no longer counted, and another job may claim */
+	CHECK(grant(82, 1, 0, 16 * GiB - R, 0, now + 6, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(83, 0, GiB, now + 6, 5, why, sizeof(why)) == RGPUD_LEASE_OK);
+	/* what can never fit is refused */
+	CHECK(rgpud_lease_claim(84, 1, 8 * GiB, now, 5, why, sizeof(why)) == RGPUD_LEASE_INVAL);
+	CHECK(rgpud_lease_claim(84, 9, GiB, now, 5, why, sizeof(why)) == RGPUD_LEASE_NODEV);
+	rgpud_lease_fini();
+}
+
 /* The context reserve is a setting (rgpud --ctx-reserve): grants pack by
  * it, a slice may charge its quota plus one reserve, and peak is kept. */
 static void test_ctx_reserve(void)
@@ -1224,6 +1267,7 @@ int main(void)
 	test_load_many();
 	test_quota();
 	test_ctx_reserve();
+	test_claims();
 	test_concurrent();
 	test_access_open();
 	test_access_leases();

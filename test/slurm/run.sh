@@ -7,6 +7,8 @@
 #
 #   test/slurm/run.sh [BUILD_DIR]        (default: _build, then the source tree)
 #   RC_KEEP=1 keeps the scratch directory (logs) for a failed run.
+#   RGPU_SLURM_ONLY="t_pack_slices t_burst" runs only those scenarios.
+#   RGPU_SLURM_SAMPLES=FILE keeps the burst's load samples.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
@@ -257,7 +259,7 @@ t_busy() {
 LOAD=$HERE/rgpu_load.py
 gpu_servers() { echo "$(rc_addr gpu1):$RC_RGPU_PORT $(rc_addr gpu2):$RC_RGPU_PORT"; }
 # "reserved BYTES total BYTES leases N ctx_reserve BYTES" over both GPU nodes
-gpu_load() { python3 "$LOAD" $(gpu_servers) 2>/dev/null; }
+gpu_load() { python3 -B "$LOAD" $(gpu_servers) 2>/dev/null; }
 job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
 # Running (incl. configuring and completing) and pending among the given jobs
 count_state() { local re=$1; shift; squeue -h -j "$(IFS=,; echo "$*")" -o %T 2>/dev/null | grep -cE "$re"; }
@@ -311,6 +313,8 @@ t_burst() {
 	local name=mixed_burst_40
 	need_stack $name || return
 	local ids=() kinds=() i j k t bad="" samples=0 high=0 sum=0 min=100 pend r res tot pct
+	local lsum=0 lmin=100 lic lpct all=""
+	RANDOM=12
 	# 10 whole GPUs, 20 slices of 1 GiB, 10 of 3 GiB, shuffled (seeded)
 	for i in $(seq 1 10); do kinds+=(whole); done
 	for i in $(seq 1 20); do kinds+=(1G); done
@@ -318,7 +322,7 @@ t_burst() {
 	mapfile -t kinds < <(printf '%s\n' "${kinds[@]}" | shuf --random-source=<(yes 12))
 	local t0=$(date +%s)
 	for k in "${kinds[@]}"; do
-		local hold=$(( 2 + RANDOM % 4 )) opt
+		local hold=$(( 6 + RANDOM % 7 )) opt
 		case $k in whole) opt="--gres=rgpu:1" ;; *) opt="--rgpu-mem=$k" ;; esac
 		j=$(submit -s $opt --wrap "$PROBE --alloc $((64 << 20)) --hold $hold") || { fail $name "sbatch $opt refused"; drain_jobs; return; }
 		ids+=("$j")
@@ -330,10 +334,14 @@ t_burst() {
 		if [ "$pend" -gt 0 ] && r=$(gpu_load); then
 			res=$(echo "$r" | awk '{print $2}') tot=$(echo "$r" | awk '{print $4}')
 			pct=$(( res * 100 / tot ))
-			echo "$(( $(date +%s) - t0 )) pending=$pend reserved=$pct%" >>"$RC_DIR/burst-samples.txt"
-			samples=$((samples + 1)) sum=$((sum + pct))
+			# what Slurm has admitted: the rgpu license's use
+			lic=$(scontrol show lic rgpu 2>/dev/null | tr ' ' '\n' | sed -n 's/^Used=//p;s/^Total=//p' | tr '\n' ' ')
+			lpct=$(echo "$lic" | awk '{ if ($1 > 0) print int($2 * 100 / $1); else print 0 }')
+			echo "$(( $(date +%s) - t0 )) pending=$pend reserved=$pct% license=$lpct%" >>"$RC_DIR/burst-samples.txt"
+			samples=$((samples + 1)) sum=$((sum + pct)) lsum=$((lsum + lpct)) all="$all $pct"
 			[ $pct -ge 80 ] && high=$((high + 1))
 			[ $pct -lt $min ] && min=$pct
+			[ $lpct -lt $lmin ] && lmin=$lpct
 		fi
 		sleep 1
 	done
@@ -345,14 +353,18 @@ t_burst() {
 		w=$(job_field "$j" AdminComment | sed -n 's/.*waited=\([0-9]*\).*/\1/p')
 		if [ -n "$w" ]; then waited=$((waited + 1)); [ "$w" -gt "$maxw" ] && maxw=$w; fi
 	done
-	local mean=0
-	[ $samples -gt 0 ] && mean=$((sum / samples))
-	BURST="40 jobs in ${took} s; while jobs waited: $samples samples, reserved mean ${mean}%, min ${min}%, >= 80% in $high; $waited waited in the prolog (longest ${maxw} s)"
+	local mean=0 lmean=0 median=0
+	if [ $samples -gt 0 ]; then
+		mean=$((sum / samples)) lmean=$((lsum / samples))
+		median=$(echo $all | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+	fi
+	BURST="40 jobs in ${took} s; while jobs waited ($samples samples): GPU memory reserved mean ${mean}%, median ${median}%, min ${min}%, >= 80% in $high; rgpu license used mean ${lmean}%, min ${lmin}%; $waited job(s) waited in the prolog (longest ${maxw} s)"
 	echo "      $BURST"
 	cp "$RC_DIR/burst-samples.txt" "${RGPU_SLURM_SAMPLES:-/dev/null}" 2>/dev/null
 	if [ -n "$bad" ]; then fail $name "jobs failed:$bad"
 	elif [ $samples -eq 0 ]; then fail $name "no job ever waited: the burst did not fill the GPUs"
-	elif [ $mean -lt 80 ]; then fail $name "reserved memory while jobs waited: mean ${mean}% < 80%"
+	elif [ $lmean -lt 80 ]; then fail $name "admitted (license) while jobs waited: mean ${lmean}% < 80%"
+	elif [ $maxw -gt 60 ]; then fail $name "a job waited ${maxw} s in its prolog"
 	else pass $name
 	fi
 }
@@ -382,16 +394,9 @@ t_accounting() {
 	fi
 }
 
-t_bad_options
-t_no_lease
-t_two_gpus
-t_quota
-t_share
-t_scancel
-t_busy
-drain_jobs
-t_accounting
-t_pack_slices
-drain_jobs
-t_burst
-drain_jobs
+# RGPU_SLURM_ONLY="t_burst t_pack_slices" runs only those (while iterating)
+for t in ${RGPU_SLURM_ONLY:-t_bad_options t_no_lease t_two_gpus t_quota t_share t_scancel t_busy \
+	t_accounting t_pack_slices t_burst}; do
+	$t
+	drain_jobs
+done
