@@ -368,6 +368,12 @@ int rgpud_access_refund(const struct rgpud_principal *who, unsigned gpu, uint64_
 	return rgpud_lease_refund(who->job_id, gpu, bytes) ? -1 : 0;
 }
 
+uint64_t rgpud_access_ctx_cost(void)
+{
+	/* only leases have quotas to charge contexts to */
+	return require_lease ? rgpud_lease_ctx_reserve() : 0;
+}
+
 void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
 			uint64_t *limit, uint64_t *used)
 {

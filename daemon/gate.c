@@ -1,5 +1,4 @@
 #include "gate.h"
-#include "lease.h"
 #include "log.h"
 #include "metrics.h"
 #include "session.h"
@@ -215,7 +214,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 		case G_DEVICE:
 			p.rc = rgpud_access_device(who, q.gpu, &p.limit, why, sizeof(why));
 			/* what each context costs the session (the lease's reserve) */
-			p.used = rgpud_lease_ctx_reserve();
+			p.used = rgpud_access_ctx_cost();
 			if (p.rc)
 				metrics_refused("gpu");
 			else
