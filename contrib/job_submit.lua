@@ -49,6 +49,24 @@ local function spank_opt(job_desc, prefix)
 	return nil
 end
 
+-- --rgpu-share=P: P a whole percentage, 1..100, and only with --rgpu-mem
+-- (a whole GPU is not shared).  nil when fine, else the refusal.
+local function check_share(job_desc, mem)
+	local share = spank_opt(job_desc, SHARE_OPT)
+	if share == nil then
+		return nil
+	end
+	local p = tonumber(share:match("^%d+$") or "")
+	if p == nil or p < 1 or p > 100 then
+		return string.format("rgpu: --rgpu-share=%s: not a percentage of the GPU from 1 to 100",
+			share)
+	end
+	if mem == nil then
+		return "rgpu: --rgpu-share goes with --rgpu-mem (a slice): a whole GPU is not shared"
+	end
+	return nil
+end
+
 -- "2G", "1.5G", "512M", "4096K", "2GiB", a bare number of MiB: MiB (rounded
 -- up), or nil.  (The plugin refuses malformed sizes before submission.)
 local function size_mib(s)
@@ -166,6 +184,11 @@ local function convert(job_desc)
 	local n, rest = take_rgpu(job_desc.tres_per_node)
 	local mem = spank_opt(job_desc, MEM_OPT)
 	local share = spank_opt(job_desc, SHARE_OPT)
+	local bad_share = check_share(job_desc, mem)
+	if bad_share ~= nil then
+		slurm.log_user("%s", bad_share)
+		return slurm.ERROR
+	end
 	local lic = job_desc.licenses
 	if lic ~= nil and (lic:match("^rgpu") or lic:match(",rgpu")) then
 		slurm.log_user("rgpu: ask for GPUs with --gres=rgpu:N and --rgpu-mem, not --licenses=rgpu")

@@ -57,6 +57,14 @@ double metrics_job_gpu_seconds(uint64_t job, unsigned gpu)
 	return 0;
 }
 
+uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu) __attribute__((weak));
+uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu)
+{
+	(void)job;
+	(void)gpu;
+	return 0;
+}
+
 /* Provided by the parent (server.c); without it no session is counted. */
 int rgpud_sessions_of_uid(uint32_t uid) __attribute__((weak));
 int rgpud_sessions_of_uid(uint32_t uid)
@@ -439,6 +447,8 @@ static int op_grant(const struct rgpud_principal *who, struct rd *r, struct wbuf
 	l.gpu = get_u32(r);
 	l.mem_limit = get_u64(r);
 	l.expires = get_u64(r);
+	if (rd_ok(r) && r->left) /* appended: the compute share */
+		l.share = get_u32(r);
 	if (!rd_done(r))
 		return fail(reply, RGPU_ERR_PROTO, "malformed LEASE_GRANT");
 	int status;
@@ -507,7 +517,10 @@ static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf 
 		put_u64(reply, l[i].used);
 		put_u64(reply, l[i].expires);
 	}
-	put_u64(reply, rgpud_lease_ctx_reserve());
+	put_u32(reply, (uint32_t)nl); /* appended: the compute shares */
+	for (size_t i = 0; i < nl; i++)
+		put_u32(reply, l[i].share);
+	put_u64(reply, rgpud_lease_ctx_reserve()); /* appended: the context reserve */
 	free(g);
 	free(l);
 	return CUDA_SUCCESS;
@@ -554,6 +567,7 @@ static int op_stats(const struct rgpud_principal *who, struct rd *r, struct wbuf
 		put_u64(reply, l[i].used);
 		put_u64(reply, l[i].peak);
 		put_u64(reply, (uint64_t)(metrics_job_gpu_seconds(job, l[i].gpu) * 1000.0));
+		put_u64(reply, metrics_job_attained_ns(job, l[i].gpu));
 	}
 	free(l);
 	return CUDA_SUCCESS;

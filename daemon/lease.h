@@ -54,6 +54,8 @@ struct rgpud_lease {
 	uint64_t expires;   /* unix seconds; 0 = never */
 	uint64_t used;      /* bytes charged now, contexts included (not persisted) */
 	uint64_t peak;      /* the most used has been (not persisted) */
+	uint32_t share;     /* compute share, percent 1..100; 0 = none given
+			     * (--rgpu-share; daemon/sched/ turns it into a weight) */
 };
 
 struct rgpud_gpu_load {

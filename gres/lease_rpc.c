@@ -173,8 +173,20 @@ void rg_close(struct rg_conn *c)
 	free(c);
 }
 
+int rg_call(struct rg_conn *c, unsigned op, struct wbuf *req, struct rd *reply, int32_t *status)
+{
+	return call(c, op, req, reply, status);
+}
+
 int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
 		   uint64_t mem_limit, uint64_t expires, char *why, size_t whylen)
+{
+	return rg_lease_grant_share(c, job_id, uid, gpu, mem_limit, expires, 0, why, whylen);
+}
+
+int rg_lease_grant_share(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
+			 uint64_t mem_limit, uint64_t expires, uint32_t share, char *why,
+			 size_t whylen)
 {
 	struct wbuf w;
 	wbuf_init(&w);
@@ -183,6 +195,8 @@ int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gp
 	put_u32(&w, gpu);
 	put_u64(&w, mem_limit);
 	put_u64(&w, expires);
+	if (share) /* appended field: only when there is one */
+		put_u32(&w, share);
 	struct rd r;
 	int32_t st;
 	int rc = call(c, RGPU_OP_LEASE_GRANT, &w, &r, &st);
@@ -271,10 +285,20 @@ int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whyl
 	}
 	if (!rd_ok(&r))
 		goto bad;
-	/* servers that report their context reserve */
+	/* appended fields, from servers that send them: the leases' compute
+	 * shares (u32 n, u32 share[n]), then the context reserve */
 	out->ctx_reserve = RGPUD_LEASE_CTX_RESERVE;
-	if (r.left >= 8)
-		out->ctx_reserve = get_u64(&r);
+	if (r.left >= 4) {
+		uint32_t ns = get_u32(&r);
+		if (ns > 1u << 20)
+			goto bad;
+		for (uint32_t i = 0; i < ns; i++)
+			(void)get_u32(&r);
+		if (!rd_ok(&r))
+			goto bad;
+		if (r.left >= 8)
+			out->ctx_reserve = get_u64(&r);
+	}
 	return 0;
 bad:
 	rg_list_free(out);
@@ -316,6 +340,7 @@ int rg_lease_stats(struct rg_conn *c, uint64_t job_id, struct rg_stat *out, size
 		s.used = get_u64(&r);
 		s.peak = get_u64(&r);
 		s.held_ms = get_u64(&r);
+		s.attained_ns = get_u64(&r);
 		if (*n < max)
 			out[(*n)++] = s;
 	}

@@ -18,7 +18,7 @@ int rgpu_account(uint32_t job, struct rgpu_jobrec *rec)
 	char *list = strdup(rec->servers), *save = NULL;
 	char done[4096] = ",";
 	int ok = 0, failed = 0;
-	uint64_t sum = 0, max = 0, ms = 0;
+	uint64_t sum = 0, max = 0, ms = 0, ns = 0;
 	for (char *e = list ? strtok_r(list, ",", &save) : NULL; e;
 	     e = strtok_r(NULL, ",", &save)) {
 		char *slash = strrchr(e, '/'), *colon;
@@ -47,6 +47,7 @@ int rgpu_account(uint32_t job, struct rgpu_jobrec *rec)
 				if (st[k].peak > max)
 					max = st[k].peak;
 				ms += st[k].held_ms;
+				ns += st[k].attained_ns;
 			}
 			ok = 1;
 		}
@@ -59,5 +60,6 @@ int rgpu_account(uint32_t job, struct rgpu_jobrec *rec)
 	rec->peak = sum;
 	rec->peak_max = max;
 	rec->gpu_ms = ms;
+	rec->attained_ns = ns;
 	return failed ? -1 : 0;
 }

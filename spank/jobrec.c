@@ -21,7 +21,7 @@ static void rec_path(uint32_t job, char *buf, size_t len)
 }
 
 /* "servers=...;gpus=...;mem=...;error=...[;waited=S][;peak=B;peak_gpu=B;
- * gpu_s=S]" */
+ * gpu_s=S;kernel_s=S]" */
 static void rec_format(const struct rgpu_jobrec *r, char *buf, size_t len, char sep)
 {
 	int n = snprintf(buf, len, "servers=%s%cgpus=%s%cmem=%" PRIu64 "%cerror=%s", r->servers,
@@ -30,7 +30,8 @@ static void rec_format(const struct rgpu_jobrec *r, char *buf, size_t len, char 
 		n += snprintf(buf + n, len - (size_t)n, "%cwaited=%u", sep, r->waited);
 	if (n > 0 && (size_t)n < len && r->accounted)
 		snprintf(buf + n, len - (size_t)n, "%cpeak=%" PRIu64 "%cpeak_gpu=%" PRIu64
-			 "%cgpu_s=%.3f", sep, r->peak, sep, r->peak_max, sep, (double)r->gpu_ms / 1000.0);
+			 "%cgpu_s=%.3f%ckernel_s=%.3f", sep, r->peak, sep, r->peak_max, sep,
+			 (double)r->gpu_ms / 1000.0, sep, (double)r->attained_ns / 1e9);
 }
 
 static void rec_parse(char *s, char sep, struct rgpu_jobrec *r)

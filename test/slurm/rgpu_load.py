@@ -99,7 +99,11 @@ def load(addr):
         nl = r.u32()
         for _ in range(nl):
             r.u64(); r.u32(); r.u32(); r.u64(); r.u64(); r.u64()
-        ctx = r.u64() if r.left() >= 8 else 0
+        ctx = 0
+        if r.left() >= 4:  # appended: the leases' shares, then the reserve
+            for _ in range(r.u32()):
+                r.u32()
+            ctx = r.u64() if r.left() >= 8 else 0
         return reserved, total, nl, ctx
     finally:
         s.close()
