@@ -397,6 +397,7 @@ t_accounting() {
 	if ! echo "$lic" | grep -q "^rgpu:"; then fail $name "no rgpu license on the job: $lic"
 	elif [ -z "$peak" ] || [ "$peak" -lt $(( (300 << 20) + ${res:-0} )) ]; then fail $name "peak memory $peak < 300 MiB + its context"
 	elif [ -z "$gs" ] || ! awk "BEGIN{exit !($gs >= 1.5)}"; then fail $name "GPU time $gs s for a job that held its GPU 2 s"
+	elif ! echo "$ac" | grep -q ";kernel_s=[0-9.]*$"; then fail $name "no kernel time recorded: $ac"
 	else pass $name
 	fi
 }
