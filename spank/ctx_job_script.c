@@ -352,7 +352,10 @@ int rgpu_job_prolog(spank_t sp)
 			else if (cl.held)
 				pause = 1;
 		}
-		rec.waited = (uint32_t)(time(NULL) - t0);
+		if (published) { /* it did wait: at least a second, as said */
+			long w = (long)(time(NULL) - t0);
+			rec.waited = w > 0 ? (uint32_t)w : 1;
+		}
 	}
 	if (rec.error[0])
 		slurm_error("rgpu: job %u: %s", job, rec.error);
