@@ -43,6 +43,11 @@ double metrics_job_gpu_seconds(uint64_t job, unsigned gpu);
 /* GPU time the job's sessions attained on gpu (their kernels' run time as
  * the scheduler charges it; ended and live sessions), in ns. */
 uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu);
+/* The memory manager's view of a session (daemon/mem/): device memory
+ * resident on the GPU and swapped out to host memory, all GPUs together;
+ * exported per job, and read back per session (rgpu top). */
+void metrics_session_memory(struct metrics_session *ms, uint64_t resident, uint64_t swapped);
+void metrics_session_memory_get(struct metrics_session *ms, uint64_t *resident, uint64_t *swapped);
 
 /* The scheduler (daemon/sched/): the session's worker and uid, for the
  * listing and the attained GPU time; source(pid, gpu) answers the GPU time
