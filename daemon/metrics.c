@@ -210,6 +210,34 @@ void metrics_session_close(struct metrics_session *ms)
 	free(ms);
 }
 
+double metrics_job_gpu_seconds(uint64_t job, unsigned gpu)
+{
+	double s = 0, t = now_s();
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].job == job && rows[i].gpu == gpu)
+			s = rows[i].secs + rows[i].live * t - rows[i].since_sum;
+	pthread_mutex_unlock(&mu);
+	return s > 0 ? s : 0;
+}
+
+uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu)
+{
+	uint64_t ns = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].job == job && rows[i].gpu == gpu)
+			ns += rows[i].gpu_ns;
+	for (struct metrics_session *m = live; m; m = m->next) {
+		if (m->job != job || gpu >= RGPUD_MAX_GPUS || !(m->gpus & (1ull << gpu)))
+			continue;
+		uint64_t w = gpu_time_source && m->pid > 0 ? gpu_time_source(m->pid, gpu) : 0;
+		ns += w > m->gpu_ns[gpu] ? w : m->gpu_ns[gpu];
+	}
+	pthread_mutex_unlock(&mu);
+	return ns;
+}
+
 void metrics_session_worker(struct metrics_session *ms, int pid, uint32_t uid)
 {
 	if (!ms)

@@ -67,11 +67,11 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	if (!cs)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	cs->dev = dev;
-	/* the context's own device memory counts, beyond the one the lease
-	 * reserves for (RGPUD_CTX_COST) */
-	for (uint32_t i = 0; i < s->ht.n && !cs->cost; i++)
-		if (s->ht.e[i].kind == HK_CTX && ((struct ctx_state *)s->ht.e[i].extra)->dev == dev)
-			cs->cost = RGPUD_CTX_COST;
+	/* every context's own device memory is charged to the lease (a
+	 * slice may hold its quota plus one context reserve: a job's first
+	 * context on the GPU is covered, each further one, in this session or
+	 * another, comes out of the quota) */
+	cs->cost = gate_ctx_cost(dev);
 	if (cs->cost && gate_charge(dev, (int64_t)cs->cost) < 0) {
 		free(cs);
 		return CUDA_ERROR_OUT_OF_MEMORY;
