@@ -78,11 +78,14 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	}
 	CUcontext ctx;
 	/* Only scheduling flags mean anything for a remote context. */
-	/* a full GPU: the memory manager may make room (mem/mem.h) */
+	/* a full GPU: the memory manager may make room (mem/mem.h), as much
+	 * as a context is charged, or what one measured on an H200 (NOTES.md:
+	 * about 524 MiB) where contexts are not charged */
+	uint64_t room = cs->cost ? cs->cost : 524ull << 20;
 	int asked = 0;
 	while ((rc = d->cuCtxCreate_v2(&ctx, flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX),
 				       cd)) == CUDA_ERROR_OUT_OF_MEMORY &&
-	       mem_ask_room(s, dev, RGPUD_CTX_COST))
+	       mem_ask_room(s, dev, room))
 		asked = 1;
 	if (asked)
 		mem_room_done(s, dev);
