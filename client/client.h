@@ -52,6 +52,10 @@ struct rc_conn {
 	pthread_cond_t cv;        /* a reply delivered, the read side free, or dead */
 	struct rc_waiter *waiters; /* requests waiting for a reply */
 	int reading;              /* a waiter is reading frames for everyone */
+	/* requests without a reply waiting to go out in one write with the
+	 * next request (rpc.c; under lock): frames, encoded */
+	struct wbuf txq;
+	unsigned txq_n;
 	/* the reader's receive buffer (rpc.c; NULL until cuInit is done):
 	 * one system call takes a whole small reply */
 	uint8_t *rxbuf;
@@ -242,8 +246,13 @@ CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, 
 struct wbuf *rc_req(void);
 /* Sends a request that gets no reply (launches, async copies, event
  * records): its failure surfaces at the next call that waits, as CUDA
- * reports asynchronous errors.  Requests on one connection run in order. */
+ * reports asynchronous errors.  Requests on one connection run in order.
+ * Such requests are coalesced: they go out together with the next request
+ * that is sent at once, when many are queued, or within
+ * RGPU_COALESCE_US (a flusher thread), whichever comes first. */
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
+/* Sends what rc_post queued on c now. */
+void rc_flush(struct rc_conn *c);
 /* a reply status as the application sees it (protocol codes mapped) */
 CUresult rc_status(int32_t st);
 /* Reads what the server has sent already (notices, replies to others),

@@ -366,6 +366,9 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 	*slot = failed;
 	rp->recoveries++;
 	pthread_mutex_unlock(&rp->lock);
+	/* requests queued to go out together were logged and sent again */
+	wbuf_reset(&c->txq);
+	c->txq_n = 0;
 	__atomic_store_n(&c->c, nc, __ATOMIC_RELEASE);
 	log_info("session %s on %s", moved ? "re-attached" : "recovered", addr);
 	rc = 0;

@@ -22,6 +22,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,13 +186,135 @@ static void waiter_remove(struct rc_conn *c, struct rc_waiter *w)
 	w->tail = NULL;
 }
 
-/* w: registered for the reply (NULL for RGPU_F_NOREPLY); c->lock held */
+/* ---- coalescing: requests without a reply wait for the next write ----
+ *
+ * rc_post queues its frame (c->txq, under c->lock); every other send
+ * writes the queue ahead of its own frame in the same system call, so
+ * requests keep their order.  A full queue goes at once; otherwise a
+ * flusher thread sends it within RGPU_COALESCE_US, so work is never held
+ * back by a program that stops calling. */
+
+#define TXQ_MAX_BYTES (64 * 1024)
+#define TXQ_MAX_FRAMES 64
+
+static pthread_mutex_t fl_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fl_cv = PTHREAD_COND_INITIALIZER;
+static struct rc_conn *fl_conns[RGPU_MAX_DEVICES * 2];
+static unsigned fl_n;
+static int fl_state; /* 0 not started, 1 running, -1 could not start */
+static pid_t fl_pid;
+
+/* With c->lock held: the queue and optionally one more frame, in one write. */
+static int write_locked(struct rc_conn *c, const uint8_t *hb, const void *a, size_t alen,
+			const void *b, size_t blen)
+{
+	struct iovec iov[4];
+	int n = 0;
+	if (c->txq.len)
+		iov[n++] = (struct iovec){ c->txq.data, c->txq.len };
+	if (hb) {
+		iov[n++] = (struct iovec){ (void *)hb, RGPU_HDR_SIZE };
+		if (alen)
+			iov[n++] = (struct iovec){ (void *)a, alen };
+		if (blen)
+			iov[n++] = (struct iovec){ (void *)b, blen };
+	}
+	if (!n)
+		return 0;
+	int rc = rgpu_sendv(c->c, iov, n);
+	rc_stats_write();
+	wbuf_reset(&c->txq);
+	c->txq_n = 0;
+	return rc;
+}
+
+/* With c->lock held, after a failed write: the session recovers (its
+ * requests, logged, are sent again: replay.c) or the connection fails. */
+static CUresult send_failed(struct rc_conn *c)
+{
+	if (rc_replay_recover(c, 1, c->c) == 0)
+		return CUDA_SUCCESS; /* sent again on the new connection */
+	return rc_conn_failed(c, "sending a request");
+}
+
+void rc_flush(struct rc_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->txq.len && !is_dead(c) && write_locked(c, NULL, NULL, 0, NULL, 0) < 0)
+		(void)send_failed(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void *flusher(void *arg)
+{
+	(void)arg;
+	long us = (long)rc_setting(RS_COALESCE_US);
+	struct timespec d = { us / 1000000, (us % 1000000) * 1000 };
+	pthread_mutex_lock(&fl_lock);
+	for (;;) {
+		while (!fl_n)
+			pthread_cond_wait(&fl_cv, &fl_lock);
+		pthread_mutex_unlock(&fl_lock);
+		nanosleep(&d, NULL);
+		pthread_mutex_lock(&fl_lock);
+		struct rc_conn *cs[sizeof(fl_conns) / sizeof(fl_conns[0])];
+		unsigned n = fl_n;
+		memcpy(cs, fl_conns, n * sizeof(*cs));
+		fl_n = 0;
+		pthread_mutex_unlock(&fl_lock);
+		for (unsigned i = 0; i < n; i++)
+			rc_flush(cs[i]);
+		pthread_mutex_lock(&fl_lock);
+	}
+	return NULL;
+}
+
+/* c's queue became non-empty: the flusher sends it in time.  0, or -1
+ * when there is no flusher (the caller sends at once). */
+static int flush_later(struct rc_conn *c)
+{
+	pthread_mutex_lock(&fl_lock);
+	if (fl_state == 0 || (fl_state == 1 && fl_pid != getpid())) {
+		/* (a forked child has no flusher thread: it starts its own) */
+		pthread_t t;
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		/* the flusher must not take signals meant for the program */
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		fl_state = pthread_create(&t, &at, flusher, NULL) == 0 ? 1 : -1;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&at);
+		fl_pid = getpid();
+		fl_n = 0;
+	}
+	int ok = fl_state == 1;
+	if (ok) {
+		unsigned i;
+		for (i = 0; i < fl_n && fl_conns[i] != c; i++)
+			;
+		if (i == fl_n && fl_n < sizeof(fl_conns) / sizeof(fl_conns[0]))
+			fl_conns[fl_n++] = c;
+		else if (i == fl_n)
+			ok = 0;
+		pthread_cond_signal(&fl_cv);
+	}
+	pthread_mutex_unlock(&fl_lock);
+	return ok ? 0 : -1;
+}
+
+/* w: registered for the reply (NULL for RGPU_F_NOREPLY); c->lock held.
+ * queue: the frame may wait in c->txq (rc_post). */
 static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a,
 			    size_t alen, const void *b, size_t blen, struct rc_waiter *w,
-			    uint64_t *idp)
+			    uint64_t *idp, int queue)
 {
 	if (is_dead(c))
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	if (alen + blen > RGPU_MAX_PAYLOAD || alen + blen < alen)
+		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t id = __atomic_add_fetch(&c->next_id, 1, __ATOMIC_RELAXED);
 	if (idp)
 		*idp = id;
@@ -199,15 +323,33 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 		w->op = op;
 		waiter_add(c, w);
 	}
-	/* kept until served: a session that moves or recovers sends it again */
+	struct rgpu_hdr h = { .magic = RGPU_PROTO_MAGIC, .version = RGPU_PROTO_VERSION,
+			      .op = op, .flags = flags, .len = (uint32_t)(alen + blen), .id = id };
+	uint8_t hb[RGPU_HDR_SIZE];
+	rgpu_hdr_encode(&h, hb);
+	/* kept until served: a session that moves or recovers sends it again
+	 * (queued requests too: recovery drops the queue, replay.c) */
 	rc_replay_log(c, id, op, flags, a, alen, b, blen);
-	struct rgpu_conn *cc = c->c;
-	if (rgpu_frame_send(cc, op, flags, id, a, alen, b, blen) < 0) {
-		if (rc_replay_recover(c, 1, cc) == 0)
-			return CUDA_SUCCESS; /* sent again on the new connection */
-		return rc_conn_failed(c, "sending a request");
-	}
 	rc_stats_request(op, w != NULL, RGPU_HDR_SIZE + alen + blen);
+	if (queue && rc_setting(RS_COALESCE_US) && !blen) {
+		size_t before = c->txq.len;
+		put_raw(&c->txq, hb, sizeof(hb));
+		put_raw(&c->txq, a, alen);
+		if (!c->txq.oom) {
+			if (++c->txq_n < TXQ_MAX_FRAMES && c->txq.len < TXQ_MAX_BYTES &&
+			    (before || flush_later(c) == 0))
+				return CUDA_SUCCESS;
+			/* full (or no flusher): everything goes now */
+			if (write_locked(c, NULL, NULL, 0, NULL, 0) < 0)
+				return send_failed(c);
+			return CUDA_SUCCESS;
+		}
+		/* no room: the queue as it was, then this frame */
+		c->txq.len = before;
+		c->txq.oom = 0;
+	}
+	if (write_locked(c, hb, a, alen, b, blen) < 0)
+		return send_failed(c);
 	return CUDA_SUCCESS;
 }
 
@@ -221,7 +363,7 @@ CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t 
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		w->heap = 1;
 	}
-	return send_locked(c, op, flags, a, alen, b, blen, w, id);
+	return send_locked(c, op, flags, a, alen, b, blen, w, id, 0);
 }
 
 /* ---- the reader's receive buffer ---- */
@@ -479,6 +621,8 @@ int rc_poll(struct rc_conn *c)
 	int fd = c->c ? rgpu_conn_fd(c->c) : -1;
 	if (fd < 0)
 		return -1;
+	/* what is asked about may still be queued here */
+	rc_flush(c);
 	pthread_mutex_lock(&c->rx_lock);
 	if (c->dead) {
 		pthread_mutex_unlock(&c->rx_lock);
@@ -607,7 +751,7 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 		rc_hostfn_gate(c, op);
 		pthread_mutex_lock(&c->lock);
 	}
-	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id);
+	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id, 0);
 	if (!locked)
 		pthread_mutex_unlock(&c->lock);
 	/* also after a failed send: that takes w off the list once the
@@ -653,7 +797,7 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	rc_hostfn_gate(c, op);
 	pthread_mutex_lock(&c->lock);
-	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL);
+	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL, 1);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

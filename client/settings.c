@@ -46,6 +46,9 @@ static const struct setting table[RS_COUNT] = {
 				"0: count every region as written" },
 	[RS_STATS] = { "RGPU_STATS", K_INT, 0, 0, 1, NULL,
 		       "1: print call statistics (round trips by kind) to stderr at exit" },
+	[RS_COALESCE_US] = { "RGPU_COALESCE_US", K_INT, 50, 0, 10000, NULL,
+			     "microseconds a request without a reply (a launch, an asynchronous "
+			     "copy) may wait to go out with others; 0: each goes out at once" },
 };
 
 static unsigned long long value[RS_COUNT];

@@ -31,7 +31,7 @@ int rc_stats_on;
  * inherits the counters and must not report them as its own */
 static pid_t stats_pid;
 
-static uint64_t n_calls, n_sync, n_async, n_sent, n_recv, n_local;
+static uint64_t n_calls, n_sync, n_async, n_sent, n_recv, n_local, n_writes;
 static uint64_t op_count[RGPU_OP_MAX], op_wait_ns[RGPU_OP_MAX], op_local[RGPU_OP_MAX];
 
 #define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_RELAXED)
@@ -65,6 +65,12 @@ void rc_stats_request(unsigned op, int sync, size_t bytes)
 	}
 }
 
+void rc_stats_write(void)
+{
+	if (rc_stats_on)
+		ADD(n_writes, 1);
+}
+
 void rc_stats_received(size_t bytes)
 {
 	if (rc_stats_on)
@@ -88,7 +94,7 @@ void rc_stats_local(unsigned op)
 
 /* For programs and benchmarks (dlsym or ctypes on libcuda.so.1): the
  * counter named by name ("calls", "sync", "async", "sent", "received",
- * "local"), or the synchronous count of one request kind by its protocol
+ * "local", "writes": system calls that sent requests), or the synchronous count of one request kind by its protocol
  * name ("STREAM_SYNC"); 0 for an unknown name or when RGPU_STATS is off. */
 RC_EXPORT unsigned long long rgpu_stats_counter(const char *name)
 {
@@ -106,6 +112,8 @@ RC_EXPORT unsigned long long rgpu_stats_counter(const char *name)
 		return GET(n_recv);
 	if (!strcmp(name, "local"))
 		return GET(n_local);
+	if (!strcmp(name, "writes"))
+		return GET(n_writes);
 	for (unsigned op = 0; op < RGPU_OP_MAX; op++) {
 		const char *n = rgpu_op_name(op);
 		if (n && !strcmp(n, name))
@@ -143,6 +151,8 @@ static void report(void)
 		OUT("rgpu stats:   %s count=%llu wait_us=%.1f\n", n ? n : "?",
 		    (unsigned long long)GET(op_count[best]), (double)GET(op_wait_ns[best]) / 1e3);
 	}
+	OUT("rgpu stats:   writes=%llu (requests sent per write: coalesced)\n",
+	    (unsigned long long)GET(n_writes));
 	for (int op = 0; op < RGPU_OP_MAX; op++)
 		if (GET(op_local[op])) {
 			const char *n = rgpu_op_name((unsigned)op);

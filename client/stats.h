@@ -15,6 +15,8 @@ void rc_stats_init(void);
 uint64_t rc_stats_now(void);
 /* one request sent: sync when its caller waits for a reply */
 void rc_stats_request(unsigned op, int sync, size_t bytes);
+/* one write of requests to a connection */
+void rc_stats_write(void);
 /* bytes read from a connection (frames and their payloads) */
 void rc_stats_received(size_t bytes);
 /* time a caller spent waiting for a reply to op */

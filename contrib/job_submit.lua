@@ -2,26 +2,38 @@
 rgpu: job_submit/lua for remote GPUs.  Install next to slurm.conf and set
 JobSubmitPlugins=lua.
 
-Turns `--gres=rgpu:N` (and `--rgpu-mem=SIZE` alone, meaning one GPU) into
-the cluster-wide license `rgpu`, so the job may run on any node, with or
-without GPUs, while the scheduler still counts the cluster's GPUs: a busy
-cluster leaves the job pending with reason "Licenses".  The count is per job
-(not per node, unlike ordinary GRES): the job's GPUs are network devices
-that every node of the job reaches.
+Turns `--gres=rgpu:N` and `--rgpu-mem=SIZE` (alone: one GPU) into the
+cluster-wide license `rgpu`, counted in MiB of GPU memory, so the job may run
+on any node, with or without GPUs, while the scheduler holds it pending
+(reason "Licenses") until the cluster's GPUs have room for it.  The count is
+per job (not per node, unlike ordinary GRES): the job's GPUs are network
+devices that every node of the job reaches.
 
-A license is a seat: a whole GPU costs SEATS_PER_GPU seats, a slice
-(--rgpu-mem) costs one.  Set Licenses=rgpu:<GPUs * SEATS_PER_GPU> in
-slurm.conf.  With SEATS_PER_GPU=1 a started job always finds room; a larger
-value lets up to that many slices share a GPU (see admin.md, installed with the docs).
+slurm.conf: Licenses=rgpu:<sum of every GPU's memory in MiB>, and, when
+--rgpu-share is in use, rgpushare:<100 x GPUs>.
+
+What a job is charged, per GPU it asks for:
+  - a whole GPU: the GPU's memory (and a share of 100);
+  - a slice of SIZE: the part of a GPU it takes when slices of that size
+    fill a GPU: GPU / floor(GPU / (SIZE + CTX_RESERVE_MIB)), e.g. on a 4 GiB
+    GPU with a 512 MiB reserve a 1 GiB slice costs 2048 (two fit), a 3 GiB
+    slice 4096 (one fits).  A GPU whose charges sum to its memory holds
+    them all, so what Slurm admits fits; only fragmentation across GPUs
+    can leave an admitted job without one GPU with room, and then the
+    plugin's prolog waits for room (see admin.md, installed with the docs);
+  - its --rgpu-share percentage of rgpushare, if that license exists.
 ]]
 
-local SEATS_PER_GPU = 1
+-- Device memory rgpud sets aside per slice for its context, in MiB: rgpud's
+-- --ctx-reserve (default 512M).  Keep the two equal.
+local CTX_RESERVE_MIB = 512
+-- One GPU's memory in MiB.  nil: the rgpu license total divided by the GPUs
+-- slurm.conf declares (Gres=rgpu:N on NodeName lines): GPUs of one size.
+local GPU_MIB = nil
 
--- The spank option as Slurm hands it to job_submit: plugin "rgpu",
--- option "rgpu-mem".
+-- The spank options as Slurm hands them to job_submit: plugin "rgpu",
+-- options "rgpu-mem" and "rgpu-share".
 local MEM_OPT = "_SLURM_SPANK_OPTION_rgpu_rgpu_mem="
-
--- and "rgpu-share" (a compute share: a percentage of the GPU)
 local SHARE_OPT = "_SLURM_SPANK_OPTION_rgpu_rgpu_share="
 
 local function spank_opt(job_desc, prefix)
@@ -35,10 +47,6 @@ local function spank_opt(job_desc, prefix)
 		end
 	end
 	return nil
-end
-
-local function spank_mem(job_desc)
-	return spank_opt(job_desc, MEM_OPT)
 end
 
 -- --rgpu-share=P: P a whole percentage, 1..100, and only with --rgpu-mem
@@ -59,27 +67,90 @@ local function check_share(job_desc, mem)
 	return nil
 end
 
--- Licenses=rgpu:N from the slurm.conf beside this script, to name the
--- cluster's size in the refusal (slurmctld would refuse anyway, vaguely).
-local function cluster_seats()
+-- "2G", "1.5G", "512M", "4096K", "2GiB", a bare number of MiB: MiB (rounded
+-- up), or nil.  (The plugin refuses malformed sizes before submission.)
+local function size_mib(s)
+	local num, unit = s:match("^%s*([%d%.]+)%s*([KkMmGgTt]?)[iI]?[bB]?%s*$")
+	num = tonumber(num)
+	if num == nil then
+		return nil
+	end
+	local mult = { [""] = 1, k = 1 / 1024, m = 1, g = 1024, t = 1024 * 1024 }
+	return math.ceil(num * mult[unit:lower()])
+end
+
+-- Hosts in a Slurm host list: "gpu[01-16]", "a,b", "n[1-2,5]".
+local function count_hosts(list)
+	local n, depth, item = 0, 0, ""
+	local function add(it)
+		if it == "" then
+			return
+		end
+		local c = 1
+		for ranges in it:gmatch("%[([^%]]*)%]") do
+			local k = 0
+			for r in ranges:gmatch("[^,]+") do
+				local a, b = r:match("^(%d+)%-(%d+)$")
+				if a then
+					k = k + tonumber(b) - tonumber(a) + 1
+				else
+					k = k + 1
+				end
+			end
+			c = c * k
+		end
+		n = n + c
+	end
+	for ch in list:gmatch(".") do
+		if ch == "[" then
+			depth = depth + 1
+		elseif ch == "]" then
+			depth = depth - 1
+		end
+		if ch == "," and depth == 0 then
+			add(item)
+			item = ""
+		else
+			item = item .. ch
+		end
+	end
+	add(item)
+	return n
+end
+
+-- From the slurm.conf beside this script: the rgpu and rgpushare license
+-- totals and the number of GPUs (Gres=rgpu:N per node).  Read once.
+local conf
+local function cluster_conf()
+	if conf then
+		return conf
+	end
+	conf = {}
 	local src = debug.getinfo(1, "S").source
 	local dir = src:match("^@(.*)/[^/]*$")
-	if not dir then
-		return nil
-	end
-	local f = io.open(dir .. "/slurm.conf", "r")
+	local f = dir and io.open(dir .. "/slurm.conf", "r")
 	if not f then
-		return nil
+		return conf
 	end
-	local seats
+	local gpus = 0
 	for line in f:lines() do
+		line = line:gsub("#.*$", "")
 		local lic = line:match("^%s*[Ll]icenses%s*=%s*(%S+)")
 		if lic then
-			seats = tonumber(lic:match("rgpu:(%d+)"))
+			conf.mib = tonumber(lic:match("rgpu:(%d+)"))
+			conf.share = tonumber(lic:match("rgpushare:(%d+)"))
+		end
+		local nodes = line:match("^%s*[Nn]ode[Nn]ame%s*=%s*(%S+)")
+		local per = line:match("[Gg]res%s*=%S*rgpu:(%d+)")
+		if nodes and per and nodes ~= "DEFAULT" then
+			gpus = gpus + count_hosts(nodes) * tonumber(per)
 		end
 	end
 	f:close()
-	return seats
+	if gpus > 0 then
+		conf.gpus = gpus
+	end
+	return conf
 end
 
 -- Splits tres_per_node ("gres:rgpu:2,gres:foo:1") into the rgpu count and
@@ -111,10 +182,16 @@ end
 
 local function convert(job_desc)
 	local n, rest = take_rgpu(job_desc.tres_per_node)
-	local mem = spank_mem(job_desc)
+	local mem = spank_opt(job_desc, MEM_OPT)
+	local share = spank_opt(job_desc, SHARE_OPT)
 	local bad_share = check_share(job_desc, mem)
 	if bad_share ~= nil then
 		slurm.log_user("%s", bad_share)
+		return slurm.ERROR
+	end
+	local lic = job_desc.licenses
+	if lic ~= nil and (lic:match("^rgpu") or lic:match(",rgpu")) then
+		slurm.log_user("rgpu: ask for GPUs with --gres=rgpu:N and --rgpu-mem, not --licenses=rgpu")
 		return slurm.ERROR
 	end
 	if n == -1 then
@@ -131,34 +208,56 @@ local function convert(job_desc)
 		slurm.log_user("rgpu: --gres=rgpu:%d asks for no GPU", n)
 		return slurm.ERROR
 	end
-	local lic = job_desc.licenses
-	if lic ~= nil and lic:match("rgpu") then
-		slurm.log_user("rgpu: give either --gres=rgpu:N or --licenses=rgpu:N, not both")
+	local c = cluster_conf()
+	if c.gpus ~= nil and n > c.gpus then
+		slurm.log_user("rgpu: --gres=rgpu:%d asks for more GPUs than the cluster has (%d)",
+			n, c.gpus)
 		return slurm.ERROR
 	end
-	local seats = n * SEATS_PER_GPU
-	if mem ~= nil then
-		seats = n
+	local gpu = GPU_MIB
+	if gpu == nil and c.mib and c.gpus then
+		gpu = math.floor(c.mib / c.gpus)
 	end
-	local total = cluster_seats()
-	if total ~= nil then
-		local gpus = math.floor(total / SEATS_PER_GPU)
-		if n > gpus then
-			slurm.log_user("rgpu: --gres=rgpu:%d asks for more GPUs than the cluster has (%d)",
-				n, gpus)
+	if gpu == nil or gpu < 1 then
+		slurm.log_error("rgpu job_submit.lua: cannot tell a GPU's memory: set GPU_MIB, or "
+			.. "Licenses=rgpu:<MiB> and Gres=rgpu:N in slurm.conf")
+		slurm.log_user("rgpu: the cluster's rgpu license is not configured (see slurmctld's log)")
+		return slurm.ERROR
+	end
+	-- per GPU: memory units and compute share
+	local cost, pct = gpu, 100
+	if mem ~= nil then
+		local m = size_mib(mem)
+		if m == nil or m < 1 then
+			slurm.log_user("rgpu: --rgpu-mem=%s is not a size", mem)
 			return slurm.ERROR
+		end
+		local per = m + CTX_RESERVE_MIB
+		if per > gpu then
+			slurm.log_user("rgpu: --rgpu-mem=%s is larger than a GPU can give: %d MiB less %d MiB for the context",
+				mem, gpu, CTX_RESERVE_MIB)
+			return slurm.ERROR
+		end
+		cost = math.ceil(gpu / math.floor(gpu / per))
+		pct = 0
+		if share ~= nil then
+			pct = tonumber(share:match("^%s*(%d+)")) or 0
 		end
 	end
 	if rest ~= nil then
 		job_desc.tres_per_node = rest
 	end
-	-- The plugin's prolog reads the GPU count here (licenses count seats);
-	-- only root and SlurmUser can change an AdminComment.
+	-- The plugin's prolog reads the GPU count here (the license counts
+	-- memory); only root and SlurmUser can change an AdminComment.
 	job_desc.admin_comment = "rgpu-request;count=" .. n
+	local want = "rgpu:" .. (n * cost)
+	if c.share ~= nil and pct > 0 then
+		want = want .. ",rgpushare:" .. (n * pct)
+	end
 	if lic ~= nil and lic ~= "" then
-		job_desc.licenses = lic .. ",rgpu:" .. seats
+		job_desc.licenses = lic .. "," .. want
 	else
-		job_desc.licenses = "rgpu:" .. seats
+		job_desc.licenses = want
 	end
 	return slurm.SUCCESS
 end

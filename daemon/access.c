@@ -19,6 +19,7 @@
 #include "access.h"
 #include "auth.h"
 #include "lease.h"
+#include "metrics.h"
 #include "log.h"
 #include "proto.h"
 #include "wire.h"
@@ -45,6 +46,23 @@ void rgpud_sessions_end_job(uint64_t job_id)
 {
 	log_warn("leases: no session layer linked: cannot end the sessions of job %" PRIu64,
 		 job_id);
+}
+
+/* Provided by metrics.c; without it (the lease tests) no GPU time is known. */
+double metrics_job_gpu_seconds(uint64_t job, unsigned gpu) __attribute__((weak));
+double metrics_job_gpu_seconds(uint64_t job, unsigned gpu)
+{
+	(void)job;
+	(void)gpu;
+	return 0;
+}
+
+uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu) __attribute__((weak));
+uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu)
+{
+	(void)job;
+	(void)gpu;
+	return 0;
 }
 
 /* Provided by the parent (server.c); without it no session is counted. */
@@ -358,6 +376,12 @@ int rgpud_access_refund(const struct rgpud_principal *who, unsigned gpu, uint64_
 	return rgpud_lease_refund(who->job_id, gpu, bytes) ? -1 : 0;
 }
 
+uint64_t rgpud_access_ctx_cost(void)
+{
+	/* only leases have quotas to charge contexts to */
+	return require_lease ? rgpud_lease_ctx_reserve() : 0;
+}
+
 void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
 			uint64_t *limit, uint64_t *used)
 {
@@ -366,7 +390,10 @@ void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
 	struct rgpud_lease l;
 	if (require_lease && rgpud_lease_find(who->job_id, gpu, time(NULL), &l) == 0) {
 		*limit = l.mem_limit;
-		*used = l.used;
+		/* a slice's first context comes out of the lease's context
+		 * reserve: what is left of the quota is the limit less the rest */
+		uint64_t r = l.mem_limit ? rgpud_lease_ctx_reserve() : 0;
+		*used = l.used > r ? l.used - r : 0;
 	}
 }
 
@@ -493,7 +520,55 @@ static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf 
 	put_u32(reply, (uint32_t)nl); /* appended: the compute shares */
 	for (size_t i = 0; i < nl; i++)
 		put_u32(reply, l[i].share);
+	put_u64(reply, rgpud_lease_ctx_reserve()); /* appended: the context reserve */
 	free(g);
+	free(l);
+	return CUDA_SUCCESS;
+}
+
+static int op_claim(const struct rgpud_principal *who, struct rd *r, struct wbuf *reply)
+{
+	uint64_t job = get_u64(r);
+	uint32_t gpu = get_u32(r);
+	uint64_t mem = get_u64(r);
+	uint32_t ttl = get_u32(r);
+	if (!rd_done(r) || ttl > 3600)
+		return fail(reply, RGPU_ERR_PROTO, "malformed LEASE_CLAIM");
+	int status;
+	if (!may_manage(who, RGPU_OP_LEASE_CLAIM, reply, &status))
+		return status;
+	char why[512];
+	int rc = rgpud_lease_claim(job, gpu, mem, time(NULL), ttl, why, sizeof(why));
+	if (rc < 0)
+		return fail(reply, lease_status(rc), why);
+	return CUDA_SUCCESS;
+}
+
+/* Accounting at a job's end: its leases' peak memory and GPU time. */
+static int op_stats(const struct rgpud_principal *who, struct rd *r, struct wbuf *reply)
+{
+	uint64_t job = get_u64(r);
+	if (!rd_done(r))
+		return fail(reply, RGPU_ERR_PROTO, "malformed LEASE_STATS");
+	if (require_lease && !who->authenticated)
+		return fail(reply, RGPU_ERR_AUTH, "LEASE_STATS needs a munge credential");
+	struct rgpud_lease *l = NULL;
+	size_t nl = 0;
+	if (rgpud_lease_list(&l, &nl))
+		return fail(reply, CUDA_ERROR_OUT_OF_MEMORY, "out of memory");
+	size_t shown = 0;
+	for (size_t i = 0; i < nl; i++)
+		if (l[i].job_id == job && (who->admin || l[i].uid == who->uid))
+			l[shown++] = l[i];
+	put_u32(reply, (uint32_t)shown);
+	for (size_t i = 0; i < shown; i++) {
+		put_u32(reply, l[i].gpu);
+		put_u64(reply, l[i].mem_limit);
+		put_u64(reply, l[i].used);
+		put_u64(reply, l[i].peak);
+		put_u64(reply, (uint64_t)(metrics_job_gpu_seconds(job, l[i].gpu) * 1000.0));
+		put_u64(reply, metrics_job_attained_ns(job, l[i].gpu));
+	}
 	free(l);
 	return CUDA_SUCCESS;
 }
@@ -505,6 +580,8 @@ int rgpud_access_admin_op(const struct rgpud_principal *who, unsigned op,
 	case RGPU_OP_LEASE_GRANT: return op_grant(who, r, reply);
 	case RGPU_OP_LEASE_RELEASE: return op_release(who, r, reply);
 	case RGPU_OP_LEASE_LIST: return op_list(who, r, reply);
+	case RGPU_OP_LEASE_STATS: return op_stats(who, r, reply);
+	case RGPU_OP_LEASE_CLAIM: return op_claim(who, r, reply);
 	default: return -1;
 	}
 }

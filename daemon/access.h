@@ -61,6 +61,9 @@ int rgpud_access_device(const struct rgpud_principal *who, unsigned gpu,
  * without leases. */
 int rgpud_access_charge(const struct rgpud_principal *who, unsigned gpu, uint64_t bytes);
 int rgpud_access_refund(const struct rgpud_principal *who, unsigned gpu, uint64_t bytes);
+/* What each context a session creates is charged: the lease's context
+ * reserve with --leases, 0 otherwise (no quota to charge). */
+uint64_t rgpud_access_ctx_cost(void);
 /* Quota (0 = none) and bytes charged so far, for cuMemGetInfo. */
 void rgpud_access_usage(const struct rgpud_principal *who, unsigned gpu,
 			uint64_t *limit, uint64_t *used);

@@ -104,6 +104,8 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(LEASE_GRANT, admin, 0),
 	OPD(LEASE_RELEASE, admin, 0),
 	OPD(LEASE_LIST, admin, 0),
+	OPD(LEASE_STATS, admin, 0),
+	OPD(LEASE_CLAIM, admin, 0),
 	OPD(SESSION_LIST, admin, 0),
 	OPD(SESSION_SHARE, admin, 0),
 	OPDF(SESSION_SAVE, session_save, 0, OPF_DRAINS),

@@ -181,6 +181,9 @@ static void lost(void)
 	_exit(3);
 }
 
+/* per GPU, what the parent charges a context (set on admission) */
+static uint64_t ctx_cost[RGPUD_MAX_GPUS];
+
 int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen)
 {
 	struct gate_req q = { .op = G_DEVICE, .gpu = gpu };
@@ -196,7 +199,14 @@ int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen)
 		why[k] = '\0';
 	}
 	*limit = p.limit;
+	if (p.rc == 0 && gpu < RGPUD_MAX_GPUS)
+		ctx_cost[gpu] = p.used;
 	return p.rc;
+}
+
+uint64_t gate_ctx_cost(unsigned gpu)
+{
+	return gpu < RGPUD_MAX_GPUS ? ctx_cost[gpu] : 0;
 }
 
 /* a charge or a refund of bytes on gpu, answered by the parent */
@@ -416,6 +426,8 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 		switch (q.op) {
 		case G_DEVICE:
 			p.rc = rgpud_access_device(who, q.gpu, &p.limit, why, sizeof(why));
+			/* what each context costs the session (the lease's reserve) */
+			p.used = rgpud_access_ctx_cost();
 			if (p.rc)
 				metrics_refused("gpu");
 			else {

@@ -24,6 +24,9 @@ struct wbuf;
 /* worker side (calls block on the parent) */
 void gate_attach(int ctl_fd);
 int gate_device(unsigned gpu, uint64_t *limit, char *why, size_t whylen);
+/* What each context on an admitted GPU is charged (the lease's context
+ * reserve, rgpud --ctx-reserve). */
+uint64_t gate_ctx_cost(unsigned gpu);
 /* Device memory against the session's quota: charge before allocating
  * (0, or -1: over quota or it would overflow), refund after freeing or a
  * failed allocation (-1: more than this worker holds; nothing changes).

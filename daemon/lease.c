@@ -22,6 +22,10 @@ struct gpu_slot {
 	int known;
 	char name[128];
 	uint64_t total;
+	/* the claim (lease.h): job, bytes (the GPU's total for a whole GPU),
+	 * until when (unix seconds) */
+	uint64_t claim_job, claim_cost;
+	time_t claim_until;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -29,6 +33,7 @@ static struct rgpud_lease *tab;
 static size_t ntab, captab;
 static struct gpu_slot gpus[RGPUD_MAX_GPUS];
 static char *state_dir; /* NULL: no persistence */
+static uint64_t ctx_reserve = RGPUD_LEASE_CTX_RESERVE;
 
 static int live(const struct rgpud_lease *l, time_t now)
 {
@@ -55,6 +60,7 @@ static int append(const struct rgpud_lease *l)
 	}
 	tab[ntab] = *l;
 	tab[ntab].used = 0;
+	tab[ntab].peak = 0;
 	ntab++;
 	return 0;
 }
@@ -485,9 +491,26 @@ void rgpud_lease_set_overcommit(unsigned pct)
 	pthread_mutex_unlock(&mu);
 }
 
+
+void rgpud_lease_set_ctx_reserve(uint64_t bytes)
+{
+	pthread_mutex_lock(&mu);
+	ctx_reserve = bytes;
+	pthread_mutex_unlock(&mu);
+}
+
+uint64_t rgpud_lease_ctx_reserve(void)
+{
+	pthread_mutex_lock(&mu);
+	uint64_t r = ctx_reserve;
+	pthread_mutex_unlock(&mu);
+	return r;
+}
+
+/* What a slice takes from its GPU, and the most it may charge (mu held). */
 static uint64_t slice_cost(uint64_t limit)
 {
-	uint64_t c = limit + RGPUD_LEASE_CTX_RESERVE;
+	uint64_t c = limit + ctx_reserve;
 	return c < limit ? UINT64_MAX : c;
 }
 
@@ -522,6 +545,52 @@ static void fmt_bytes(char *buf, size_t n, uint64_t b)
 		snprintf(buf, n, "%.1f MiB", (double)b / (double)(1ull << 20));
 	else
 		snprintf(buf, n, "%" PRIu64 " bytes", b);
+}
+
+/* Another job's live claim on gpu (mu held): its job, or 0. */
+static uint64_t claimed_by_other(unsigned gpu, uint64_t job, time_t now)
+{
+	const struct gpu_slot *g = &gpus[gpu];
+	if (!g->claim_job || now >= g->claim_until || g->claim_job == job)
+		return 0;
+	return g->claim_job;
+}
+
+int rgpud_lease_claim(uint64_t job_id, unsigned gpu, uint64_t mem_limit, time_t now,
+		      unsigned ttl_s, char *why, size_t whylen)
+{
+	if (job_id == 0) {
+		snprintf(why, whylen, "job id 0 cannot claim a GPU");
+		return RGPUD_LEASE_INVAL;
+	}
+	pthread_mutex_lock(&mu);
+	int rc = RGPUD_LEASE_OK;
+	struct gpu_slot *g = gpu < RGPUD_MAX_GPUS ? &gpus[gpu] : NULL;
+	uint64_t other;
+	if (!g || !g->known) {
+		snprintf(why, whylen, "this server has no GPU %u", gpu);
+		rc = RGPUD_LEASE_NODEV;
+	} else if (ttl_s == 0) {
+		if (g->claim_job == job_id)
+			g->claim_job = 0;
+	} else if (mem_limit && slice_cost(mem_limit) > g->total) {
+		snprintf(why, whylen, "GPU %u can never hold a slice of %" PRIu64 " bytes", gpu,
+			 mem_limit);
+		rc = RGPUD_LEASE_INVAL;
+	} else if ((other = claimed_by_other(gpu, job_id, now))) {
+		snprintf(why, whylen, "GPU %u is claimed by job %" PRIu64 ", waiting for room", gpu,
+			 other);
+		rc = RGPUD_LEASE_BUSY;
+	} else {
+		if (g->claim_job != job_id)
+			log_info("leases: job %" PRIu64 " claims GPU %u (waiting for room)", job_id,
+				 gpu);
+		g->claim_job = job_id;
+		g->claim_cost = mem_limit ? slice_cost(mem_limit) : g->total;
+		g->claim_until = now + (time_t)ttl_s;
+	}
+	pthread_mutex_unlock(&mu);
+	return rc;
 }
 
 int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size_t whylen)
@@ -582,6 +651,16 @@ int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size
 	size_t others = 0;
 	uint64_t sum = reserved_locked(req->gpu, now, NULL, &excl, &others);
 	uint64_t total = gpus[req->gpu].total;
+	uint64_t claimer = claimed_by_other(req->gpu, req->job_id, now);
+	if (claimer && req->mem_limit == 0) {
+		snprintf(why, whylen, "GPU %u is claimed by job %" PRIu64 ", waiting for room",
+			 req->gpu, claimer);
+		rc = RGPUD_LEASE_BUSY;
+		goto out;
+	}
+	if (claimer) /* the waiting job's room is not ours to take */
+		sum = sum + gpus[req->gpu].claim_cost < sum ? UINT64_MAX
+							   : sum + gpus[req->gpu].claim_cost;
 	if (excl) {
 		snprintf(why, whylen, "GPU %u is leased whole to job %" PRIu64, req->gpu, excl);
 		rc = RGPUD_LEASE_BUSY;
@@ -602,9 +681,10 @@ int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size
 			fmt_bytes(want, sizeof(want), req->mem_limit);
 			fmt_bytes(have, sizeof(have), room > sum ? room - sum : 0);
 			fmt_bytes(tot, sizeof(tot), total);
-			fmt_bytes(res, sizeof(res), RGPUD_LEASE_CTX_RESERVE);
+			fmt_bytes(res, sizeof(res), ctx_reserve);
 			snprintf(why, whylen, "GPU %u has no room for %s (+%s context reserve): "
-				 "%s of %s unreserved", req->gpu, want, res, have, tot);
+				 "%s of %s unreserved%s", req->gpu, want, res, have, tot,
+				 claimer ? " (a waiting job's claim counted)" : "");
 			rc = RGPUD_LEASE_NOSPACE;
 			goto out;
 		}
@@ -619,6 +699,8 @@ int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size
 		rc = RGPUD_LEASE_IO;
 		goto out;
 	}
+	if (gpus[req->gpu].claim_job == req->job_id)
+		gpus[req->gpu].claim_job = 0; /* the claim is converted */
 	log_info("leases: granted job %" PRIu64 " (uid %u) GPU %u, limit %" PRIu64
 		 "%s, expires %" PRIu64, req->job_id, req->uid, req->gpu, req->mem_limit,
 		 req->mem_limit ? "" : " (whole GPU)", req->expires);
@@ -690,10 +772,10 @@ int rgpud_lease_charge(uint64_t job_id, unsigned gpu, uint64_t bytes)
 		rc = bytes ? RGPUD_LEASE_NOTFOUND : 0;
 	else if (bytes > UINT64_MAX - l->used)
 		rc = RGPUD_LEASE_QUOTA; /* would wrap: no quota can hold it */
-	else if (l->mem_limit && l->used + bytes > l->mem_limit)
+	else if (l->mem_limit && l->used + bytes > slice_cost(l->mem_limit))
 		rc = RGPUD_LEASE_QUOTA;
-	else
-		l->used += bytes;
+	else if ((l->used += bytes) > l->peak)
+		l->peak = l->used;
 	pthread_mutex_unlock(&mu);
 	return rc;
 }

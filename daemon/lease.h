@@ -34,7 +34,12 @@
 #include <stdint.h>
 #include <time.h>
 
-/* Device memory set aside per slice lease for its context(s). */
+/* Device memory set aside per slice lease for one context, by default
+ * (rgpud --ctx-reserve changes it; test/gpu/context-cost.sh measures what a
+ * context costs).  Every context a session creates is charged this much to
+ * its lease, and a slice may hold up to mem_limit + the reserve: the first
+ * context comes out of the reserve, every further one (another session of
+ * the job, or another context of one session) out of the quota. */
 #define RGPUD_LEASE_CTX_RESERVE (512ull << 20)
 /* How often access.c looks for expired leases. */
 #define RGPUD_LEASE_CHECK_INTERVAL_S 15
@@ -47,7 +52,8 @@ struct rgpud_lease {
 	uint32_t gpu;
 	uint64_t mem_limit; /* bytes; 0 = whole GPU, exclusive */
 	uint64_t expires;   /* unix seconds; 0 = never */
-	uint64_t used;      /* bytes charged now (not persisted) */
+	uint64_t used;      /* bytes charged now, contexts included (not persisted) */
+	uint64_t peak;      /* the most used has been (not persisted) */
 	uint32_t share;     /* compute share, percent 1..100; 0 = none given
 			     * (--rgpu-share; daemon/sched/ turns it into a weight) */
 };
@@ -72,6 +78,12 @@ enum rgpud_lease_rc {
 	RGPUD_LEASE_NOTFOUND = -7, /* charge/find: no such lease */
 	RGPUD_LEASE_QUOTA = -8,    /* charge: over the lease's quota */
 };
+
+/* The per-slice context reserve in force (default RGPUD_LEASE_CTX_RESERVE).
+ * Set it before granting: leases already granted were checked with the old
+ * value. */
+void rgpud_lease_set_ctx_reserve(uint64_t bytes);
+uint64_t rgpud_lease_ctx_reserve(void);
 
 /* Loads <state_dir>/leases.json if it exists (state_dir NULL: no
  * persistence, for tests and open mode), dropping expired leases.  The
@@ -98,6 +110,18 @@ void rgpud_lease_set_overcommit(unsigned pct);
  * Failures write a sentence into why. */
 int rgpud_lease_grant(const struct rgpud_lease *l, time_t now, char *why, size_t whylen);
 
+/* Claims: the job whose Slurm prolog waits longest for room on a GPU
+ * holds that GPU's claim (one per GPU), renewed while it waits.  Other
+ * jobs' grants on the GPU then count the claim as taken (a whole-GPU claim
+ * leaves them nothing), so the GPU drains for the waiting job instead of
+ * being taken by every job that starts after it; the claimer's own grant
+ * ignores it and converts it.  Not persisted (a restart drops claims: the
+ * prolog renews them).  ttl_s 0 drops the job's claim.  RGPUD_LEASE_OK,
+ * _NODEV, _INVAL (a slice larger than the GPU can ever hold), or
+ * _BUSY (another job's live claim; why names it). */
+int rgpud_lease_claim(uint64_t job_id, unsigned gpu, uint64_t mem_limit, time_t now,
+		      unsigned ttl_s, char *why, size_t whylen);
+
 /* Removes every lease of job; returns how many (>= 0).  A persistence failure
  * is logged; the leases are released regardless. */
 int rgpud_lease_release_job(uint64_t job_id);
@@ -110,7 +134,8 @@ int rgpud_lease_job_count(uint64_t job_id, time_t now);
 int rgpud_lease_job_uid_count(uint64_t job_id, uint32_t uid, time_t now);
 
 /* Charges bytes to the lease (job, gpu): RGPUD_LEASE_QUOTA if used + bytes
- * exceeds mem_limit or would wrap (mem_limit 0: only the wrap),
+ * exceeds mem_limit + the context reserve or would wrap (mem_limit 0: only
+ * the wrap),
  * RGPUD_LEASE_NOTFOUND without a lease.  Nothing changes on failure. */
 int rgpud_lease_charge(uint64_t job_id, unsigned gpu, uint64_t bytes);
 /* Gives bytes back: RGPUD_LEASE_INVAL (logged, nothing changes) if that is

@@ -9,6 +9,7 @@
 #include "session.h"
 #include "sched/scheduler.h"
 #include "rgpud.h"
+#include "size.h"
 #include "transport.h"
 
 #include <errno.h>
@@ -66,6 +67,8 @@ static void usage(FILE *f)
 "      --metrics=[ADDR:]PORT serve Prometheus metrics on http://ADDR:PORT/metrics\n"
 "                            (ADDR 127.0.0.1 when only a port is given)\n"
 "      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
+"      --ctx-reserve=SIZE    device memory set aside per slice for its context,\n"
+"                            and charged for every context (default 512M)\n"
 "      --sched=POLICY        how the sessions of one GPU share it: fair (weighted\n"
 "                            by --rgpu-share, with history; the default), las\n"
 "                            (least attained service first) or fifo (no gate)\n"
@@ -99,7 +102,7 @@ static void usage(FILE *f)
 
 /* long options without a short form */
 enum { OPT_METRICS = 256, OPT_SCHED, OPT_QUANTUM, OPT_MPS, OPT_MPS_DIR, OPT_MPS_CONTROL,
-       OPT_WORKER_SCHED, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT };
+       OPT_WORKER_SCHED, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT, OPT_CTX_RESERVE };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -383,6 +386,7 @@ int main(int argc, char **argv)
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "ctx-reserve", required_argument, NULL, OPT_CTX_RESERVE },
 		{ "sched", required_argument, NULL, OPT_SCHED },
 		{ "sched-quantum", required_argument, NULL, OPT_QUANTUM },
 		{ "mps", required_argument, NULL, OPT_MPS },
@@ -463,6 +467,17 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_METRICS: metrics_addr = optarg; break;
+		case OPT_CTX_RESERVE: {
+			uint64_t b = 0;
+			char why[200];
+			if (rgpu_parse_size(optarg, &b, why, sizeof(why)) || b > (64ull << 30)) {
+				fprintf(stderr, "rgpud: --ctx-reserve=%s: %s\n", optarg,
+					b > (64ull << 30) ? "more than 64G" : why);
+				return 2;
+			}
+			rgpud_lease_set_ctx_reserve(b);
+			break;
+		}
 		case OPT_SCHED:
 			if ((scfg.policy = sched_policy_parse(optarg)) < 0) {
 				fprintf(stderr, "rgpud: --sched: '%s' is not one of fair, las, fifo\n", optarg);

@@ -210,6 +210,34 @@ void metrics_session_close(struct metrics_session *ms)
 	free(ms);
 }
 
+double metrics_job_gpu_seconds(uint64_t job, unsigned gpu)
+{
+	double s = 0, t = now_s();
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].job == job && rows[i].gpu == gpu)
+			s = rows[i].secs + rows[i].live * t - rows[i].since_sum;
+	pthread_mutex_unlock(&mu);
+	return s > 0 ? s : 0;
+}
+
+uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu)
+{
+	uint64_t ns = 0;
+	pthread_mutex_lock(&mu);
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].job == job && rows[i].gpu == gpu)
+			ns += rows[i].gpu_ns;
+	for (struct metrics_session *m = live; m; m = m->next) {
+		if (m->job != job || gpu >= RGPUD_MAX_GPUS || !(m->gpus & (1ull << gpu)))
+			continue;
+		uint64_t w = gpu_time_source && m->pid > 0 ? gpu_time_source(m->pid, gpu) : 0;
+		ns += w > m->gpu_ns[gpu] ? w : m->gpu_ns[gpu];
+	}
+	pthread_mutex_unlock(&mu);
+	return ns;
+}
+
 void metrics_session_worker(struct metrics_session *ms, int pid, uint32_t uid)
 {
 	if (!ms)
@@ -253,7 +281,8 @@ int metrics_sessions_list(struct metrics_session_row **out, size_t *n)
 		for (unsigned g = 0; g < RGPUD_MAX_GPUS; g++)
 			if (m->gpus & (1ull << g))
 				v[k++] = (struct metrics_session_row){ .job = m->job, .uid = m->uid,
-					.gpu = g, .pid = m->pid, .mem = m->mem[g], .age_s = t - m->since[g] };
+					.gpu = g, .pid = m->pid, .mem = m->mem[g], .age_s = t - m->since[g],
+					.resident = m->resident, .swapped = m->swapped };
 	pthread_mutex_unlock(&mu);
 	*out = v;
 	*n = k;

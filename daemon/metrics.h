@@ -36,6 +36,13 @@ void metrics_session_gpu(struct metrics_session *ms, unsigned gpu); /* admitted 
 void metrics_session_charge(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_refund(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_close(struct metrics_session *ms);
+/* Seconds the job's sessions held gpu, summed over sessions (ended ones,
+ * and live ones up to now): the GPU time LEASE_STATS reports for
+ * accounting.  0 when none is known (or its row was pruned). */
+double metrics_job_gpu_seconds(uint64_t job, unsigned gpu);
+/* GPU time the job's sessions attained on gpu (their kernels' run time as
+ * the scheduler charges it; ended and live sessions), in ns. */
+uint64_t metrics_job_attained_ns(uint64_t job, unsigned gpu);
 /* The memory manager's view of a session (daemon/mem/): device memory
  * resident on the GPU and swapped out to host memory, all GPUs together;
  * exported per job, and read back per session (rgpu top). */
@@ -56,6 +63,7 @@ struct metrics_session_row {
 	int pid;
 	uint64_t mem;
 	double age_s;
+	uint64_t resident, swapped; /* the session's, all GPUs (memory manager) */
 };
 int metrics_sessions_list(struct metrics_session_row **rows, size_t *n);
 

@@ -67,18 +67,29 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	if (!cs)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	cs->dev = dev;
-	/* the context's own device memory counts, beyond the one the lease
-	 * reserves for (RGPUD_CTX_COST) */
-	for (uint32_t i = 0; i < s->ht.n && !cs->cost; i++)
-		if (s->ht.e[i].kind == HK_CTX && ((struct ctx_state *)s->ht.e[i].extra)->dev == dev)
-			cs->cost = RGPUD_CTX_COST;
+	/* every context's own device memory is charged to the lease (a
+	 * slice may hold its quota plus one context reserve: a job's first
+	 * context on the GPU is covered, each further one, in this session or
+	 * another, comes out of the quota) */
+	cs->cost = gate_ctx_cost(dev);
 	if (cs->cost && gate_charge(dev, (int64_t)cs->cost) < 0) {
 		free(cs);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	CUcontext ctx;
 	/* Only scheduling flags mean anything for a remote context. */
-	if ((rc = d->cuCtxCreate_v2(&ctx, flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX), cd))) {
+	/* a full GPU: the memory manager may make room (mem/mem.h), as much
+	 * as a context is charged, or what one measured on an H200 (NOTES.md:
+	 * about 524 MiB) where contexts are not charged */
+	uint64_t room = cs->cost ? cs->cost : 524ull << 20;
+	int asked = 0;
+	while ((rc = d->cuCtxCreate_v2(&ctx, flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX),
+				       cd)) == CUDA_ERROR_OUT_OF_MEMORY &&
+	       mem_ask_room(s, dev, room))
+		asked = 1;
+	if (asked)
+		mem_room_done(s, dev);
+	if (rc) {
 		gate_charge(dev, -(int64_t)cs->cost);
 		free(cs);
 		return rc;

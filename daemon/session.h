@@ -29,12 +29,6 @@ struct mem_state;
 struct journal;
 struct memif_run;
 
-/* Device memory charged to the quota for a context itself (measured:
- * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
- * (RGPUD_LEASE_CTX_RESERVE, daemon/lease.h) covers one context, so a
- * session's first context on a GPU is not charged; every further one is. */
-#define RGPUD_CTX_COST (512ull << 20)
-
 /* Limits that are device memory (cuCtxSetLimit): their cost above the
  * value a new context has is charged to the quota. */
 enum { LIM_HEAP, LIM_STACK, LIM_PRINTF, LIM_N };
@@ -42,9 +36,9 @@ enum { LIM_HEAP, LIM_STACK, LIM_PRINTF, LIM_N };
 /* extra data of an HK_CTX entry */
 struct ctx_state {
 	unsigned dev;
-	uint64_t cost;              /* charged for the context: 0 or RGPUD_CTX_COST */
+	uint64_t cost;              /* charged for the context (gate_ctx_cost) */
 	uint64_t resident_threads;  /* SMs x threads per SM: stack copies */
-	uint64_t lim_base[LIM_N];   /* bytes at creation (in RGPUD_CTX_COST) */
+	uint64_t lim_base[LIM_N];   /* bytes at creation (in the context's cost) */
 	uint64_t lim_charged[LIM_N]; /* bytes charged above lim_base */
 };
 

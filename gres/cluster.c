@@ -1,5 +1,5 @@
 #include "cluster.h"
-#include "lease.h" /* daemon/: RGPUD_LEASE_CTX_RESERVE, what a slice really costs */
+#include "lease.h" /* daemon/: RGPUD_LEASE_CTX_RESERVE, the default reserve per slice */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +38,18 @@ int rg_cluster_add_server(struct rg_cluster *c, const char *node, const char *ho
 	snprintf(s->host, sizeof(s->host), "%s", host);
 	s->port = port;
 	s->first = (uint32_t)c->ngpu;
+	s->ctx_reserve = RGPUD_LEASE_CTX_RESERVE;
 	return (int)c->nsrv++;
+}
+
+void rg_cluster_set_reserve(struct rg_cluster *c, size_t i, uint64_t bytes)
+{
+	if (i >= c->nsrv)
+		return;
+	struct rg_server *s = &c->srv[i];
+	s->ctx_reserve = bytes;
+	for (uint32_t k = 0; k < s->ngpu; k++)
+		c->gpu[s->first + k].ctx_reserve = bytes;
 }
 
 int rg_cluster_add_gpu(struct rg_cluster *c, uint32_t index, const char *name,
@@ -51,6 +62,7 @@ int rg_cluster_add_gpu(struct rg_cluster *c, uint32_t index, const char *name,
 	memset(g, 0, sizeof(*g));
 	g->server = (uint32_t)(c->nsrv - 1);
 	g->index = index;
+	g->ctx_reserve = s->ctx_reserve;
 	snprintf(g->name, sizeof(g->name), "%s", name ? name : "");
 	g->total = total;
 	g->reserved = exclusive ? total : reserved;
@@ -65,7 +77,7 @@ int rg_cluster_add_gpu(struct rg_cluster *c, uint32_t index, const char *name,
 
 uint64_t rg_request_cost(const struct rg_gpu *g, const struct rg_request *r)
 {
-	return r->mem ? r->mem + RGPUD_LEASE_CTX_RESERVE : g->total;
+	return r->mem ? r->mem + g->ctx_reserve : g->total;
 }
 
 int rg_gpu_fits(const struct rg_gpu *g, const struct rg_request *r)
@@ -90,7 +102,7 @@ void rg_cluster_apply(struct rg_cluster *c, struct rg_gpu *g, const struct rg_re
 
 void rg_cluster_unapply(struct rg_cluster *c, struct rg_gpu *g, uint64_t mem)
 {
-	uint64_t cost = mem ? mem + RGPUD_LEASE_CTX_RESERVE : g->total;
+	uint64_t cost = mem ? mem + g->ctx_reserve : g->total;
 	cost = cost < g->reserved ? cost : g->reserved;
 	g->reserved -= cost;
 	struct rg_server *s = &c->srv[g->server];
@@ -114,13 +126,17 @@ struct rg_gpu *rg_cluster_find(struct rg_cluster *c, const char *node, uint32_t 
 	return NULL;
 }
 
-uint64_t rg_cluster_max_slice(const struct rg_cluster *c)
+uint64_t rg_cluster_max_slice(const struct rg_cluster *c, uint64_t *reserve)
 {
-	uint64_t best = 0;
+	uint64_t best = 0, res = RGPUD_LEASE_CTX_RESERVE;
 	for (size_t i = 0; i < c->ngpu; i++)
-		if (c->gpu[i].total > RGPUD_LEASE_CTX_RESERVE &&
-		    c->gpu[i].total - RGPUD_LEASE_CTX_RESERVE > best)
-			best = c->gpu[i].total - RGPUD_LEASE_CTX_RESERVE;
+		if (c->gpu[i].total > c->gpu[i].ctx_reserve &&
+		    c->gpu[i].total - c->gpu[i].ctx_reserve > best) {
+			best = c->gpu[i].total - c->gpu[i].ctx_reserve;
+			res = c->gpu[i].ctx_reserve;
+		}
+	if (reserve)
+		*reserve = res;
 	return best;
 }
 

@@ -18,6 +18,7 @@ struct rg_server {
 	int up;         /* answered its last poll */
 	uint32_t first, ngpu;     /* its GPUs: cluster gpu[first .. first+ngpu) */
 	uint64_t total, reserved; /* sums over its GPUs, for policies */
+	uint64_t ctx_reserve;     /* what rgpud reserves per slice (LEASE_LIST) */
 };
 
 struct rg_gpu {
@@ -26,6 +27,7 @@ struct rg_gpu {
 	char name[64];
 	uint64_t total, reserved; /* bytes; reserved == total when exclusive */
 	uint32_t nslices;
+	uint64_t ctx_reserve; /* its server's, copied here for the cost functions */
 	int exclusive;
 	int skip; /* refused a grant (or is already ours) in this selection */
 };
@@ -53,6 +55,9 @@ void rg_cluster_free(struct rg_cluster *c);
 /* Appends a server (GPUs added next with rg_cluster_add_gpu); its index or -1. */
 int rg_cluster_add_server(struct rg_cluster *c, const char *node, const char *host,
 			  unsigned port);
+/* The context reserve of server i (and its GPUs): rgpud's --ctx-reserve,
+ * as LEASE_LIST reports it.  RGPUD_LEASE_CTX_RESERVE until set. */
+void rg_cluster_set_reserve(struct rg_cluster *c, size_t i, uint64_t bytes);
 /* Appends a GPU to the last server added; 0 or -1. */
 int rg_cluster_add_gpu(struct rg_cluster *c, uint32_t index, const char *name,
 		       uint64_t total, uint64_t reserved, uint32_t nslices, int exclusive);
@@ -69,8 +74,9 @@ void rg_cluster_apply(struct rg_cluster *c, struct rg_gpu *g, const struct rg_re
 void rg_cluster_unapply(struct rg_cluster *c, struct rg_gpu *g, uint64_t mem);
 /* The GPU index on the named node, or NULL. */
 struct rg_gpu *rg_cluster_find(struct rg_cluster *c, const char *node, uint32_t index);
-/* Largest slice any GPU could ever hold (0 if no GPU is known). */
-uint64_t rg_cluster_max_slice(const struct rg_cluster *c);
+/* Largest slice any GPU could ever hold (0 if no GPU is known); *reserve
+ * (when not NULL) gets that GPU's context reserve. */
+uint64_t rg_cluster_max_slice(const struct rg_cluster *c, uint64_t *reserve);
 unsigned rg_cluster_ngpus_up(const struct rg_cluster *c);
 
 #endif

@@ -1,5 +1,6 @@
 #include "lease_rpc.h"
 #include "frame.h"
+#include "lease.h" /* RGPUD_LEASE_CTX_RESERVE: the reserve of servers that do not say */
 #include "proto.h"
 #include "transport.h"
 #include "wire.h"
@@ -284,6 +285,20 @@ int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whyl
 	}
 	if (!rd_ok(&r))
 		goto bad;
+	/* appended fields, from servers that send them: the leases' compute
+	 * shares (u32 n, u32 share[n]), then the context reserve */
+	out->ctx_reserve = RGPUD_LEASE_CTX_RESERVE;
+	if (r.left >= 4) {
+		uint32_t ns = get_u32(&r);
+		if (ns > 1u << 20)
+			goto bad;
+		for (uint32_t i = 0; i < ns; i++)
+			(void)get_u32(&r);
+		if (!rd_ok(&r))
+			goto bad;
+		if (r.left >= 8)
+			out->ctx_reserve = get_u64(&r);
+	}
 	return 0;
 bad:
 	rg_list_free(out);
@@ -296,4 +311,64 @@ void rg_list_free(struct rg_list *l)
 	free(l->gpus);
 	free(l->leases);
 	memset(l, 0, sizeof(*l));
+}
+
+int rg_lease_stats(struct rg_conn *c, uint64_t job_id, struct rg_stat *out, size_t max,
+		   size_t *n, char *why, size_t whylen)
+{
+	*n = 0;
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u64(&w, job_id);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_LEASE_STATS, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st) {
+		failure(&r, st, why, whylen);
+		return st;
+	}
+	uint32_t k = get_u32(&r);
+	for (uint32_t i = 0; i < k && rd_ok(&r); i++) {
+		struct rg_stat s;
+		s.gpu = get_u32(&r);
+		s.mem_limit = get_u64(&r);
+		s.used = get_u64(&r);
+		s.peak = get_u64(&r);
+		s.held_ms = get_u64(&r);
+		s.attained_ns = get_u64(&r);
+		if (*n < max)
+			out[(*n)++] = s;
+	}
+	if (!rd_ok(&r)) {
+		snprintf(why, whylen, "malformed LEASE_STATS reply");
+		return RGPU_ERR_PROTO;
+	}
+	return 0;
+}
+
+int rg_lease_claim(struct rg_conn *c, uint64_t job_id, uint32_t gpu, uint64_t mem_limit,
+		   uint32_t ttl_s, char *why, size_t whylen)
+{
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u64(&w, job_id);
+	put_u32(&w, gpu);
+	put_u64(&w, mem_limit);
+	put_u32(&w, ttl_s);
+	struct rd r;
+	int32_t st;
+	int rc = call(c, RGPU_OP_LEASE_CLAIM, &w, &r, &st);
+	wbuf_free(&w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st)
+		failure(&r, st, why, whylen);
+	return st;
 }

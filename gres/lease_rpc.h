@@ -35,6 +35,9 @@ int rg_lease_grant_share(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint3
 			 size_t whylen);
 int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, char *why,
 		     size_t whylen);
+/* LEASE_CLAIM: hold gpu's room for a job waiting for it (ttl_s 0 drops). */
+int rg_lease_claim(struct rg_conn *c, uint64_t job_id, uint32_t gpu, uint64_t mem_limit,
+		   uint32_t ttl_s, char *why, size_t whylen);
 /* Any request: 0 with the reply's status and fields in *reply (valid until
  * the next call on c), or -1 when the connection failed. */
 struct wbuf;
@@ -57,8 +60,17 @@ struct rg_list {
 	size_t ngpu;
 	struct rg_list_lease *leases;
 	size_t nlease;
+	uint64_t ctx_reserve; /* RGPUD_LEASE_CTX_RESERVE from older servers */
 };
 int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whylen);
 void rg_list_free(struct rg_list *l);
+
+/* LEASE_STATS: a job's leases on this server, for accounting at its end. */
+struct rg_stat {
+	uint32_t gpu;
+	uint64_t mem_limit, used, peak, held_ms, attained_ns;
+};
+int rg_lease_stats(struct rg_conn *c, uint64_t job_id, struct rg_stat *out, size_t max,
+		   size_t *n, char *why, size_t whylen);
 
 #endif

@@ -55,6 +55,9 @@ int rg_snapshot_load(const char *path, struct rg_cluster *c)
 			}
 		}
 		c->srv[c->nsrv - 1].up = (int)jget_u64(s, "up");
+		json_object *cr;
+		if (json_object_object_get_ex(s, "ctx_reserve", &cr))
+			rg_cluster_set_reserve(c, c->nsrv - 1, (uint64_t)json_object_get_int64(cr));
 	}
 	json_object_put(root);
 	return 0;
@@ -77,6 +80,7 @@ int rg_snapshot_save(const char *path, const struct rg_cluster *c, char *err, si
 		json_object_object_add(js, "host", json_object_new_string(s->host));
 		json_object_object_add(js, "port", json_object_new_int64(s->port));
 		json_object_object_add(js, "up", json_object_new_int(s->up));
+		json_object_object_add(js, "ctx_reserve", json_object_new_int64((int64_t)s->ctx_reserve));
 		for (uint32_t k = 0; k < s->ngpu; k++) {
 			const struct rg_gpu *g = &c->gpu[s->first + k];
 			json_object *jg = json_object_new_object();
@@ -181,6 +185,8 @@ int rg_snapshot_poll(const struct rg_server_addr *addrs, size_t n, int timeout_m
 					   l->gpus[k].reserved, slices, (int)l->gpus[k].exclusive);
 		}
 		c->srv[c->nsrv - 1].up = j.ok[i];
+		if (j.ok[i])
+			rg_cluster_set_reserve(c, c->nsrv - 1, l->ctx_reserve);
 		answered += j.ok[i];
 		rg_list_free(&j.lists[i]);
 	}

@@ -112,7 +112,21 @@ int main(void)
 	r = (struct rg_request){ .count = 1, .mem = 16 * GiB, .job_id = 13 };
 	ok(rg_reserve(&c, &r, bal, &b, out, why, sizeof(why)) < 0, "slice of a whole GPU's size refused");
 	ok(strstr(why, "with room now") != NULL, "explained: %s", why);
-	is_u64(rg_cluster_max_slice(&c), 16 * GiB - RGPUD_LEASE_CTX_RESERVE, "max slice");
+	is_u64(rg_cluster_max_slice(&c, NULL), 16 * GiB - RGPUD_LEASE_CTX_RESERVE, "max slice");
+	rg_cluster_free(&c);
+
+	/* A server's own context reserve (LEASE_LIST) prices its slices. */
+	mk(&c, 2);
+	rg_cluster_set_reserve(&c, 1, 256ull << 20);
+	uint64_t res = 0;
+	is_u64(rg_cluster_max_slice(&c, &res), 16 * GiB - (256ull << 20), "max slice, smaller reserve");
+	is_u64(res, 256ull << 20, "its reserve");
+	r = (struct rg_request){ .count = 1, .mem = 16 * GiB - (256ull << 20), .job_id = 14 };
+	ok(rg_reserve(&c, &r, bal, &b, out, why, sizeof(why)) == 0 && c.gpu[out[0]].server == 1,
+	   "a slice only the small-reserve server can hold goes there");
+	is_u64(c.gpu[out[0]].reserved, 16 * GiB, "reserved with that server's reserve");
+	rg_cluster_unapply(&c, &c.gpu[out[0]], r.mem);
+	is_u64(c.gpu[out[0]].reserved, 0, "released with it");
 	rg_cluster_free(&c);
 
 	/* A refused grant moves on to the next candidate. */

@@ -241,7 +241,9 @@ typedef uint64_t rgpu_handle;
 	 * (slices + per-slice context reserve; total when exclusive),        \
 	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
 	 * u32 gpu, u64 mem_limit, u64 used, u64 expires), then u32 nlease    \
-	 * again and u32 share[nlease] (appended: older readers stop before) */ \
+	 * again and u32 share[nlease] (appended: older readers stop before), \
+	 * then u64 ctx_reserve (the per-slice context reserve; absent from   \
+	 * older servers: readers ignore what follows what they know) */       \
 	X(LEASE_LIST, 82, "leases and GPU load")                               \
 	/* Scheduling (daemon/sched/).  -> u32 n, per session: (u64 job,      \
 	 * u32 uid, u32 gpu, u32 pid, u64 mem (bytes charged), u32 share      \
@@ -317,8 +319,20 @@ typedef uint64_t rgpu_handle;
 	/* Server to client only, id 0, RGPU_F_REPLY: i32 status (0), handle  \
 	 * event, u64 seq of an EVENT_RECORD_WATCH whose work has completed   \
 	 * (and so has every earlier record of that event). */                \
-	X(EVENT_DONE, 225, "a watched event record has completed")
-
+	X(EVENT_DONE, 225, "a watched event record has completed") \
+	/* Admission and accounting (232-239).  u64 job_id -> u32 n, per lease \
+	 * of the job: (u32 gpu, u64 mem_limit, u64 used, u64 peak (most       \
+	 * device memory charged at once, contexts included), u64 held_ms     \
+	 * (milliseconds the job's sessions held the GPU, summed over          \
+	 * sessions), u64 attained_ns (their kernels' GPU time as the          \
+	 * scheduler charges it)).  Root, the SlurmUser, or the job's uid. */  \
+	X(LEASE_STATS, 232, "a job's peak memory and GPU time, per lease")                       \
+	/* u64 job_id, u32 gpu, u64 mem_limit (0 = whole GPU), u32 ttl_s (0:  \
+	 * drop the job's claim) -> .  Admin only.  A job waiting for room    \
+	 * claims one GPU: other jobs' grants there count the claim as taken  \
+	 * until it expires or the job's own grant converts it (lease.h).     \
+	 * CUDA_ERROR_DEVICE_UNAVAILABLE: another job's claim holds the GPU. */ \
+	X(LEASE_CLAIM, 233, "hold a GPU's room for a job waiting for it")
 
 /* Application memory (apimem, 160-191): the VMM API, stream-ordered pools,
  * shareable handles, 2D memsets, peers, GPU status for NVML.  Device

@@ -28,7 +28,8 @@ struct job_req {
 };
 
 /* The count from the AdminComment job_submit.lua set ("rgpu-request;
- * count=N"), else from an explicit -L rgpu:N.  0: the job wants none. */
+ * count=N").  0: the job wants none.  (The rgpu license counts memory, not
+ * GPUs: job_submit.lua refuses -L rgpu given by hand.) */
 static int job_request(uint32_t job, struct job_req *q)
 {
 	job_info_msg_t *ji = NULL;
@@ -41,11 +42,9 @@ static int job_request(uint32_t job, struct job_req *q)
 		return -1;
 	}
 	slurm_job_info_t *j = &ji->job_array[0];
-	const char *ac = j->admin_comment, *lic = j->licenses, *p;
+	const char *ac = j->admin_comment, *p;
 	if (ac && (p = strstr(ac, "rgpu-request;count=")))
 		q->count = (unsigned)strtoul(p + 19, NULL, 10);
-	else if (lic && (p = strstr(lic, "rgpu:")) && (p == lic || p[-1] == ','))
-		q->count = (unsigned)strtoul(p + 5, NULL, 10);
 	q->uid = j->user_id;
 	if (j->time_limit != INFINITE && j->end_time > 0)
 		q->expires = (uint64_t)j->end_time + (uint64_t)rgpu_cfg.grace;
@@ -114,27 +113,139 @@ static void rpc_release(void *ctx, const struct rg_server *s, uint64_t job)
 			    "with the job's time limit)", job, s->node, why);
 }
 
-static void allocate(uint32_t job, const struct job_req *q, uint64_t mem, const char *me,
-		     struct rgpu_jobrec *rec)
+/* What one attempt at choosing and leasing the job's GPUs gave. */
+enum { ALLOC_OK, ALLOC_WAIT, ALLOC_NEVER };
+
+/* The GPU a waiting one-GPU job claims (LEASE_CLAIM), renewed at each try,
+ * so the GPU drains for it rather than going to jobs that started later. */
+#define CLAIM_TTL_S 15
+struct claim {
+	int held;
+	char host[128];
+	unsigned port;
+	uint32_t gpu;
+};
+
+static const struct rg_server *server_of(struct rg_cluster *c, const char *host, unsigned port)
+{
+	for (size_t i = 0; i < c->nsrv; i++)
+		if (c->srv[i].port == port && !strcmp(c->srv[i].host, host))
+			return &c->srv[i];
+	return NULL;
+}
+
+/* Renews the claim, or makes one on the GPU closest to having room (the
+ * least memory missing, then the policy's choice). */
+static void claim_room(struct rpc_ctx *x, const struct rg_request *r, struct claim *cl)
+{
+	char why[512];
+	struct rg_cluster *c = x->c;
+	if (cl->held) {
+		const struct rg_server *s = server_of(c, cl->host, cl->port);
+		struct rg_conn *k = s ? conn_for(x, s, why, sizeof(why)) : NULL;
+		if (k && rg_lease_claim(k, r->job_id, cl->gpu, r->mem, CLAIM_TTL_S, why,
+					sizeof(why)) == 0)
+			return;
+		cl->held = 0;
+	}
+	for (size_t tries = 0; tries < c->ngpu && tries < 8; tries++) {
+		struct rg_gpu *best = NULL;
+		uint64_t best_missing = 0;
+		for (size_t i = 0; i < c->ngpu; i++) {
+			struct rg_gpu *g = &c->gpu[i];
+			uint64_t cost = rg_request_cost(g, r);
+			if (g->skip == 2 || !c->srv[g->server].up || !g->total || cost > g->total)
+				continue;
+			uint64_t free_now = g->exclusive || g->reserved >= g->total ? 0
+										    : g->total - g->reserved;
+			uint64_t missing = cost > free_now ? cost - free_now : 0;
+			if (!r->mem && (g->exclusive || g->nslices))
+				missing = g->exclusive ? g->total : g->reserved; /* needs it empty */
+			if (!best || missing < best_missing) {
+				best = g;
+				best_missing = missing;
+			}
+		}
+		if (!best)
+			return;
+		best->skip = 2; /* tried */
+		const struct rg_server *s = &c->srv[best->server];
+		struct rg_conn *k = conn_for(x, s, why, sizeof(why));
+		if (k && rg_lease_claim(k, r->job_id, best->index, r->mem, CLAIM_TTL_S, why,
+					sizeof(why)) == 0) {
+			cl->held = 1;
+			snprintf(cl->host, sizeof(cl->host), "%s", s->host);
+			cl->port = s->port;
+			cl->gpu = best->index;
+			slurm_info("rgpu: job %" PRIu64 ": claims %s GPU %u while it waits for room",
+				   r->job_id, s->node, best->index);
+			return;
+		}
+	}
+}
+
+/* Drops a claim the job no longer needs (it got another GPU). */
+static void claim_drop(struct rpc_ctx *x, const struct rg_request *r, struct claim *cl,
+		       const struct rg_server *got_s, uint32_t got_gpu)
+{
+	char why[256];
+	if (!cl->held)
+		return;
+	cl->held = 0;
+	if (got_s && got_s->port == cl->port && !strcmp(got_s->host, cl->host) &&
+	    got_gpu == cl->gpu)
+		return; /* the grant converted it */
+	const struct rg_server *s = server_of(x->c, cl->host, cl->port);
+	struct rg_conn *k = s ? conn_for(x, s, why, sizeof(why)) : NULL;
+	if (k)
+		rg_lease_claim(k, r->job_id, cl->gpu, r->mem, 0, why, sizeof(why));
+}
+
+/* GPUs that could hold one device of the request if they were empty. */
+static unsigned could_ever_fit(const struct rg_cluster *c, const struct rg_request *r)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < c->ngpu; i++) {
+		const struct rg_gpu *g = &c->gpu[i];
+		if (c->srv[g->server].up && g->total && rg_request_cost(g, r) <= g->total)
+			n++;
+	}
+	return n;
+}
+
+static int allocate(uint32_t job, const struct job_req *q, uint64_t mem, const char *me,
+		    int max_age, struct claim *cl, struct rgpu_jobrec *rec)
 {
 	struct rg_cluster c;
 	char err[512];
-	if (rgpu_view_get(&c, rgpu_cfg.ttl, 1, err, sizeof(err))) {
+	rec->error[0] = '\0';
+	if (rgpu_view_get(&c, max_age, 1, err, sizeof(err))) {
 		snprintf(rec->error, sizeof(rec->error), "no GPU view: %s", err);
-		return;
+		return ALLOC_WAIT;
 	}
 	struct rg_request r = { .count = q->count, .mem = mem, .local_node = me,
 				.job_id = job, .uid = q->uid, .expires = q->expires };
 	struct rpc_ctx x = { calloc(c.nsrv ? c.nsrv : 1, sizeof(struct rg_conn *)), c.nsrv, &c };
 	uint32_t *out = calloc(q->count, sizeof(*out));
+	int rc = ALLOC_OK;
 	if (!x.conn || !out) {
 		snprintf(rec->error, sizeof(rec->error), "out of memory");
+		rc = ALLOC_WAIT;
 	} else {
 		struct rg_backend b = { rpc_grant, rpc_release, &x };
 		if (rg_reserve(&c, &r, rgpu_cfg.policy, &b, out, err, sizeof(err))) {
 			snprintf(rec->error, sizeof(rec->error), "no room for %u GPU(s): %s",
 				 q->count, err);
+			/* a request no GPU of the cluster could ever take fails
+			 * at once; anything else waits for room */
+			rc = could_ever_fit(&c, &r) < q->count ? ALLOC_NEVER : ALLOC_WAIT;
+			/* one GPU: claim the one closest to having room (several
+			 * GPUs claimed piecemeal by two jobs could hold each
+			 * other up, so those only poll) */
+			if (rc == ALLOC_WAIT && q->count == 1)
+				claim_room(&x, &r, cl);
 		} else {
+			claim_drop(&x, &r, cl, &c.srv[c.gpu[out[0]].server], c.gpu[out[0]].index);
 			size_t ps = 0, pg = 0;
 			for (unsigned i = 0; i < q->count; i++) {
 				const struct rg_gpu *g = &c.gpu[out[i]];
@@ -154,6 +265,23 @@ static void allocate(uint32_t job, const struct job_req *q, uint64_t mem, const 
 	free(x.conn);
 	free(out);
 	rgpu_view_release(&c, 1);
+	return rc;
+}
+
+/* Says in the job's AdminComment (squeue -O admin_comment, scontrol show
+ * job) that it waits for GPU room, and why.  Other nodes look for the
+ * "rgpu;" record only, so this prefix does not confuse them. */
+static void publish_wait(uint32_t job, time_t since, const char *why)
+{
+	char buf[1024];
+	snprintf(buf, sizeof(buf), "rgpu-wait;since=%lld;why=%s", (long long)since, why);
+	job_desc_msg_t d;
+	slurm_init_job_desc_msg(&d);
+	d.job_id = job;
+	d.admin_comment = buf;
+	if (slurm_update_job(&d) != SLURM_SUCCESS)
+		slurm_info("rgpu: job %u: cannot set AdminComment: %s", job,
+			   slurm_strerror(slurm_get_errno()));
 }
 
 int rgpu_job_prolog(spank_t sp)
@@ -190,8 +318,45 @@ int rgpu_job_prolog(spank_t sp)
 		rgpu_jobrec_write(job, &rec);
 		return 0;
 	}
-	if (!rec.error[0])
-		allocate(job, &q, rec.mem, me, &rec);
+	if (!rec.error[0]) {
+		/* Slurm admitted the job by its license (memory units, see
+		 * job_submit.lua): room exists in total.  When no single GPU has
+		 * it yet (fragmentation, a view that was stale), wait for it here
+		 * (the job shows CONFIGURING, its AdminComment says why), up to
+		 * `wait` seconds, polling afresh. */
+		time_t t0 = time(NULL);
+		int pause = 1, published = 0;
+		struct claim cl = { 0 };
+		for (;;) {
+			int rc = allocate(job, &q, rec.mem, me, published ? pause : rgpu_cfg.ttl, &cl,
+					  &rec);
+			if (rc != ALLOC_WAIT)
+				break;
+			long waited = (long)(time(NULL) - t0);
+			if (waited >= rgpu_cfg.wait) {
+				char e[sizeof(rec.error)];
+				snprintf(e, sizeof(e), "%s (after waiting %ld s for room)", rec.error,
+					 waited);
+				snprintf(rec.error, sizeof(rec.error), "%s", e);
+				break;
+			}
+			if (!published) {
+				slurm_info("rgpu: job %u: waiting for GPU room: %s", job, rec.error);
+				publish_wait(job, t0, rec.error);
+				published = 1;
+			}
+			sleep((unsigned)pause);
+			/* with a claim held the GPU drains for this job: look often */
+			if (pause < 5 && !cl.held)
+				pause++;
+			else if (cl.held)
+				pause = 1;
+		}
+		if (published) { /* it did wait: at least a second, as said */
+			long w = (long)(time(NULL) - t0);
+			rec.waited = w > 0 ? (uint32_t)w : 1;
+		}
+	}
 	if (rec.error[0])
 		slurm_error("rgpu: job %u: %s", job, rec.error);
 	else
@@ -205,6 +370,64 @@ int rgpu_job_prolog(spank_t sp)
 
 /* Releases on every server named in the record, and gives the memory back
  * in this node's snapshot. */
+/* Ends the job's leases on every server of its record (LEASE_RELEASE
+ * also ends its sessions) and gives the memory back in this node's
+ * snapshot; the record then names no servers, so it happens once. */
+void rgpu_release(uint32_t job, struct rgpu_jobrec *rec)
+{
+	if (!rec->servers[0])
+		return;
+	char *list = strdup(rec->servers), *save = NULL;
+	char done[4096] = ",";
+	for (char *e = list ? strtok_r(list, ",", &save) : NULL; e;
+	     e = strtok_r(NULL, ",", &save)) {
+		char *slash = strrchr(e, '/'), *colon;
+		if (slash)
+			*slash = '\0';
+		char key[300];
+		snprintf(key, sizeof(key), ",%s,", e);
+		if (strstr(done, key))
+			continue;
+		strncat(done, e, sizeof(done) - strlen(done) - 2);
+		strcat(done, ",");
+		colon = strrchr(e, ':');
+		unsigned port = colon ? (unsigned)atoi(colon + 1) : rgpu_cfg.port;
+		if (colon)
+			*colon = '\0';
+		char why[512];
+		uint32_t n = 0;
+		struct rg_conn *c = rg_connect(e, port, 0, rgpu_cfg.timeout_ms, why, sizeof(why));
+		if (!c || rg_lease_release(c, job, &n, why, sizeof(why)))
+			slurm_error("rgpu: job %u: release on %s failed: %s (the lease "
+				    "expires with the job's time limit)", job, e, why);
+		else
+			slurm_info("rgpu: job %u: released %u lease(s) on %s", job, n, e);
+		rg_close(c);
+	}
+	free(list);
+
+	struct rg_cluster c;
+	char err[256];
+	if (rec->gpus[0] && rgpu_view_get(&c, -1, 1, err, sizeof(err)) == 0) {
+		char *g = strdup(rec->gpus);
+		save = NULL;
+		for (char *e = g ? strtok_r(g, ",", &save) : NULL; e;
+		     e = strtok_r(NULL, ",", &save)) {
+			char *colon = strrchr(e, ':');
+			if (!colon)
+				continue;
+			*colon = '\0';
+			struct rg_gpu *gp = rg_cluster_find(&c, e, (uint32_t)atoi(colon + 1));
+			if (gp)
+				rg_cluster_unapply(&c, gp, rec->mem);
+		}
+		free(g);
+		rgpu_view_release(&c, 1);
+	}
+	rec->servers[0] = '\0';
+	rec->gpus[0] = '\0';
+}
+
 int rgpu_job_epilog(spank_t sp)
 {
 	uint32_t job = 0;
@@ -213,55 +436,13 @@ int rgpu_job_epilog(spank_t sp)
 	struct rgpu_jobrec rec;
 	if (rgpu_jobrec_read(job, &rec))
 		return 0;
-	if (rec.servers[0]) {
-		char *list = strdup(rec.servers), *save = NULL;
-		char done[4096] = ",";
-		for (char *e = list ? strtok_r(list, ",", &save) : NULL; e;
-		     e = strtok_r(NULL, ",", &save)) {
-			char *slash = strrchr(e, '/'), *colon;
-			if (slash)
-				*slash = '\0';
-			char key[300];
-			snprintf(key, sizeof(key), ",%s,", e);
-			if (strstr(done, key))
-				continue;
-			strncat(done, e, sizeof(done) - strlen(done) - 2);
-			strcat(done, ",");
-			colon = strrchr(e, ':');
-			unsigned port = colon ? (unsigned)atoi(colon + 1) : rgpu_cfg.port;
-			if (colon)
-				*colon = '\0';
-			char why[512];
-			uint32_t n = 0;
-			struct rg_conn *c = rg_connect(e, port, 0, rgpu_cfg.timeout_ms, why, sizeof(why));
-			if (!c || rg_lease_release(c, job, &n, why, sizeof(why)))
-				slurm_error("rgpu: job %u: release on %s failed: %s (the lease "
-					    "expires with the job's time limit)", job, e, why);
-			else
-				slurm_info("rgpu: job %u: released %u lease(s) on %s", job, n, e);
-			rg_close(c);
-		}
-		free(list);
-
-		struct rg_cluster c;
-		char err[256];
-		if (rec.gpus[0] && rgpu_view_get(&c, -1, 1, err, sizeof(err)) == 0) {
-			char *g = strdup(rec.gpus);
-			save = NULL;
-			for (char *e = g ? strtok_r(g, ",", &save) : NULL; e;
-			     e = strtok_r(NULL, ",", &save)) {
-				char *colon = strrchr(e, ':');
-				if (!colon)
-					continue;
-				*colon = '\0';
-				struct rg_gpu *gp = rg_cluster_find(&c, e, (uint32_t)atoi(colon + 1));
-				if (gp)
-					rg_cluster_unapply(&c, gp, rec.mem);
-			}
-			free(g);
-			rgpu_view_release(&c, 1);
-		}
-	}
+	/* the final figures, for slurmd's log (the job has finished: its
+	 * AdminComment holds what its last step recorded) */
+	if (rec.servers[0] && rgpu_account(job, &rec) == 0)
+		slurm_info("rgpu: job %u: peak device memory %" PRIu64 " bytes (%" PRIu64
+			   " on one GPU), GPU time %.3f s", job, rec.peak, rec.peak_max,
+			   (double)rec.gpu_ms / 1000.0);
+	rgpu_release(job, &rec);
 	rgpu_jobrec_remove(job);
 	return 0;
 }

@@ -24,12 +24,13 @@ int rgpu_local_post_opt(spank_t sp)
 		slurm_info("rgpu: cannot check --rgpu-mem against the GPUs: %s", err);
 		return 0;
 	}
-	uint64_t max = rg_cluster_max_slice(&c);
+	uint64_t res = 0;
+	uint64_t max = rg_cluster_max_slice(&c, &res);
 	rgpu_view_release(&c, 0);
 	if (max && mem > max) {
 		char a[32], b[32];
 		rgpu_format_size(max, a, sizeof(a));
-		rgpu_format_size(RGPUD_LEASE_CTX_RESERVE, b, sizeof(b));
+		rgpu_format_size(res, b, sizeof(b));
 		slurm_error("rgpu: --rgpu-mem=%s is larger than any GPU in the cluster can give: "
 			    "the largest slice is %s (a GPU's memory less %s for the context)",
 			    rgpu_mem_arg, a, b);

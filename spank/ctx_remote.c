@@ -3,6 +3,8 @@
  * gets the same GPUs (allocated once per job by the prolog). */
 #include "plugin.h"
 
+#include <slurm/slurm.h>
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,5 +61,35 @@ int rgpu_remote_user_init(spank_t sp)
 		return 0;
 	snprintf(ld, sizeof(ld), "%s%s%s", rgpu_cfg.client_dir, old[0] ? ":" : "", old);
 	spank_setenv(sp, "LD_LIBRARY_PATH", ld, 1);
+	return 0;
+}
+
+/* slurmstepd (root), a step ended: on the job's first node (the one with
+ * the complete record), record the job's peak memory and GPU time so far
+ * in its AdminComment, while Slurm still lets it be updated. */
+int rgpu_remote_exit(spank_t sp)
+{
+	uint32_t job = 0;
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+		return 0;
+	char node[256];
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) == ESPANK_SUCCESS)
+		rgpu_cfg_set_node(node);
+	struct rgpu_jobrec rec;
+	if (rgpu_jobrec_read(job, &rec) || rec.error[0] || !rec.servers[0])
+		return 0;
+	if (rgpu_account(job, &rec) == 0 || rec.accounted)
+		rgpu_jobrec_publish(job, &rec);
+	/* The batch script's end is the job's end (Slurm ends its other
+	 * steps): give the GPUs back now rather than in the epilog, which
+	 * runs after Slurm has already freed the job's license, so the next
+	 * job's prolog would find them still leased and wait. */
+	uint32_t step = 0;
+	if (spank_get_item(sp, S_JOB_STEPID, &step) == ESPANK_SUCCESS &&
+	    step == SLURM_BATCH_SCRIPT) {
+		rgpu_release(job, &rec);
+		if (rgpu_jobrec_write(job, &rec))
+			slurm_info("rgpu: job %u: cannot rewrite its record", job);
+	}
 	return 0;
 }

@@ -20,11 +20,18 @@ static void rec_path(uint32_t job, char *buf, size_t len)
 	snprintf(buf, len, "%s/jobs/%u", rgpu_cfg.state_dir, job);
 }
 
-/* "servers=...;gpus=...;mem=...;error=..." */
+/* "servers=...;gpus=...;mem=...;error=...[;waited=S][;peak=B;peak_gpu=B;
+ * gpu_s=S;kernel_s=S]" */
 static void rec_format(const struct rgpu_jobrec *r, char *buf, size_t len, char sep)
 {
-	snprintf(buf, len, "servers=%s%cgpus=%s%cmem=%" PRIu64 "%cerror=%s", r->servers, sep,
-		 r->gpus, sep, r->mem, sep, r->error);
+	int n = snprintf(buf, len, "servers=%s%cgpus=%s%cmem=%" PRIu64 "%cerror=%s", r->servers,
+			 sep, r->gpus, sep, r->mem, sep, r->error);
+	if (n > 0 && (size_t)n < len && r->waited)
+		n += snprintf(buf + n, len - (size_t)n, "%cwaited=%u", sep, r->waited);
+	if (n > 0 && (size_t)n < len && r->accounted)
+		snprintf(buf + n, len - (size_t)n, "%cpeak=%" PRIu64 "%cpeak_gpu=%" PRIu64
+			 "%cgpu_s=%.3f%ckernel_s=%.3f", sep, r->peak, sep, r->peak_max, sep,
+			 (double)r->gpu_ms / 1000.0, sep, (double)r->attained_ns / 1e9);
 }
 
 static void rec_parse(char *s, char sep, struct rgpu_jobrec *r)
@@ -41,6 +48,8 @@ static void rec_parse(char *s, char sep, struct rgpu_jobrec *r)
 			r->mem = strtoull(t + 4, NULL, 10);
 		else if (!strncmp(t, "error=", 6))
 			snprintf(r->error, sizeof(r->error), "%s", t + 6);
+		else if (!strncmp(t, "waited=", 7))
+			r->waited = (uint32_t)strtoul(t + 7, NULL, 10);
 	}
 }
 

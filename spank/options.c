@@ -3,7 +3,7 @@
  *
  *   required $spankdir/spank_rgpu.so \
  *       client_dir=$clientdir port=7420 state_dir=$localstatedir/lib/rgpu \
- *       policy=balanced ttl=30 timeout_ms=2000 parallel=64 grace=300 \
+ *       policy=balanced ttl=30 timeout_ms=2000 parallel=64 grace=300 wait=600 \
  *       [standby=host:port,...]
  */
 #include "plugin.h"
@@ -174,6 +174,7 @@ int rgpu_cfg_parse(int ac, char **av)
 	c->timeout_ms = 2000;
 	c->parallel = 64;
 	c->grace = 300;
+	c->wait = 600;
 	for (int i = 0; i < ac; i++) {
 		const char *a = av[i], *eq = strchr(a, '=');
 		if (!eq) {
@@ -212,6 +213,9 @@ int rgpu_cfg_parse(int ac, char **av)
 				return -1;
 		} else if (k == 8 && !strncmp(a, "parallel", k)) {
 			if (int_arg(v, 1, 1024, &c->parallel, "parallel"))
+				return -1;
+		} else if (k == 4 && !strncmp(a, "wait", k)) {
+			if (int_arg(v, 0, 86400 * 7, &c->wait, "wait"))
 				return -1;
 		} else if (k == 5 && !strncmp(a, "grace", k)) {
 			if (int_arg(v, 0, 86400 * 7, &c->grace, "grace"))

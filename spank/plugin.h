@@ -10,6 +10,7 @@
  *   discover.c        GPU servers from Slurm's node table
  *   view.c            the load snapshot, refreshed when stale
  *   jobrec.c          what a job was granted (node-local file, AdminComment)
+ *   account.c         peak memory and GPU time, recorded at each step's end
  */
 #ifndef RGPU_SPANK_PLUGIN_H
 #define RGPU_SPANK_PLUGIN_H
@@ -32,6 +33,7 @@ struct rgpu_cfg {
 	int timeout_ms; /* per server, connect and reply */
 	int parallel;   /* servers polled at once */
 	int grace;      /* seconds a lease outlives the job's time limit */
+	int wait;       /* seconds the prolog waits for GPU room */
 };
 extern struct rgpu_cfg rgpu_cfg;
 
@@ -58,6 +60,15 @@ int rgpu_local_post_opt(spank_t sp);
 int rgpu_job_prolog(spank_t sp);
 int rgpu_job_epilog(spank_t sp);
 int rgpu_remote_user_init(spank_t sp);
+int rgpu_remote_exit(spank_t sp);
+struct rgpu_jobrec;
+
+/* account.c: the job's peak memory and GPU time from its servers into
+ * rec (accounted, peak, peak_max, gpu_ms).  0, or -1 if a server did not
+ * answer (what the others said is kept). */
+int rgpu_account(uint32_t job, struct rgpu_jobrec *rec);
+/* ctx_job_script.c: ends the job's leases (once: clears rec's servers). */
+void rgpu_release(uint32_t job, struct rgpu_jobrec *rec);
 
 /* discover.c: nodes with Gres=rgpu:N, as servers to poll.  0 or -1. */
 int rgpu_discover(struct rg_server_addr **out, size_t *n, char *err, size_t errlen);
@@ -75,6 +86,13 @@ struct rgpu_jobrec {
 	char gpus[4096];     /* node:index,... (for the snapshot on release) */
 	uint64_t mem;        /* slice size, 0 = whole GPUs */
 	char error[512];     /* set when the allocation failed */
+	uint32_t waited;     /* seconds the prolog waited for room */
+	/* accounting, filled by the epilog (LEASE_STATS) */
+	int accounted;
+	uint64_t peak;       /* bytes: sum over the job's GPUs of each one's peak */
+	uint64_t peak_max;   /* bytes: the largest of those */
+	uint64_t gpu_ms;     /* milliseconds sessions held the job's GPUs */
+	uint64_t attained_ns; /* their kernels' GPU time (rgpud --sched) */
 };
 int rgpu_jobrec_write(uint32_t job, const struct rgpu_jobrec *r);
 /* 0: found; -1: none. */

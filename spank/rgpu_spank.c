@@ -41,3 +41,10 @@ int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
 	return rgpu_remote_user_init(sp);
 }
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+	if (spank_context() != S_CTX_REMOTE)
+		return 0;
+	return rgpu_remote_exit(sp);
+}

@@ -61,9 +61,10 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 DPID=""
 start_rgpud() { # NAME ARGS...
 	local name=$1
+	LAST=$name
 	shift
 	PORT=$(free_port)
-	LD_LIBRARY_PATH=$R:${LD_LIBRARY_PATH:-} "$B/daemon/rgpud" --open --listen "127.0.0.1:$PORT" "$@" \
+	RGPUD_SWAP_KEEP=${KEEP:-24G} LD_LIBRARY_PATH=$R:${LD_LIBRARY_PATH:-} "$B/daemon/rgpud" --open --listen "127.0.0.1:$PORT" "$@" \
 		>"$OUT/rgpud-$name.log" 2>&1 &
 	DPID=$!
 	for _ in $(seq 1 100); do
@@ -72,13 +73,21 @@ start_rgpud() { # NAME ARGS...
 	done
 	return 1
 }
-stop_rgpud() { [ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null; DPID=""; }
+stop_rgpud() {
+	[ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
+	DPID=""
+	# what the memory manager did, in the summary (the logs may not come back)
+	local f=$OUT/rgpud-$LAST.log
+	[ -f "$f" ] || return 0
+	say "  $LAST: $(grep -c 'swapped out' "$f") evictions, $(grep -c 'swapped in' "$f") restores, $(grep -c 'eviction asked by rgpud failed' "$f") failed evictions"
+	grep -m 4 -E 'memory: |eviction asked|swapped (out|in)' "$f" | sed 's/^/    /' | tee -a "$S"
+}
 trap 'stop_rgpud; kill $(jobs -p) 2>/dev/null' EXIT
 
 # tenants NAME MIB ITERS PASSES HOST_MS N MODE(seq|conc): wall seconds in WALL,
 # failures in BAD
 tenants() {
-	local name=$1 mib=$2 it=$3 pa=$4 host=$5 n=$6 mode=$7 i pids="" t0 t1 st
+	local name=$1 mib=$2 it=$3 pa=$4 host=$5 n=$6 mode=$7 i p pids="" t0 t1 st
 	BAD=0
 	t0=$(date +%s.%N)
 	for i in $(seq 1 "$n"); do
@@ -101,11 +110,12 @@ tenants() {
 
 pct() { echo $((TOTAL_MIB * $1 / 100)); }
 RC=0
-# host memory: an evicted session's whole copy, plus what a resident one
-# keeps for its next eviction
-export RGPUD_SWAP_KEEP=${RGPUD_SWAP_KEEP:-24G}
+# Host memory (128 GiB on the H100 machine) bounds what may be swapped out
+# plus what restored sessions keep for their next eviction
+# (RGPUD_SWAP_KEEP, per session): set per case below.
 
 # ---- two sessions of 60% each, swap and wait
+KEEP=24G
 if start_rgpud pair_swap; then
 	tenants pair_swap "$(pct 60)" 2 20 1500 2 conc
 	say "pair_swap: two sessions x 60% under swap: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
@@ -124,8 +134,9 @@ fi
 stop_rgpud
 
 # ---- alternating tenants: at once (swap) against one after another
-alt() { # NAME PCT N PASSES
+alt() { # NAME PCT N PASSES KEEP
 	local name=$1 p=$2 n=$3 pa=$4 seq conc
+	KEEP=$5
 	start_rgpud "$name" || { say "$name: rgpud did not start"; RC=1; return; }
 	tenants "$name-seq" "$(pct "$p")" 3 "$pa" 2000 "$n" seq
 	seq=$WALL; local bad=$BAD
@@ -137,8 +148,8 @@ alt() { # NAME PCT N PASSES
 	say "$name: $n tenants x $p% ($((n * p))% of the GPU), 3 x (GPU phase, 2 s host phase): one after another $seq s, at once $conc s: ratio $ratio (target <= 1.20)$([ $bad = 0 ] && echo ', data intact' || echo ", $bad FAILED")"
 	[ $bad = 0 ] || RC=1
 }
-alt alt2 75 2 25
-alt alt4 30 4 40
+alt alt2 75 2 25 40G
+alt alt4 30 4 40 10G
 
 # ---- swap bandwidth from the logs
 python3 - "$OUT" "$PIN_D2H" "$PIN_H2D" <<'EOF' | tee -a "$S"

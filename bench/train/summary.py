@@ -47,7 +47,10 @@ def main(argv):
     for r in train:
         if r.get("model") not in models:
             models.append(r.get("model"))
-    print("=== training steps, ms: median over repetitions [fastest, slowest repetition]")
+    nrep = len({r.get("rep") for r in train})
+    print(f"=== training steps, ms: median over {nrep} repetitions [fastest, slowest repetition]")
+    if nrep < 5:
+        print(f"    (fewer than the 5 repetitions the bars ask for)")
     print(f"{'model':12s} {'local':>22s} {'tcp':>22s} {'shm':>22s} {'tcp/loc':>8s} "
           f"{'shm/loc':>8s} {'sync/step tcp,shm':>18s}")
     for m in models:

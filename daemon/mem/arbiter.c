@@ -175,10 +175,11 @@ void mem_parent_charged(struct mem_worker *w, unsigned gpu, int64_t delta)
 
 /* Asks worker t (lock held, t->refs taken) and waits for its answer; 0 and
  * *a, or -1 (no answer in time, or it is gone). */
-static int ask(struct mem_worker *t, unsigned op, unsigned gpu, unsigned timeout_ms,
-	       struct mem_q_answer *a)
+static int ask(struct mem_worker *t, unsigned op, unsigned gpu, uint64_t bytes,
+	       unsigned timeout_ms, struct mem_q_answer *a)
 {
-	struct mem_parent_msg m = { .rc = MEM_PARENT_MAGIC, .op = op, .seq = ++next_seq, .gpu = gpu };
+	struct mem_parent_msg m = { .rc = MEM_PARENT_MAGIC, .op = op, .seq = ++next_seq, .gpu = gpu,
+				    .bytes = bytes };
 	t->ask_seq = m.seq;
 	t->answered = 0;
 	pthread_mutex_unlock(&lock);
@@ -211,7 +212,8 @@ static int by_idle(const void *a, const void *b)
 /* One round of swap (lock held): evicts idle workers holding memory on gpu
  * until bytes were freed.  Returns bytes freed; *others: workers that hold
  * memory there at all. */
-static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, int *others)
+static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, int *others,
+			   int first)
 {
 	struct cand c[256];
 	size_t n = 0;
@@ -229,7 +231,13 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct mem_q_answer a;
-		if (ask(c[i].w, MEMP_STATE, gpu, STATE_TIMEOUT_MS, &a) == 0 && a.idle && a.bytes) {
+		int got = ask(c[i].w, MEMP_STATE, gpu, 0, STATE_TIMEOUT_MS, &a);
+		if (first)
+			log_info("memory: %llu bytes wanted on GPU %u: a session with %llu bytes there "
+				 "%s", (unsigned long long)bytes, gpu,
+				 (unsigned long long)c[i].w->resident[gpu],
+				 got ? "did not answer" : a.idle ? "is idle" : "is busy");
+		if (got == 0 && a.idle && a.bytes) {
 			c[i].idle_ms = a.idle_ms;
 			c[k++] = c[i];
 		} else {
@@ -240,7 +248,8 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	uint64_t freed = 0;
 	for (size_t i = 0; i < k; i++) {
 		struct mem_q_answer a;
-		if (freed < bytes && ask(c[i].w, MEMP_EVICT, gpu, EVICT_TIMEOUT_MS, &a) == 0 && a.idle)
+		if (freed < bytes &&
+		    ask(c[i].w, MEMP_EVICT, gpu, bytes - freed, EVICT_TIMEOUT_MS, &a) == 0 && a.idle)
 			freed += a.bytes;
 		c[i].w->refs--;
 	}
@@ -255,6 +264,17 @@ static int first_in_line(const struct mem_worker *w, unsigned gpu)
 		if (t != w && !t->dead && t->ticket && t->ticket_gpu == gpu && t->ticket < w->ticket)
 			return 0;
 	return 1;
+}
+
+/* Another request waits for room on gpu since before w's (lock held):
+ * while each waits for the other's memory, the younger gives way. */
+static int older_waiting(const struct mem_worker *w, unsigned gpu)
+{
+	for (const struct mem_worker *t = workers; t; t = t->next)
+		if (t != w && !t->dead && t->in_room && t->ticket && t->ticket_gpu == gpu &&
+		    t->ticket < w->ticket)
+			return 1;
+	return 0;
 }
 
 static int others_hold(const struct mem_worker *w, unsigned gpu)
@@ -278,7 +298,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 		w->seen_gen = gen[gpu];
 		w->deadline_ns = now + (uint64_t)wait_s * 1000000000ull;
 	}
-	int rc = CUDA_ERROR_OUT_OF_MEMORY;
+	int rc = CUDA_ERROR_OUT_OF_MEMORY, rounds = 0;
 	w->in_room = 1;
 	for (;;) {
 		if (policy == MEM_POLICY_SWAP) {
@@ -289,13 +309,20 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 				rc = 0;
 				break;
 			}
-			if (swap_round(w, gpu, bytes, &others)) {
+			if (swap_round(w, gpu, bytes, &others, rounds == 0)) {
 				w->seen_gen = gen[gpu];
 				rc = 0;
 				break;
 			}
-			if (!others)
+			if (!others) {
+				log_info("memory: %llu bytes wanted on GPU %u: no other session holds "
+					 "memory there", (unsigned long long)bytes, gpu);
 				break; /* nothing to evict: its own working set does not fit */
+			}
+			if (rounds++ && w->resident[gpu] && older_waiting(w, gpu)) {
+				rc = MEM_ROOM_YIELD;
+				break;
+			}
 		} else {
 			if (!others_hold(w, gpu))
 				break; /* nobody else can give memory back */
@@ -312,7 +339,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 		wait_until(until < w->deadline_ns ? until : w->deadline_ns);
 	}
 	w->in_room = 0;
-	if (rc)
+	if (rc && rc != MEM_ROOM_YIELD)
 		w->ticket = 0;
 	pthread_cond_broadcast(&cond);
 	return rc;

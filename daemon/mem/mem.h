@@ -15,7 +15,8 @@
  *
  * When physical memory runs out, the worker asks the rgpud parent for room
  * over the gate (room.c); the parent (arbiter.c) applies the policy:
- * `swap` evicts whole idle sessions (least recently used) to host memory,
+ * `swap` evicts idle sessions (least recently used first, as much as is
+ * needed) to host memory,
  * `wait` queues the request in arrival order until memory is freed, `fail`
  * refuses.  A session that was evicted is restored before its next request
  * that may touch the GPU (mem_before_request).  Quotas are not this
@@ -101,6 +102,10 @@ void mem_ctl_busy(const void *msg, size_t len);
 /* Physical memory ran out on dev: asks the parent for room.  1: try again,
  * 0: give up (CUDA_ERROR_OUT_OF_MEMORY). */
 int mem_ask_room(struct session *s, unsigned dev, uint64_t bytes);
+/* The parent's answer to a request for room from a worker that holds
+ * memory an older waiting request needs (mem_ask_room evicts itself). */
+#define MEM_ROOM_YIELD 1
+
 /* The allocation that asked for room got it (or gave up). */
 void mem_room_done(struct session *s, unsigned dev);
 /* Tells the parent the session's resident and swapped-out bytes. */
@@ -141,6 +146,7 @@ struct mem_parent_msg {
 	uint32_t op;
 	uint64_t seq;
 	uint64_t gpu;
+	uint64_t bytes;  /* EVICT: how much is wanted (0: all of it) */
 };
 
 /* ---- parent side (arbiter.c) ---- */

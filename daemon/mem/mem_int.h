@@ -24,8 +24,10 @@ struct mem_block {
 	int resident;        /* mapped on the GPU */
 	int plain;           /* cuMemAlloc'd (no VMM): never evicted */
 	int small;
+	int evicting;        /* chosen by the eviction in progress */
 	uint64_t *bitmap;    /* small: 256-byte units in use */
 	unsigned nused;      /* small: allocations in it */
+	unsigned free_units; /* small: units not in use */
 	void *shadow;        /* host copy (evicted, or kept for the next time) */
 	int shadow_pinned;
 };
@@ -46,6 +48,7 @@ struct mem_state {
 	} range[RGPUD_MAX_GPUS];
 	size_t evicted;            /* blocks not resident */
 	uint64_t last_active_ns;
+	uint64_t reported[2];      /* resident, swapped: as the parent knows */
 	double out_bytes, out_s, in_bytes, in_s;
 };
 
@@ -54,8 +57,14 @@ uint64_t mem_now_ns(void);
 int mem_enter_ctx(struct session *s, uint64_t ctx);
 int mem_phys_map(struct session *s, struct mem_block *b);
 void mem_phys_unmap(struct mem_block *b);
+/* Evicts resident chunks on dev (-1: all devices) in address order until
+ * want bytes (0: all) are queued (swap.c). */
+int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed);
 /* Frees b's host copy (swap.c). */
 void mem_shadow_drop(struct mem_state *m, struct mem_block *b);
+/* Reports usage to the parent: always with force, else only changes of
+ * 64 MiB or more (room.c). */
+void mem_report_if(struct session *s, int force);
 /* No work of the session queued or running (room.c). */
 int mem_session_idle(struct session *s);
 

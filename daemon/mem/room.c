@@ -45,6 +45,11 @@ static int needs_no_gpu(unsigned op)
 	case RGPU_OP_LEASE_GRANT:
 	case RGPU_OP_LEASE_RELEASE:
 	case RGPU_OP_LEASE_LIST:
+	case RGPU_OP_SESSION_LIST:
+	case RGPU_OP_SESSION_SHARE:
+	case RGPU_OP_GPU_STATUS:
+	case RGPU_OP_PEER_QUERY:
+	case RGPU_OP_POOL_GET_ATTR:
 		return 1;
 	}
 	return 0;
@@ -143,8 +148,15 @@ static void parent_request(struct session *s)
 	}
 	if (q.op == MEMP_EVICT) {
 		uint64_t freed = 0;
-		if (idle && resident_on(s, (unsigned)q.gpu) && mem_evict(s, &freed) != 0)
+		int rc = 0;
+		if (idle && resident_on(s, (unsigned)q.gpu) &&
+		    (rc = mem_evict_some(s, (int)q.gpu, q.bytes, &freed)) != 0) {
+			log_warn("%s: eviction asked by rgpud failed: %s", s->name, rgpud_cu_errname(D, rc));
 			freed = 0;
+		}
+		if (!idle)
+			log_debug("%s: eviction asked by rgpud refused: work is queued or running",
+				  s->name);
 		answer(q.seq, (unsigned)q.gpu, freed > 0, idle_ms, freed);
 		return;
 	}
@@ -169,8 +181,18 @@ void mem_parent_input(struct session *s)
 int mem_ask_room(struct session *s, unsigned dev, uint64_t bytes)
 {
 	struct mem_q_room q = { .bytes = bytes };
-	(void)s;
-	return gate_mem_call(MEMQ_ROOM, dev, &q, sizeof(q)) == 0;
+	int rc = gate_mem_call(MEMQ_ROOM, dev, &q, sizeof(q));
+	if (rc == MEM_ROOM_YIELD) {
+		/* an older request waits for this session's memory while this
+		 * one waits for its: give ours back if nothing runs on it (the
+		 * allocation in progress is not mapped yet; a restore's chunks
+		 * mapped but not refilled stay), and try again */
+		uint64_t freed = 0;
+		if (mem_session_idle(s))
+			mem_evict_some(s, (int)dev, 0, &freed);
+		return 1;
+	}
+	return rc == 0;
 }
 
 void mem_room_done(struct session *s, unsigned dev)
@@ -180,7 +202,15 @@ void mem_room_done(struct session *s, unsigned dev)
 	gate_mem_call(MEMQ_ROOM_DONE, dev, &q, sizeof(q));
 }
 
-void mem_report(struct session *s)
+/* Changes smaller than this wait for the next report (each is a round
+ * trip to the parent); evictions and restores always report. */
+#define REPORT_STEP (64ull << 20)
+
+static uint64_t absdiff(uint64_t a, uint64_t b) { return a > b ? a - b : b - a; }
+
+void mem_report(struct session *s) { mem_report_if(s, 0); }
+
+void mem_report_if(struct session *s, int force)
 {
 	struct mem_state *m = s->mem;
 	struct mem_q_report r = { 0 };
@@ -193,6 +223,14 @@ void mem_report(struct session *s)
 			r.resident_all += b->len;
 		else
 			r.swapped_all += b->len;
+	}
+	if (m && !force && absdiff(r.resident_all, m->reported[0]) < REPORT_STEP &&
+	    absdiff(r.swapped_all, m->reported[1]) < REPORT_STEP &&
+	    (r.resident_all == 0) == (m->reported[0] == 0))
+		return;
+	if (m) {
+		m->reported[0] = r.resident_all;
+		m->reported[1] = r.swapped_all;
 	}
 	gate_mem_call(MEMQ_REPORT, 0, &r, sizeof(r));
 }

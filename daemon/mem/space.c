@@ -174,7 +174,8 @@ static int range_reserve_at(struct session *s, struct mem_state *m, unsigned dev
 	rc = D->cuMemAddressReserve(&got, MEM_RANGE_SIZE, MEM_CHUNK, 0, 0);
 	if (rc)
 		return rc;
-	log_warn("%s: no fixed address range for device memory; using %#llx", s->name,
+	/* (under ASan the fixed slots lie in its shadow memory) */
+	log_info("%s: no fixed address range for device memory; using %#llx", s->name,
 		 (unsigned long long)got);
 	m->range[dev].base = got;
 	return CUDA_SUCCESS;
@@ -354,7 +355,7 @@ static int small_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 	size_t n = (size_t)((size + UNIT - 1) / UNIT);
 	for (size_t i = 0; i < m->nblocks; i++) {
 		struct mem_block *b = m->blocks[i];
-		if (!b->small || b->dev != dev || b->ctx != ctx)
+		if (!b->small || b->dev != dev || b->ctx != ctx || b->free_units < n)
 			continue;
 		ssize_t at = bits_find(b->bitmap, n);
 		if (at < 0)
@@ -363,6 +364,7 @@ static int small_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		bits_set(b->bitmap, (size_t)at, n, 1);
 		b->nused++;
+		b->free_units -= (unsigned)n;
 		*addr = b->va + (uint64_t)at * UNIT;
 		return CUDA_SUCCESS;
 	}
@@ -393,6 +395,7 @@ static int small_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 	}
 	bits_set(bm, 0, n, 1);
 	b->nused = 1;
+	b->free_units = (unsigned)(UNITS - n);
 	*addr = va;
 	return CUDA_SUCCESS;
 }
@@ -479,15 +482,16 @@ int mem_free(struct session *s, uint64_t addr)
 	memmove(&m->allocs[i], &m->allocs[i + 1], (m->nallocs - (size_t)i - 1) * sizeof(*m->allocs));
 	m->nallocs--;
 	struct mem_block *b = a.b;
-	/* the GPU may still use it: wait, as cuMemFree does */
-	if (b->resident && !b->plain && mem_enter_ctx(s, b->ctx) == 0)
-		D->cuCtxSynchronize();
 	if (b->small) {
 		size_t at = (size_t)((a.addr - b->va) / UNIT), n = (size_t)((a.size + UNIT - 1) / UNIT);
 		bits_set(b->bitmap, at, n, 0);
+		b->free_units += (unsigned)n;
 		if (--b->nused)
 			return CUDA_SUCCESS;
 	}
+	/* the GPU may still use it: wait, as cuMemFree does, before unmapping */
+	if (b->resident && !b->plain && mem_enter_ctx(s, b->ctx) == 0)
+		D->cuCtxSynchronize();
 	if (!b->resident)
 		m->evicted--;
 	block_free(m, b);

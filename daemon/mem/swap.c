@@ -1,9 +1,10 @@
 /*
- * Eviction and restore of a whole session (see mem.h).
+ * Eviction and restore of a session's memory (see mem.h): all of it, or
+ * as much as the parent asks for, in address order.
  *
  * The host copy of a chunk ("shadow") is anonymous memory on transparent
  * huge pages, faulted in by several threads and registered (pinned) with
- * the driver in pieces, so the GPU copies at pinned bandwidth.  Fresh host
+ * the driver, so the GPU copies at pinned bandwidth.  Fresh host
  * memory is slow to fault in (measured on the H100 host: 2 GB/s on 4 KiB
  * pages with one thread, 22 GB/s on huge pages with 8 threads, then 48
  * GB/s to pin), so a session keeps its shadows after a restore, up to
@@ -23,7 +24,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#define PIECE (256ull << 20) /* pinned in pieces of this much */
 #define TOUCH_THREADS 8
 
 static uint64_t keep_cap(void)
@@ -102,17 +102,9 @@ static int shadow_get(struct mem_state *m, struct mem_block *b)
 	madvise(p, b->len, MADV_HUGEPAGE);
 #endif
 	touch_parallel(p, b->len);
-	int pinned = 1;
-	for (uint64_t off = 0; off < b->len; off += PIECE) {
-		uint64_t k = b->len - off < PIECE ? b->len - off : PIECE;
-		if (D->cuMemHostRegister_v2((char *)p + off, k, CU_MEMHOSTREGISTER_PORTABLE)) {
-			/* unpinned, copies still work (slower): undo the rest */
-			for (uint64_t o = 0; o < off; o += PIECE)
-				D->cuMemHostUnregister((char *)p + o);
-			pinned = 0;
-			break;
-		}
-	}
+	/* one registration per chunk: a copy must lie within one to go at
+	 * pinned speed; unpinned, copies still work (slower) */
+	int pinned = D->cuMemHostRegister_v2(p, b->len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
 	b->shadow = p;
 	b->shadow_pinned = pinned;
 	return 0;
@@ -124,22 +116,22 @@ void mem_shadow_drop(struct mem_state *m, struct mem_block *b)
 	if (!b->shadow)
 		return;
 	if (b->shadow_pinned)
-		for (uint64_t o = 0; o < b->len; o += PIECE)
-			D->cuMemHostUnregister((char *)b->shadow + o);
+		D->cuMemHostUnregister(b->shadow);
 	munmap(b->shadow, b->len);
 	b->shadow = NULL;
 	b->shadow_pinned = 0;
 }
 
-/* Synchronises every context that blocks of m were copied in. */
-static int sync_ctxs(struct session *s, struct mem_state *m, int resident_now)
+/* Synchronises every context that owns movable blocks of m (those the
+ * copies were queued in). */
+static int sync_ctxs(struct session *s, struct mem_state *m)
 {
 	int rc = 0;
 	uint64_t done[16];
 	size_t nd = 0;
 	for (size_t i = 0; i < m->nblocks; i++) {
 		struct mem_block *b = m->blocks[i];
-		if (b->plain || b->resident != resident_now || !b->shadow)
+		if (b->plain || !b->shadow)
 			continue;
 		size_t k = 0;
 		while (k < nd && done[k] != b->ctx)
@@ -161,17 +153,28 @@ static double secs(uint64_t a, uint64_t b) { return (double)(b - a) / 1e9; }
 
 int mem_evict(struct session *s, uint64_t *freed)
 {
+	return mem_evict_some(s, -1, 0, freed);
+}
+
+int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
+{
 	struct mem_state *m = s->mem;
 	*freed = 0;
 	if (!m)
 		return CUDA_SUCCESS;
-	uint64_t t0 = mem_now_ns(), bytes = 0;
+	uint64_t t0 = mem_now_ns(), bytes = 0, queued = 0;
 	int rc = 0, fresh = 0;
-	/* queue every copy: preparing the next shadow overlaps this copy */
+	/* queue every copy: preparing the next shadow overlaps this copy.
+	 * Chunks go in address order, so a session evicted again in part
+	 * loses the same chunks, whose host copies it kept. */
 	for (size_t i = 0; i < m->nblocks && !rc; i++) {
 		struct mem_block *b = m->blocks[i];
-		if (b->plain || !b->resident)
+		b->evicting = 0;
+		if (b->plain || b->resident != 1 || (dev >= 0 && b->dev != (unsigned)dev) ||
+		    (want && queued >= want))
 			continue;
+		b->evicting = 1;
+		queued += b->len;
 		fresh |= !b->shadow;
 		if (shadow_get(m, b) < 0) {
 			log_warn("%s: no host memory to swap %llu bytes out to", s->name,
@@ -182,7 +185,7 @@ int mem_evict(struct session *s, uint64_t *freed)
 		if ((rc = mem_enter_ctx(s, b->ctx)) == 0)
 			rc = D->cuMemcpyDtoHAsync_v2(b->shadow, b->va, b->len, NULL);
 	}
-	int src = sync_ctxs(s, m, 1);
+	int src = sync_ctxs(s, m);
 	if (!rc)
 		rc = src;
 	if (rc) {
@@ -191,8 +194,9 @@ int mem_evict(struct session *s, uint64_t *freed)
 	}
 	for (size_t i = 0; i < m->nblocks; i++) {
 		struct mem_block *b = m->blocks[i];
-		if (b->plain || !b->resident || !b->shadow)
+		if (!b->evicting || !b->resident || !b->shadow)
 			continue;
+		b->evicting = 0;
 		mem_phys_unmap(b);
 		m->evicted++;
 		bytes += b->len;
@@ -204,11 +208,22 @@ int mem_evict(struct session *s, uint64_t *freed)
 		 (unsigned long long)bytes, secs(t0, mem_now_ns()),
 		 (double)bytes / 1e9 / (secs(t0, mem_now_ns()) + 1e-9),
 		 fresh ? "host memory prepared now" : "host memory kept from before");
-	mem_report(s);
+	mem_report_if(s, 1);
 	return CUDA_SUCCESS;
 }
 
+static int restore_pass(struct session *s);
+
 int mem_restore(struct session *s)
+{
+	/* a pass may have had to give memory back (mem_ask_room: yield) */
+	int rc = 0;
+	for (int i = 0; i < 1000 && !rc && s->mem && s->mem->evicted; i++)
+		rc = restore_pass(s);
+	return rc;
+}
+
+static int restore_pass(struct session *s)
 {
 	struct mem_state *m = s->mem;
 	if (!m || !m->evicted)
@@ -271,7 +286,7 @@ int mem_restore(struct session *s)
 			rc = r;
 	}
 	(void)mapped;
-	int src = sync_ctxs(s, m, 1);
+	int src = sync_ctxs(s, m);
 	if (!rc)
 		rc = src;
 	/* keep shadows for the next eviction, up to the cap */
@@ -293,7 +308,7 @@ int mem_restore(struct session *s)
 			 "%.1f GB/s; waiting for room %.3f s)", s->name, (unsigned long long)bytes,
 			 secs(t0, t2), secs(t1, t2), (double)bytes / 1e9 / (secs(t1, t2) + 1e-9),
 			 secs(t0, t1));
-	mem_report(s);
+	mem_report_if(s, 1);
 	return rc;
 }
 

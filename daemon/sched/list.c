@@ -58,8 +58,8 @@ static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf 
 		put_u32(out, weight);
 		put_u64(out, ns);
 		put_u64(out, busy);
-		put_u64(out, 0); /* resident: the memory manager's, once it reports */
-		put_u64(out, 0); /* swapped out */
+		put_u64(out, v[i].resident); /* the memory manager's (daemon/mem/) */
+		put_u64(out, v[i].swapped);
 		put_u64(out, (uint64_t)(v[i].age_s * 1000));
 	}
 	put_str(out, sched_policy_name(sched_config()->policy));

@@ -243,6 +243,7 @@ suite() {
 				grep -q "^rgpu stats:   STREAM_SYNC answered locally=[1-9]" "$o.err"
 			verdict "t_stats_line$SUFFIX" $? "program counted '$mine', the library printed '$line'"
 		fi
+		run t_stats_nocoalesce "$ONE" -- RGPU_STATS=1 RGPU_COALESCE_US=0 t_stats
 		run t_stats_off "$ONE" -- T_STATS_OFF=1 t_stats
 		if [ "$LAST_RC" -eq 0 ]; then
 			! grep -q "rgpu stats" "$LOGDIR/t_stats_off$SUFFIX.err"

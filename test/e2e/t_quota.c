@@ -412,6 +412,38 @@ static void run(unsigned port)
 	uint64_t f6 = mem_free(&job, c1);
 	CHECK(st == 0 && f6 == GiB, "CTX_DESTROY refunds: %d, free %llu, want the whole 1 GiB", st,
 	      (unsigned long long)f6);
+
+	/* another session of the job (a second process of it): its context
+	 * is charged as well; the lease reserves for one context, not one per
+	 * session (issue 16.5) */
+	struct raw job2;
+	if (hello(&job2, port, JOB) < 0) {
+		CHECK(0, "second session's HELLO refused");
+	} else {
+		uint64_t d1 = ctx_create(&job2, &st);
+		CHECK(d1, "second session's context: %d", st);
+		uint64_t g1 = mem_free(&job, c1);
+		CHECK(g1 == GiB - 512 * MiB, "a second session's context: free %llu, want %llu",
+		      (unsigned long long)g1, (unsigned long long)(GiB - 512 * MiB));
+		CHECK(mem_free(&job2, d1) == g1, "the two sessions see different quotas");
+		wbuf_reset(&W);
+		put_u64(&W, d1);
+		put_u64(&W, 600 * MiB);
+		st = raw_call(&job2, RGPU_OP_MEM_ALLOC, &W, &RP);
+		CHECK(st == CUDA_ERROR_OUT_OF_MEMORY, "600 MiB with 512 MiB left: %d", st);
+		wbuf_reset(&W);
+		put_u64(&W, d1);
+		put_u64(&W, 512 * MiB);
+		st = raw_call(&job2, RGPU_OP_MEM_ALLOC, &W, &RP);
+		CHECK(st == 0 && mem_free(&job, c1) == 0, "the last 512 MiB: %d", st);
+		close(job2.fd);
+		/* the session's end gives its context and memory back */
+		uint64_t g2 = 0;
+		for (int t = 0; t < 100 && (g2 = mem_free(&job, c1)) != GiB; t++)
+			usleep(50 * 1000);
+		CHECK(g2 == GiB, "after the second session ended: free %llu, want 1 GiB",
+		      (unsigned long long)g2);
+	}
 	appmem(port, &admin, &job, c1);
 	close(job.fd);
 	close(admin.fd);

@@ -155,6 +155,29 @@ int main(int argc, char **argv)
 	      CK(cuOccupancyMaxActiveBlocksPerMultiprocessor(&b2, finc, 128, 0)));
 	CHECK(b1 == b2 && b1 > 0, "occupancy %d then %d", b1, b2);
 
+	/* requests without a reply go out together: 100 launches and the
+	 * synchronisation after them in a few writes (RGPU_COALESCE_US=0:
+	 * one write each); the data says they all ran, in order */
+	int coalesce = env_long("RGPU_COALESCE_US", 50) != 0;
+	CK(cuMemsetD32(d, 0, n));
+	unsigned long long w0 = counter("writes");
+	for (int i = 0; i < 100; i++)
+		launch1d(finc, (unsigned)n, s, args);
+	CK(cuStreamSynchronize(s));
+	unsigned long long nw = counter("writes") - w0;
+	CK(cuMemcpyDtoH(host, d, sizeof(host)));
+	CHECK(host[0] == 100 && host[3] == 100, "data %d %d after 100 launches", host[0], host[3]);
+	if (!off)
+		CHECK(coalesce ? nw <= 10 : nw >= 101, "100 launches and a synchronisation took %llu "
+						       "writes (coalescing %s)", nw, coalesce ? "on" : "off");
+	say("100 launches + a synchronisation: %llu writes", nw);
+	/* a program that stops calling still gets its work sent */
+	w0 = counter("writes");
+	launch1d(finc, (unsigned)n, s, args);
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	nanosleep(&ts, NULL);
+	CHECK(off || counter("writes") - w0 == 1, "a lone launch was not sent within 50 ms");
+
 	CK(cuStreamDestroy(s));
 	CK(cuEventDestroy(ev));
 	CK(cuMemFree(d));

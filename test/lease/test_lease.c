@@ -520,6 +520,8 @@ static void test_quota(void)
 	time_t now = time(NULL);
 	CHECK(rgpud_lease_init(NULL, now, err, sizeof(err)) == 0);
 	register_gpus();
+	/* quota arithmetic alone: no context reserve (test_ctx_reserve) */
+	rgpud_lease_set_ctx_reserve(0);
 	CHECK(grant(41, 1, 0, 1000, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
 	CHECK(grant(42, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
 
@@ -552,6 +554,86 @@ static void test_quota(void)
 	CHECK(rgpud_lease_charge(43, 0, 1) == RGPUD_LEASE_NOTFOUND);
 	CHECK(rgpud_lease_refund(43, 0, 1) == 0);
 	CHECK(rgpud_lease_charge(41, 1, 1) == RGPUD_LEASE_NOTFOUND);
+	rgpud_lease_set_ctx_reserve(RGPUD_LEASE_CTX_RESERVE);
+	rgpud_lease_fini();
+}
+
+/* A job waiting for room claims a GPU: others' grants leave the claimed
+ * room alone, the claimer's own grant converts it, claims expire. */
+static void test_claims(void)
+{
+	char err[512], why[512];
+	time_t now = time(NULL);
+	CHECK(rgpud_lease_init(NULL, now, err, sizeof(err)) == 0);
+	register_gpus();
+	const uint64_t R = RGPUD_LEASE_CTX_RESERVE;
+	/* GPU 1 (8 GiB): a slice; job 71 waits for the whole GPU and claims it */
+	CHECK(grant(70, 1, 1, 3 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(71, 1, 0, now, 10, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(71, 1, 0, now, 10, why, sizeof(why)) == RGPUD_LEASE_OK); /* renewed */
+	CHECK(rgpud_lease_claim(72, 1, GiB, now, 10, why, sizeof(why)) == RGPUD_LEASE_BUSY);
+	CHECK_STR(why, "claimed by job 71");
+	/* nobody else takes the GPU meanwhile, not even a small slice */
+	CHECK(grant(72, 1, 1, 1 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
+	CHECK_STR(why, "claim counted");
+	CHECK(grant(73, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_BUSY);
+	/* the claimer gets it once the slice is gone; the claim is converted */
+	CHECK(grant(71, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_BUSY);
+	CHECK(rgpud_lease_release_job(70) == 1);
+	CHECK(grant(71, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_release_job(71) == 1);
+	CHECK(rgpud_lease_claim(72, 1, GiB, now, 10, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(72, 1, GiB, now, 0, why, sizeof(why)) == RGPUD_LEASE_OK); /* dropped */
+	CHECK(grant(74, 1, 1, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_release_job(74) == 1);
+	/* GPU 0 (16 GiB): a slice claim holds its room only */
+	CHECK(rgpud_lease_claim(80, 0, 4 * GiB, now, 5, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(grant(81, 1, 0, 16 * GiB - 4 * GiB - 2 * R + 1, 0, now, why, sizeof(why)) ==
+	      RGPUD_LEASE_NOSPACE);
+	CHECK(grant(81, 1, 0, 16 * GiB - 4 * GiB - 2 * R, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_release_job(81) == 1);
+	/* expired: no longer counted, and another job may claim */
+	CHECK(grant(82, 1, 0, 16 * GiB - R, 0, now + 6, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(rgpud_lease_claim(83, 0, GiB, now + 6, 5, why, sizeof(why)) == RGPUD_LEASE_OK);
+	/* what can never fit is refused */
+	CHECK(rgpud_lease_claim(84, 1, 8 * GiB, now, 5, why, sizeof(why)) == RGPUD_LEASE_INVAL);
+	CHECK(rgpud_lease_claim(84, 9, GiB, now, 5, why, sizeof(why)) == RGPUD_LEASE_NODEV);
+	rgpud_lease_fini();
+}
+
+/* The context reserve is a setting (rgpud --ctx-reserve): grants pack by
+ * it, a slice may charge its quota plus one reserve, and peak is kept. */
+static void test_ctx_reserve(void)
+{
+	char err[512], why[512];
+	time_t now = time(NULL);
+	CHECK(rgpud_lease_init(NULL, now, err, sizeof(err)) == 0);
+	register_gpus();
+	CHECK(rgpud_lease_ctx_reserve() == RGPUD_LEASE_CTX_RESERVE);
+	rgpud_lease_set_ctx_reserve(256 * MiB);
+	CHECK(rgpud_lease_ctx_reserve() == 256 * MiB);
+	/* 8 GiB GPU: six slices of 1 GiB + 256 MiB fit (7.5 GiB), not seven */
+	for (uint64_t j = 1; j <= 6; j++)
+		CHECK(grant(60 + j, 1, 1, 1 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(grant(67, 1, 1, 1 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
+	CHECK_STR(why, "+256.0 MiB context reserve");
+	struct rgpud_gpu_load *g;
+	size_t ng;
+	CHECK(rgpud_lease_gpus(&g, &ng) == 0 && ng == 2);
+	for (size_t i = 0; i < ng; i++)
+		if (g[i].gpu == 1)
+			CHECK(g[i].reserved == 6 * (1 * GiB + 256 * MiB));
+	free(g);
+	/* a slice charges up to its quota plus the reserve, and no more */
+	CHECK(rgpud_lease_charge(61, 1, 256 * MiB) == 0); /* a context */
+	CHECK(rgpud_lease_charge(61, 1, 256 * MiB) == 0); /* a second one */
+	CHECK(rgpud_lease_charge(61, 1, 1 * GiB - 256 * MiB) == 0);
+	CHECK(rgpud_lease_charge(61, 1, 1) == RGPUD_LEASE_QUOTA);
+	CHECK(rgpud_lease_refund(61, 1, 1 * GiB) == 0);
+	struct rgpud_lease f;
+	CHECK(rgpud_lease_find(61, 1, now, &f) == 0 && f.used == 256 * MiB &&
+	      f.peak == 1 * GiB + 256 * MiB);
+	rgpud_lease_set_ctx_reserve(RGPUD_LEASE_CTX_RESERVE);
 	rgpud_lease_fini();
 }
 
@@ -602,6 +684,7 @@ static void test_concurrent(void)
 	CHECK(rgpud_lease_init(NULL, now, err, sizeof(err)) == 0);
 	register_gpus();
 	CHECK(grant(51, 1, 0, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	rgpud_lease_set_ctx_reserve(0);
 	CHECK(grant(52, 1, 1, 50000 * 3, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
 	struct rgpud_lease f;
 	long ok;
@@ -620,6 +703,7 @@ static void test_concurrent(void)
 	run_threads(52, 1, 3, 1, &ok);
 	CHECK(ok >= 50000);
 	CHECK(rgpud_lease_find(52, 1, now, &f) == 0 && f.used == 0);
+	rgpud_lease_set_ctx_reserve(RGPUD_LEASE_CTX_RESERVE);
 	rgpud_lease_fini();
 }
 
@@ -755,12 +839,22 @@ static void test_access_leases(void)
 	CHECK_STR(why, "holds no lease on GPU 0");
 	CHECK(rgpud_access_device(&other, 1, &lim, why, sizeof(why)) == -1);
 	CHECK_STR(why, "belongs to uid 1000, not uid 1001");
+	/* every context is charged (issue 16.5): a slice holds its quota plus
+	 * one context reserve, so the job's first context is not the quota's
+	 * and each further one, of any session, is */
+	const uint64_t R = RGPUD_LEASE_CTX_RESERVE;
+	CHECK(rgpud_access_charge(&user, 1, R) == 0);
+	rgpud_access_usage(&user, 1, &lim, &used);
+	CHECK(lim == 2 * GiB && used == 0);
 	CHECK(rgpud_access_charge(&user, 1, 1 * GiB) == 0);
-	CHECK(rgpud_access_charge(&user2, 1, 1 * GiB) == 0);
+	CHECK(rgpud_access_charge(&user2, 1, R) == 0); /* the second session's context */
+	rgpud_access_usage(&user2, 1, &lim, &used);
+	CHECK(lim == 2 * GiB && used == 1 * GiB + R);
+	CHECK(rgpud_access_charge(&user2, 1, 1 * GiB - R) == 0);
 	CHECK(rgpud_access_charge(&user2, 1, 1) == -1); /* quota summed over sessions */
 	rgpud_access_usage(&user, 1, &lim, &used);
 	CHECK(lim == 2 * GiB && used == 2 * GiB);
-	CHECK(rgpud_access_refund(&user, 1, GiB) == 0);
+	CHECK(rgpud_access_refund(&user2, 1, 1 * GiB) == 0); /* session 2 ends */
 	rgpud_access_usage(&user2, 1, &lim, &used);
 	CHECK(lim == 2 * GiB && used == 1 * GiB);
 	rgpud_access_usage(&user2, 0, &lim, &used);
@@ -806,14 +900,33 @@ static void test_access_leases(void)
 		uint32_t uid = get_u32(&r), g = get_u32(&r);
 		uint64_t ml = get_u64(&r), u = get_u64(&r), exp = get_u64(&r);
 		if (job == 123)
-			seen += uid == 1000 && g == 1 && ml == 2 * GiB && u == 1 * GiB && exp == 0;
+			seen += uid == 1000 && g == 1 && ml == 2 * GiB && u == 1 * GiB + R && exp == 0;
 		else
 			seen += job == 125 && g == 0 && ml == 0 && exp > 0;
 	}
 	CHECK(seen == 2);
 	/* appended: the compute shares, none given */
 	CHECK(get_u32(&r) == 2 && get_u32(&r) == 0 && get_u32(&r) == 0);
+	CHECK(get_u64(&r) == R); /* appended: the context reserve in force */
 	CHECK(rd_done(&r));
+
+	/* accounting: peak memory and GPU time of a job's leases */
+	wbuf_reset(&req);
+	put_u64(&req, 123);
+	CHECK(call_op(&anon, RGPU_OP_LEASE_STATS, &req, &reply) == RGPU_ERR_AUTH);
+	CHECK(call_op(&other, RGPU_OP_LEASE_STATS, &req, &reply) == 0);
+	rd_init(&r, reply.data, reply.len);
+	CHECK(get_u32(&r) == 0 && rd_done(&r)); /* not their job's lease */
+	CHECK(call_op(&user, RGPU_OP_LEASE_STATS, &req, &reply) == 0);
+	rd_init(&r, reply.data, reply.len);
+	CHECK(get_u32(&r) == 1);
+	CHECK(get_u32(&r) == 1 && get_u64(&r) == 2 * GiB);
+	uint64_t su = get_u64(&r), sp = get_u64(&r);
+	get_u64(&r); /* held_ms: no session layer here */
+	get_u64(&r); /* attained_ns: nor a scheduler */
+	CHECK(rd_done(&r) && su == 1 * GiB + R && sp == 2 * GiB + R);
+	put_u64(&req, 1);
+	CHECK(call_op(&slurm, RGPU_OP_LEASE_STATS, &req, &reply) == RGPU_ERR_PROTO);
 
 	/* restart of rgpud: leases survive, usage starts again from zero */
 	rgpud_access_fini();
@@ -1213,6 +1326,7 @@ static void test_share(void)
 		uint32_t sh = get_u32(&r);
 		CHECK(sh == (jobs[i] == 300 ? 25u : 0u));
 	}
+	get_u64(&r); /* then the context reserve */
 	CHECK(rd_done(&r));
 	/* persisted: a restart keeps the share */
 	rgpud_access_fini();
@@ -1252,6 +1366,8 @@ int main(void)
 	test_corrupt();
 	test_load_many();
 	test_quota();
+	test_ctx_reserve();
+	test_claims();
 	test_concurrent();
 	test_access_open();
 	test_access_leases();

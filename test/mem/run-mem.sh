@@ -1,8 +1,9 @@
 #!/bin/bash
 # The memory manager against the emulated device (issue 9), as TAP.
 #
-# Each case starts its own `rgpud --emulated --open` with one 1 GiB device
-# (RGPU_EMU_MEM=1G: its workers share one pool, emu/pool.c) and drives
+# Each case starts its own `rgpud --emulated --open` with one device (1 GiB
+# for fail and swap, RGPU_EMU_MEM=1G, 320 MiB for the others; its workers
+# share one pool, emu/pool.c) and drives
 # t_oversub tenants (test/mem/t_oversub.c) through FIFOs:
 #   fail       --memory-policy=fail: a second 600 MiB session is refused
 #              while the first holds its memory, which stays intact
@@ -11,6 +12,8 @@
 #              in device memory intact through several rounds
 #   wait       --memory-policy=wait: the second allocation proceeds once the
 #              first session frees its memory
+#   grow       two sessions growing at once, each needing the other's
+#              memory: both get it (no deadlock)
 #   wait_bound --memory-wait=2: the second allocation times out with
 #              CUDA_ERROR_OUT_OF_MEMORY after about 2 s
 #   own_set    a session whose own working set exceeds the GPU still fails
@@ -34,7 +37,7 @@ for f in "$RGPUD" "$CLIENTDIR/libcuda.so.1" "$EMULIB" "$T"; do
 		exit 0
 	fi
 done
-export RGPU_EMU_LIB=$EMULIB RGPU_EMU_MEM=1G RGPU_EMU_DEVICES=1
+export RGPU_EMU_LIB=$EMULIB RGPU_EMU_DEVICES=1
 unset RGPU_EMU_TAG RGPU_EMU_POOL
 mkdir -p "$LOGDIR"
 rm -f "$LOGDIR"/*
@@ -67,7 +70,8 @@ start_daemon() {
 	local name=$1
 	shift
 	PORT=$(free_port)
-	"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" "$@" >"$LOGDIR/$name.log" 2>&1 &
+	RGPU_EMU_MEM=${DMEM:-1G} "$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" "$@" \
+		>"$LOGDIR/$name.log" 2>&1 &
 	DPID=$!
 	for _ in $(seq 1 100); do
 		if "$PYTHON" -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null; then
@@ -165,12 +169,16 @@ else
 fi
 stop_all
 
+# The remaining cases use a 320 MiB device and 150 MiB sessions (a context
+# costs 64 MiB): the same contention with a quarter of the copying.
+DMEM=320M
+
 # ---- wait: proceeds once the first frees
 if start_daemon wait --memory-policy=wait --memory-wait=60; then
-	tenant wa 600
+	tenant wa 150
 	wait_for wa '^READY' 30
-	check "wait: first 600 MiB session allocates" $?
-	tenant wb 600
+	check "wait: first 150 MiB session allocates" $?
+	tenant wb 150
 	sleep 1.5
 	! grep -q READY "$LOGDIR/wb.out"
 	check "wait: the second allocation waits while the first holds its memory" $?
@@ -191,12 +199,40 @@ else
 fi
 stop_all
 
+# ---- two sessions growing at the same moment, each needing the other's
+# memory: neither waits for the other forever (the younger gives way)
+if start_daemon grow --memory-wait=30; then
+	tenant ga 60
+	tenant gb 60
+	wait_for ga '^READY' 30 && wait_for gb '^READY' 30
+	check "grow: two 60 MiB sessions allocate" $?
+	tell ga "grow 50"
+	tell gb "grow 50"
+	r=0
+	wait_for ga '^GREW' 40 || r=1
+	wait_for gb '^GREW' 40 || r=1
+	check "grow: both grow by 50 MiB at once (352 MiB in all on 320 MiB)" $r "$(cat "$LOGDIR"/ga.out "$LOGDIR"/gb.out | tr '\n' ' ')"
+	tell ga go
+	tell gb go
+	r=0
+	wait_for ga '^OK 1' 60 || r=1
+	wait_for gb '^OK 1' 60 || r=1
+	check "grow: both sessions' data intact" $r
+	tell ga quit
+	tell gb quit
+	status_of ga
+	status_of gb
+else
+	notok "grow: rgpud starts" "see $LOGDIR/grow.log"
+fi
+stop_all
+
 # ---- bounded wait: times out
 if start_daemon wait_bound --memory-policy=wait --memory-wait=2; then
-	tenant ba 600
+	tenant ba 150
 	wait_for ba '^READY' 30
 	t0=$(date +%s.%N)
-	tenant bb 600
+	tenant bb 150
 	status_of bb; st=$ST
 	t1=$(date +%s.%N)
 	check "wait_bound: the waiting allocation fails with CUDA_ERROR_OUT_OF_MEMORY" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
@@ -211,9 +247,9 @@ stop_all
 
 # ---- a session's own working set larger than the GPU
 if start_daemon own_set; then
-	tenant oa 600+600
+	tenant oa 150+150
 	status_of oa; st=$ST
-	check "own_set: a session's own 1.2 GiB on a 1 GiB GPU fails under swap" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
+	check "own_set: a session's own 300 MiB (and its context) on a 320 MiB GPU fails under swap" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
 else
 	notok "own_set: rgpud starts" "see $LOGDIR/own_set.log"
 fi
@@ -227,7 +263,7 @@ check "bad_policy: --memory-policy=bogus is refused, naming it" $? "exit $st: $o
 
 # ---- a killed session's pool share returns
 if start_daemon killed --memory-policy=fail; then
-	tenant ka 600
+	tenant ka 150
 	wait_for ka '^READY' 30
 	worker=$(pgrep -P "$DPID" -f -- --session-worker | head -1)
 	[ -n "$worker" ] && kill -9 "$worker"
@@ -237,7 +273,7 @@ if start_daemon killed --memory-policy=fail; then
 	wait "$PID_ka" 2>/dev/null
 	r=1
 	for _ in 1 2 3 4 5 6 7 8 9 10; do
-		tenant kb 600
+		tenant kb 150
 		if wait_for kb '^READY' 10; then
 			r=0
 			tell kb quit
@@ -247,7 +283,7 @@ if start_daemon killed --memory-policy=fail; then
 		status_of kb
 		sleep 0.5
 	done
-	check "killed: its 600 MiB come back to the pool" $r
+	check "killed: its 150 MiB come back to the pool" $r
 else
 	notok "killed: rgpud starts" "see $LOGDIR/killed.log"
 fi
@@ -257,15 +293,15 @@ stop_all
 MPORT=$(free_port)
 if start_daemon metrics --metrics=127.0.0.1:$MPORT && sleep 0.3 &&
 	"$PYTHON" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5)" 2>/dev/null; then
-	tenant ma 600
+	tenant ma 150
 	wait_for ma '^READY' 30
-	tenant mb 600
+	tenant mb 150
 	wait_for mb '^READY' 60
 	m=$("$PYTHON" -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5).read().decode())")
-	echo "$m" | grep -qE '^rgpud_memory_swapped_bytes\{slurm_job="0"\} 6[0-9]{8}$'
-	check "metrics: 600 MiB swapped out reported" $? "$(echo "$m" | grep rgpud_memory_)"
-	echo "$m" | grep -qE '^rgpud_memory_resident_bytes\{slurm_job="0"\} 6[0-9]{8}$'
-	check "metrics: 600 MiB resident reported" $?
+	echo "$m" | grep -qE '^rgpud_memory_swapped_bytes\{slurm_job="0"\} 1[5-6][0-9]{7}$'
+	check "metrics: the 150 MiB swapped out reported" $? "$(echo "$m" | grep rgpud_memory_)"
+	echo "$m" | grep -qE '^rgpud_memory_resident_bytes\{slurm_job="0"\} 1[5-6][0-9]{7}$'
+	check "metrics: 150 MiB resident reported" $?
 	tell ma quit
 	tell mb quit
 	status_of ma

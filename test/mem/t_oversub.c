@@ -12,6 +12,8 @@
  *   go    adds 1 to every word with a kernel, then reads the pointer back
  *         from device memory, follows it and checks every word; "OK n"
  *   free  frees the big allocation; "FREED"
+ *   grow N  allocates N MiB more and fills them; "GREW", or "OOM" and
+ *         exit 3 when refused
  *   quit  exits 0
  * Any mismatch or other CUDA error exits 1.
  */
@@ -82,6 +84,20 @@ int main(int argc, char **argv)
 			CK(cuMemFree(big));
 			big = 0;
 			printf("FREED\n");
+			continue;
+		}
+		if (!strncmp(line, "grow ", 5)) {
+			CUdeviceptr g;
+			uint64_t n = strtoull(line + 5, NULL, 10) * MiB;
+			CUresult rc = cuMemAlloc(&g, n);
+			if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+				printf("OOM\n");
+				return 3;
+			}
+			if (rc)
+				cu_die(__FILE__, __LINE__, "cuMemAlloc", rc);
+			CK(cuMemsetD8(g, 7, n));
+			printf("GREW\n");
 			continue;
 		}
 		if (strncmp(line, "go", 2) || !big)

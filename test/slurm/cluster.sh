@@ -19,9 +19,6 @@ RC_SLURMD_PORT=16818
 RC_RGPU_PORT=7420
 : "${RC_EMU_DEVICES:=2}"
 : "${RC_EMU_MEM:=4G}"
-# License seats per GPU (job_submit.lua's SEATS_PER_GPU): 2 lets two slices
-# share a GPU.
-: "${RC_SEATS:=2}"
 # Hooks for a machine whose Slurm is not installed in the usual places
 # (test/slurm/gpu-machine.sh); they change nothing when unset.  RC_RGPUD_ARGS
 # replaces --emulated (e.g. --driver=PATH for a real GPU), RC_SLURMD_ARGS is
@@ -32,6 +29,18 @@ RC_RGPU_PORT=7420
 : "${RC_CONF_EXTRA=}"
 
 rc_log() { echo "[cluster] $*" >&2; }
+
+# Closes every descriptor above 2 of the calling (sub)shell: a daemon must
+# not inherit the caller's lock (flock /tmp/rgpu-slurm.lock ...) or pipes, or
+# it holds them as long as it lives.
+rc_nofds() {
+	local fd
+	for fd in /proc/$BASHPID/fd/*; do
+		fd=${fd##*/}
+		[ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+	done
+	return 0
+}
 
 rc_addr() {
 	case $1 in
@@ -103,7 +112,7 @@ rc_munge_up() {
 		return 0
 	fi
 	mkdir -p /run/munge && chown munge:munge /run/munge && chmod 755 /run/munge
-	runuser -u munge -- /usr/sbin/munged || { rc_log "munged failed to start"; return 1; }
+	( rc_nofds; exec runuser -u munge -- /usr/sbin/munged ) || { rc_log "munged failed to start"; return 1; }
 	RC_MUNGE_STARTED=1
 	local t
 	for t in 1 2 3 4 5 6 7 8 9 10; do
@@ -125,8 +134,12 @@ rc_munge_down() {
 rc_write_conf() {
 	local host
 	host=$(hostname -s)
-	local ngpu=0 n
+	local ngpu=0 n mib
 	for n in $RC_GPU_NODES; do ngpu=$((ngpu + RC_EMU_DEVICES)); done
+	# the license counts GPU memory in MiB (job_submit.lua)
+	case $RC_EMU_MEM in
+	*G) mib=$(( ${RC_EMU_MEM%G} * 1024 )) ;; *M) mib=${RC_EMU_MEM%M} ;; *) mib=$RC_EMU_MEM ;;
+	esac
 	# The same shape as contrib/slurm.conf.example, with per-node paths
 	# because every slurmd shares this file system.
 	cat >"$RC_DIR/slurm.conf" <<EOF
@@ -167,7 +180,7 @@ PlugStackConfig=$RC_DIR/plugstack.conf
 PrologFlags=Alloc
 JobSubmitPlugins=lua
 GresTypes=rgpu
-Licenses=rgpu:$((ngpu * RC_SEATS))
+Licenses=rgpu:$((ngpu * mib)),rgpushare:$((ngpu * 100))
 NodeName=cpu1 NodeAddr=$(rc_addr cpu1) NodeHostname=cpu1 CPUs=2 RealMemory=1000 State=UNKNOWN
 NodeName=gpu1 NodeAddr=$(rc_addr gpu1) NodeHostname=gpu1 CPUs=2 RealMemory=1000 Gres=rgpu:$RC_EMU_DEVICES State=UNKNOWN
 NodeName=gpu2 NodeAddr=$(rc_addr gpu2) NodeHostname=gpu2 CPUs=2 RealMemory=1000 Gres=rgpu:$RC_EMU_DEVICES State=UNKNOWN
@@ -177,8 +190,7 @@ EOF
 	cat >"$RC_DIR/gres.conf" <<EOF
 NodeName=gpu[1-2] Name=rgpu Count=$RC_EMU_DEVICES
 EOF
-	sed "s/^local SEATS_PER_GPU = .*/local SEATS_PER_GPU = $RC_SEATS/" \
-		"$RC_SRC/contrib/job_submit.lua" >"$RC_DIR/job_submit.lua" || return 1
+	cp "$RC_SRC/contrib/job_submit.lua" "$RC_DIR/job_submit.lua" || return 1
 	cat >"$RC_DIR/plugstack.conf" <<EOF
 required $RC_BUILD/spank/.libs/spank_rgpu.so client_dir=$RC_BUILD/client/.libs port=$RC_RGPU_PORT state_dir=$RC_DIR/rgpu-state/%n ttl=30
 EOF
@@ -193,20 +205,20 @@ rc_rgpud_up() {
 	fi
 	for n in $RC_GPU_NODES; do
 		mkdir -p "$RC_DIR/$n/rgpud"
-		RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM RGPU_EMU_TAG=$n \
-			nsenter --net=/run/netns/"$(rc_ns $n)" "$bin" --listen "$(rc_addr $n):$RC_RGPU_PORT" \
+		( rc_nofds; RGPU_EMU_DEVICES=$RC_EMU_DEVICES RGPU_EMU_MEM=$RC_EMU_MEM RGPU_EMU_TAG=$n \
+			exec nsenter --net=/run/netns/"$(rc_ns $n)" "$bin" --listen "$(rc_addr $n):$RC_RGPU_PORT" \
 			$RC_RGPUD_ARGS --leases --state-dir "$RC_DIR/$n/rgpud" \
-			--slurm-user root >"$RC_DIR/$n/rgpud.log" 2>&1 &
+			--slurm-user root ) >"$RC_DIR/$n/rgpud.log" 2>&1 &
 		echo $! >"$RC_DIR/$n/rgpud.pid"
 	done
 }
 
 rc_slurm_up() {
-	slurmctld -D -i -f "$RC_DIR/slurm.conf" >"$RC_DIR/slurmctld.out" 2>&1 &
+	( rc_nofds; exec slurmctld -D -i -f "$RC_DIR/slurm.conf" ) >"$RC_DIR/slurmctld.out" 2>&1 &
 	echo $! >"$RC_DIR/slurmctld.dpid"
 	local n
 	for n in $RC_NODES; do
-		nsenter --net=/run/netns/"$(rc_ns $n)" slurmd -D -N $n $RC_SLURMD_ARGS -f "$RC_DIR/slurm.conf" >"$RC_DIR/$n/slurmd.out" 2>&1 &
+		( rc_nofds; exec nsenter --net=/run/netns/"$(rc_ns $n)" slurmd -D -N $n $RC_SLURMD_ARGS -f "$RC_DIR/slurm.conf" ) >"$RC_DIR/$n/slurmd.out" 2>&1 &
 		echo $! >"$RC_DIR/$n/slurmd.dpid"
 	done
 	# Nodes come up idle within a few seconds.
@@ -214,6 +226,11 @@ rc_slurm_up() {
 	for t in $(seq 1 60); do
 		idle=$(sinfo -h -N -o '%N %t' 2>/dev/null | grep -c ' idle')
 		[ "$idle" = 3 ] && return 0
+		if ! kill -0 "$(cat "$RC_DIR/slurmctld.dpid")" 2>/dev/null; then
+			rc_log "slurmctld exited:"
+			tail -n 5 "$RC_DIR/slurmctld.log" >&2
+			return 1
+		fi
 		sleep 1
 	done
 	rc_log "nodes did not come up idle:"

@@ -7,6 +7,8 @@
 #
 #   test/slurm/run.sh [BUILD_DIR]        (default: _build, then the source tree)
 #   RC_KEEP=1 keeps the scratch directory (logs) for a failed run.
+#   RGPU_SLURM_ONLY="t_pack_slices t_burst" runs only those scenarios.
+#   RGPU_SLURM_SAMPLES=FILE keeps the burst's load samples.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
@@ -260,11 +262,149 @@ t_busy() {
 	out "$b" | grep -q "^devices 1" && pass $name || fail $name "queued job's probe: $(out "$b" | tr '\n' '|')"
 }
 
-t_bad_options
-t_no_lease
-t_two_gpus
-t_quota
-t_share
-t_scancel
-t_busy
-drain_jobs
+# ---- admission that packs (issue 12)
+LOAD=$HERE/rgpu_load.py
+gpu_servers() { echo "$(rc_addr gpu1):$RC_RGPU_PORT $(rc_addr gpu2):$RC_RGPU_PORT"; }
+# "reserved BYTES total BYTES leases N ctx_reserve BYTES" over both GPU nodes
+gpu_load() { python3 -B "$LOAD" $(gpu_servers) 2>/dev/null; }
+job_field() { scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n1; }
+# Running (incl. configuring and completing) and pending among the given jobs
+count_state() { local re=$1; shift; squeue -h -j "$(IFS=,; echo "$*")" -o %T 2>/dev/null | grep -cE "$re"; }
+
+# 8. twelve 1 GiB slices on four 4 GiB GPUs: as many run as fit by memory,
+#    the rest wait in the queue (reason Licenses), none fails
+t_pack_slices() {
+	local name=twelve_slices_pack
+	need_stack $name || return
+	local ids=() i j t r res fit=0 maxrun=0 over=0 reasons="" bad="" waited=0
+	r=$(gpu_load) || { fail $name "cannot read the GPU servers' load"; return; }
+	res=$(echo "$r" | awk '{print $8}')
+	# slices of 1 GiB + the reserve per 4 GiB GPU, four GPUs
+	fit=$(( 4 * (4096 / (1024 + res / 1048576)) ))
+	[ $fit -gt 12 ] && fit=12
+	for i in $(seq 1 12); do
+		j=$(submit -s --rgpu-mem=1G --wrap "$PROBE --alloc $((128 << 20)) --hold 8") || { fail $name "sbatch refused"; drain_jobs; return; }
+		ids+=("$j")
+	done
+	for t in $(seq 1 240); do
+		local st run pend
+		st=$(squeue -h -j "$(IFS=,; echo "${ids[*]}")" -o '%T %r' 2>/dev/null)
+		[ -z "$st" ] && break
+		run=$(echo "$st" | grep -c '^RUNNING')
+		pend=$(echo "$st" | grep '^PENDING' | awk '{print $2}' | sort -u | tr '\n' ' ')
+		[ "$run" -gt "$maxrun" ] && maxrun=$run
+		[ "$run" -gt "$fit" ] && over=1
+		[ -n "$pend" ] && reasons="$reasons $pend"
+		sleep 0.5
+	done
+	for j in "${ids[@]}"; do
+		if [ "$(job_field "$j" JobState)" != COMPLETED ] || ! out "$j" | grep -q "alloc $((128 << 20)) OK"; then
+			bad="$bad $j($(job_field "$j" JobState): $(out "$j" | tr '\n' '|' | cut -c1-120))"
+		fi
+		job_field "$j" AdminComment | grep -q "waited=" && waited=$((waited + 1))
+	done
+	reasons=$(echo $reasons | tr ' ' '\n' | sort -u | tr '\n' ' ')
+	echo "      12 slices of 1 GiB (reserve $((res >> 20)) MiB): at most $maxrun running at once (fit: $fit), pending reasons: ${reasons:-none}, $waited waited in the prolog"
+	PACK_MAXRUN=$maxrun PACK_FIT=$fit PACK_WAITED=$waited
+	if [ -n "$bad" ]; then fail $name "jobs failed:$bad"
+	elif [ "$maxrun" -ne "$fit" ]; then fail $name "$maxrun ran at once, $fit fit by memory"
+	elif [ $over = 1 ]; then fail $name "more than $fit ran at once"
+	elif ! echo "$reasons" | grep -q Licenses; then fail $name "no job waited on Licenses: $reasons"
+	else pass $name
+	fi
+}
+
+# 9. a burst of 40 jobs (whole GPUs, 1 GiB and 3 GiB slices, random order):
+#    none fails, and the GPUs' reserved memory while jobs wait is recorded
+t_burst() {
+	local name=mixed_burst_40
+	need_stack $name || return
+	local ids=() kinds=() i j k t bad="" samples=0 high=0 sum=0 min=100 pend r res tot pct
+	local lsum=0 lmin=100 lic lpct all=""
+	RANDOM=12
+	# 10 whole GPUs, 20 slices of 1 GiB, 10 of 3 GiB, shuffled (seeded)
+	for i in $(seq 1 10); do kinds+=(whole); done
+	for i in $(seq 1 20); do kinds+=(1G); done
+	for i in $(seq 1 10); do kinds+=(3G); done
+	mapfile -t kinds < <(printf '%s\n' "${kinds[@]}" | shuf --random-source=<(yes 12))
+	local t0=$(date +%s)
+	for k in "${kinds[@]}"; do
+		local hold=$(( 6 + RANDOM % 7 )) opt
+		case $k in whole) opt="--gres=rgpu:1" ;; *) opt="--rgpu-mem=$k" ;; esac
+		j=$(submit -s $opt --wrap "$PROBE --alloc $((64 << 20)) --hold $hold") || { fail $name "sbatch $opt refused"; drain_jobs; return; }
+		ids+=("$j")
+	done
+	: >"$RC_DIR/burst-samples.txt"
+	for t in $(seq 1 600); do
+		pend=$(squeue -h -j "$(IFS=,; echo "${ids[*]}")" -t PD -o %i 2>/dev/null | wc -l)
+		[ -z "$(squeue -h -j "$(IFS=,; echo "${ids[*]}")" -o %i 2>/dev/null)" ] && break
+		if [ "$pend" -gt 0 ] && r=$(gpu_load); then
+			res=$(echo "$r" | awk '{print $2}') tot=$(echo "$r" | awk '{print $4}')
+			pct=$(( res * 100 / tot ))
+			# what Slurm has admitted: the rgpu license's use
+			lic=$(scontrol show lic rgpu 2>/dev/null | tr ' ' '\n' | sed -n 's/^Used=//p;s/^Total=//p' | tr '\n' ' ')
+			lpct=$(echo "$lic" | awk '{ if ($1 > 0) print int($2 * 100 / $1); else print 0 }')
+			echo "$(( $(date +%s) - t0 )) pending=$pend reserved=$pct% license=$lpct%" >>"$RC_DIR/burst-samples.txt"
+			samples=$((samples + 1)) sum=$((sum + pct)) lsum=$((lsum + lpct)) all="$all $pct"
+			[ $pct -ge 80 ] && high=$((high + 1))
+			[ $pct -lt $min ] && min=$pct
+			[ $lpct -lt $lmin ] && lmin=$lpct
+		fi
+		sleep 1
+	done
+	local took=$(( $(date +%s) - t0 )) waited=0 maxw=0 w
+	for j in "${ids[@]}"; do
+		if [ "$(job_field "$j" JobState)" != COMPLETED ] || ! out "$j" | grep -q "alloc $((64 << 20)) OK"; then
+			bad="$bad $j($(job_field "$j" JobState): $(out "$j" | tr '\n' '|' | cut -c1-120))"
+		fi
+		w=$(job_field "$j" AdminComment | sed -n 's/.*waited=\([0-9]*\).*/\1/p')
+		if [ -n "$w" ]; then waited=$((waited + 1)); [ "$w" -gt "$maxw" ] && maxw=$w; fi
+	done
+	local mean=0 lmean=0 median=0
+	if [ $samples -gt 0 ]; then
+		mean=$((sum / samples)) lmean=$((lsum / samples))
+		median=$(echo $all | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
+	fi
+	BURST="40 jobs in ${took} s; while jobs waited ($samples samples): GPU memory reserved mean ${mean}%, median ${median}%, min ${min}%, >= 80% in $high; rgpu license used mean ${lmean}%, min ${lmin}%; $waited job(s) waited in the prolog (longest ${maxw} s)"
+	echo "      $BURST"
+	cp "$RC_DIR/burst-samples.txt" "${RGPU_SLURM_SAMPLES:-/dev/null}" 2>/dev/null
+	if [ -n "$bad" ]; then fail $name "jobs failed:$bad"
+	elif [ $samples -eq 0 ]; then fail $name "no job ever waited: the burst did not fill the GPUs"
+	elif [ $lmean -lt 80 ]; then fail $name "admitted (license) while jobs waited: mean ${lmean}% < 80%"
+	elif [ $maxw -gt 60 ]; then fail $name "a job waited ${maxw} s in its prolog"
+	else pass $name
+	fi
+}
+
+# 10. accounting: the allocation and, after the job, its peak device memory
+#     and GPU time, where scontrol show job reads them
+t_accounting() {
+	local name=accounting_after_the_job
+	need_stack $name || return
+	local j lic ac peak gs res
+	j=$(submit -s --rgpu-mem=1G --wrap "$PROBE --alloc $((300 << 20)) --hold 2") || { fail $name "sbatch refused"; return; }
+	wait_gone "$j" 90 || { fail $name "job $j did not finish"; return; }
+	for t in $(seq 1 20); do
+		ac=$(job_field "$j" AdminComment)
+		echo "$ac" | grep -q "gpu_s=" && break
+		sleep 0.5
+	done
+	lic=$(job_field "$j" Licenses)
+	peak=$(echo "$ac" | sed -n 's/.*;peak=\([0-9]*\).*/\1/p')
+	gs=$(echo "$ac" | sed -n 's/.*;gpu_s=\([0-9.]*\).*/\1/p')
+	res=$(gpu_load | awk '{print $8}')
+	echo "      job $j: Licenses=$lic AdminComment=$ac"
+	if ! echo "$lic" | grep -q "^rgpu:"; then fail $name "no rgpu license on the job: $lic"
+	elif [ -z "$peak" ] || [ "$peak" -lt $(( (300 << 20) + ${res:-0} )) ]; then fail $name "peak memory $peak < 300 MiB + its context"
+	elif [ -z "$gs" ] || ! awk "BEGIN{exit !($gs >= 1.5)}"; then fail $name "GPU time $gs s for a job that held its GPU 2 s"
+	elif ! echo "$ac" | grep -q ";kernel_s=[0-9.]*$"; then fail $name "no kernel time recorded: $ac"
+	else pass $name
+	fi
+}
+
+# RGPU_SLURM_ONLY="t_burst t_pack_slices" runs only those (while iterating)
+for t in ${RGPU_SLURM_ONLY:-t_bad_options t_no_lease t_two_gpus t_quota t_share t_scancel t_busy \
+	t_accounting t_pack_slices t_burst}; do
+	$t
+	drain_jobs
+done

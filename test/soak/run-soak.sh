@@ -28,6 +28,11 @@ t_logdir soak
 FIG=$LOGDIR/figures.txt
 fig() { echo "$*" | tee -a "$FIG"; }
 
+# the emulated device has one memory pool per device shared by every
+# session (as a GPU does), and each session's context costs 64 MiB of it:
+# SOAK_AT_ONCE sessions need more than the default 16 GiB
+export RGPU_EMU_MEM=${RGPU_EMU_MEM:-64G}
+
 # the client side holds SOAK_AT_ONCE connections, the parent a thread and
 # a control socket per session
 ulimit -n 4096 2>/dev/null || ulimit -n "$(ulimit -Hn)"

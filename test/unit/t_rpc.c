@@ -29,6 +29,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* the device table (client/init.c) that a moved session renumbers
+ * (replay.c): no device here */
+struct rc_dev rc_devs[RGPU_MAX_DEVICES];
+
 /* rpc.c's host-function gate (client/hostfn.c): none is ever out here */
 void rc_hostfn_gate(struct rc_conn *c, uint16_t op)
 {
@@ -462,6 +466,9 @@ static void test_notices(void)
 int main(void)
 {
 	setenv("RGPU_HANDSHAKE_TIMEOUT_MS", "300", 1);
+	/* each request at once: these connections live on the stack, and
+	 * coalescing runs end to end (e2e t_stats) */
+	setenv("RGPU_COALESCE_US", "0", 1);
 	unsetenv("SLURM_JOB_ID");
 	char err[256];
 	if (rc_settings_load(err, sizeof(err)) < 0)
