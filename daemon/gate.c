@@ -185,7 +185,12 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 	struct wbuf out;
 	wbuf_init(&out);
 	struct metrics_session *ms = metrics_session_open(who);
-	metrics_session_worker(ms, (int)worker, who->uid);
+	/* listed under the uid it runs as when no credential names one (the
+	 * kernel's on the same-host socket, nobody over TCP) */
+	unsigned uid = who->uid;
+	if (!who->authenticated && sched_parent_run_uid(worker, &uid) < 0)
+		uid = who->uid;
+	metrics_session_worker(ms, (int)worker, uid);
 	while (msg) {
 		ssize_t n = recv(fd, msg, GATE_MSG, 0);
 		if (n <= 0) {

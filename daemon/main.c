@@ -74,7 +74,9 @@ static void usage(FILE *f)
 "      --mps-dir=DIR         where MPS pipe and log directories go (default\n"
 "                            /run/rgpud/mps)\n"
 "      --mps-control=PATH    the MPS control program (default\n"
-"                            nvidia-cuda-mps-control in /usr/bin)\n"
+"                            nvidia-cuda-mps-control in PATH, /usr/local/nvidia/bin)\n"
+"      --mps-default-share=P with --mps=job: the part of the GPU's threads (percent)\n"
+"                            of a session whose lease gives no --rgpu-share (100)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -88,7 +90,7 @@ static void usage(FILE *f)
 
 /* long options without a short form */
 enum { OPT_METRICS = 256, OPT_SCHED, OPT_QUANTUM, OPT_MPS, OPT_MPS_DIR, OPT_MPS_CONTROL,
-       OPT_WORKER_SCHED };
+       OPT_MPS_SHARE, OPT_WORKER_SCHED };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -376,6 +378,7 @@ int main(int argc, char **argv)
 		{ "mps", required_argument, NULL, OPT_MPS },
 		{ "mps-dir", required_argument, NULL, OPT_MPS_DIR },
 		{ "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
+		{ "mps-default-share", required_argument, NULL, OPT_MPS_SHARE },
 		{ "worker-sched", required_argument, NULL, OPT_WORKER_SCHED },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
@@ -410,7 +413,8 @@ int main(int argc, char **argv)
 	const char *worker_sched = NULL;
 	struct sched_config scfg = { .policy = SCHED_POL_FAIR, .quantum = SCHED_QUANTUM_NS_DEFAULT,
 				     .mps = SCHED_MPS_OFF, .mps_dir = "/run/rgpud/mps",
-				     .mps_control = "/usr/bin/nvidia-cuda-mps-control" };
+				     .mps_control = "", /* found in PATH */
+				     .mps_default_share = 100 };
 	int c;
 	while ((c = getopt_long(argc, argv, "l:edsv:hV", opts, NULL)) != -1) {
 		switch (c) {
@@ -477,6 +481,9 @@ int main(int argc, char **argv)
 			snprintf(dst, cap, "%s", optarg);
 			break;
 		}
+		case OPT_MPS_SHARE:
+			scfg.mps_default_share = (uint32_t)num_opt("mps-default-share", optarg, 1, 100);
+			break;
 		case OPT_WORKER_SCHED: worker_sched = optarg; break;
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;

@@ -27,6 +27,8 @@ t_logdir sched
 
 export RGPU_EMU_DEVICES=1
 export RGPU_EMU_CLOCK=$LOGDIR/emu-clock
+# (workers of clients without a credential run as nobody: all may use it)
+: >"$RGPU_EMU_CLOCK" && chmod 666 "$RGPU_EMU_CLOCK"
 
 # ---- bad options, refused with a message naming them
 refused() { # option-text args...
@@ -105,6 +107,31 @@ assert 2.2 <= hi / lo <= 3.8, hi / lo
 EOF
 }
 t_check "rgpu top --json: two sessions, weights 75/25, attained GPU time about 3:1" top_json
+# who may list: a user sees their own sessions, root every one
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	tenant j 50 2500
+	env RGPU_SERVERS="127.0.0.1:$PORT/0" LD_LIBRARY_PATH="$CLIENTDIR" T_KERNEL_US=2000 \
+		T_SECONDS_MS=2500 setpriv --reuid=65534 --regid=65534 --clear-groups "$TENANT" \
+		>"$LOGDIR/k.out" 2>"$LOGDIR/k.err" &
+	TPID_k=$!
+	sleep 1.2
+	"$RGPU" top --server "127.0.0.1:$PORT" --json >"$LOGDIR/top-root.json" 2>&1
+	setpriv --reuid=65534 --regid=65534 --clear-groups "$RGPU" top --server "127.0.0.1:$PORT" \
+		--json >"$LOGDIR/top-nobody.json" 2>&1
+	wait "$TPID_j" "$TPID_k"
+	who_lists() {
+		"$PYTHON" - "$LOGDIR/top-root.json" "$LOGDIR/top-nobody.json" <<'EOF'
+import json, sys
+root = json.load(open(sys.argv[1]))["sessions"]
+nob = json.load(open(sys.argv[2]))["sessions"]
+uids = sorted(x["uid"] for x in root)
+assert uids == [0, 65534], ("root sees", uids)
+assert [x["uid"] for x in nob] == [65534], ("nobody sees", nob)
+print("    root sees uids %s, nobody sees %s" % (uids, [x["uid"] for x in nob]))
+EOF
+	}
+	t_check "rgpu top: root sees every session, another user only their own" who_lists
+fi
 top_table() {
 	local out
 	out=$("$RGPU" top --server "127.0.0.1:$PORT" --count 1 2>&1) &&
