@@ -160,6 +160,8 @@ int sched_parent_admit(pid_t pid, const struct rgpud_principal *who, unsigned gp
 		atomic_store(&s->beat, 0);
 		atomic_store(&s->idle_since, sched_now_ns());
 		atomic_store(&s->pid, pid); /* last: the slot is ready */
+		atomic_fetch_add(&seg->tenants[gpu], 1);
+		sched_seg_wake(seg, gpu);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&mu);
@@ -209,6 +211,8 @@ void sched_parent_release(pid_t pid, uint64_t *ns, size_t ngpu)
 		atomic_store(&s->inflight, 0);
 		atomic_store(&s->waiting, 0);
 		atomic_store(&s->pid, 0);
+		if (gpu < RGPUD_MAX_GPUS && atomic_load(&seg->tenants[gpu]))
+			atomic_fetch_sub(&seg->tenants[gpu], 1);
 		sched_seg_wake(seg, gpu); /* whoever waited on it looks again */
 	}
 	pthread_mutex_unlock(&mu);

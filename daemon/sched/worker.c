@@ -82,14 +82,9 @@ static void ev_put_locked(CUcontext ctx, CUevent e)
 
 /* Whether another session holds a slot on gpu: alone, nothing is gated
  * (work-conserving) nor timed (no cost for a GPU of one tenant). */
-static int shared(unsigned gpu, struct sched_slot *mine)
+static int shared(unsigned gpu)
 {
-	for (unsigned k = 0; k < SCHED_SLOTS; k++) {
-		struct sched_slot *s = &seg->slot[k];
-		if (s != mine && atomic_load(&s->pid) && atomic_load(&s->gpu) == gpu)
-			return 1;
-	}
-	return 0;
+	return atomic_load(&seg->tenants[gpu]) > 1;
 }
 
 int sched_worker_init(const char *arg)
@@ -165,8 +160,10 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 	t->gpu = -1;
 	if (!enabled())
 		return;
+	if (gpu >= RGPUD_MAX_GPUS || !shared(gpu))
+		return;
 	struct sched_slot *s = my_slot(gpu);
-	if (!s || !shared(gpu, s))
+	if (!s)
 		return;
 	static struct sched_view v[SCHED_SLOTS];
 	uint64_t now = sched_now_ns();
