@@ -90,6 +90,10 @@ else
 		{ log "nvcc failed: $(tail -3 "$RAW/nvcc.log")"; exit 1; }
 fi
 chmod 755 "$T"
+# the client library too: a tenant of another uid must be able to load it
+mkdir -p "$W/client"
+cp -a "$BUILD"/client/.libs/libcuda.so* "$W/client/" && chmod -R a+rX "$W/client" || exit 1
+CLIENT=$W/client
 NOBODY=65534
 AS_OTHER=()
 if command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
@@ -171,7 +175,7 @@ tenant() {
 	ts | alone) env=(LD_LIBRARY_PATH=$REAL) ;;
 	mps) env=(LD_LIBRARY_PATH=$REAL CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe
 		  CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log) ;;
-	rgpud-*) env=(LD_LIBRARY_PATH=$BUILD/client/.libs RGPU_SERVERS=127.0.0.1:$PORT/0
+	rgpud-*) env=(LD_LIBRARY_PATH=$CLIENT RGPU_SERVERS=127.0.0.1:$PORT/0
 		      RGPU_SHARE=$share) ;;
 	esac
 	# another uid (another job): not under plain MPS, whose server serves
@@ -227,37 +231,37 @@ tenant flood short "" -- "${SHORT[@]}" --seconds 2; wait_tenants
 run_mixes() {
 	local s
 	log "$SYS: four"
-	s=$(start_at 2)
+	s=$(start_at 3)
 	for i in 1 2 3 4; do tenant four t$i "" -- "${FOUR[@]}" --start-at "$s"; done
 	wait_tenants
 
 	log "$SYS: tenx"
-	s=$(start_at 2)
+	s=$(start_at 3)
 	tenant tenx a 50 -- "${TENX_A[@]}" --seconds $DUR --start-at "$s"
 	tenant tenx b 50 -- "${TENX_B[@]}" --seconds $DUR --start-at "$s"
 	wait_tenants
 
 	log "$SYS: shares"
-	s=$(start_at 2)
+	s=$(start_at 3)
 	tenant shares a 75 -- "${SHARE_K[@]}" --seconds $DUR --start-at "$s"
 	tenant shares b 25 -- "${SHARE_K[@]}" --seconds $DUR --start-at "$s"
 	case $SYS in
 	rgpud-*)
 		# the attained GPU time, near the end of the shared part
-		sleep "$("$PY" -c "print(2 + $DUR * 0.9)")"
+		sleep "$("$PY" -c "print(3 + $DUR * 0.9)")"
 		"$BUILD/tools/rgpu" top --server "127.0.0.1:$PORT" --json >"$RAW/$SYS/shares-top.json" \
 			2>"$RAW/$SYS/shares-top.err" ;;
 	esac
 	wait_tenants
 
 	log "$SYS: flood"
-	s=$(start_at 2)
+	s=$(start_at 3)
 	tenant flood flooder 50 -- "${FLOOD[@]}" --seconds "$("$PY" -c "print($DUR + 0.5)")" --start-at "$s"
 	tenant flood short 50 -- "${SHORT[@]}" --seconds $DUR --start-at "$("$PY" -c "print($s + 0.2)")"
 	wait_tenants
 
 	log "$SYS: fault"
-	s=$(start_at 2)
+	s=$(start_at 3)
 	tenant fault good 50 -- "${GOOD[@]}" --start-at "$s"
 	tenant fault bad 50 --other -- "${GOOD[@]}" --fault-ms 300 --start-at "$s"
 	wait_tenants

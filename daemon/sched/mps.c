@@ -59,15 +59,41 @@ static int mkdir_owned(const char *path, uid_t uid, gid_t gid)
 static int run_control(const char *dir, const char *input)
 {
 	const struct sched_config *c = sched_config();
-	char pipe_env[600], log_env[600];
+	char pipe_env[600], log_env[600], path_env[4600];
 	snprintf(pipe_env, sizeof(pipe_env), "CUDA_MPS_PIPE_DIRECTORY=%s/pipe", dir);
 	snprintf(log_env, sizeof(log_env), "CUDA_MPS_LOG_DIRECTORY=%s/log", dir);
+	/* rgpud's environment (where the driver is: LD_LIBRARY_PATH), with the
+	 * control program's directory first in PATH: it starts
+	 * nvidia-cuda-mps-server from there */
+	char cdir[512];
+	snprintf(cdir, sizeof(cdir), "%s", c->mps_control);
+	char *slash = strrchr(cdir, '/');
+	if (slash)
+		*slash = '\0';
+	const char *path = getenv("PATH");
+	snprintf(path_env, sizeof(path_env), "PATH=%s:%s", cdir,
+		 path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
 	char *argv[] = { (char *)c->mps_control, input ? NULL : "-d", NULL };
-	char *envp[] = { pipe_env, log_env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			 NULL };
-	int in[2] = { -1, -1 };
-	if (input && pipe2(in, O_CLOEXEC) < 0)
+	extern char **environ;
+	size_t ne = 0;
+	while (environ[ne])
+		ne++;
+	char **envp = calloc(ne + 4, sizeof(*envp));
+	if (!envp)
 		return -1;
+	size_t k = 0;
+	for (size_t i = 0; i < ne; i++)
+		if (strncmp(environ[i], "CUDA_MPS_", 9) && strncmp(environ[i], "PATH=", 5))
+			envp[k++] = environ[i];
+	envp[k++] = pipe_env;
+	envp[k++] = log_env;
+	envp[k++] = path_env;
+	envp[k] = NULL;
+	int in[2] = { -1, -1 };
+	if (input && pipe2(in, O_CLOEXEC) < 0) {
+		free(envp);
+		return -1;
+	}
 	pid_t pid = fork();
 	if (pid == 0) {
 		if (input && dup2(in[0], 0) < 0)
@@ -81,6 +107,7 @@ static int run_control(const char *dir, const char *input)
 		execve(c->mps_control, argv, envp);
 		_exit(127);
 	}
+	free(envp);
 	if (input) {
 		close(in[0]);
 		if (pid > 0 && write(in[1], input, strlen(input)) < 0)

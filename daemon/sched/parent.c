@@ -159,6 +159,7 @@ int sched_parent_admit(pid_t pid, const struct rgpud_principal *who, unsigned gp
 		atomic_store(&s->mean, 0);
 		atomic_store(&s->beat, 0);
 		atomic_store(&s->idle_since, sched_now_ns());
+		atomic_store(&s->progress, 0);
 		atomic_store(&s->pid, pid); /* last: the slot is ready */
 		atomic_fetch_add(&seg->tenants[gpu], 1);
 		sched_seg_wake(seg, gpu);

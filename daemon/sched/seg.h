@@ -24,7 +24,7 @@ struct sched_slot {
 	_Atomic uint64_t mean;
 	_Atomic uint64_t beat;      /* CLOCK_MONOTONIC ns: last sign of life */
 	_Atomic uint64_t idle_since;
-	uint64_t pad;
+	_Atomic uint64_t progress;  /* last completion, or the first launch after idling */
 };
 
 struct sched_seg {

@@ -203,7 +203,8 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 		D->cuEventDestroy_v2(ev);
 		return;
 	}
-	atomic_fetch_add(&s->inflight, 1);
+	if (atomic_fetch_add(&s->inflight, 1) == 0)
+		atomic_store(&s->progress, sched_now_ns());
 	t->start = ev;
 	t->gpu = (int)gpu;
 }
@@ -269,6 +270,7 @@ static void charge(struct rec *r, int ok)
 		uint64_t m = atomic_load(&s->mean);
 		atomic_store(&s->mean, m ? (m * 7 + dur) / 8 : dur);
 		atomic_store(&s->beat, now);
+		atomic_store(&s->progress, now);
 		if (atomic_load(&s->inflight) && atomic_fetch_sub(&s->inflight, 1) == 1)
 			atomic_store(&s->idle_since, now);
 		sched_seg_wake(seg, r->gpu);
