@@ -85,10 +85,12 @@ def main():
                 pass
         # flood: short kernel latency
         fl = get("flood", "short")
+        sa = get("flood", "short-alone") or a_short
         if fl and "p99_us" in fl:
             r["p50_us"], r["p99_us"] = fl["p50_us"], fl["p99_us"]
-            if a_short and a_short.get("p99_us"):
-                r["p99_over_alone"] = fl["p99_us"] / a_short["p99_us"]
+            if sa and sa.get("p99_us"):
+                r["p99_alone_us"] = sa["p99_us"]
+                r["p99_over_alone"] = fl["p99_us"] / sa["p99_us"]
         # fault: the running tenant completed, correct?
         good, bad = get("fault", "good"), get("fault", "bad")
         if good:
@@ -100,20 +102,21 @@ def main():
     base = rows.get("ts", {}).get("stp")
     mps = rows.get("mps", {}).get("stp")
     print("| system | STP (4 tenants) | vs time-sliced | vs MPS | ANTT | Jain (10x kernels) "
-          "| 75:25 attained | 75:25 work | short p50 us | short p99 us | p99 / alone "
+          "| 75:25 attained | 75:25 work | short p50 us | short p99 us | p99 alone us | p99 / alone "
           "| beside a fault |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in systems:
         r = rows.get(s)
         if r is None:
-            print("| %s | (did not run) |||||||||||" % s)
+            print("| %s | (did not run) ||||||||||||" % s)
             continue
         stp = r.get("stp")
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             s, fmt(stp), fmt(stp / base if stp and base else None),
             fmt(stp / mps if stp and mps else None), fmt(r.get("antt")), fmt(r.get("jain"), 3),
             fmt(r.get("attained_ratio")), fmt(r.get("work_ratio")), fmt(r.get("p50_us"), 1),
-            fmt(r.get("p99_us"), 1), fmt(r.get("p99_over_alone")), r.get("fault_good", "-")))
+            fmt(r.get("p99_us"), 1), fmt(r.get("p99_alone_us"), 1), fmt(r.get("p99_over_alone")),
+            "%s (faulting one: %s)" % (r.get("fault_good", "-"), r.get("fault_bad", "-"))))
     if a_short:
         print("\nshort kernel alone (plain driver): p50 %.1f us, p99 %.1f us" %
               (a_short.get("p50_us", 0), a_short.get("p99_us", 0)))

@@ -22,7 +22,8 @@
 #           the ratio of the work they did
 #   flood   a tenant of short kernels (15 us, 16 blocks, each waited for)
 #           beside one launching grids 16x larger than the GPU holds: the
-#           short one's p50/p99 latency, and p99 over its p99 alone
+#           short one's p50/p99 latency, and p99 over its p99 alone in the
+#           same system (through rgpud: with the same round trips)
 #   fault   a tenant of another uid (another job) faults after 0.3 s beside
 #           a running one: does the running one complete, with correct
 #           results?
@@ -255,6 +256,10 @@ run_mixes() {
 	wait_tenants
 
 	log "$SYS: flood"
+	# the short tenant alone in this system first (its latency through rgpud
+	# includes the round trips), then beside the flooder
+	tenant flood short-alone 50 -- "${SHORT[@]}" --seconds 1.5
+	wait_tenants
 	s=$(start_at 3)
 	tenant flood flooder 50 -- "${FLOOD[@]}" --seconds "$("$PY" -c "print($DUR + 0.5)")" --start-at "$s"
 	tenant flood short 50 -- "${SHORT[@]}" --seconds $DUR --start-at "$("$PY" -c "print($s + 0.2)")"

@@ -165,6 +165,14 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 	struct sched_slot *s = my_slot(gpu);
 	if (!s)
 		return;
+	/* a stream being captured into a graph runs nothing now: no gate, no
+	 * events (they would become nodes of the graph) */
+	if (D->cuStreamIsCapturing) { /* (optional: the emulated device has no graphs) */
+		CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+		if (D->cuStreamIsCapturing((CUstream)custream, &cap) != CUDA_SUCCESS ||
+		    cap != CU_STREAM_CAPTURE_STATUS_NONE)
+			return;
+	}
 	static struct sched_view v[SCHED_SLOTS];
 	uint64_t now = sched_now_ns();
 	atomic_store(&s->beat, now);
