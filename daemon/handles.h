@@ -18,6 +18,8 @@ enum hkind {
 	HK_EVENT,
 	HK_GRAPH,
 	HK_GRAPHEXEC,
+	HK_VMM,     /* application physical memory (ops_appvmm.c) */
+	HK_POOL,    /* stream-ordered memory pool (ops_pool.c) */
 };
 
 struct hentry {

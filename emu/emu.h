@@ -273,6 +273,8 @@ void emu_ctx_leave(struct emu_ctx *ctx);
  * each with emu_ctx_leave): a malloc()ed array in *out, *n entries. */
 CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n);
 int emu_ctx_sticky(struct emu_ctx *ctx);
+/* The calling thread's current context as set (not checked for liveness). */
+CUcontext emu_ctx_current_handle(void);
 void emu_ctx_fault(struct emu_ctx *ctx, CUresult err);
 
 /* Exported under cuda.h's old name too; declared here as cuda.h only

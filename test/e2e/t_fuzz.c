@@ -98,6 +98,7 @@ int main(int argc, char **argv)
 	static const uint16_t ops[] = {
 #define RGPU_OP_LIST(name, num, doc) num,
 		RGPU_OPS(RGPU_OP_LIST)
+		RGPU_OPS_APPMEM(RGPU_OP_LIST)
 #undef RGPU_OP_LIST
 	};
 	const size_t nops = sizeof(ops) / sizeof(ops[0]);
