@@ -102,6 +102,8 @@ static int pid_index(pid_t pid, int create)
 void sched_parent_spawned(pid_t pid, uint32_t pct, const struct rgpud_principal *mps_who,
 			  unsigned run_uid)
 {
+	if (pid <= 0)
+		return;
 	pthread_mutex_lock(&mu);
 	int i = pid_index(pid, 1);
 	if (i >= 0) {
@@ -126,7 +128,7 @@ static uint32_t lease_share(const struct rgpud_principal *who, unsigned gpu)
 
 int sched_parent_admit(pid_t pid, const struct rgpud_principal *who, unsigned gpu)
 {
-	if (!seg || gpu >= RGPUD_MAX_GPUS)
+	if (!seg || gpu >= RGPUD_MAX_GPUS || pid <= 0) /* (0 marks a free slot) */
 		return -1;
 	uint32_t share = lease_share(who, gpu);
 	pthread_mutex_lock(&mu);
@@ -176,6 +178,8 @@ int sched_parent_lower_share(pid_t pid, uint32_t share)
 {
 	if (share < 1 || share > 100)
 		return -1;
+	if (pid <= 0)
+		return 0;
 	pthread_mutex_lock(&mu);
 	int pi = pid_index(pid, 1);
 	if (pi >= 0)
@@ -191,6 +195,8 @@ int sched_parent_lower_share(pid_t pid, uint32_t share)
 
 void sched_parent_release(pid_t pid, uint64_t *ns, size_t ngpu)
 {
+	if (pid <= 0)
+		return;
 	pthread_mutex_lock(&mu);
 	int pi = pid_index(pid, 0);
 	int mps = 0;
@@ -223,6 +229,8 @@ void sched_parent_release(pid_t pid, uint64_t *ns, size_t ngpu)
 
 int sched_parent_run_uid(pid_t pid, unsigned *uid)
 {
+	if (pid <= 0)
+		return -1;
 	pthread_mutex_lock(&mu);
 	int i = pid_index(pid, 0);
 	if (i >= 0)
@@ -234,6 +242,8 @@ int sched_parent_run_uid(pid_t pid, unsigned *uid)
 uint64_t sched_parent_attained(pid_t pid, unsigned gpu, uint64_t *busy, uint32_t *weight,
 			       uint32_t *pct)
 {
+	if (pid <= 0)
+		return 0;
 	for (unsigned i = 0; seg && i < SCHED_SLOTS; i++) {
 		struct sched_slot *s = &seg->slot[i];
 		if (atomic_load(&s->pid) != pid || atomic_load(&s->gpu) != gpu)

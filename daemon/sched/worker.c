@@ -29,7 +29,8 @@ static int slot_of[RGPUD_MAX_GPUS]; /* index + 1; 0: not looked up */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct rec *head, *tail;
-static int thread_started;
+static int thread_started, stopping;
+static pthread_t charger_thread;
 static CUcontext charger_cur; /* current on the charger thread (under mu) */
 
 /* Timing events are kept per context for reuse (creating and destroying
@@ -87,6 +88,28 @@ static int shared(unsigned gpu)
 	return atomic_load(&seg->tenants[gpu]) > 1;
 }
 
+/* At exit the charger stops first (no thread left running while the
+ * process tears down; sanitizers' leak checks stop every thread). */
+static void worker_fini(void)
+{
+	pthread_mutex_lock(&mu);
+	stopping = 1;
+	int started = thread_started;
+	thread_started = 0;
+	pthread_cond_signal(&cv);
+	pthread_mutex_unlock(&mu);
+	if (started)
+		pthread_join(charger_thread, NULL);
+	pthread_mutex_lock(&mu);
+	while (head) {
+		struct rec *r = head;
+		head = r->next;
+		free(r);
+	}
+	tail = NULL;
+	pthread_mutex_unlock(&mu);
+}
+
 int sched_worker_init(const char *arg)
 {
 	char *end;
@@ -104,6 +127,7 @@ int sched_worker_init(const char *arg)
 		return -1;
 	}
 	me = getpid();
+	atexit(worker_fini);
 	return 0;
 }
 
@@ -238,15 +262,8 @@ void sched_after_launch(struct sched_token *t, void *cuctx, void *custream, int 
 	r->end = end;
 	r->gpu = (unsigned)t->gpu;
 	pthread_mutex_lock(&mu);
-	if (!thread_started) {
-		pthread_t th;
-		pthread_attr_t a;
-		pthread_attr_init(&a);
-		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&th, &a, charger, NULL) == 0)
-			thread_started = 1;
-		pthread_attr_destroy(&a);
-	}
+	if (!thread_started && !stopping && pthread_create(&charger_thread, NULL, charger, NULL) == 0)
+		thread_started = 1;
 	if (tail)
 		tail->next = r;
 	else
@@ -300,11 +317,15 @@ static void *charger(void *arg)
 	(void)arg;
 	for (;;) {
 		pthread_mutex_lock(&mu);
-		while (!head) {
+		while (!head && !stopping) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
 			pthread_cond_timedwait(&cv, &mu, &ts);
+		}
+		if (stopping) {
+			pthread_mutex_unlock(&mu);
+			break;
 		}
 		/* take the finished ones out, under the lock (forget_ctx may
 		 * remove records meanwhile) */
