@@ -215,7 +215,8 @@ tenant h 50 600
 wait "$TPID_g"; RG=$?
 wait "$TPID_h"; RH=$?
 t_check "--mps=job: the sessions ran" test "$RG$RH" = 00
-sleep 0.5
+# (the daemon is told to quit once the parent has seen both workers exit)
+wait_until 10 grep -q "input=quit" "$LOGDIR/fake-mps.log"
 mps_calls() {
 	local n u
 	u=$(id -u)
