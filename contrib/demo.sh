@@ -4,7 +4,9 @@
 # GPU nodes each running `rgpud --emulated` with two emulated GPUs), submits
 # a job to the GPU-less node asking for two remote GPUs, which lists them
 # (rgpu status) and runs contrib/demo_job.c on each (data in, a kernel,
-# data out, checked), tears everything down and ends with
+# data out, checked), then two slices with compute shares 75 and 25 that
+# share one GPU, and shows what `rgpu top` says about them; tears
+# everything down and ends with
 # "demo: PASSED: ..." or "demo: FAILED: ..." (exit 0 or 1).  Needs root
 # (a user goes through sudo), iproute2, Debian's slurmctld, slurmd and
 # munge; on a fresh machine it installs them and builds rgpu into _build/
@@ -74,6 +76,51 @@ sed 's/^/   | /' "$RC_DIR/work/demo.out" 2>/dev/null
 echo
 # the closing line: what the job showed
 result=$(grep '^RESULT: ' "$RC_DIR/work/demo.out" 2>/dev/null | tail -1)
+
+# ---- two slices sharing one GPU, and what `rgpu top` says about them
+echo "== two slices of one GPU: sbatch --rgpu-mem=256M --rgpu-share=75, and --rgpu-share=25"
+share_ok=0
+sa=$(sbatch --parsable --uid=nobody -w cpu1 --rgpu-mem=256M --rgpu-share=75 --chdir="$RC_DIR/work" \
+	-o "$RC_DIR/work/share75.out" --wrap "echo RGPU_SERVERS=\$RGPU_SERVERS; DEMO_SECONDS=5 $RC_DIR/demo_job 65536")
+sb=$(sbatch --parsable --uid=nobody -w cpu1 --rgpu-mem=256M --rgpu-share=25 --chdir="$RC_DIR/work" \
+	-o "$RC_DIR/work/share25.out" --wrap "echo RGPU_SERVERS=\$RGPU_SERVERS; DEMO_SECONDS=5 $RC_DIR/demo_job 65536")
+if [ -n "$sa" ] && [ -n "$sb" ]; then
+	# both jobs started (each prints its server first), then a moment of work
+	for t in $(seq 1 40); do
+		[ "$(cat "$RC_DIR/work/share75.out" "$RC_DIR/work/share25.out" 2>/dev/null |
+			grep -c '^RGPU_SERVERS=')" = 2 ] && break
+		sleep 0.5
+	done
+	srvs=$(sed -n 's/^RGPU_SERVERS=//p' "$RC_DIR/work/share75.out" "$RC_DIR/work/share25.out" 2>/dev/null |
+		sed 's#/[0-9]*$##; s/,.*//' | sort -u)
+	sleep 2
+	args=()
+	for s_ in $srvs; do args+=(--server "$s_"); done
+	echo "   jobs $sa and $sb run on ${srvs//$'\n'/ and }"
+	echo
+	echo "\$ rgpu top ${args[*]} --count 1"
+	"$BUILD/tools/rgpu" top "${args[@]}" --count 1 2>&1 | sed 's/^/   | /'
+	"$BUILD/tools/rgpu" top "${args[@]}" --json >"$RC_DIR/work/top.json" 2>&1 &&
+		python3 - "$RC_DIR/work/top.json" <<'EOF' && share_ok=1
+import json, sys
+s = json.load(open(sys.argv[1]))["sessions"]
+shares = sorted(x["share"] for x in s)
+assert shares == [25, 75], shares
+assert all(x["gpu_time_ms"] >= 0 for x in s)
+EOF
+	for t in $(seq 1 60); do
+		[ -z "$(squeue -h -j "$sa,$sb" 2>/dev/null)" ] && break
+		sleep 0.5
+	done
+	grep -h '^RESULT: ' "$RC_DIR/work/share75.out" "$RC_DIR/work/share25.out" 2>/dev/null | sed 's/^/   | /'
+	[ "$(cat "$RC_DIR/work/share75.out" "$RC_DIR/work/share25.out" 2>/dev/null |
+		grep -c '^RESULT: OK')" = 2 ] || share_ok=0
+fi
+if [ $share_ok = 1 ]; then
+	echo "   two slices shared the GPU; rgpu top showed their shares (75 and 25) and GPU time"
+else
+	result="RESULT: FAILED: the two slices sharing a GPU did not run, or rgpu top did not show them"
+fi
 echo "== done; tearing the cluster down"
 rc_down >/dev/null 2>&1
 trap - EXIT

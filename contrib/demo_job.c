@@ -10,6 +10,7 @@
  * (emu/README.md).
  *
  *   demo_job [N]      N floats per vector (default 1048576)
+ *   DEMO_SECONDS=S    keep each GPU busy with the same sum for S seconds
  * Prints a line per GPU and a closing "RESULT: ..." line; exits 0 only if
  * every GPU returned the right sums.
  */
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* c[i] = a[i] + b[i] for i < n: vec_add(const float *a, const float *b,
  * float *c, int n), the signature of test/kernels' vec_add. */
@@ -113,6 +115,23 @@ static int run_on(int dev, const char *where, int n)
 	STEP(cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, NULL, args, NULL),
 	     "launching vec_add (cuLaunchKernel)");
 	STEP(cuCtxSynchronize(), "running vec_add (cuCtxSynchronize)");
+	/* DEMO_SECONDS=S: keep the GPU busy that long (the same sum again and
+	 * again), so sessions sharing a GPU show in `rgpu top` */
+	const char *sec = getenv("DEMO_SECONDS");
+	if (sec && atof(sec) > 0) {
+		struct timespec t0, t;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		long rounds = 0;
+		do {
+			for (int k = 0; k < 16; k++)
+				STEP(cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, 0, NULL, args, NULL),
+				     "launching vec_add (cuLaunchKernel)");
+			STEP(cuCtxSynchronize(), "running vec_add (cuCtxSynchronize)");
+			rounds++;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+		} while ((double)(t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) / 1e9 < atof(sec));
+		printf("  kept:   %ld more launches in %s s\n", rounds * 16, sec);
+	}
 	printf("  kernel: vec_add, %u blocks x %u threads: c = a + b\n", blocks, threads);
 	STEP(cuMemcpyDtoH(c, dc, bytes), "copying out (cuMemcpyDtoH)");
 	int bad = 0, first = -1;

@@ -406,7 +406,12 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 	struct wbuf out;
 	wbuf_init(&out);
 	struct metrics_session *ms = metrics_session_open(who);
-	metrics_session_worker(ms, (int)worker, who->uid);
+	/* listed under the uid it runs as when no credential names one (the
+	 * kernel's on the same-host socket, nobody over TCP) */
+	unsigned uid = who->uid;
+	if (!who->authenticated && sched_parent_run_uid(worker, &uid) < 0)
+		uid = who->uid;
+	metrics_session_worker(ms, (int)worker, uid);
 	/* the memory manager's record of this worker (mem/arbiter.c) */
 	struct mem_worker *mw = mem_parent_open(fd, ms);
 	while (msg) {

@@ -80,7 +80,9 @@ static void usage(FILE *f)
 "      --mps-dir=DIR         where MPS pipe and log directories go (default\n"
 "                            /run/rgpud/mps)\n"
 "      --mps-control=PATH    the MPS control program (default\n"
-"                            nvidia-cuda-mps-control in /usr/bin)\n"
+"                            nvidia-cuda-mps-control in PATH, /usr/local/nvidia/bin)\n"
+"      --mps-default-share=P with --mps=job: the part of the GPU's threads (percent)\n"
+"                            of a session whose lease gives no --rgpu-share (100)\n"
 "      --memory-policy=POLICY  when an allocation does not fit on the GPU:\n"
 "                            swap (default: evict idle sessions to host memory),\n"
 "                            wait (until memory is freed), or fail\n"
@@ -102,7 +104,8 @@ static void usage(FILE *f)
 
 /* long options without a short form */
 enum { OPT_METRICS = 256, OPT_SCHED, OPT_QUANTUM, OPT_MPS, OPT_MPS_DIR, OPT_MPS_CONTROL,
-       OPT_WORKER_SCHED, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT, OPT_CTX_RESERVE };
+       OPT_MPS_SHARE, OPT_WORKER_SCHED, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT,
+       OPT_CTX_RESERVE };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -392,6 +395,7 @@ int main(int argc, char **argv)
 		{ "mps", required_argument, NULL, OPT_MPS },
 		{ "mps-dir", required_argument, NULL, OPT_MPS_DIR },
 		{ "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
+		{ "mps-default-share", required_argument, NULL, OPT_MPS_SHARE },
 		{ "worker-sched", required_argument, NULL, OPT_WORKER_SCHED },
 		{ "memory-policy", required_argument, NULL, OPT_MEM_POLICY },
 		{ "memory-wait", required_argument, NULL, OPT_MEM_WAIT },
@@ -430,7 +434,8 @@ int main(int argc, char **argv)
 	const char *worker_sched = NULL;
 	struct sched_config scfg = { .policy = SCHED_POL_FAIR, .quantum = SCHED_QUANTUM_NS_DEFAULT,
 				     .mps = SCHED_MPS_OFF, .mps_dir = "/run/rgpud/mps",
-				     .mps_control = "/usr/bin/nvidia-cuda-mps-control" };
+				     .mps_control = "", /* found in PATH */
+				     .mps_default_share = 100 };
 	enum mem_policy mem_policy = MEM_POLICY_SWAP;
 	unsigned mem_wait = 60, mem_overcommit_pct = 100;
 	int c;
@@ -510,6 +515,9 @@ int main(int argc, char **argv)
 			snprintf(dst, cap, "%s", optarg);
 			break;
 		}
+		case OPT_MPS_SHARE:
+			scfg.mps_default_share = (uint32_t)num_opt("mps-default-share", optarg, 1, 100);
+			break;
 		case OPT_WORKER_SCHED: worker_sched = optarg; break;
 		case OPT_MEM_POLICY:
 			if (mem_policy_parse(optarg, &mem_policy) < 0) {

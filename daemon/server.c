@@ -150,7 +150,7 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl, int mig)
 	 * server, before its first CUDA call */
 	char mps_env[4][600];
 	uint32_t pct = 100;
-	int nmps = sched_mps_env(&s->who, mps_env, 4, &pct);
+	int nmps = sched_mps_env(&s->who, uid, gid, mps_env, 4, &pct);
 	extern char **environ;
 	size_t nenv = 0;
 	while (environ[nenv])
@@ -202,9 +202,9 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl, int mig)
 	}
 	free(envp);
 	if (pid > 0)
-		sched_parent_spawned(pid, pct, nmps ? &s->who : NULL);
+		sched_parent_spawned(pid, pct, nmps ? &s->who : NULL, uid);
 	else if (nmps)
-		sched_mps_session_end(&s->who);
+		sched_mps_session_end(&s->who, uid);
 	return pid;
 }
 

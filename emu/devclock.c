@@ -46,7 +46,13 @@ static void setup(void)
 	const char *path = getenv("RGPU_EMU_CLOCK");
 	if (!path || !*path)
 		return;
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* every process of the host names it, whoever it runs as (rgpud's
+	 * workers take their clients' uids): made writable for all */
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+	if (fd >= 0)
+		(void)fchmod(fd, 0666);
+	else if (errno == EEXIST)
+		fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	struct stat st;

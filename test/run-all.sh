@@ -171,7 +171,7 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 		summary "migration, rgpud under ASan/UBSan (_build/migrate-san.log)" "$p3" "$f3" "$s3" "$x3"
 		# the metrics endpoint and damaged lease files too (test/metrics,
 		# test/chaos), failing on any sanitizer report in rgpud's logs
-		for t in metrics/run-metrics.sh chaos/state-files.sh; do
+		for t in metrics/run-metrics.sh chaos/state-files.sh sched/run-sched.sh; do
 			n=$(basename "$t" .sh)
 			mkdir -p "san-$n" && rm -rf "san-$n"/*
 			trc=0

@@ -23,7 +23,7 @@ static int fail(struct wbuf *out, int status, const char *msg)
 	return status;
 }
 
-static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf *out)
+static int op_list(const struct rgpud_principal *who, pid_t pid, struct rd *r, struct wbuf *out)
 {
 	if (!rd_done(r))
 		return fail(out, RGPU_ERR_PROTO, "malformed SESSION_LIST");
@@ -32,12 +32,18 @@ static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf 
 	if (metrics_sessions_list(&v, &n))
 		return fail(out, CUDA_ERROR_OUT_OF_MEMORY, "out of memory");
 	/* root and the SlurmUser see every session; others their own uid's.
-	 * (An unauthenticated client of an --open server is root only if
-	 * it is: its uid is whatever it claimed, so it sees only that.) */
+	 * A client without a credential (--open) is the uid its worker runs
+	 * as: the kernel's word on the same-host socket, nobody over TCP. */
+	unsigned viewer = who->uid;
 	int all = who->admin && who->authenticated;
+	if (!who->authenticated) {
+		if (sched_parent_run_uid(pid, &viewer) < 0)
+			viewer = 65534;
+		all = viewer == 0;
+	}
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
-		if (all || v[i].uid == who->uid)
+		if (all || v[i].uid == viewer)
 			v[k++] = v[i];
 	put_u32(out, (uint32_t)k);
 	time_t now = time(NULL);
@@ -81,7 +87,7 @@ int sched_parent_op(const struct rgpud_principal *who, pid_t pid, unsigned op, s
 		    struct wbuf *out)
 {
 	switch (op) {
-	case RGPU_OP_SESSION_LIST: return op_list(who, r, out);
+	case RGPU_OP_SESSION_LIST: return op_list(who, pid, r, out);
 	case RGPU_OP_SESSION_SHARE: return op_share(pid, r, out);
 	default: return -1;
 	}

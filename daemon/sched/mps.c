@@ -37,12 +37,12 @@ static struct group {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int warned;
 
-static void group_key(const struct rgpud_principal *who, char *key, size_t n)
+static void group_key(const struct rgpud_principal *who, unsigned run_uid, char *key, size_t n)
 {
 	if (who->job_id)
 		snprintf(key, n, "job%llu", (unsigned long long)who->job_id);
 	else
-		snprintf(key, n, "uid%u", who->uid);
+		snprintf(key, n, "uid%u", run_uid);
 }
 
 static int mkdir_owned(const char *path, uid_t uid, gid_t gid)
@@ -59,15 +59,41 @@ static int mkdir_owned(const char *path, uid_t uid, gid_t gid)
 static int run_control(const char *dir, const char *input)
 {
 	const struct sched_config *c = sched_config();
-	char pipe_env[600], log_env[600];
+	char pipe_env[600], log_env[600], path_env[4600];
 	snprintf(pipe_env, sizeof(pipe_env), "CUDA_MPS_PIPE_DIRECTORY=%s/pipe", dir);
 	snprintf(log_env, sizeof(log_env), "CUDA_MPS_LOG_DIRECTORY=%s/log", dir);
+	/* rgpud's environment (where the driver is: LD_LIBRARY_PATH), with the
+	 * control program's directory first in PATH: it starts
+	 * nvidia-cuda-mps-server from there */
+	char cdir[512];
+	snprintf(cdir, sizeof(cdir), "%s", c->mps_control);
+	char *slash = strrchr(cdir, '/');
+	if (slash)
+		*slash = '\0';
+	const char *path = getenv("PATH");
+	snprintf(path_env, sizeof(path_env), "PATH=%s:%s", cdir,
+		 path ? path : "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
 	char *argv[] = { (char *)c->mps_control, input ? NULL : "-d", NULL };
-	char *envp[] = { pipe_env, log_env, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			 NULL };
-	int in[2] = { -1, -1 };
-	if (input && pipe2(in, O_CLOEXEC) < 0)
+	extern char **environ;
+	size_t ne = 0;
+	while (environ[ne])
+		ne++;
+	char **envp = calloc(ne + 4, sizeof(*envp));
+	if (!envp)
 		return -1;
+	size_t k = 0;
+	for (size_t i = 0; i < ne; i++)
+		if (strncmp(environ[i], "CUDA_MPS_", 9) && strncmp(environ[i], "PATH=", 5))
+			envp[k++] = environ[i];
+	envp[k++] = pipe_env;
+	envp[k++] = log_env;
+	envp[k++] = path_env;
+	envp[k] = NULL;
+	int in[2] = { -1, -1 };
+	if (input && pipe2(in, O_CLOEXEC) < 0) {
+		free(envp);
+		return -1;
+	}
 	pid_t pid = fork();
 	if (pid == 0) {
 		if (input && dup2(in[0], 0) < 0)
@@ -81,6 +107,7 @@ static int run_control(const char *dir, const char *input)
 		execve(c->mps_control, argv, envp);
 		_exit(127);
 	}
+	free(envp);
 	if (input) {
 		close(in[0]);
 		if (pid > 0 && write(in[1], input, strlen(input)) < 0)
@@ -111,14 +138,15 @@ static uint32_t job_share(uint64_t job)
 	return share;
 }
 
-int sched_mps_env(const struct rgpud_principal *who, char env[][600], int max, uint32_t *pct)
+int sched_mps_env(const struct rgpud_principal *who, unsigned run_uid, unsigned run_gid,
+		  char env[][600], int max, uint32_t *pct)
 {
 	*pct = 100;
 	const struct sched_config *c = sched_config();
 	if (c->mps != SCHED_MPS_JOB || max < 3)
 		return 0;
 	char key[32], dir[600], sub[700];
-	group_key(who, key, sizeof(key));
+	group_key(who, run_uid, key, sizeof(key));
 	snprintf(dir, sizeof(dir), "%s/%s", c->mps_dir, key);
 	pthread_mutex_lock(&mu);
 	int gi = -1, freei = -1;
@@ -131,11 +159,11 @@ int sched_mps_env(const struct rgpud_principal *who, char env[][600], int max, u
 	if (gi < 0) {
 		int ok = freei >= 0 && access(c->mps_control, X_OK) == 0 &&
 			 (mkdir(c->mps_dir, 0755) == 0 || errno == EEXIST) &&
-			 mkdir_owned(dir, who->uid, who->gid) == 0;
+			 mkdir_owned(dir, run_uid, run_gid) == 0;
 		snprintf(sub, sizeof(sub), "%s/pipe", dir);
-		ok = ok && mkdir_owned(sub, who->uid, who->gid) == 0;
+		ok = ok && mkdir_owned(sub, run_uid, run_gid) == 0;
 		snprintf(sub, sizeof(sub), "%s/log", dir);
-		ok = ok && mkdir_owned(sub, who->uid, who->gid) == 0;
+		ok = ok && mkdir_owned(sub, run_uid, run_gid) == 0;
 		int st = ok ? run_control(dir, NULL) : -1;
 		if (st != 0) {
 			if (!warned++)
@@ -155,6 +183,8 @@ int sched_mps_env(const struct rgpud_principal *who, char env[][600], int max, u
 	snprintf(env[n++], 600, "CUDA_MPS_PIPE_DIRECTORY=%s/pipe", dir);
 	snprintf(env[n++], 600, "CUDA_MPS_LOG_DIRECTORY=%s/log", dir);
 	uint32_t share = job_share(who->job_id);
+	if (!share)
+		share = c->mps_default_share;
 	if (share && share < 100) {
 		snprintf(env[n++], 600, "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%u", share);
 		*pct = share;
@@ -162,13 +192,13 @@ int sched_mps_env(const struct rgpud_principal *who, char env[][600], int max, u
 	return n;
 }
 
-void sched_mps_session_end(const struct rgpud_principal *who)
+void sched_mps_session_end(const struct rgpud_principal *who, unsigned run_uid)
 {
 	const struct sched_config *c = sched_config();
 	if (c->mps != SCHED_MPS_JOB)
 		return;
 	char key[32], dir[600];
-	group_key(who, key, sizeof(key));
+	group_key(who, run_uid, key, sizeof(key));
 	snprintf(dir, sizeof(dir), "%s/%s", c->mps_dir, key);
 	pthread_mutex_lock(&mu);
 	for (int i = 0; i < NGROUP; i++) {

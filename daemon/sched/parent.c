@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -25,13 +26,34 @@ static struct {
 	uint32_t lowered, pct;
 	int mps;
 	struct rgpud_principal who;
+	unsigned run_uid;
 } pids[NPID];
 
 const struct sched_config *sched_config(void) { return &conf; }
 
+/* nvidia-cuda-mps-control in PATH or where NVIDIA's containers put it */
+static void find_control(char *out, size_t n)
+{
+	const char *path = getenv("PATH");
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s:/usr/local/nvidia/bin:/usr/bin:/usr/sbin",
+		 path ? path : "");
+	for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		char p[600];
+		snprintf(p, sizeof(p), "%s/nvidia-cuda-mps-control", d);
+		if (*d == '/' && access(p, X_OK) == 0) {
+			snprintf(out, n, "%s", p);
+			return;
+		}
+	}
+	snprintf(out, n, "/usr/bin/nvidia-cuda-mps-control");
+}
+
 int sched_parent_init(const struct sched_config *cfg, char *err, size_t errlen)
 {
 	conf = *cfg;
+	if (!conf.mps_control[0])
+		find_control(conf.mps_control, sizeof(conf.mps_control));
 	seg_fd = memfd_create("rgpud-sched", MFD_CLOEXEC);
 	if (seg_fd < 0 || ftruncate(seg_fd, sizeof(struct sched_seg)) < 0) {
 		snprintf(err, errlen, "scheduler: shared memory: %s", strerror(errno));
@@ -77,8 +99,11 @@ static int pid_index(pid_t pid, int create)
 	return create ? freei : -1;
 }
 
-void sched_parent_spawned(pid_t pid, uint32_t pct, const struct rgpud_principal *mps_who)
+void sched_parent_spawned(pid_t pid, uint32_t pct, const struct rgpud_principal *mps_who,
+			  unsigned run_uid)
 {
+	if (pid <= 0)
+		return;
 	pthread_mutex_lock(&mu);
 	int i = pid_index(pid, 1);
 	if (i >= 0) {
@@ -86,10 +111,11 @@ void sched_parent_spawned(pid_t pid, uint32_t pct, const struct rgpud_principal 
 		pids[i].mps = mps_who != NULL;
 		if (mps_who)
 			pids[i].who = *mps_who;
+		pids[i].run_uid = run_uid;
 	}
 	pthread_mutex_unlock(&mu);
 	if (i < 0 && mps_who) /* (no room to remember it: give it back now) */
-		sched_mps_session_end(mps_who);
+		sched_mps_session_end(mps_who, run_uid);
 }
 
 static uint32_t lease_share(const struct rgpud_principal *who, unsigned gpu)
@@ -102,7 +128,7 @@ static uint32_t lease_share(const struct rgpud_principal *who, unsigned gpu)
 
 int sched_parent_admit(pid_t pid, const struct rgpud_principal *who, unsigned gpu)
 {
-	if (!seg || gpu >= RGPUD_MAX_GPUS)
+	if (!seg || gpu >= RGPUD_MAX_GPUS || pid <= 0) /* (0 marks a free slot) */
 		return -1;
 	uint32_t share = lease_share(who, gpu);
 	pthread_mutex_lock(&mu);
@@ -135,7 +161,10 @@ int sched_parent_admit(pid_t pid, const struct rgpud_principal *who, unsigned gp
 		atomic_store(&s->mean, 0);
 		atomic_store(&s->beat, 0);
 		atomic_store(&s->idle_since, sched_now_ns());
+		atomic_store(&s->progress, 0);
 		atomic_store(&s->pid, pid); /* last: the slot is ready */
+		atomic_fetch_add(&seg->tenants[gpu], 1);
+		sched_seg_wake(seg, gpu);
 		rc = 0;
 	}
 	pthread_mutex_unlock(&mu);
@@ -149,6 +178,8 @@ int sched_parent_lower_share(pid_t pid, uint32_t share)
 {
 	if (share < 1 || share > 100)
 		return -1;
+	if (pid <= 0)
+		return 0;
 	pthread_mutex_lock(&mu);
 	int pi = pid_index(pid, 1);
 	if (pi >= 0)
@@ -164,14 +195,18 @@ int sched_parent_lower_share(pid_t pid, uint32_t share)
 
 void sched_parent_release(pid_t pid, uint64_t *ns, size_t ngpu)
 {
+	if (pid <= 0)
+		return;
 	pthread_mutex_lock(&mu);
 	int pi = pid_index(pid, 0);
 	int mps = 0;
 	struct rgpud_principal who;
+	unsigned run_uid = 0;
 	if (pi >= 0) {
 		pids[pi].pid = 0;
 		mps = pids[pi].mps;
 		who = pids[pi].who;
+		run_uid = pids[pi].run_uid;
 	}
 	for (unsigned i = 0; seg && i < SCHED_SLOTS; i++) {
 		struct sched_slot *s = &seg->slot[i];
@@ -183,16 +218,32 @@ void sched_parent_release(pid_t pid, uint64_t *ns, size_t ngpu)
 		atomic_store(&s->inflight, 0);
 		atomic_store(&s->waiting, 0);
 		atomic_store(&s->pid, 0);
+		if (gpu < RGPUD_MAX_GPUS && atomic_load(&seg->tenants[gpu]))
+			atomic_fetch_sub(&seg->tenants[gpu], 1);
 		sched_seg_wake(seg, gpu); /* whoever waited on it looks again */
 	}
 	pthread_mutex_unlock(&mu);
 	if (mps)
-		sched_mps_session_end(&who);
+		sched_mps_session_end(&who, run_uid);
+}
+
+int sched_parent_run_uid(pid_t pid, unsigned *uid)
+{
+	if (pid <= 0)
+		return -1;
+	pthread_mutex_lock(&mu);
+	int i = pid_index(pid, 0);
+	if (i >= 0)
+		*uid = pids[i].run_uid;
+	pthread_mutex_unlock(&mu);
+	return i >= 0 ? 0 : -1;
 }
 
 uint64_t sched_parent_attained(pid_t pid, unsigned gpu, uint64_t *busy, uint32_t *weight,
 			       uint32_t *pct)
 {
+	if (pid <= 0)
+		return 0;
 	for (unsigned i = 0; seg && i < SCHED_SLOTS; i++) {
 		struct sched_slot *s = &seg->slot[i];
 		if (atomic_load(&s->pid) != pid || atomic_load(&s->gpu) != gpu)

@@ -36,6 +36,21 @@ int sched_inflight_ok(uint64_t quantum, const struct sched_view *me)
 	return mean < quantum && (uint64_t)me->inflight * mean < quantum;
 }
 
+/* What the policy compares: attained (weighted for fair), plus, past a
+ * grace of a few quanta and mean kernels (a kernel queued behind another
+ * tenant's waits that long in the normal course), what has been running
+ * since the tenant's last completion: a kernel that never ends then counts
+ * as it goes. */
+static uint64_t key(int policy, uint64_t quantum, const struct sched_view *v)
+{
+	uint64_t grace = 4 * quantum + 4 * v->mean_ns;
+	uint64_t run = v->running_ns > grace ? v->running_ns - grace : 0;
+	if (policy == SCHED_POL_LAS)
+		return v->episode + run < v->episode ? UINT64_MAX : v->episode + run;
+	uint64_t r = sched_vtime_delta(run, v->weight);
+	return v->vtime + r < v->vtime ? UINT64_MAX : v->vtime + r;
+}
+
 int sched_may_submit(int policy, uint64_t quantum, const struct sched_view *me,
 		     const struct sched_view *others, size_t n)
 {
@@ -45,12 +60,12 @@ int sched_may_submit(int policy, uint64_t quantum, const struct sched_view *me,
 	 * find a long queue of another's work it cannot overtake */
 	if (!sched_inflight_ok(quantum, me))
 		return 0;
-	uint64_t mine = policy == SCHED_POL_LAS ? me->episode : me->vtime;
+	uint64_t mine = key(policy, quantum, me);
 	uint64_t least = UINT64_MAX;
 	for (size_t i = 0; i < n; i++) {
 		if (!others[i].active)
 			continue;
-		uint64_t v = policy == SCHED_POL_LAS ? others[i].episode : others[i].vtime;
+		uint64_t v = key(policy, quantum, &others[i]);
 		if (v < least)
 			least = v;
 	}

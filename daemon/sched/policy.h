@@ -44,6 +44,9 @@ struct sched_view {
 	uint64_t vtime;      /* ns at weight 100 */
 	uint64_t episode;    /* ns since it last went idle */
 	uint64_t mean_ns;    /* its kernels' mean duration (0: unknown) */
+	uint64_t running_ns; /* work in flight since its last completion: past a
+			      * grace it counts provisionally, so a kernel that
+			      * never ends cannot hold the others back for ever */
 };
 
 /* "fair", "las", "fifo" -> the policy, or -1. */

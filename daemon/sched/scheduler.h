@@ -38,6 +38,7 @@ struct sched_config {
 	int mps;            /* SCHED_MPS_* */
 	char mps_dir[512];  /* where per-job MPS pipe and log directories go */
 	char mps_control[512]; /* nvidia-cuda-mps-control */
+	uint32_t mps_default_share; /* thread percentage without a lease share (100) */
 };
 enum { SCHED_MPS_OFF = 0, SCHED_MPS_JOB = 1 };
 
@@ -71,10 +72,13 @@ void sched_parent_release(pid_t pid, uint64_t *ns, size_t ngpu);
 /* What the worker attained on gpu so far (ns), or 0. */
 uint64_t sched_parent_attained(pid_t pid, unsigned gpu, uint64_t *busy, uint32_t *weight,
 			       uint32_t *pct);
+/* The uid worker pid runs as (sched_parent_spawned): 0, or -1 if unknown. */
+int sched_parent_run_uid(pid_t pid, unsigned *uid);
 /* The worker was started with this MPS active thread percentage (100 or 0:
  * none); mps_who: the principal whose MPS daemon it uses (NULL: none),
  * whose session count sched_parent_release() gives back. */
-void sched_parent_spawned(pid_t pid, uint32_t pct, const struct rgpud_principal *mps_who);
+void sched_parent_spawned(pid_t pid, uint32_t pct, const struct rgpud_principal *mps_who,
+			  unsigned run_uid);
 
 /* SESSION_LIST and SESSION_SHARE from the worker pid serving who (list.c):
  * the status, reply fields in out; -1 for another opcode. */
@@ -102,12 +106,14 @@ void sched_forget_ctx(void *cuctx);
 /* ---- MPS (mps.c, parent) ---- */
 /* The environment a worker of this job needs before its first CUDA call
  * (CUDA_MPS_PIPE_DIRECTORY, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), starting
- * the job's MPS control daemon if needed.  Writes up to max strings into
+ * the job's MPS control daemon if needed.  Outside a job the group is the
+ * uid the worker runs as (run_uid, run_gid own the directories).  Writes up to max strings into
  * env; returns how many (0: no MPS for this session) and the thread
  * percentage in *pct (100: the whole GPU). */
-int sched_mps_env(const struct rgpud_principal *who, char env[][600], int max, uint32_t *pct);
+int sched_mps_env(const struct rgpud_principal *who, unsigned run_uid, unsigned run_gid,
+		  char env[][600], int max, uint32_t *pct);
 /* The job's last session ended: stop its MPS daemon. */
-void sched_mps_session_end(const struct rgpud_principal *who);
+void sched_mps_session_end(const struct rgpud_principal *who, unsigned run_uid);
 void sched_mps_shutdown(void);
 
 #endif

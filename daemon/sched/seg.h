@@ -24,7 +24,7 @@ struct sched_slot {
 	_Atomic uint64_t mean;
 	_Atomic uint64_t beat;      /* CLOCK_MONOTONIC ns: last sign of life */
 	_Atomic uint64_t idle_since;
-	uint64_t pad;
+	_Atomic uint64_t progress;  /* last completion, or the first launch after idling */
 };
 
 struct sched_seg {
@@ -32,6 +32,7 @@ struct sched_seg {
 	int32_t policy, mps;
 	uint64_t quantum;
 	_Atomic uint32_t gen[RGPUD_MAX_GPUS]; /* bumped (and futex-woken) on change */
+	_Atomic uint32_t tenants[RGPUD_MAX_GPUS]; /* slots in use per GPU (the parent's) */
 	struct sched_slot slot[SCHED_SLOTS];
 };
 

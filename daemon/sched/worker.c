@@ -29,7 +29,8 @@ static int slot_of[RGPUD_MAX_GPUS]; /* index + 1; 0: not looked up */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static struct rec *head, *tail;
-static int thread_started;
+static int thread_started, stopping;
+static pthread_t charger_thread;
 static CUcontext charger_cur; /* current on the charger thread (under mu) */
 
 /* Timing events are kept per context for reuse (creating and destroying
@@ -82,14 +83,31 @@ static void ev_put_locked(CUcontext ctx, CUevent e)
 
 /* Whether another session holds a slot on gpu: alone, nothing is gated
  * (work-conserving) nor timed (no cost for a GPU of one tenant). */
-static int shared(unsigned gpu, struct sched_slot *mine)
+static int shared(unsigned gpu)
 {
-	for (unsigned k = 0; k < SCHED_SLOTS; k++) {
-		struct sched_slot *s = &seg->slot[k];
-		if (s != mine && atomic_load(&s->pid) && atomic_load(&s->gpu) == gpu)
-			return 1;
+	return atomic_load(&seg->tenants[gpu]) > 1;
+}
+
+/* At exit the charger stops first (no thread left running while the
+ * process tears down; sanitizers' leak checks stop every thread). */
+static void worker_fini(void)
+{
+	pthread_mutex_lock(&mu);
+	stopping = 1;
+	int started = thread_started;
+	thread_started = 0;
+	pthread_cond_signal(&cv);
+	pthread_mutex_unlock(&mu);
+	if (started)
+		pthread_join(charger_thread, NULL);
+	pthread_mutex_lock(&mu);
+	while (head) {
+		struct rec *r = head;
+		head = r->next;
+		free(r);
 	}
-	return 0;
+	tail = NULL;
+	pthread_mutex_unlock(&mu);
 }
 
 int sched_worker_init(const char *arg)
@@ -109,6 +127,7 @@ int sched_worker_init(const char *arg)
 		return -1;
 	}
 	me = getpid();
+	atexit(worker_fini);
 	return 0;
 }
 
@@ -165,9 +184,19 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 	t->gpu = -1;
 	if (!enabled())
 		return;
-	struct sched_slot *s = my_slot(gpu);
-	if (!s || !shared(gpu, s))
+	if (gpu >= RGPUD_MAX_GPUS || !shared(gpu))
 		return;
+	struct sched_slot *s = my_slot(gpu);
+	if (!s)
+		return;
+	/* a stream being captured into a graph runs nothing now: no gate, no
+	 * events (they would become nodes of the graph) */
+	if (D->cuStreamIsCapturing) { /* (optional: the emulated device has no graphs) */
+		CUstreamCaptureStatus cap = CU_STREAM_CAPTURE_STATUS_NONE;
+		if (D->cuStreamIsCapturing((CUstream)custream, &cap) != CUDA_SUCCESS ||
+		    cap != CU_STREAM_CAPTURE_STATUS_NONE)
+			return;
+	}
 	static struct sched_view v[SCHED_SLOTS];
 	uint64_t now = sched_now_ns();
 	atomic_store(&s->beat, now);
@@ -206,7 +235,8 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 		D->cuEventDestroy_v2(ev);
 		return;
 	}
-	atomic_fetch_add(&s->inflight, 1);
+	if (atomic_fetch_add(&s->inflight, 1) == 0)
+		atomic_store(&s->progress, sched_now_ns());
 	t->start = ev;
 	t->gpu = (int)gpu;
 }
@@ -232,15 +262,8 @@ void sched_after_launch(struct sched_token *t, void *cuctx, void *custream, int 
 	r->end = end;
 	r->gpu = (unsigned)t->gpu;
 	pthread_mutex_lock(&mu);
-	if (!thread_started) {
-		pthread_t th;
-		pthread_attr_t a;
-		pthread_attr_init(&a);
-		pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-		if (pthread_create(&th, &a, charger, NULL) == 0)
-			thread_started = 1;
-		pthread_attr_destroy(&a);
-	}
+	if (!thread_started && !stopping && pthread_create(&charger_thread, NULL, charger, NULL) == 0)
+		thread_started = 1;
 	if (tail)
 		tail->next = r;
 	else
@@ -272,6 +295,7 @@ static void charge(struct rec *r, int ok)
 		uint64_t m = atomic_load(&s->mean);
 		atomic_store(&s->mean, m ? (m * 7 + dur) / 8 : dur);
 		atomic_store(&s->beat, now);
+		atomic_store(&s->progress, now);
 		if (atomic_load(&s->inflight) && atomic_fetch_sub(&s->inflight, 1) == 1)
 			atomic_store(&s->idle_since, now);
 		sched_seg_wake(seg, r->gpu);
@@ -293,11 +317,15 @@ static void *charger(void *arg)
 	(void)arg;
 	for (;;) {
 		pthread_mutex_lock(&mu);
-		while (!head) {
+		while (!head && !stopping) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
 			pthread_cond_timedwait(&cv, &mu, &ts);
+		}
+		if (stopping) {
+			pthread_mutex_unlock(&mu);
+			break;
 		}
 		/* take the finished ones out, under the lock (forget_ctx may
 		 * remove records meanwhile) */

@@ -48,6 +48,7 @@ struct tenant {
 	uint64_t lat[20000];
 	size_t nlat;
 	uint64_t finished_at;
+	uint64_t progress;  /* last completion, or the launch after idling */
 };
 
 struct sim {
@@ -58,12 +59,21 @@ struct sim {
 	struct tenant t[NT];
 };
 
+/* what a worker sees of tenant j: its kernel in flight counts for the time
+ * since its last completion (or its first launch) */
+static struct sched_view view_of(struct sim *s, int j)
+{
+	struct sched_view v = s->t[j].v;
+	v.running_ns = v.inflight && s->now > s->t[j].progress ? s->now - s->t[j].progress : 0;
+	return v;
+}
+
 static void others_of(struct sim *s, int i, struct sched_view *o, size_t *n)
 {
 	*n = 0;
 	for (int j = 0; j < s->n; j++)
 		if (j != i)
-			o[(*n)++] = s->t[j].v;
+			o[(*n)++] = view_of(s, j);
 }
 
 static uint64_t vmin_others(struct sim *s, int i)
@@ -99,7 +109,8 @@ static void submit_phase(struct sim *s)
 					t->v.episode = 0;
 			}
 			others_of(s, i, o, &no);
-			if (!sched_may_submit(s->policy, s->quantum, &t->v, o, no)) {
+			struct sched_view mine = view_of(s, i);
+			if (!sched_may_submit(s->policy, s->quantum, &mine, o, no)) {
 				t->waiting = 1;
 				t->v.active = 1;
 				break;
@@ -110,7 +121,8 @@ static void submit_phase(struct sim *s)
 			t->began[t->q] = t->q || !s->mps ? 0 : s->now;
 			t->q++;
 			t->submitted++;
-			t->v.inflight++;
+			if (t->v.inflight++ == 0)
+				t->progress = s->now;
 			t->v.active = 1;
 		}
 		if (!wants(s, t))
@@ -140,6 +152,7 @@ static void complete(struct sim *s, int i)
 	t->q--;
 	t->v.inflight--;
 	t->done++;
+	t->progress = s->now;
 	if (t->q)
 		t->began[0] = s->mps ? s->now : 0;
 	else {
@@ -405,6 +418,25 @@ int main(void)
 	uint64_t ts = short_beside_flooder(0, SCHED_POL_FAIR, 1);
 	ok(ts <= TS_SLICE + 2 * alone, "time-sliced, fair: p99 %.1f us bounded by a time slice",
 	   ts / 1e3);
+
+	/* a tenant whose kernel never ends holds no one back for ever */
+	{
+		struct sched_view hung = { .active = 1, .weight = 100, .inflight = 1, .vtime = 0,
+					   .running_ns = 0 };
+		struct sched_view late = { .active = 1, .weight = 100, .vtime = 10000000,
+					   .episode = 10000000 };
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, &late, &hung, 1),
+		   "fair: far ahead of a tenant that just launched: waits");
+		hung.running_ns = 9000000;
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, &late, &hung, 1),
+		   "  its kernel running 9 ms is in the grace (4 quanta)");
+		hung.running_ns = 19000000;
+		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, &late, &hung, 1),
+		   "  running 19 ms counts past the grace: goes");
+		ok(sched_may_submit(SCHED_POL_LAS, 2000000, &late, &hung, 1), "las: the same");
+		hung.running_ns = 0;
+		ok(!sched_may_submit(SCHED_POL_LAS, 2000000, &late, &hung, 1), "  (las waits otherwise)");
+	}
 
 	/* las favours short episodes */
 	uint64_t e_las = short_episode(SCHED_POL_LAS), e_fair = short_episode(SCHED_POL_FAIR);
