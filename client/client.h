@@ -292,5 +292,9 @@ void rc_devrange_del(struct rc_conn *conn, CUdeviceptr base);
  * current one when it is there, else the device's primary context (NULL
  * when neither exists). */
 struct rc_ctx *rc_ctx_on(struct rc_dev *d);
+/* Device attributes of application memory as rgpu serves it: shareable
+ * handles are POSIX file descriptors only (no fabric, no Win32 handles),
+ * pools are not exportable, IPC events are not served. */
+void rc_appmem_attrs(int *attrs);
 
 #endif

@@ -88,6 +88,17 @@ struct rc_ctx *rc_ctx_on(struct rc_dev *d)
 	return d->primary;
 }
 
+void rc_appmem_attrs(int *a)
+{
+	a[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = 0;
+	a[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED] = 0;
+	a[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED] = 0;
+	a[CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = 0;
+	a[CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED] = 0;
+	/* RDMA into VMM memory would bypass the server */
+	a[CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED] = 0;
+}
+
 static struct rc_phys *phys_find(CUmemGenericAllocationHandle h)
 {
 	for (struct rc_phys *p = physs; p; p = p->next)
