@@ -4,8 +4,9 @@
  * kernel run on VMM memory, shareable handles exported to a second process
  * of the job and imported there, stream-ordered pools (async alloc and
  * free in stream order, reuse, release threshold, trim, attributes,
- * created pools), 2D memsets, and peer copies between two GPUs of one
- * server (or their refusal between servers).
+ * created pools), 2D memsets, registered host memory with a device
+ * mapping, and peer copies between two GPUs of one server (or their
+ * refusal between servers).
  *
  * Runs unchanged on a real driver.  Environment:
  *   T_APPMEM_PEER=1   device 0 and 1 are GPUs of one server: peer copies
@@ -345,6 +346,50 @@ static void test_memset2d(void)
 	say("2D memsets ok");
 }
 
+/* cuMemHostRegister with a device mapping: a kernel reads and writes the
+ * application's own (unaligned, malloc'ed) buffer through its device
+ * pointer; host changes reach the next launch, device changes the host at
+ * the next synchronisation. */
+static void test_registered(CUmodule mod)
+{
+	int n = 3000;
+	char *raw = xmalloc(n * sizeof(int) + 64);
+	int *h = (int *)(raw + 20); /* not page aligned */
+	for (int i = 0; i < n; i++)
+		h[i] = i;
+	CK(cuMemHostRegister(h, n * sizeof(int), CU_MEMHOSTREGISTER_DEVICEMAP));
+	EXPECT_RC(cuMemHostRegister(h, n * sizeof(int), 0), CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+	CUdeviceptr d;
+	CK(cuMemHostGetDevicePointer(&d, h, 0));
+	CUdeviceptr d2;
+	CK(cuMemHostGetDevicePointer(&d2, h + 100, 0));
+	CHECK(d2 == d + 400, "device pointer of an interior address");
+	CUfunction inc = get_func(mod, "inc_i32");
+	void *args[] = { &d, &n };
+	CK(cuLaunchKernel(inc, (unsigned)(n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+	CK(cuCtxSynchronize());
+	for (int i = 0; i < n; i++)
+		CHECK(h[i] == i + 1, "after one launch h[%d] = %d", i, h[i]);
+	/* a host write, then a launch: the kernel sees it */
+	h[7] = 1000;
+	CK(cuLaunchKernel(inc, (unsigned)(n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+	CK(cuCtxSynchronize());
+	CHECK(h[7] == 1001 && h[0] == 2 && h[n - 1] == n + 1, "after two launches: %d %d %d", h[7], h[0],
+	      h[n - 1]);
+	/* copies name the device pointer like device memory */
+	int got[4];
+	CK(cuMemcpy((CUdeviceptr)(uintptr_t)got, d + 4 * 4, sizeof(got)));
+	CHECK(got[0] == 6 && got[2] == 8 && got[3] == 1001, "cuMemcpy from the device pointer: %d %d",
+	      got[0], got[3]);
+	CK(cuMemHostUnregister(h));
+	EXPECT_RC(cuMemHostUnregister(h), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	/* the memory is the application's again, writable */
+	h[0] = -1;
+	raw[0] = 1;
+	free(raw);
+	say("registered host memory with a device mapping ok");
+}
+
 static void test_peer(int same_server)
 {
 	int n = 0;
@@ -426,6 +471,7 @@ int main(int argc, char **argv)
 	test_share(argv[0]);
 	test_pools();
 	test_memset2d();
+	test_registered(mod);
 	CK(cuModuleUnload(mod));
 	primary_ctx_release(0);
 	const char *peer = getenv("T_APPMEM_PEER");
