@@ -95,6 +95,8 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(LEASE_GRANT, admin, 0),
 	OPD(LEASE_RELEASE, admin, 0),
 	OPD(LEASE_LIST, admin, 0),
+	OPD(SESSION_LIST, admin, 0),
+	OPD(SESSION_SHARE, admin, 0),
 };
 
 const struct op_desc *rgpud_op(unsigned op)

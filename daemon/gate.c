@@ -2,6 +2,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "session.h"
+#include "sched/scheduler.h"
 #include "share.h"
 #include "wire.h"
 
@@ -286,7 +287,7 @@ static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbu
 	return 0;
 }
 
-void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
+void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid_t worker)
 {
 	uint8_t *msg = malloc(GATE_MSG);
 	/* what this worker holds, per GPU: it can give back no more than that */
@@ -294,6 +295,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 	struct wbuf out;
 	wbuf_init(&out);
 	struct metrics_session *ms = metrics_session_open(who);
+	metrics_session_worker(ms, (int)worker, who->uid);
 	while (msg) {
 		int fd_in = -1, fd_out = -1;
 		ssize_t n = recv_fd(fd, msg, GATE_MSG, &fd_in);
@@ -313,8 +315,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			p.rc = rgpud_access_device(who, q.gpu, &p.limit, why, sizeof(why));
 			if (p.rc)
 				metrics_refused("gpu");
-			else
+			else {
 				metrics_session_gpu(ms, q.gpu);
+				sched_parent_admit(worker, who, q.gpu);
+			}
 			put_raw(&out, why, strlen(why));
 			break;
 		case G_CHARGE:
@@ -349,7 +353,9 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 		case G_ADMIN: {
 			struct rd r;
 			rd_init(&r, msg + sizeof(q), q.len);
-			int rc = rgpud_access_admin_op(who, q.admin_op, &r, &out);
+			int rc = sched_parent_op(who, worker, q.admin_op, &r, &out);
+			if (rc == -1)
+				rc = rgpud_access_admin_op(who, q.admin_op, &r, &out);
 			p.rc = rc == -1 ? OP_DROP : rc;
 			break;
 		}
@@ -393,5 +399,12 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			rgpud_access_refund(who, g, charged[g]);
 		}
 	}
+	/* its GPU time goes to the metrics before its scheduler slots go */
+	for (unsigned g = 0; g < RGPUD_MAX_GPUS; g++) {
+		uint64_t ns = sched_parent_attained(worker, g, NULL, NULL, NULL);
+		if (ns)
+			metrics_session_gpu_time(ms, g, ns);
+	}
+	sched_parent_release(worker, NULL, 0);
 	metrics_session_close(ms);
 }

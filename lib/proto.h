@@ -229,7 +229,8 @@ typedef uint64_t rgpu_handle;
 	 * CUDA_ERROR_OPERATING_SYSTEM (could not persist),                   \
 	 * CUDA_ERROR_INVALID_VALUE (job 0, expiry in the past).               \
 	 * u64 job_id, u32 uid, u32 gpu, u64 mem_limit (0 = whole GPU,         \
-	 * exclusive), u64 expires (unix seconds, 0 = never) -> .  Granting   \
+	 * exclusive), u64 expires (unix seconds, 0 = never) [, u32 share    \
+	 * (compute share, percent 1..100; absent or 0 = none)] -> .  Granting \
 	 * an identical lease again succeeds; one differing only in expires   \
 	 * renews it. */                                                      \
 	X(LEASE_GRANT, 80, "reserve a GPU (or a slice) for a job")             \
@@ -238,8 +239,20 @@ typedef uint64_t rgpu_handle;
 	/* -> u32 ngpu, per GPU: (u32 gpu, str name, u64 total, u64 reserved   \
 	 * (slices + per-slice context reserve; total when exclusive),        \
 	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
-	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
-	X(LEASE_LIST, 82, "leases and GPU load")
+	 * u32 gpu, u64 mem_limit, u64 used, u64 expires), then u32 nlease    \
+	 * again and u32 share[nlease] (appended: older readers stop before) */ \
+	X(LEASE_LIST, 82, "leases and GPU load")                               \
+	/* Scheduling (daemon/sched/).  -> u32 n, per session: (u64 job,      \
+	 * u32 uid, u32 gpu, u32 pid, u64 mem (bytes charged), u32 share      \
+	 * (percent, 0 = none), u32 weight, u64 gpu_time_ns (attained, charged \
+	 * by the scheduler), u64 busy_ns (its kernels' run time), u64        \
+	 * resident, u64 swapped (bytes; 0 until the memory manager reports   \
+	 * them), u64 age_ms), then str policy.  root and the SlurmUser see   \
+	 * every session, anyone else only those of their own uid. */         \
+	X(SESSION_LIST, 200, "live sessions and their attained GPU time")      \
+	/* u32 share (percent 1..100) -> .  Lowers this session's compute     \
+	 * share below its lease's (or 100 without one); never raises it. */  \
+	X(SESSION_SHARE, 201, "lower this session's compute share")
 
 /* Application memory (apimem, 160-191): the VMM API, stream-ordered pools,
  * shareable handles, 2D memsets, peers, GPU status for NVML.  Device
