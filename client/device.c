@@ -75,6 +75,66 @@ RC_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
 	return rc;
 }
 
+/*
+ * What the device can do but a program using it through rgpu cannot: the
+ * program asks so it can take its fallback path, so these read as absent
+ * whatever the GPU says.  Managed and mapped memory are coherent at
+ * launches and synchronisations only (client/coherence.c): the host and
+ * the device do not see each other's writes while a kernel runs, so no
+ * concurrent managed access, no host-native atomics, no access to
+ * pageable host memory from the device.  Nothing on the client's node can
+ * DMA into the GPU (GPUDirect RDMA, dma-buf), and the stream memory
+ * operations, multicast objects, IPC events and host-located pools are
+ * not served.
+ */
+static const struct {
+	CUdevice_attribute a;
+	int v;
+} absent[] = {
+	{ CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0 },
+	{ CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 0 },
+	{ CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0 },
+	{ CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0 },
+	{ CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 0 },
+	{ CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 0 },
+	{ CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 0 },
+	{ CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 0 },
+	{ CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, 0 },
+	{ CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH, 0 },
+	{ CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0 },
+	{ CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS, 0 },
+	{ CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, 0 },
+	{ CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_NUMA_CONFIG, 0 }, /* CU_DEVICE_NUMA_CONFIG_NONE */
+	{ CU_DEVICE_ATTRIBUTE_NUMA_ID, -1 },
+	{ CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, -1 },
+	{ CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0 },
+	{ CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED, 0 },
+};
+
+/* The attribute as a program sees it through rgpu. */
+int rc_dev_attr(const struct rc_dev *d, CUdevice_attribute a)
+{
+	for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++)
+		if (absent[i].a == a)
+			return absent[i].v;
+	return d->attrs[a];
+}
+
 RC_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice dev)
 {
 	struct rc_dev *d;
@@ -83,7 +143,7 @@ RC_EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d
 		return rc;
 	if (!v || (int)a <= 0 || (int)a >= CU_DEVICE_ATTRIBUTE_MAX)
 		return CUDA_ERROR_INVALID_VALUE;
-	*v = d->attrs[a];
+	*v = rc_dev_attr(d, a);
 	return CUDA_SUCCESS;
 }
 

@@ -1,21 +1,32 @@
-/* CUDA graphs by stream capture: the server captures the stream's work as
- * it runs it, so a graph is a server object; the client keeps handles and
- * which streams are capturing.  Host<->device copies cannot be captured
- * (the server would record its own staging buffers), and the nodes of a
- * graph are not exposed (only their number). */
+/* CUDA graphs.  A graph is a server object (the server captures a
+ * stream's work as it runs it, or builds the graph node by node through
+ * GRAPH_OP); the client holds handles: graphs, nodes and executables name
+ * the server's ids, and nodes keep a copy of the parameters they were
+ * given, which is what reading them back returns.  Per graph the client
+ * also keeps how many host nodes it has (a launch counts them out: see
+ * hostfn.c) and the words its kernels and copies name (so a launch
+ * publishes the managed and mapped memory they use, as a kernel launch
+ * does: coherence.c).  Host<->device copies cannot be captured (the server
+ * would record its own staging buffers); explicit copy nodes take device
+ * memory and rgpu's managed and mapped host memory (the same address on
+ * both sides). */
 #include "client.h"
+#include "graph.h"
 #include "log.h"
 
 #include <stdlib.h>
 
-struct rc_graph {
-	uint32_t magic;
-	struct rc_ctx *ctx;
-	uint64_t h;
-};
 
 static uint64_t next_capture = 1;
-static __thread uint64_t per_thread_capture;
+static __thread uint64_t per_thread_capture, per_thread_hosts;
+
+void rc_capture_host_node(CUstream s)
+{
+	if (s == CU_STREAM_PER_THREAD)
+		per_thread_hosts++;
+	else if (s && s != CU_STREAM_LEGACY && ((struct rc_stream *)s)->magic == RC_STREAM)
+		((struct rc_stream *)s)->capture_hosts++;
+}
 
 uint64_t rc_stream_capture_id(CUstream s)
 {
@@ -76,20 +87,26 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!rc_stream_capture_id(s))
 		return CUDA_ERROR_ILLEGAL_STATE;
-	if (s == CU_STREAM_PER_THREAD)
+	uint64_t hosts;
+	if (s == CU_STREAM_PER_THREAD) {
 		per_thread_capture = 0;
-	else
+		hosts = per_thread_hosts;
+		per_thread_hosts = 0;
+	} else {
 		((struct rc_stream *)s)->capture_id = 0;
+		hosts = ((struct rc_stream *)s)->capture_hosts;
+		((struct rc_stream *)s)->capture_hosts = 0;
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, h);
 	struct rd r;
 	if ((rc = rc_call(c->dev->conn, RGPU_OP_CAPTURE_END, w, &r)))
 		return rc;
-	struct rc_graph *g = calloc(1, sizeof(*g));
+	struct rc_graph *g = rc_graph_new(c, get_u64(&r));
 	if (!g)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*g = (struct rc_graph){ RC_GRAPH, c, get_u64(&r) };
+	g->nhost = hosts;
 	*pg = (CUgraph)g;
 	return CUDA_SUCCESS;
 }
@@ -105,10 +122,12 @@ RC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph graph, u
 	struct rd r;
 	if ((rc = graph_call(g->ctx, RGPU_OP_GRAPH_INSTANTIATE, g->h, flags, &r)))
 		return rc;
-	struct rc_graph *e = calloc(1, sizeof(*e));
+	struct rc_graph *e = rc_graph_new(g->ctx, get_u64(&r));
 	if (!e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	*e = (struct rc_graph){ RC_GEXEC, g->ctx, get_u64(&r) };
+	e->magic = RC_GEXEC;
+	if (rc_graph_copy_info(e, g))
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	*pe = (CUgraphExec)e;
 	return CUDA_SUCCESS;
 }
@@ -135,11 +154,24 @@ RC_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 		return rc;
 	if (c != e->ctx)
 		return CUDA_ERROR_INVALID_HANDLE;
+	/* release: kernels and copies see managed and mapped memory as the
+	 * host left it */
+	if (e->ncoh && (rc = rc_coh_launch(c, h, e->coh, e->ncoh)))
+		return rc;
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, e->h);
 	put_u64(w, h);
-	return rc_post(c->dev->conn, RGPU_OP_GRAPH_LAUNCH, w);
+	if (!e->nhost)
+		return rc_post(c->dev->conn, RGPU_OP_GRAPH_LAUNCH, w);
+	/* host nodes: counted out before they can run; a launch that failed
+	 * brings none */
+	if ((rc = rc_hostfn_out(c->dev->conn, e->nhost)))
+		return rc;
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_GRAPH_LAUNCH, w, &r)))
+		rc_hostfn_back(c->dev->conn, e->nhost);
+	return rc;
 }
 
 RC_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s)
@@ -156,38 +188,17 @@ static CUresult destroy(void *p, uint32_t magic)
 	CUresult rc = rc_obj(p, magic, &g);
 	if (rc)
 		return rc;
+	if (g->owned)
+		return CUDA_ERROR_INVALID_VALUE;
 	struct wbuf *w = rc_req();
 	put_u64(w, g->ctx->h);
 	put_u64(w, g->h);
 	put_u32(w, magic == RC_GEXEC);
 	struct rd r;
 	rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_DESTROY, w, &r);
-	g->magic = 0;
-	free(g);
+	rc_graph_free(g);
 	return rc;
 }
 
 RC_EXPORT CUresult cuGraphExecDestroy(CUgraphExec e) { return destroy(e, RC_GEXEC); }
 RC_EXPORT CUresult cuGraphDestroy(CUgraph g) { return destroy(g, RC_GRAPH); }
-
-RC_EXPORT CUresult cuGraphGetNodes(CUgraph graph, CUgraphNode *nodes, size_t *n)
-{
-	struct rc_graph *g;
-	CUresult rc = rc_obj(graph, RC_GRAPH, &g);
-	if (rc)
-		return rc;
-	if (!n)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (nodes) {
-		rc_unsupported("cuGraphGetNodes returning node handles");
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	struct wbuf *w = rc_req();
-	put_u64(w, g->ctx->h);
-	put_u64(w, g->h);
-	struct rd r;
-	if ((rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_NODES, w, &r)))
-		return rc;
-	*n = get_u64(&r);
-	return CUDA_SUCCESS;
-}

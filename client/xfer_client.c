@@ -60,6 +60,7 @@ static const struct xfer_steps htod_steps = { htod_stage, htod_emit, htod_abando
 static CUresult htod(struct rc_xfer *x)
 {
 	int queued;
+	rc_hostfn_gate(x->c, x->pv->op_htod);
 	CUresult rc = (CUresult)xfer_run(x->n, rc_chunk_bytes(x->pv->chunk), 0, &htod_steps, x,
 					 &queued);
 	if (!rc && !x->async) {
@@ -78,6 +79,7 @@ static CUresult dtoh(struct rc_xfer *x)
 	uint8_t f[32];
 	struct wbuf w = { .data = f, .cap = sizeof(f) };
 	put_copy(&w, x);
+	rc_hostfn_gate(x->c, x->pv->op_dtoh);
 	pthread_mutex_lock(&x->c->lock);
 	CUresult rc = rc_send_frame(x->c, x->pv->op_dtoh, 0, &x->id, f, w.len, NULL, 0);
 	pthread_mutex_unlock(&x->c->lock);

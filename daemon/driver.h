@@ -14,6 +14,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #endif
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #define RGPUD_DRIVER_FUNCS(X)                    \
 	X(cuGetErrorName)                        \
@@ -141,6 +142,57 @@
 	X(cuModuleEnumerateFunctions)            \
 	X(cuFuncGetName)
 
+/* Entry points each used when present (NULL otherwise: the call that
+ * needs one is answered CUDA_ERROR_NOT_SUPPORTED): host functions, stream
+ * and launch attributes, explicit graphs, the JIT linker, the profiler
+ * (ops_hostfn.c, ops_graph.c, ops_attr.c). */
+#define RGPUD_DRIVER_MAYBE(X)                    \
+	X(cuLaunchHostFunc)                      \
+	X(cuStreamGetAttribute)                  \
+	X(cuStreamSetAttribute)                  \
+	X(cuProfilerStart)                       \
+	X(cuProfilerStop)                        \
+	X(cuLinkCreate_v2)                       \
+	X(cuLinkAddData_v2)                      \
+	X(cuLinkComplete)                        \
+	X(cuLinkDestroy)                         \
+	X(cuGraphCreate)                         \
+	X(cuGraphClone)                          \
+	X(cuGraphAddKernelNode_v2)               \
+	X(cuGraphAddMemsetNode)                  \
+	X(cuGraphAddMemcpyNode)                  \
+	X(cuGraphAddHostNode)                    \
+	X(cuGraphAddEmptyNode)                   \
+	X(cuGraphAddEventRecordNode)             \
+	X(cuGraphAddEventWaitNode)               \
+	X(cuGraphAddChildGraphNode)              \
+	X(cuGraphAddMemAllocNode)                \
+	X(cuGraphAddMemFreeNode)                 \
+	X(cuGraphAddNode_v2)                     \
+	X(cuGraphAddDependencies)                \
+	X(cuGraphRemoveDependencies)             \
+	X(cuGraphDestroyNode)                    \
+	X(cuGraphGetEdges)                       \
+	X(cuGraphNodeFindInClone)                \
+	X(cuGraphChildGraphNodeGetGraph)         \
+	X(cuGraphKernelNodeGetParams_v2)         \
+	X(cuGraphKernelNodeSetParams_v2)         \
+	X(cuGraphMemsetNodeGetParams)            \
+	X(cuGraphMemsetNodeSetParams)            \
+	X(cuGraphMemcpyNodeGetParams)            \
+	X(cuGraphMemcpyNodeSetParams)            \
+	X(cuGraphExecKernelNodeSetParams_v2)     \
+	X(cuGraphExecMemsetNodeSetParams)        \
+	X(cuGraphExecMemcpyNodeSetParams)        \
+	X(cuGraphExecUpdate_v2)                  \
+	X(cuGraphConditionalHandleCreate)        \
+	X(cuGraphNodeGetType)                    \
+	X(cuGraphUpload)                         \
+	X(cuDeviceGraphMemTrim)                  \
+	X(cuStreamGetCaptureInfo_v3)             \
+	X(cuStreamUpdateCaptureDependencies_v2)  \
+	X(cuThreadExchangeStreamCaptureMode)
+
 struct rgpud_driver {
 	void *dl;
 	char path[512];
@@ -150,6 +202,7 @@ struct rgpud_driver {
 	RGPUD_DRIVER_GRAPHS(RGPUD_DRV_FIELD)
 	RGPUD_DRIVER_MODFUNCS(RGPUD_DRV_FIELD)
 	RGPUD_DRIVER_APPMEM(RGPUD_DRV_FIELD)
+	RGPUD_DRIVER_MAYBE(RGPUD_DRV_FIELD)
 #undef RGPUD_DRV_FIELD
 	int have_vmm;
 	int have_graphs;

@@ -25,6 +25,9 @@
 struct rgpud;
 struct vmem;
 struct appmem;
+struct mem_state;
+struct journal;
+struct memif_run;
 
 /* Device memory charged to the quota for a context itself (measured:
  * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
@@ -80,8 +83,10 @@ struct session {
 	struct xfer_pool pool;  /* pinned staging for bulk copies (stage.c) */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
+	struct mem_state *mem;  /* movable device memory (mem/mem.h) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
 	struct appmem *appmem;  /* application VMM and pools (appmem.h) */
+	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
 
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
@@ -94,6 +99,15 @@ struct session {
 	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
 	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
 	int prepared;     /* session_prepare done */
+	int mem_err;      /* the memory manager refused the current request */
+
+	/* migration and recovery (daemon/migrate/) */
+	struct journal *journal;       /* requests that made the live objects */
+	struct memif_run *memif_runs;  /* memory re-created at fixed addresses */
+	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
+	uint64_t last_id;              /* id of the last request served */
+	int attach;                    /* parent: HELLO named a moved session */
+	uint8_t attach_token[16];
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
@@ -196,11 +210,27 @@ int session_skip(struct session *s, size_t n);
 void session_forward_output(struct session *s, const struct rgpu_hdr *h);
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len);
+/* EVENT_DONE for the event handle's record seq (status 0: completed; else
+ * not watched, the client asks); the send lock held */
+int session_send_notice(struct session *s, int32_t status, uint64_t handle, uint64_t seq);
 
 /* ops_vmem.c */
 int vmem_owns(struct session *s, uint64_t addr);
 void vmem_forget_ctx(struct session *s, uint64_t ctx);
 void vmem_cleanup(struct session *s);
+
+/* ops_hostfn.c: host functions run on the client.  hostfn_node_arg: the
+ * argument for hostfn_trampoline() standing for client host function
+ * client_id (oneshot: freed once it ran; else kept for the session: graph
+ * host nodes); NULL when out of memory.  hostfn_client_id: the client id
+ * behind such an argument, 0 if p is none.  hostfn_cleanup releases every
+ * held stream (session end, before contexts go); hostfn_free frees the
+ * rest after the contexts are gone. */
+void *hostfn_node_arg(struct session *s, uint64_t client_id, int oneshot);
+CUhostFn hostfn_trampoline(void);
+uint64_t hostfn_client_id(struct session *s, void *p);
+void hostfn_cleanup(struct session *s);
+void hostfn_free(struct session *s);
 
 /* ops (ops_*.c) */
 #define DECL_OP(name) int op_##name(struct session *, const struct rgpu_hdr *, struct rd *, struct wbuf *);
@@ -226,6 +256,10 @@ DECL_OP(vmm_export) DECL_OP(vmm_import) DECL_OP(memset2d) DECL_OP(peer_query) DE
 DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
 DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
+DECL_OP(mem_refused)
+DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(stream_attr)
+DECL_OP(profiler) DECL_OP(graph_op) DECL_OP(link)
+DECL_OP(event_record_watch)
 #undef DECL_OP
 
 #endif

@@ -146,6 +146,11 @@ EMU_API CUresult CUDAAPI cuInit(unsigned int Flags)
 		emu_devices[i].total = mem;
 		emu_devices[i].used = 0;
 	}
+	/* one pool per device across the processes of one server (pool.c) */
+	if (emu_pool_init(n, mem) != 0) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	emu_ndevices = n;
 	emu_unlock(&emu_glock);
 	return CUDA_SUCCESS;
@@ -332,8 +337,10 @@ static int attribute(CUdevice_attribute a, CUdevice dev)
 	case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: return dev;
 	case CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED: return 0;
 	case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: return 2;
-	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: return 0;
-	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 0;
+	/* as an H100 with HMM reports them: the device's host memory is
+	 * host memory here; rgpu's client reports them absent regardless */
+	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: return 1;
+	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: return 1;
 	case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: return 1;
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: return 1;
 	case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: return 0;

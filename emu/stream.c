@@ -101,14 +101,16 @@ static void *worker(void *arg)
 			/* A faulted context runs nothing more: its queue
 			 * drains without effect, as on a GPU. */
 			emu_unlock(&ctx->lock);
+			rc = CUDA_SUCCESS;
 			if (op->kind == EMU_OP_LAUNCH) {
 				rc = emu_launch_exec(op->launch);
 				/* its time on the device (devclock.c) */
 				if (rc == CUDA_SUCCESS)
 					emu_devclock_run(ctx->dev, emu_devclock_kernel_ns());
-			} else {
+			} else if (op->kind == EMU_OP_HOST)
+				op->hostfn(op->hostdata);
+			else
 				rc = emu_mem_exec(ctx, op);
-			}
 			if (rc != CUDA_SUCCESS)
 				emu_ctx_fault(ctx, rc);
 			emu_lock(&ctx->lock);
@@ -173,7 +175,11 @@ CUresult emu_stream_enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct em
 {
 	struct emu_dep *deps = NULL;
 	int n = 0, cap = 0, bad = 0;
+	CUresult taken;
 
+	/* a capturing stream records its work instead (graph.c) */
+	if (emu_capture_take(s, op, &taken))
+		return taken;
 	if (s->is_null) {
 		for (struct emu_stream *t = ctx->streams; t; t = t->next)
 			if (!(t->flags & CU_STREAM_NON_BLOCKING) && add_dep(&deps, &n, &cap, t) != 0)
@@ -322,6 +328,7 @@ EMU_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 	emu_broadcast(&ctx->cond);
 	emu_unlock(&ctx->lock);
 	free(s);
+	emu_attr_forget(hStream);
 	emu_ctx_leave(ctx);
 	return CUDA_SUCCESS;
 }

@@ -72,8 +72,9 @@ typedef uint64_t rgpu_handle;
  * runs in a context names it, so calls are replayable on their own.
  */
 #define RGPU_OPS(X)                                                            \
-	/* u32 proto, str client-name, bytes credential -> str server-id,      \
-	 * u32 ndev.  The reply to a version mismatch is status               \
+	/* u32 proto, str client-name, bytes credential [, bytes token: attach \
+	 * to a migrated session, see MOVED] -> str server-id, u32 ndev,      \
+	 * u32 checkpoint interval (seconds, 0: none; see SESSION_SAVE).  The reply to a version mismatch is status               \
 	 * RGPU_ERR_VERSION with str message naming both versions.            \
 	 * credential: empty, or a munge credential (its text, no NUL) whose  \
 	 * payload is "rgpu-job=<decimal Slurm job id, 0 if none>"            \
@@ -252,7 +253,72 @@ typedef uint64_t rgpu_handle;
 	X(SESSION_LIST, 200, "live sessions and their attained GPU time")      \
 	/* u32 share (percent 1..100) -> .  Lowers this session's compute     \
 	 * share below its lease's (or 100 without one); never raises it. */  \
-	X(SESSION_SHARE, 201, "lower this session's compute share")
+	X(SESSION_SHARE, 201, "lower this session's compute share") \
+	/* Host functions (cuLaunchHostFunc, cuStreamAddCallback, graph host  \
+	 * nodes) run on the client in stream order: the server queues a host \
+	 * function of its own that tells the client (a reply to its pending  \
+	 * HOSTFN_WAIT) and holds the stream until HOSTFN_DONE.                \
+	 * handle ctx, handle stream, u64 client id -> (queued) */            \
+	X(HOSTFN_LAUNCH, 128, "queue a client host function on a stream")     \
+	/* -> u32 n, (u64 seq, u64 client id)[n]: host functions the streams  \
+	 * have reached; answered only once there is at least one (a long    \
+	 * poll; the client keeps one pending while host functions are out). */ \
+	X(HOSTFN_WAIT, 129, "wait for reached host functions")                \
+	/* u64 seq -> (sent without a reply) */                               \
+	X(HOSTFN_DONE, 130, "a host function returned: the stream goes on")   \
+	/* handle ctx, handle stream, u32 attr, u32 set, bytes value          \
+	 * (CUstreamAttrValue, no handles) -> bytes value */                   \
+	X(STREAM_ATTR, 131, "get or set a stream attribute")                  \
+	/* u32 start (1 start, 0 stop) -> */                                  \
+	X(PROFILER, 132, "cuProfilerStart / cuProfilerStop")                  \
+	/* Explicit graphs: one opcode, a sub-operation and its arguments     \
+	 * (daemon/ops_graph.c documents each).  handle ctx, u32 sub, ... ->  \
+	 * per sub. */                                                         \
+	X(GRAPH_OP, 133, "explicit graph construction, update and queries")   \
+	/* handle ctx, u32 nopts, (u32 opt, u64 value)[nopts] (options whose  \
+	 * values are numbers), u32 ninputs, (u32 type, str name, bytes       \
+	 * data)[ninputs] -> bytes cubin, str info log, str error log (the   \
+	 * logs also on failure, after the status) */                         \
+	X(LINK, 134, "link images with the JIT linker: the linked cubin") \
+	/* Migration and recovery (daemon/migrate/, docs/design.md).  A        \
+	 * session's state travels as the stream that                         \
+	 * daemon/migrate/snapshot.h defines.                                 \
+	 * -> reply frames (MORE on all but the last): the state stream; a     \
+	 * last frame with a failure status carries str message instead. */    \
+	X(SESSION_SAVE, 208, "capture the session's state (a checkpoint)")    \
+	/* u32 mode (0: this connection goes on with the restored session;    \
+	 * 1: the session waits for a client that attaches with the token),  \
+	 * i32 gpu (-1: each context on its own GPU), then state bytes to the \
+	 * end of the frame.  A longer stream goes on in further frames of     \
+	 * the same shape, all but the last flagged NOREPLY; only a fresh      \
+	 * session may be restored -> bytes token (16), u64 last_id (the last \
+	 * request the source served); on failure str message */             \
+	X(SESSION_RESTORE, 209, "restore a captured session")                 \
+	/* Admin (root or the SlurmUser), to rgpud: str target "host:port",   \
+	 * i32 gpu (-1: the same index), u64 session (a worker's pid, 0: every \
+	 * one), u64 job (0: any), u32 drain (1: refuse new sessions from now) \
+	 * -> u32 moved, u32 failed, str report (one line per session) */      \
+	X(MIGRATE, 210, "move sessions to another server or GPU")             \
+	/* Server to client only, unasked, id 0 (as OUTPUT): the session has   \
+	 * moved.  str address "host:port", u32 gpu (the server's index there),\
+	 * bytes token (16), u64 last_id; the connection then closes.  The     \
+	 * client connects there, sends HELLO with the token, and sends again  \
+	 * every request after last_id with its id. */                        \
+	X(MOVED, 211, "the session moved: reconnect")                         \
+	/* handle ctx, u64 dptr, u64 size -> : device memory at exactly dptr   \
+	 * (recovery replays a cuMemAlloc whose address the client has seen)  \
+	 * CUDA_ERROR_INVALID_VALUE if the address cannot be had here */       \
+	X(MEM_ALLOC_AT, 212, "allocate device memory at an address") \
+	/* Round trips saved (issue 13).  handle ctx, handle event, handle    \
+	 * stream, u64 seq -> (sent with RGPU_F_NOREPLY) records the event as \
+	 * EVENT_RECORD does; once that work has completed the server sends  \
+	 * EVENT_DONE, so that the client answers cuEventQuery itself. */     \
+	X(EVENT_RECORD_WATCH, 224, "record an event, say when it completes")  \
+	/* Server to client only, id 0, RGPU_F_REPLY: i32 status (0), handle  \
+	 * event, u64 seq of an EVENT_RECORD_WATCH whose work has completed   \
+	 * (and so has every earlier record of that event). */                \
+	X(EVENT_DONE, 225, "a watched event record has completed")
+
 
 /* Application memory (apimem, 160-191): the VMM API, stream-ordered pools,
  * shareable handles, 2D memsets, peers, GPU status for NVML.  Device
@@ -322,6 +388,54 @@ enum rgpu_op {
 	RGPU_OPS_APPMEM(RGPU_OP_ENUM)
 #undef RGPU_OP_ENUM
 	RGPU_OP_MAX = 256,
+};
+
+/* GRAPH_OP sub-operations.  Every one starts "handle ctx, u32 sub".
+ * Node parameters ("params" below, by node type):
+ *   KERNEL: handle func, u32 grid[3], u32 block[3], u32 shmem, bytes
+ *           params (packed at the function's layout offsets)
+ *   MEMCPY: u64 src, u64 dst (device addresses), u64 srcPitch, u64
+ *           dstPitch, u64 srcHeight, u64 dstHeight, u64 widthBytes,
+ *           u64 height, u64 depth
+ *   MEMSET: u64 dst, u64 pitch, u32 value, u32 elemsize, u64 width,
+ *           u64 height
+ *   HOST: u64 client id (a host function, HOSTFN_WAIT names it)
+ *   WAIT_EVENT, EVENT_RECORD: handle event;  GRAPH: handle child graph
+ *   MEM_ALLOC: u64 bytes (on the context's device) -> u64 dptr
+ *   MEM_FREE: u64 dptr;  EMPTY: nothing
+ *   CONDITIONAL: u64 cond handle, u32 cond type, u32 size -> u32 n,
+ *           handle body graph[n]
+ * Graphs a graph owns (child graphs, conditional bodies) get handles that
+ * cannot be destroyed on their own. */
+enum rgpu_graph_sub {
+	RGPU_G_CREATE = 1,      /* u32 flags -> handle graph */
+	/* handle graph, u32 ndeps, handle dep[ndeps], u32 type, params ->
+	 * handle node, then what the type returns */
+	RGPU_G_ADD = 2,
+	/* handle graph, u32 remove, u32 n, (handle from, handle to)[n] -> */
+	RGPU_G_DEPS = 3,
+	/* handle graph -> u32 n, (handle node, u32 type)[n] */
+	RGPU_G_NODES = 4,
+	/* handle graph -> u32 n, (handle from, handle to)[n] */
+	RGPU_G_EDGES = 5,
+	RGPU_G_DESTROY_NODE = 6, /* handle node -> */
+	/* handle node, u32 type, params -> (KERNEL, MEMCPY, MEMSET) */
+	RGPU_G_SET = 7,
+	/* handle exec, handle node, u32 type, params -> */
+	RGPU_G_EXEC_SET = 8,
+	/* handle exec, handle graph -> u32 result, handle error node */
+	RGPU_G_EXEC_UPDATE = 9,
+	/* handle graph -> handle clone, u32 n, (handle node, handle its
+	 * clone)[n] */
+	RGPU_G_CLONE = 10,
+	/* handle graph, u32 default value, u32 flags -> u64 cond handle */
+	RGPU_G_COND_HANDLE = 11,
+	/* handle stream -> u32 status, u64 capture id, handle graph, u32 n,
+	 * handle dep[n] (the graph being captured and its current ends) */
+	RGPU_G_CAPTURE_INFO = 12,
+	/* handle stream, u32 flags, u32 n, handle dep[n] -> */
+	RGPU_G_CAPTURE_DEPS = 13,
+	RGPU_G_MEM_TRIM = 14,    /* -> (the context's device) */
 };
 
 /* Module image kinds in MODULE_LOAD, from what the client could size. */

@@ -1,6 +1,6 @@
 /* Error names and strings, and a driver function rgpu does not implement
- * (cuGraphCreate): CUDA_ERROR_NOT_SUPPORTED through rgpu, no crash.  With a
- * real driver cuGraphCreate simply works. */
+ * (cuArrayCreate: CUDA arrays): CUDA_ERROR_NOT_SUPPORTED through rgpu, no crash.  With a
+ * real driver cuArrayCreate simply works. */
 #include "common.h"
 
 int main(int argc, char **argv)
@@ -51,15 +51,16 @@ int main(int argc, char **argv)
 	EXPECT_RC(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
 	primary_ctx(0, NULL);
 
-	CUgraph g = NULL;
-	rc = cuGraphCreate(&g, 0);
-	say("cuGraphCreate: %s", cu_name(rc));
+	CUarray a = NULL;
+	CUDA_ARRAY_DESCRIPTOR ad = { 16, 16, CU_AD_FORMAT_FLOAT, 1 };
+	rc = cuArrayCreate(&a, &ad);
+	say("cuArrayCreate: %s", cu_name(rc));
 	if (via_rgpu()) {
-		CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuGraphCreate through rgpu returned %s, expected "
+		CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuArrayCreate through rgpu returned %s, expected "
 		      "CUDA_ERROR_NOT_SUPPORTED", cu_name(rc));
 	} else {
-		CHECK(rc == CUDA_SUCCESS, "cuGraphCreate on the real driver returned %s", cu_name(rc));
-		CK(cuGraphDestroy(g));
+		CHECK(rc == CUDA_SUCCESS, "cuArrayCreate on the real driver returned %s", cu_name(rc));
+		CK(cuArrayDestroy(a));
 	}
 	/* the session is fine afterwards */
 	CK(cuMemAlloc(&p, 16));

@@ -1,0 +1,1537 @@
+/* Explicit graphs: building them node by node on the server (GRAPH_OP),
+ * their nodes' parameters, dependencies, clones, executable updates and
+ * conditional nodes.  See graph.c for what the client keeps. */
+#include "graph.h"
+#include "log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t glock = PTHREAD_MUTEX_INITIALIZER;
+
+struct rc_graph *rc_graph_new(struct rc_ctx *c, uint64_t h)
+{
+	struct rc_graph *g = calloc(1, sizeof(*g));
+	if (g) {
+		g->magic = RC_GRAPH;
+		g->ctx = c;
+		g->h = h;
+	}
+	return g;
+}
+
+static void node_free(struct rc_gnode *n)
+{
+	free(n->kargs);
+	free(n->kbuf);
+	if (n->child)
+		rc_graph_free(n->child);
+	for (unsigned i = 0; i < n->nbodies; i++)
+		rc_graph_free(n->bodies[i]);
+	free(n->bodies);
+	n->magic = 0;
+	free(n);
+}
+
+void rc_graph_free(struct rc_graph *g)
+{
+	for (size_t i = 0; i < g->nnodes; i++)
+		node_free(g->nodes[i]);
+	free(g->nodes);
+	free(g->coh);
+	g->magic = 0;
+	free(g);
+}
+
+static int coh_add(struct rc_graph *g, const void *p, size_t n)
+{
+	if (!n)
+		return 0;
+	/* whole words: rc_coh_launch reads 8-byte words */
+	size_t k = (n + 7) & ~(size_t)7;
+	uint8_t *c = realloc(g->coh, g->ncoh + k);
+	if (!c)
+		return -1;
+	memset(c + g->ncoh, 0, k);
+	memcpy(c + g->ncoh, p, n);
+	g->coh = c;
+	g->ncoh += k;
+	return 0;
+}
+
+int rc_graph_copy_info(struct rc_graph *dst, const struct rc_graph *src)
+{
+	dst->nhost = src->nhost;
+	free(dst->coh);
+	dst->coh = NULL;
+	dst->ncoh = 0;
+	return coh_add(dst, src->coh, src->ncoh);
+}
+
+static struct rc_gnode *node_add(struct rc_graph *g, uint64_t h, CUgraphNodeType t)
+{
+	if (g->nnodes == g->capnodes) {
+		size_t cap = g->capnodes ? 2 * g->capnodes : 16;
+		struct rc_gnode **p = realloc(g->nodes, cap * sizeof(*p));
+		if (!p)
+			return NULL;
+		g->nodes = p;
+		g->capnodes = cap;
+	}
+	struct rc_gnode *n = calloc(1, sizeof(*n));
+	if (!n)
+		return NULL;
+	n->magic = RC_GNODE;
+	n->g = g;
+	n->h = h;
+	n->type = t;
+	g->nodes[g->nnodes++] = n;
+	return n;
+}
+
+static struct rc_gnode *node_by_id(struct rc_graph *g, uint64_t h)
+{
+	for (size_t i = 0; i < g->nnodes; i++)
+		if (g->nodes[i]->h == h)
+			return g->nodes[i];
+	return NULL;
+}
+
+/* The node of g with server id h, made when this process has none yet
+ * (nodes a capture or a clone made). */
+static struct rc_gnode *node_of_id(struct rc_graph *g, uint64_t h, CUgraphNodeType t)
+{
+	struct rc_gnode *n = node_by_id(g, h);
+	return n ? n : node_add(g, h, t);
+}
+
+static CUresult get_graph(CUgraph p, struct rc_graph **g)
+{
+	return rc_obj(p, RC_GRAPH, g);
+}
+
+static CUresult get_node(CUgraphNode p, struct rc_gnode **n)
+{
+	return rc_obj(p, RC_GNODE, n);
+}
+
+static struct wbuf *gop(struct rc_ctx *c, uint32_t sub)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, sub);
+	return w;
+}
+
+static CUresult put_deps(struct wbuf *w, struct rc_graph *g, const CUgraphNode *deps, size_t n)
+{
+	if (n && !deps)
+		return CUDA_ERROR_INVALID_VALUE;
+	put_u32(w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		struct rc_gnode *d;
+		if (get_node(deps[i], &d) || d->g != g)
+			return CUDA_ERROR_INVALID_VALUE;
+		put_u64(w, d->h);
+	}
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphCreate(CUgraph *out, unsigned int flags)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = gop(c, RGPU_G_CREATE);
+	put_u32(w, flags);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	struct rc_graph *g = rc_graph_new(c, get_u64(&r));
+	if (!g)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*out = (CUgraph)g;
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------ node parameters */
+
+/* Kernel parameters packed at the server's layout (as a launch packs them),
+ * kept in n for reading back. */
+static CUresult kernel_pack(struct rc_gnode *n, struct rc_func *f, void **params, void **extra)
+{
+	const struct rc_layout *l = &f->layout;
+	size_t len = l->total;
+	uint8_t *buf = calloc(1, len ? len : 1);
+	void **args = calloc(l->n ? l->n : 1, sizeof(*args));
+	if (!buf || !args) {
+		free(buf);
+		free(args);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (params) {
+		for (uint32_t i = 0; i < l->n; i++) {
+			if (!params[i])
+				goto bad;
+			memcpy(buf + l->off[i], params[i], l->size[i]);
+		}
+	} else if (extra) {
+		const void *eb = NULL;
+		size_t es = 0;
+		for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+				eb = extra[i + 1];
+			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+				es = *(size_t *)extra[i + 1];
+			else
+				goto bad;
+		}
+		if (!eb || es < len)
+			goto bad;
+		memcpy(buf, eb, len);
+	} else if (l->n) {
+		goto bad;
+	}
+	for (uint32_t i = 0; i < l->n; i++)
+		args[i] = buf + l->off[i];
+	free(n->kbuf);
+	free(n->kargs);
+	n->kbuf = buf;
+	n->kargs = args;
+	return CUDA_SUCCESS;
+bad:
+	free(buf);
+	free(args);
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult put_kernel(struct wbuf *w, struct rc_gnode *n, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct rc_func *f;
+	CUfunction fn = p->func ? p->func : (CUfunction)p->kern;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (f->ctx->dev->conn != n->g->ctx->dev->conn)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if ((rc = kernel_pack(n, f, p->kernelParams, p->extra)))
+		return rc;
+	n->kp = *p;
+	n->kp.kernelParams = n->kargs;
+	n->kp.extra = NULL;
+	put_u32(w, CU_GRAPH_NODE_TYPE_KERNEL);
+	put_u64(w, f->h);
+	put_u32(w, p->gridDimX);
+	put_u32(w, p->gridDimY);
+	put_u32(w, p->gridDimZ);
+	put_u32(w, p->blockDimX);
+	put_u32(w, p->blockDimY);
+	put_u32(w, p->blockDimZ);
+	put_u32(w, p->sharedMemBytes);
+	put_bytes(w, n->kbuf, f->layout.total);
+	return coh_add(n->g, n->kbuf, f->layout.total) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+/* The address one side of a copy names: device memory, or host memory
+ * the server has at the same address (rgpu's managed and mapped memory). */
+static CUresult copy_side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y,
+			  size_t z, size_t pitch, size_t height, uint64_t *out)
+{
+	uint64_t base;
+	switch (t) {
+	case CU_MEMORYTYPE_DEVICE:
+		base = dev;
+		break;
+	case CU_MEMORYTYPE_UNIFIED:
+		base = dev ? dev : (uint64_t)(uintptr_t)host;
+		break;
+	case CU_MEMORYTYPE_HOST:
+		base = (uint64_t)(uintptr_t)host;
+		if (!rc_region_kind(host)) {
+			rc_unsupported("a graph memcpy node with pageable host memory "
+				       "(use cuMemHostAlloc or managed memory)");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+		break;
+	default:
+		rc_unsupported("a graph memcpy node with a CUDA array");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	*out = base + x + (y + z * height) * pitch;
+	return CUDA_SUCCESS;
+}
+
+static CUresult put_memcpy(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMCPY3D *p)
+{
+	uint64_t src, dst;
+	size_t h = p->Height ? p->Height : 1;
+	CUresult rc = copy_side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
+				p->srcZ, p->srcPitch, p->srcHeight ? p->srcHeight : h, &src);
+	if (!rc)
+		rc = copy_side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
+			       p->dstZ, p->dstPitch, p->dstHeight ? p->dstHeight : h, &dst);
+	if (rc)
+		return rc;
+	n->mc = *p;
+	put_u32(w, CU_GRAPH_NODE_TYPE_MEMCPY);
+	put_u64(w, src);
+	put_u64(w, dst);
+	put_u64(w, p->srcPitch);
+	put_u64(w, p->dstPitch);
+	put_u64(w, p->srcHeight);
+	put_u64(w, p->dstHeight);
+	put_u64(w, p->WidthInBytes);
+	put_u64(w, p->Height);
+	put_u64(w, p->Depth);
+	uint64_t words[2] = { src, dst };
+	return coh_add(n->g, words, sizeof(words)) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
+static CUresult put_memset(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMSET_NODE_PARAMS *p)
+{
+	n->ms = *p;
+	put_u32(w, CU_GRAPH_NODE_TYPE_MEMSET);
+	put_u64(w, p->dst);
+	put_u64(w, p->pitch);
+	put_u32(w, p->value);
+	put_u32(w, p->elementSize);
+	put_u64(w, p->width);
+	put_u64(w, p->height);
+	return CUDA_SUCCESS;
+}
+
+static CUresult event_handle(CUevent e, struct rc_graph *g, uint64_t *h)
+{
+	struct rc_event *ev;
+	CUresult rc = rc_obj(e, RC_EVENT, &ev);
+	if (rc)
+		return rc;
+	if (ev->ctx != g->ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	*h = ev->h;
+	return CUDA_SUCCESS;
+}
+
+/* Sends an ADD for n (its request w holds everything); reads the node's
+ * id and what its type returns. */
+static CUresult add_call(struct rc_graph *g, struct wbuf *w, struct rc_gnode *n, struct rd *r)
+{
+	CUresult rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, r);
+	if (rc)
+		return rc;
+	n->h = get_u64(r);
+	return rd_ok(r) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+/* A new node of type t in graph hg after deps: the request so far, and the
+ * node (not yet in the graph). */
+static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, struct rc_graph **g,
+			  struct rc_gnode **n, struct wbuf **w)
+{
+	CUresult rc = get_graph(hg, g);
+	if (rc)
+		return rc;
+	*w = gop((*g)->ctx, RGPU_G_ADD);
+	put_u64(*w, (*g)->h);
+	if ((rc = put_deps(*w, *g, deps, nd)))
+		return rc;
+	if (!(*n = calloc(1, sizeof(**n))))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	(*n)->magic = RC_GNODE;
+	(*n)->g = *g;
+	return CUDA_SUCCESS;
+}
+
+/* Puts n into its graph once the server made it. */
+static CUresult add_end(struct rc_gnode *n, CUgraphNode *out, CUresult rc)
+{
+	struct rc_graph *g = n->g;
+	if (!rc) {
+		pthread_mutex_lock(&glock);
+		if (g->nnodes == g->capnodes) {
+			size_t cap = g->capnodes ? 2 * g->capnodes : 16;
+			struct rc_gnode **p = realloc(g->nodes, cap * sizeof(*p));
+			if (p) {
+				g->nodes = p;
+				g->capnodes = cap;
+			} else {
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+			}
+		}
+		if (!rc) {
+			g->nodes[g->nnodes++] = n;
+			g->nhost += n->hosts;
+		}
+		pthread_mutex_unlock(&glock);
+	}
+	if (rc) {
+		node_free(n);
+		return rc;
+	}
+	*out = (CUgraphNode)n;
+	return CUDA_SUCCESS;
+}
+
+static CUresult add_kernel(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+			   const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	if (!out || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	n->type = CU_GRAPH_NODE_TYPE_KERNEL;
+	struct rd r;
+	if (!(rc = put_kernel(w, n, p)))
+		rc = add_call(g, w, n, &r);
+	return add_end(n, out, rc);
+}
+
+RC_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t nd,
+					   const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	return add_kernel(out, g, deps, nd, p);
+}
+
+static CUDA_KERNEL_NODE_PARAMS kp_v2(const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	CUDA_KERNEL_NODE_PARAMS k;
+	memset(&k, 0, sizeof(k));
+	k.func = p->func;
+	k.gridDimX = p->gridDimX;
+	k.gridDimY = p->gridDimY;
+	k.gridDimZ = p->gridDimZ;
+	k.blockDimX = p->blockDimX;
+	k.blockDimY = p->blockDimY;
+	k.blockDimZ = p->blockDimZ;
+	k.sharedMemBytes = p->sharedMemBytes;
+	k.kernelParams = p->kernelParams;
+	k.extra = p->extra;
+	return k;
+}
+
+RC_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t nd,
+					const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_KERNEL_NODE_PARAMS k = kp_v2(p);
+	return add_kernel(out, g, deps, nd, &k);
+}
+
+RC_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+					const CUDA_MEMCPY3D *p, CUcontext ctx)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	(void)ctx;
+	if (!out || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	n->type = CU_GRAPH_NODE_TYPE_MEMCPY;
+	struct rd r;
+	if (!(rc = put_memcpy(w, n, p)))
+		rc = add_call(g, w, n, &r);
+	return add_end(n, out, rc);
+}
+
+RC_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+					const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	(void)ctx;
+	if (!out || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	n->type = CU_GRAPH_NODE_TYPE_MEMSET;
+	struct rd r;
+	if (!(rc = put_memset(w, n, p)))
+		rc = add_call(g, w, n, &r);
+	return add_end(n, out, rc);
+}
+
+RC_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+				      const CUDA_HOST_NODE_PARAMS *p)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	if (!out || !p || !p->fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	n->type = CU_GRAPH_NODE_TYPE_HOST;
+	n->host = *p;
+	n->hosts = 1;
+	/* its client id lives as long as the process: executables and
+	 * clones of the graph run it after the graph is gone */
+	uint64_t id = rc_hostfn_register(p->fn, p->userData);
+	if (!id) {
+		node_free(n);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u32(w, CU_GRAPH_NODE_TYPE_HOST);
+	put_u64(w, id);
+	struct rd r;
+	rc = add_call(g, w, n, &r);
+	if (rc)
+		rc_hostfn_forget(id);
+	return add_end(n, out, rc);
+}
+
+RC_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	n->type = CU_GRAPH_NODE_TYPE_EMPTY;
+	put_u32(w, CU_GRAPH_NODE_TYPE_EMPTY);
+	struct rd r;
+	return add_end(n, out, add_call(g, w, n, &r));
+}
+
+static CUresult add_event(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd, CUevent e,
+			  CUgraphNodeType t)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	uint64_t eh;
+	if ((rc = event_handle(e, g, &eh))) {
+		node_free(n);
+		return rc;
+	}
+	n->type = t;
+	n->event = e;
+	put_u32(w, (uint32_t)t);
+	put_u64(w, eh);
+	struct rd r;
+	return add_end(n, out, add_call(g, w, n, &r));
+}
+
+RC_EXPORT CUresult cuGraphAddEventRecordNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t nd,
+					     CUevent e)
+{
+	return add_event(out, g, deps, nd, e, CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+}
+
+RC_EXPORT CUresult cuGraphAddEventWaitNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t nd,
+					   CUevent e)
+{
+	return add_event(out, g, deps, nd, e, CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+}
+
+RC_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+					    CUgraph child)
+{
+	struct rc_graph *g, *c;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = get_graph(child, &c);
+	if (rc)
+		return rc;
+	if ((rc = add_begin(hg, deps, nd, &g, &n, &w)))
+		return rc;
+	if (c == g || c->ctx->dev->conn != g->ctx->dev->conn) {
+		node_free(n);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	n->type = CU_GRAPH_NODE_TYPE_GRAPH;
+	/* the child is copied into the node, as CUDA does: its host nodes
+	 * and words count for this graph */
+	n->hosts = c->nhost;
+	if (coh_add(g, c->coh, c->ncoh)) {
+		node_free(n);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u32(w, CU_GRAPH_NODE_TYPE_GRAPH);
+	put_u64(w, c->h);
+	struct rd r;
+	return add_end(n, out, add_call(g, w, n, &r));
+}
+
+RC_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+					  CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	if (!out || !p || !p->bytesize)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	/* on the graph's device: the pool of another is not served */
+	if (p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    p->poolProps.location.id != g->ctx->ordinal) {
+		node_free(n);
+		rc_unsupported("a graph memory node on a device other than the graph's context's");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	n->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+	n->bytes = p->bytesize;
+	put_u32(w, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+	put_u64(w, p->bytesize);
+	struct rd r;
+	rc = add_call(g, w, n, &r);
+	if (!rc) {
+		n->dptr = get_u64(&r);
+		p->dptr = n->dptr;
+	}
+	return add_end(n, out, rc);
+}
+
+RC_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+					 CUdeviceptr dptr)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	n->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+	n->dptr = dptr;
+	put_u32(w, CU_GRAPH_NODE_TYPE_MEM_FREE);
+	put_u64(w, dptr);
+	struct rd r;
+	return add_end(n, out, add_call(g, w, n, &r));
+}
+
+static CUresult add_conditional(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+				CUDA_CONDITIONAL_NODE_PARAMS *p)
+{
+	struct rc_graph *g;
+	struct rc_gnode *n;
+	struct wbuf *w;
+	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	if (rc)
+		return rc;
+	n->type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+	put_u32(w, CU_GRAPH_NODE_TYPE_CONDITIONAL);
+	put_u64(w, p->handle);
+	put_u32(w, (uint32_t)p->type);
+	put_u32(w, p->size);
+	struct rd r;
+	rc = add_call(g, w, n, &r);
+	if (!rc) {
+		uint32_t nb = get_u32(&r);
+		if (!rd_ok(&r) || nb != p->size || nb > 64 || !(n->bodies = calloc(nb, sizeof(*n->bodies))))
+			rc = CUDA_ERROR_UNKNOWN;
+		for (uint32_t i = 0; !rc && i < nb; i++) {
+			if (!(n->bodies[i] = rc_graph_new(g->ctx, get_u64(&r))))
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+			else
+				n->bodies[i]->owned = 1;
+			n->nbodies = i + 1;
+		}
+		/* host nodes in a body run an unknown number of times: not
+		 * counted (hostfn.c's gate may then let a blocking call by) */
+		if (!rc)
+			p->phGraph_out = (CUgraph *)n->bodies;
+	}
+	return add_end(n, out, rc);
+}
+
+/* cuGraphAddNode: the generic form, per type */
+static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *ed,
+			 size_t nd, CUgraphNodeParams *p)
+{
+	if (!p || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; ed && i < nd; i++)
+		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed[i].from_port || ed[i].to_port) {
+			rc_unsupported("graph edges with data (programmatic dependencies)");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+	switch (p->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		return add_kernel(out, g, deps, nd, (const CUDA_KERNEL_NODE_PARAMS *)&p->kernel);
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		return cuGraphAddMemcpyNode(out, g, deps, nd, &p->memcpy.copyParams, p->memcpy.copyCtx);
+	case CU_GRAPH_NODE_TYPE_MEMSET: {
+		CUDA_MEMSET_NODE_PARAMS m = { p->memset.dst, p->memset.pitch, p->memset.value,
+					      p->memset.elementSize, p->memset.width, p->memset.height };
+		return cuGraphAddMemsetNode(out, g, deps, nd, &m, p->memset.ctx);
+	}
+	case CU_GRAPH_NODE_TYPE_HOST: {
+		CUDA_HOST_NODE_PARAMS h = { p->host.fn, p->host.userData };
+		return cuGraphAddHostNode(out, g, deps, nd, &h);
+	}
+	case CU_GRAPH_NODE_TYPE_GRAPH:
+		return cuGraphAddChildGraphNode(out, g, deps, nd, p->graph.graph);
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		return cuGraphAddEmptyNode(out, g, deps, nd);
+	case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+		return cuGraphAddEventWaitNode(out, g, deps, nd, p->eventWait.event);
+	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+		return cuGraphAddEventRecordNode(out, g, deps, nd, p->eventRecord.event);
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+		CUDA_MEM_ALLOC_NODE_PARAMS a;
+		memset(&a, 0, sizeof(a));
+		a.poolProps = p->alloc.poolProps;
+		a.bytesize = p->alloc.bytesize;
+		CUresult rc = cuGraphAddMemAllocNode(out, g, deps, nd, &a);
+		if (!rc)
+			p->alloc.dptr = a.dptr;
+		return rc;
+	}
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		return cuGraphAddMemFreeNode(out, g, deps, nd, p->free.dptr);
+	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+		return add_conditional(out, g, deps, nd, &p->conditional);
+	default:
+		rc_unsupported("graph nodes of this type (external semaphores, batch memory operations)");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+RC_EXPORT CUresult cuGraphAddNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t nd,
+				  CUgraphNodeParams *p)
+{
+	return add_node(out, g, deps, NULL, nd, p);
+}
+
+RC_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+				     const CUgraphEdgeData *ed, size_t nd, CUgraphNodeParams *p)
+{
+	return add_node(out, g, deps, ed, nd, p);
+}
+
+RC_EXPORT CUresult cuGraphConditionalHandleCreate(CUgraphConditionalHandle *out, CUgraph hg, CUcontext ctx,
+						  unsigned int def, unsigned int flags)
+{
+	struct rc_graph *g;
+	CUresult rc = get_graph(hg, &g);
+	(void)ctx;
+	if (rc)
+		return rc;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = gop(g->ctx, RGPU_G_COND_HANDLE);
+	put_u64(w, g->h);
+	put_u32(w, def);
+	put_u32(w, flags);
+	struct rd r;
+	if ((rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	/* a value the device uses: the same on both sides */
+	*out = (CUgraphConditionalHandle)get_u64(&r);
+	return CUDA_SUCCESS;
+}
+
+/* ---------------------------------------------------------- dependencies */
+
+static CUresult deps_call(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
+			  const CUgraphEdgeData *ed, size_t n, uint32_t remove)
+{
+	struct rc_graph *g;
+	CUresult rc = get_graph(hg, &g);
+	if (rc)
+		return rc;
+	if (n && (!from || !to))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; ed && i < n; i++)
+		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed[i].from_port || ed[i].to_port)
+			return CUDA_ERROR_NOT_SUPPORTED;
+	struct wbuf *w = gop(g->ctx, RGPU_G_DEPS);
+	put_u64(w, g->h);
+	put_u32(w, remove);
+	put_u32(w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		struct rc_gnode *a, *b;
+		if (get_node(from[i], &a) || get_node(to[i], &b) || a->g != g || b->g != g)
+			return CUDA_ERROR_INVALID_VALUE;
+		put_u64(w, a->h);
+		put_u64(w, b->h);
+	}
+	struct rd r;
+	return rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+}
+
+RC_EXPORT CUresult cuGraphAddDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to, size_t n)
+{
+	return deps_call(g, from, to, NULL, n, 0);
+}
+
+RC_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+					     const CUgraphEdgeData *ed, size_t n)
+{
+	return deps_call(g, from, to, ed, n, 0);
+}
+
+RC_EXPORT CUresult cuGraphRemoveDependencies(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+					     size_t n)
+{
+	return deps_call(g, from, to, NULL, n, 1);
+}
+
+RC_EXPORT CUresult cuGraphRemoveDependencies_v2(CUgraph g, const CUgraphNode *from, const CUgraphNode *to,
+						const CUgraphEdgeData *ed, size_t n)
+{
+	return deps_call(g, from, to, ed, n, 1);
+}
+
+/* ------------------------------------------------------ nodes and edges */
+
+/* The server's view of g's nodes, each given a client node. */
+static CUresult refresh_nodes(struct rc_graph *g)
+{
+	struct wbuf *w = gop(g->ctx, RGPU_G_NODES);
+	put_u64(w, g->h);
+	struct rd r;
+	CUresult rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+	if (rc)
+		return rc;
+	uint32_t n = get_u32(&r);
+	pthread_mutex_lock(&glock);
+	for (uint32_t i = 0; i < n && rd_ok(&r); i++) {
+		uint64_t h = get_u64(&r);
+		uint32_t t = get_u32(&r);
+		if (rd_ok(&r) && !node_of_id(g, h, (CUgraphNodeType)t))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_unlock(&glock);
+	return rc ? rc : rd_ok(&r) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+RC_EXPORT CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *num)
+{
+	struct rc_graph *g;
+	CUresult rc = get_graph(hg, &g);
+	if (rc)
+		return rc;
+	if (!num)
+		return CUDA_ERROR_INVALID_VALUE;
+	if ((rc = refresh_nodes(g)))
+		return rc;
+	if (nodes)
+		for (size_t i = 0; i < *num && i < g->nnodes; i++)
+			nodes[i] = (CUgraphNode)g->nodes[i];
+	*num = g->nnodes;
+	return CUDA_SUCCESS;
+}
+
+/* Every edge of g: pairs of client nodes in *out (malloc'ed). */
+static CUresult edges(struct rc_graph *g, struct rc_gnode ***out, size_t *n)
+{
+	CUresult rc = refresh_nodes(g);
+	if (rc)
+		return rc;
+	struct wbuf *w = gop(g->ctx, RGPU_G_EDGES);
+	put_u64(w, g->h);
+	struct rd r;
+	if ((rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	uint32_t k = get_u32(&r);
+	if (!rd_ok(&r) || k > r.left / 16)
+		return CUDA_ERROR_UNKNOWN;
+	struct rc_gnode **e = malloc((2 * (size_t)k + 1) * sizeof(*e));
+	if (!e)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&glock);
+	for (uint32_t i = 0; i < 2 * k; i++)
+		if (!(e[i] = node_of_id(g, get_u64(&r), CU_GRAPH_NODE_TYPE_EMPTY)))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&glock);
+	if (rc) {
+		free(e);
+		return rc;
+	}
+	*out = e;
+	*n = k;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphGetEdges(CUgraph hg, CUgraphNode *from, CUgraphNode *to, size_t *num)
+{
+	struct rc_graph *g;
+	CUresult rc = get_graph(hg, &g);
+	if (rc)
+		return rc;
+	if (!num || (!from) != (!to))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_gnode **e;
+	size_t n;
+	if ((rc = edges(g, &e, &n)))
+		return rc;
+	for (size_t i = 0; from && i < n && i < *num; i++) {
+		from[i] = (CUgraphNode)e[2 * i];
+		to[i] = (CUgraphNode)e[2 * i + 1];
+	}
+	*num = n;
+	free(e);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphGetEdges_v2(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *ed,
+				      size_t *num)
+{
+	CUresult rc = cuGraphGetEdges(g, from, to, num);
+	if (!rc && ed && from)
+		memset(ed, 0, *num * sizeof(*ed));
+	return rc;
+}
+
+/* which: 0 root nodes of g; 1 what node depends on; 2 what depends on it */
+static CUresult related(struct rc_graph *g, struct rc_gnode *node, int which, CUgraphNode *out, size_t *num)
+{
+	struct rc_gnode **e;
+	size_t n, k = 0;
+	CUresult rc = edges(g, &e, &n);
+	if (rc)
+		return rc;
+	if (which == 0) {
+		for (size_t i = 0; i < g->nnodes; i++) {
+			int has = 0;
+			for (size_t j = 0; j < n && !has; j++)
+				has = e[2 * j + 1] == g->nodes[i];
+			if (!has) {
+				if (out && k < *num)
+					out[k] = (CUgraphNode)g->nodes[i];
+				k++;
+			}
+		}
+	} else {
+		for (size_t j = 0; j < n; j++) {
+			struct rc_gnode *a = e[2 * j], *b = e[2 * j + 1];
+			struct rc_gnode *hit = which == 1 ? (b == node ? a : NULL) : (a == node ? b : NULL);
+			if (hit) {
+				if (out && k < *num)
+					out[k] = (CUgraphNode)hit;
+				k++;
+			}
+		}
+	}
+	free(e);
+	*num = k;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphGetRootNodes(CUgraph hg, CUgraphNode *roots, size_t *num)
+{
+	struct rc_graph *g;
+	CUresult rc = get_graph(hg, &g);
+	if (rc)
+		return rc;
+	return num ? related(g, NULL, 0, roots, num) : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult node_related(CUgraphNode hn, int which, CUgraphNode *out, CUgraphEdgeData *ed, size_t *num)
+{
+	struct rc_gnode *n;
+	CUresult rc = get_node(hn, &n);
+	if (rc)
+		return rc;
+	if (!num)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = related(n->g, n, which, out, num);
+	if (!rc && ed && out)
+		memset(ed, 0, *num * sizeof(*ed));
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphNodeGetDependencies(CUgraphNode n, CUgraphNode *deps, size_t *num)
+{
+	return node_related(n, 1, deps, NULL, num);
+}
+
+RC_EXPORT CUresult cuGraphNodeGetDependencies_v2(CUgraphNode n, CUgraphNode *deps, CUgraphEdgeData *ed,
+						 size_t *num)
+{
+	return node_related(n, 1, deps, ed, num);
+}
+
+RC_EXPORT CUresult cuGraphNodeGetDependentNodes(CUgraphNode n, CUgraphNode *deps, size_t *num)
+{
+	return node_related(n, 2, deps, NULL, num);
+}
+
+RC_EXPORT CUresult cuGraphNodeGetDependentNodes_v2(CUgraphNode n, CUgraphNode *deps, CUgraphEdgeData *ed,
+						   size_t *num)
+{
+	return node_related(n, 2, deps, ed, num);
+}
+
+RC_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType *t)
+{
+	struct rc_gnode *n;
+	CUresult rc = get_node(hn, &n);
+	if (rc)
+		return rc;
+	if (!t)
+		return CUDA_ERROR_INVALID_VALUE;
+	*t = n->type;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hn)
+{
+	struct rc_gnode *n;
+	CUresult rc = get_node(hn, &n);
+	if (rc)
+		return rc;
+	struct rc_graph *g = n->g;
+	struct wbuf *w = gop(g->ctx, RGPU_G_DESTROY_NODE);
+	put_u64(w, n->h);
+	struct rd r;
+	if ((rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	pthread_mutex_lock(&glock);
+	for (size_t i = 0; i < g->nnodes; i++)
+		if (g->nodes[i] == n) {
+			g->nodes[i] = g->nodes[--g->nnodes];
+			break;
+		}
+	g->nhost -= n->hosts <= g->nhost ? n->hosts : g->nhost;
+	pthread_mutex_unlock(&glock);
+	node_free(n);
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------- getters and setters */
+
+static CUresult typed(CUgraphNode hn, CUgraphNodeType t, struct rc_gnode **n)
+{
+	CUresult rc = get_node(hn, n);
+	if (!rc && (*n)->type != t)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	/* a node this process did not build (captured): no parameters here */
+	if (!rc && t == CU_GRAPH_NODE_TYPE_KERNEL && !(*n)->kbuf)
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hn, CUDA_KERNEL_NODE_PARAMS *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_KERNEL, &n);
+	if (!rc && !p)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		*p = n->kp;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hn, CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	CUDA_KERNEL_NODE_PARAMS k;
+	CUresult rc = p ? cuGraphKernelNodeGetParams_v2(hn, &k) : CUDA_ERROR_INVALID_VALUE;
+	if (!rc) {
+		p->func = k.func;
+		p->gridDimX = k.gridDimX;
+		p->gridDimY = k.gridDimY;
+		p->gridDimZ = k.gridDimZ;
+		p->blockDimX = k.blockDimX;
+		p->blockDimY = k.blockDimY;
+		p->blockDimZ = k.blockDimZ;
+		p->sharedMemBytes = k.sharedMemBytes;
+		p->kernelParams = k.kernelParams;
+		p->extra = NULL;
+	}
+	return rc;
+}
+
+/* Sets node hn's parameters in its graph (x NULL) or in executable x. */
+static CUresult set_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, const void *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = get_node(hn, &n);
+	if (rc)
+		return rc;
+	if (n->type != t || !p)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_graph *x = NULL;
+	if (hx && (rc = rc_obj(hx, RC_GEXEC, &x)))
+		return rc;
+	struct wbuf *w = gop(n->g->ctx, hx ? RGPU_G_EXEC_SET : RGPU_G_SET);
+	if (x)
+		put_u64(w, x->h);
+	put_u64(w, n->h);
+	/* an executable's node keeps its graph's parameters: a scratch node
+	 * packs the new ones */
+	struct rc_gnode scratch;
+	memset(&scratch, 0, sizeof(scratch));
+	scratch.g = x ? x : n->g;
+	struct rc_gnode *dst = x ? &scratch : n;
+	switch (t) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		rc = put_kernel(w, dst, p);
+		break;
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		rc = put_memcpy(w, dst, p);
+		break;
+	case CU_GRAPH_NODE_TYPE_MEMSET:
+		rc = put_memset(w, dst, p);
+		break;
+	default:
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct rd r;
+	if (!rc)
+		rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+	free(scratch.kbuf);
+	free(scratch.kargs);
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_KERNEL, p);
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeSetParams(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_KERNEL_NODE_PARAMS k = kp_v2(p);
+	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_KERNEL, &k);
+}
+
+RC_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode n,
+						     const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	return set_params(x, n, CU_GRAPH_NODE_TYPE_KERNEL, p);
+}
+
+RC_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode n,
+						  const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_KERNEL_NODE_PARAMS k = kp_v2(p);
+	return set_params(x, n, CU_GRAPH_NODE_TYPE_KERNEL, &k);
+}
+
+RC_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hn, CUDA_MEMSET_NODE_PARAMS *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEMSET, &n);
+	if (!rc && !p)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		*p = n->ms;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p)
+{
+	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_MEMSET, p);
+}
+
+RC_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p,
+						  CUcontext ctx)
+{
+	(void)ctx;
+	return set_params(x, n, CU_GRAPH_NODE_TYPE_MEMSET, p);
+}
+
+RC_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hn, CUDA_MEMCPY3D *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEMCPY, &n);
+	if (!rc && !p)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		*p = n->mc;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode n, const CUDA_MEMCPY3D *p)
+{
+	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_MEMCPY, p);
+}
+
+RC_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D *p,
+						  CUcontext ctx)
+{
+	(void)ctx;
+	return set_params(x, n, CU_GRAPH_NODE_TYPE_MEMCPY, p);
+}
+
+RC_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hn, CUDA_HOST_NODE_PARAMS *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_HOST, &n);
+	if (!rc && !p)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		*p = n->host;
+	return rc;
+}
+
+static CUresult node_event(CUgraphNode hn, CUgraphNodeType t, CUevent *out)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, t, &n);
+	if (!rc && !out)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		*out = n->event;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode n, CUevent *e)
+{
+	return node_event(n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, e);
+}
+
+RC_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode n, CUevent *e)
+{
+	return node_event(n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e);
+}
+
+RC_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hn, CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &n);
+	if (!rc && !p)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc) {
+		memset(p, 0, sizeof(*p));
+		p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+		p->poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		p->poolProps.location.id = n->g->ctx->ordinal;
+		p->bytesize = n->bytes;
+		p->dptr = n->dptr;
+	}
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr *d)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEM_FREE, &n);
+	if (!rc && !d)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		*d = n->dptr;
+	return rc;
+}
+
+/* ------------------------------------------------ clones and updates */
+
+static void node_copy_params(struct rc_gnode *dst, const struct rc_gnode *src)
+{
+	dst->type = src->type;
+	dst->orig = (struct rc_gnode *)src;
+	dst->hosts = src->hosts;
+	dst->ms = src->ms;
+	dst->mc = src->mc;
+	dst->host = src->host;
+	dst->event = src->event;
+	dst->dptr = src->dptr;
+	dst->bytes = src->bytes;
+	dst->kp = src->kp;
+	dst->kp.kernelParams = NULL;
+	struct rc_func *f;
+	if (src->kbuf && !rc_func_resolve(src->kp.func ? src->kp.func : (CUfunction)src->kp.kern, &f)) {
+		size_t len = f->layout.total;
+		dst->kbuf = malloc(len ? len : 1);
+		dst->kargs = calloc(f->layout.n ? f->layout.n : 1, sizeof(void *));
+		if (dst->kbuf && dst->kargs) {
+			memcpy(dst->kbuf, src->kbuf, len);
+			for (uint32_t i = 0; i < f->layout.n; i++)
+				dst->kargs[i] = dst->kbuf + f->layout.off[i];
+			dst->kp.kernelParams = dst->kargs;
+		} else {
+			free(dst->kbuf);
+			free(dst->kargs);
+			dst->kbuf = NULL;
+			dst->kargs = NULL;
+		}
+	}
+}
+
+RC_EXPORT CUresult cuGraphClone(CUgraph *out, CUgraph hg)
+{
+	struct rc_graph *g;
+	CUresult rc = get_graph(hg, &g);
+	if (rc)
+		return rc;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* every node of the original known here, so each gets its twin */
+	if ((rc = refresh_nodes(g)))
+		return rc;
+	struct wbuf *w = gop(g->ctx, RGPU_G_CLONE);
+	put_u64(w, g->h);
+	struct rd r;
+	if ((rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	struct rc_graph *c = rc_graph_new(g->ctx, get_u64(&r));
+	if (!c || rc_graph_copy_info(c, g)) {
+		if (c)
+			rc_graph_free(c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	uint32_t n = get_u32(&r);
+	pthread_mutex_lock(&glock);
+	for (uint32_t i = 0; i < n && rd_ok(&r) && !rc; i++) {
+		uint64_t oh = get_u64(&r), ch = get_u64(&r);
+		struct rc_gnode *o = node_by_id(g, oh);
+		struct rc_gnode *cn = o ? node_add(c, ch, o->type) : NULL;
+		if (o && !cn)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else if (cn)
+			node_copy_params(cn, o);
+	}
+	pthread_mutex_unlock(&glock);
+	if (rc || !rd_ok(&r)) {
+		rc_graph_free(c);
+		return rc ? rc : CUDA_ERROR_UNKNOWN;
+	}
+	*out = (CUgraph)c;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphNodeFindInClone(CUgraphNode *out, CUgraphNode orig, CUgraph clone)
+{
+	struct rc_graph *c;
+	struct rc_gnode *o;
+	CUresult rc = get_graph(clone, &c);
+	if (!rc)
+		rc = get_node(orig, &o);
+	if (rc)
+		return rc;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < c->nnodes; i++)
+		if (c->nodes[i]->orig == o) {
+			*out = (CUgraphNode)c->nodes[i];
+			return CUDA_SUCCESS;
+		}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult exec_update(CUgraphExec hx, CUgraph hg, CUgraphExecUpdateResultInfo *info)
+{
+	struct rc_graph *x, *g;
+	CUresult rc = rc_obj(hx, RC_GEXEC, &x);
+	if (!rc)
+		rc = get_graph(hg, &g);
+	if (rc)
+		return rc;
+	if (!info)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = gop(x->ctx, RGPU_G_EXEC_UPDATE);
+	put_u64(w, x->h);
+	put_u64(w, g->h);
+	struct rd r;
+	rc = rc_call(x->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+	memset(info, 0, sizeof(*info));
+	info->result = (CUgraphExecUpdateResult)get_u32(&r);
+	uint64_t en = get_u64(&r);
+	if (en) {
+		pthread_mutex_lock(&glock);
+		info->errorNode = (CUgraphNode)node_of_id(g, en, CU_GRAPH_NODE_TYPE_EMPTY);
+		pthread_mutex_unlock(&glock);
+	}
+	if (!rc && rc_graph_copy_info(x, g))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, CUgraphExecUpdateResultInfo *info)
+{
+	return exec_update(x, g, info);
+}
+
+RC_EXPORT CUresult cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *res)
+{
+	CUgraphExecUpdateResultInfo info;
+	CUresult rc = exec_update(x, g, &info);
+	if (err)
+		*err = info.errorNode;
+	if (res)
+		*res = info.result;
+	return rc;
+}
+
+RC_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice dev)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	struct rc_ctx *c;
+	if ((rc = rc_need_ctx(&c)))
+		return rc;
+	if (c->dev != d)
+		return CUDA_SUCCESS; /* nothing of this process's pools there */
+	struct wbuf *w = gop(c, RGPU_G_MEM_TRIM);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+}
+
+/* ------------------------------------------------- capture information */
+
+/* The graph a stream is capturing into and its current ends, from the
+ * server (capturing streams only). */
+CUresult rc_capture_info(CUstream s, struct rc_ctx *c, uint64_t sh, CUgraph *graph,
+			 const CUgraphNode **deps, size_t *ndeps)
+{
+	struct wbuf *w = gop(c, RGPU_G_CAPTURE_INFO);
+	put_u64(w, sh);
+	struct rd r;
+	CUresult rc = rc_call(c->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+	if (rc)
+		return rc;
+	(void)get_u32(&r);
+	(void)get_u64(&r);
+	uint64_t gh = get_u64(&r);
+	uint32_t n = get_u32(&r);
+	if (!rd_ok(&r) || n > r.left / 8)
+		return CUDA_ERROR_UNKNOWN;
+	/* one client graph per capture, kept on the stream's capture record */
+	static __thread struct rc_graph *last;
+	static __thread CUgraphNode *last_deps;
+	struct rc_graph *g = last && last->h == gh && last->ctx == c ? last : NULL;
+	if (!g) {
+		/* an earlier capture's graph is left to the process: the
+		 * server graph it names is the capture's, ended elsewhere */
+		if (!(g = rc_graph_new(c, gh)))
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		g->owned = 1;
+		last = g;
+	}
+	(void)s;
+	CUgraphNode *d = realloc(last_deps, (n ? n : 1) * sizeof(*d));
+	if (!d)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	last_deps = d;
+	pthread_mutex_lock(&glock);
+	for (uint32_t i = 0; i < n; i++)
+		if (!(d[i] = (CUgraphNode)node_of_id(g, get_u64(&r), CU_GRAPH_NODE_TYPE_EMPTY)))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_unlock(&glock);
+	if (rc)
+		return rc;
+	if (graph)
+		*graph = (CUgraph)g;
+	if (deps)
+		*deps = d;
+	if (ndeps)
+		*ndeps = n;
+	return CUDA_SUCCESS;
+}
+
+static CUresult update_capture(CUstream s, CUgraphNode *deps, const CUgraphEdgeData *ed, size_t n,
+			       unsigned int flags)
+{
+	struct rc_ctx *c;
+	uint64_t sh;
+	CUresult rc = rc_stream_resolve(s, &c, &sh);
+	if (rc)
+		return rc;
+	if (!rc_stream_capture_id(s))
+		return CUDA_ERROR_ILLEGAL_STATE;
+	for (size_t i = 0; ed && i < n; i++)
+		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT)
+			return CUDA_ERROR_NOT_SUPPORTED;
+	struct wbuf *w = gop(c, RGPU_G_CAPTURE_DEPS);
+	put_u64(w, sh);
+	put_u32(w, flags);
+	put_u32(w, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		struct rc_gnode *d;
+		if (get_node(deps[i], &d))
+			return CUDA_ERROR_INVALID_VALUE;
+		/* host nodes added by hand to a capture count for its graph */
+		put_u64(w, d->h);
+	}
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+}
+
+RC_EXPORT CUresult cuStreamUpdateCaptureDependencies(CUstream s, CUgraphNode *deps, size_t n, unsigned int flags)
+{
+	return update_capture(s, deps, NULL, n, flags);
+}
+
+RC_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream s, CUgraphNode *deps,
+							const CUgraphEdgeData *ed, size_t n,
+							unsigned int flags)
+{
+	return update_capture(s, deps, ed, n, flags);
+}
+
+RC_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream s, CUgraphNode *deps, size_t n,
+							  unsigned int flags)
+{
+	return update_capture(s ? s : CU_STREAM_PER_THREAD, deps, NULL, n, flags);
+}
+
+RC_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream s, CUgraphNode *deps,
+							     const CUgraphEdgeData *ed, size_t n,
+							     unsigned int flags)
+{
+	return update_capture(s ? s : CU_STREAM_PER_THREAD, deps, ed, n, flags);
+}
+
+/* ------------------------------------------------------------ debug dot */
+
+/* Written here, from what this process knows of the graph. */
+RC_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hg, const char *path, unsigned int flags)
+{
+	struct rc_graph *g;
+	(void)flags;
+	CUresult rc = get_graph(hg, &g);
+	if (rc)
+		return rc;
+	if (!path)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_gnode **e = NULL;
+	size_t n = 0;
+	if ((rc = edges(g, &e, &n)))
+		return rc;
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		free(e);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	static const char *names[] = { "kernel", "memcpy", "memset", "host", "graph", "empty",
+				       "wait_event", "event_record", "ext_sem_signal", "ext_sem_wait",
+				       "mem_alloc", "mem_free", "batch_mem_op", "conditional" };
+	fprintf(f, "digraph rgpu_graph {\n");
+	for (size_t i = 0; i < g->nnodes; i++) {
+		unsigned t = (unsigned)g->nodes[i]->type;
+		fprintf(f, "\tn%llx [label=\"%s\"];\n", (unsigned long long)g->nodes[i]->h,
+			t < sizeof(names) / sizeof(names[0]) ? names[t] : "node");
+	}
+	for (size_t i = 0; i < n; i++)
+		fprintf(f, "\tn%llx -> n%llx;\n", (unsigned long long)e[2 * i]->h,
+			(unsigned long long)e[2 * i + 1]->h);
+	fprintf(f, "}\n");
+	free(e);
+	return fclose(f) ? CUDA_ERROR_OPERATING_SYSTEM : CUDA_SUCCESS;
+}

@@ -1,0 +1,51 @@
+/* Graphs, nodes and executables of the client (graph.c: capture, launch;
+ * gnode.c: explicit construction).  See graph.c. */
+#ifndef RGPU_CLIENT_GRAPH_H
+#define RGPU_CLIENT_GRAPH_H
+
+#include "client.h"
+
+#define RC_GNODE 0x52636e64
+
+struct rc_gnode;
+
+struct rc_graph {
+	uint32_t magic;          /* RC_GRAPH or RC_GEXEC */
+	struct rc_ctx *ctx;
+	uint64_t h;
+	uint64_t nhost;          /* host nodes, child graphs' included */
+	uint8_t *coh;            /* words its kernels and copies name */
+	size_t ncoh;
+	struct rc_gnode **nodes; /* the nodes this process knows */
+	size_t nnodes, capnodes;
+	int owned;               /* a child graph or a conditional body */
+};
+
+struct rc_gnode {
+	uint32_t magic;
+	struct rc_graph *g;
+	uint64_t h;
+	CUgraphNodeType type;
+	struct rc_gnode *orig;   /* in a clone: the node it copies */
+	uint64_t hosts;          /* host nodes it adds to its graph */
+	/* the parameters it was given (read back by the getters) */
+	CUDA_KERNEL_NODE_PARAMS kp;
+	void **kargs;            /* kp.kernelParams: pointers into kbuf */
+	uint8_t *kbuf;
+	CUDA_MEMSET_NODE_PARAMS ms;
+	CUDA_MEMCPY3D mc;
+	CUDA_HOST_NODE_PARAMS host;
+	CUevent event;
+	struct rc_graph *child;
+	CUdeviceptr dptr;
+	size_t bytes;
+	struct rc_graph **bodies; /* conditional */
+	unsigned nbodies;
+};
+
+struct rc_graph *rc_graph_new(struct rc_ctx *c, uint64_t h);
+void rc_graph_free(struct rc_graph *g);
+/* dst (an executable or a clone) launches like src: host count, words */
+int rc_graph_copy_info(struct rc_graph *dst, const struct rc_graph *src);
+
+#endif

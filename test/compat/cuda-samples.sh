@@ -1,0 +1,173 @@
+#!/bin/bash
+# NVIDIA's cuda-samples as a standing peer suite: every sample that builds
+# headless on Linux, run three ways on the GPU machine:
+#   direct  the real driver
+#   tcp     the rgpu client -> rgpud on 127.0.0.1 over TCP
+#   local   the rgpu client -> the same rgpud, same-host path (auto)
+# A run passes when the sample exits 0 (2 is NVIDIA's "waived": the sample
+# cannot run on this machine, e.g. it needs two GPUs).  For an rgpu run that
+# fails, the table names the call: the first entry point the client logged
+# as unsupported, else the client's first error line, else the program's
+# last line.
+#
+# Usage: cuda-samples.sh --out DIR [--bin DIR] [--only REGEX]
+#   --bin DIR   built samples (test/compat/cuda-samples-build.py --out DIR);
+#               default: $CUDA_SAMPLES_BIN, else the tarball
+#               .devcarry/cuda-samples/samples.tar.xz (unpacked under the out
+#               dir), else built from $CUDA_SAMPLES_SRC (a checkout) here
+#   --only RE   samples whose name matches RE
+# Environment: top_builddir (default _build), RGPU_REAL_DRIVER_DIR
+#   (/usr/local/nvidia/lib64), SAMPLE_TIMEOUT (seconds per run, 30),
+#   SAMPLES_DEADLINE (seconds for all, 450: later samples are reported as
+#   not run).
+# Writes DIR/cuda-samples-results.md (the table and the counts), and
+# DIR/logs/ (each run's output and the client's log).  Exit: 0 the run
+# completed (verdicts in the table), 1 an error, 77 no GPU or no samples.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+top_srcdir=$(cd "$here/../.." && pwd)
+: "${top_builddir:=$top_srcdir/_build}"
+: "${SAMPLE_TIMEOUT:=30}"
+: "${SAMPLES_DEADLINE:=450}"
+REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
+RGPUD=$top_builddir/daemon/rgpud
+CLIENTDIR=$top_builddir/client/.libs
+OUT=""
+BIN=${CUDA_SAMPLES_BIN:-}
+ONLY=""
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) OUT=$2; shift ;;
+	--bin) BIN=$2; shift ;;
+	--only) ONLY=$2; shift ;;
+	*) echo "cuda-samples.sh: unknown option $1 (--out DIR, --bin DIR, --only REGEX)" >&2; exit 1 ;;
+	esac
+	shift
+done
+[ -n "$OUT" ] || { echo "cuda-samples.sh: --out DIR is needed" >&2; exit 1; }
+mkdir -p "$OUT/logs" || exit 1
+OUT=$(cd "$OUT" && pwd)
+L=$OUT/logs
+R=$OUT/cuda-samples-results.md
+
+if [ ! -e "$REAL/libcuda.so.1" ] || ! nvidia-smi -L >/dev/null 2>&1; then
+	echo "cuda-samples.sh: no GPU here ($REAL/libcuda.so.1, nvidia-smi)"
+	exit 77
+fi
+if [ -z "$BIN" ]; then
+	tarball=$top_srcdir/.devcarry/cuda-samples/samples.tar.xz
+	if [ -f "$tarball" ]; then
+		mkdir -p "$OUT/bin" && tar -C "$OUT/bin" -xJf "$tarball" || exit 1
+		BIN=$OUT/bin/cuda-samples
+	elif [ -n "${CUDA_SAMPLES_SRC:-}" ]; then
+		python3 "$here/cuda-samples-build.py" --src "$CUDA_SAMPLES_SRC" --out "$OUT/bin" \
+			${ONLY:+--only "$ONLY"} --jobs "$(nproc)" >"$L/build.txt" 2>&1 || exit 1
+		BIN=$OUT/bin
+	else
+		echo "cuda-samples.sh: no samples: give --bin, CUDA_SAMPLES_BIN, CUDA_SAMPLES_SRC," \
+			"or put samples.tar.xz in .devcarry/cuda-samples/"
+		exit 77
+	fi
+fi
+[ -f "$BIN/manifest.tsv" ] || { echo "cuda-samples.sh: $BIN/manifest.tsv missing"; exit 77; }
+# sessions of --open over TCP run as nobody: the samples must be readable
+chmod -R a+rX "$BIN" 2>/dev/null
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+LD_LIBRARY_PATH=$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$RGPUD" --open --listen "127.0.0.1:$port" \
+	>"$L/rgpud.log" 2>&1 &
+RGPUD_PID=$!
+trap 'kill $RGPUD_PID 2>/dev/null; wait $RGPUD_PID 2>/dev/null' EXIT
+for _ in $(seq 1 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+	kill -0 $RGPUD_PID 2>/dev/null || { echo "rgpud did not start:"; tail -5 "$L/rgpud.log"; exit 1; }
+	sleep 0.1
+done
+
+# run NAME MODE: exit status of the sample run that way, output in the log
+run() {
+	local name=$1 mode=$2 dir=$BIN/$1 log=$L/$1.$2
+	local env=(env)
+	case $mode in
+	direct) env+=(LD_LIBRARY_PATH=$REAL) ;;
+	tcp) env+=(RGPU_SERVERS=127.0.0.1:$port/0 RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$REAL
+		   RGPU_LOG_LEVEL=warn) ;;
+	local) env+=(RGPU_SERVERS=127.0.0.1:$port/0 LD_LIBRARY_PATH=$CLIENTDIR:$REAL RGPU_LOG_LEVEL=warn) ;;
+	esac
+	(cd "$dir" && "${env[@]}" timeout -k 5 "$SAMPLE_TIMEOUT" "./$name" </dev/null >"$log.out" 2>&1)
+}
+
+verdict() { # exit status -> word
+	case $1 in
+	0) echo pass ;;
+	2) echo waived ;;
+	124|137) echo timeout ;;
+	*) [ "$1" -gt 128 ] && echo "crash(sig $(($1 - 128)))" || echo "fail($1)" ;;
+	esac
+}
+
+# the call an rgpu run failed on, from its output (the client logs there)
+why() {
+	local f=$1.out c
+	c=$(grep -o '[a-zA-Z_0-9]* is not supported by rgpu' "$f" | head -1 | awk '{print $1}')
+	[ -n "$c" ] && { echo "unsupported: $c"; return; }
+	c=$(grep -m1 -i 'rgpu.*\(error\|fail\)\|CUDA_ERROR\|error' "$f" | cut -c1-120)
+	[ -n "$c" ] && { echo "$c"; return; }
+	tail -1 "$f" | cut -c1-120
+}
+
+t0=$(date +%s)
+declare -A n=([direct]=0 [tcp]=0 [local]=0)
+both=0 eligible=0 ran=0 notrun=0
+rows=""
+while IFS=$'\t' read -r name cat status note; do
+	[ "$status" = built ] || continue
+	[ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]] && continue
+	if [ $(( $(date +%s) - t0 )) -ge "$SAMPLES_DEADLINE" ]; then
+		notrun=$((notrun + 1))
+		rows+="| $name | $cat | not run (deadline) | | | |"$'\n'
+		continue
+	fi
+	ran=$((ran + 1))
+	declare -A v=()
+	for m in direct tcp local; do
+		run "$name" "$m"
+		v[$m]=$(verdict $?)
+		[ "${v[$m]}" = pass ] && n[$m]=$((n[$m] + 1))
+	done
+	w=""
+	if [ "${v[direct]}" = pass ]; then
+		eligible=$((eligible + 1))
+		[ "${v[tcp]}" = pass ] && [ "${v[local]}" = pass ] && both=$((both + 1))
+		[ "${v[tcp]}" != pass ] && w="tcp: $(why "$L/$name.tcp")"
+		[ "${v[local]}" != pass ] && w="${w:+$w; }local: $(why "$L/$name.local")"
+	fi
+	w=${w//|/\\|}
+	rows+="| $name | $cat | ${v[direct]} | ${v[tcp]} | ${v[local]} | $w |"$'\n'
+	echo "$name: direct ${v[direct]}, tcp ${v[tcp]}, local ${v[local]}${w:+ ($w)}"
+done <"$BIN/manifest.tsv"
+
+{
+	echo "# NVIDIA cuda-samples through rgpu"
+	echo
+	echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1);"
+	echo "rgpu $(git -C "$top_srcdir" describe --always --dirty 2>/dev/null || echo '?')."
+	echo "Samples built headless with nvcc -arch=sm_90 (test/compat/cuda-samples-build.py);"
+	echo "each run directly, through rgpud over TCP and over the same-host path;"
+	echo "pass = exit 0, waived = exit 2 (the sample cannot run here)."
+	echo
+	echo "- samples run: $ran (not run, deadline: $notrun)"
+	echo "- pass directly: ${n[direct]}; over TCP: ${n[tcp]}; same host: ${n[local]}"
+	echo "- of the $eligible passing directly, $both pass through rgpud both ways"
+	echo
+	echo "| sample | category | direct | tcp | same host | failing call (rgpu runs) |"
+	echo "|---|---|---|---|---|---|"
+	printf '%s' "$rows"
+	echo
+	echo "Not built (manifest):"
+	echo
+	awk -F'\t' '$3 != "built" { printf "- %s (%s): %s %s\n", $1, $2, $3, $4 }' "$BIN/manifest.tsv"
+} >"$R"
+echo "cuda-samples: $ran run; direct ${n[direct]}, tcp ${n[tcp]}, local ${n[local]};" \
+	"$both of $eligible direct passes pass both ways through rgpud; table: $R"
+exit 0

@@ -1,0 +1,83 @@
+/* Attributes:
+ *  - device attributes rgpu cannot provide read as absent through rgpu
+ *    (concurrent managed access, pageable memory access, host-native
+ *    atomics; the emulated device reports the first two present, as an
+ *    H100 with HMM does), while the others pass through unchanged;
+ *  - stream attributes: a synchronisation policy set on a stream reads
+ *    back, the priority attribute is the stream's, a bad stream fails;
+ *  - function attributes: max dynamic shared memory set reads back;
+ *  - cuProfilerStart/Stop succeed (no profiler attached: a no-op);
+ *  - cuThreadExchangeStreamCaptureMode swaps the thread's mode. */
+#include "common.h"
+
+#include <cudaProfiler.h>
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	e2e_init(argv[0]);
+	CUdevice dev;
+	primary_ctx(0, &dev);
+	int v;
+	if (via_rgpu()) {
+		static const CUdevice_attribute absent[] = {
+			CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,
+			CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
+			CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED,
+			CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES,
+			CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED,
+		};
+		for (size_t i = 0; i < sizeof(absent) / sizeof(absent[0]); i++) {
+			CK(cuDeviceGetAttribute(&v, absent[i], dev));
+			CHECK(v == 0, "attribute %d reads %d through rgpu, want 0", (int)absent[i], v);
+		}
+	}
+	CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+	CHECK(v > 0, "multiprocessor count %d", v);
+	CK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+	CHECK(v >= 7, "compute capability major %d", v);
+	say("device attributes: absent features read 0, the rest pass through");
+
+	CUstream s;
+	CK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -1));
+	CUstreamAttrValue a;
+	memset(&a, 0, sizeof(a));
+	CK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_PRIORITY, &a));
+	CHECK(a.priority == -1, "stream priority attribute %d, want -1", a.priority);
+	memset(&a, 0, sizeof(a));
+	a.syncPolicy = CU_SYNC_POLICY_YIELD;
+	CK(cuStreamSetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &a));
+	memset(&a, 0, sizeof(a));
+	CK(cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &a));
+	CHECK(a.syncPolicy == CU_SYNC_POLICY_YIELD, "sync policy reads %d, want %d", (int)a.syncPolicy,
+	      (int)CU_SYNC_POLICY_YIELD);
+	CUstream other;
+	CK(cuStreamCreate(&other, 0));
+	CK(cuStreamCopyAttributes(other, s));
+	memset(&a, 0, sizeof(a));
+	CK(cuStreamGetAttribute(other, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &a));
+	CHECK(a.syncPolicy == CU_SYNC_POLICY_YIELD, "copied sync policy reads %d", (int)a.syncPolicy);
+	CK(cuStreamDestroy(other));
+	say("stream attributes set, read back and copied");
+
+	CUmodule mod = load_test_module();
+	CUfunction f = get_func(mod, "vec_add");
+	CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8192));
+	CK(cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, f));
+	CHECK(v == 8192, "max dynamic shared memory reads %d, want 8192", v);
+	say("function attribute set and read back");
+
+	CK(cuProfilerStart());
+	CK(cuProfilerStop());
+	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+	CK(cuThreadExchangeStreamCaptureMode(&m));
+	CHECK(m == CU_STREAM_CAPTURE_MODE_GLOBAL, "first exchange gave mode %d", (int)m);
+	CK(cuThreadExchangeStreamCaptureMode(&m));
+	CHECK(m == CU_STREAM_CAPTURE_MODE_RELAXED, "second exchange gave mode %d", (int)m);
+	say("profiler start/stop and capture mode exchange");
+
+	CK(cuStreamDestroy(s));
+	CK(cuModuleUnload(mod));
+	say("PASS");
+	return 0;
+}

@@ -1,0 +1,301 @@
+/* Explicit graphs, built node by node:
+ *  - memset -> kernel -> kernel -> host -> memcpy -> event record, plus an
+ *    independent kernel: node count, edges, roots, dependencies and types
+ *    read back; launched twice, each node ran once per launch in order;
+ *  - kernel parameters: read back; set on the graph (an executable keeps
+ *    the old ones), set on the executable, and taken by an exec update
+ *    from a clone; an update with a changed topology fails as such;
+ *  - a child graph node; memory alloc/free nodes; a conditional IF node
+ *    taking its default value; destroying a node; the dot print.
+ * Exits non-zero on any mismatch. */
+#include "common.h"
+
+#include <unistd.h>
+
+static int host_runs;
+
+static void CUDA_CB on_host(void *p)
+{
+	(void)p;
+	__atomic_add_fetch(&host_runs, 1, __ATOMIC_SEQ_CST);
+}
+
+static CUDA_KERNEL_NODE_PARAMS kparams(CUfunction f, unsigned n, void **args)
+{
+	CUDA_KERNEL_NODE_PARAMS k;
+	memset(&k, 0, sizeof(k));
+	k.func = f;
+	k.gridDimX = (n + 255) / 256;
+	k.gridDimY = k.gridDimZ = 1;
+	k.blockDimX = 256;
+	k.blockDimY = k.blockDimZ = 1;
+	k.kernelParams = args;
+	return k;
+}
+
+static CUDA_MEMSET_NODE_PARAMS msparams(CUdeviceptr d, unsigned v, size_t n)
+{
+	CUDA_MEMSET_NODE_PARAMS m;
+	memset(&m, 0, sizeof(m));
+	m.dst = d;
+	m.value = v;
+	m.elementSize = 4;
+	m.width = n;
+	m.height = 1;
+	return m;
+}
+
+static CUDA_MEMCPY3D dtod(CUdeviceptr dst, CUdeviceptr src, size_t bytes)
+{
+	CUDA_MEMCPY3D c;
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.srcDevice = src;
+	c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	c.dstDevice = dst;
+	c.WidthInBytes = bytes;
+	c.Height = 1;
+	c.Depth = 1;
+	return c;
+}
+
+static void expect_all(CUdeviceptr d, int n, int want, const char *what)
+{
+	int *h = xmalloc((size_t)n * sizeof(int));
+	CK(cuMemcpyDtoH(h, d, (size_t)n * sizeof(int)));
+	for (int i = 0; i < n; i++)
+		if (h[i] != want)
+			fail("%s: [%d] = %d, want %d", what, i, h[i], want);
+	free(h);
+}
+
+static int contains(CUgraphNode *v, size_t n, CUgraphNode x)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == x)
+			return 1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	e2e_init(argv[0]);
+	CUcontext ctx = primary_ctx(0, NULL);
+	CUmodule mod = load_test_module();
+	CUfunction inc = get_func(mod, "inc_i32");
+	CUfunction fill = get_func(mod, "fill_u32");
+	const int n = 2048;
+	const size_t bytes = n * sizeof(int);
+	CUdeviceptr d, e, f, g, out;
+	CK(cuMemAlloc(&d, bytes));
+	CK(cuMemAlloc(&e, bytes));
+	CK(cuMemAlloc(&f, bytes));
+	CK(cuMemAlloc(&g, bytes));
+	CK(cuMemAlloc(&out, bytes));
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CUevent ev;
+	CK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
+
+	CUgraph G;
+	CUresult rc = cuGraphCreate(&G, 0);
+	if (rc == CUDA_ERROR_NOT_SUPPORTED)
+		skip("no CUDA graphs on this device");
+	CK(rc);
+	CUgraphNode A, B, C, H, M, F, X;
+	CUDA_MEMSET_NODE_PARAMS ms = msparams(d, 5, n);
+	CK(cuGraphAddMemsetNode(&A, G, NULL, 0, &ms, ctx));
+	int nn = n;
+	void *incargs[] = { &d, &nn };
+	CUDA_KERNEL_NODE_PARAMS kp = kparams(inc, n, incargs);
+	CK(cuGraphAddKernelNode(&B, G, &A, 1, &kp));
+	CK(cuGraphAddKernelNode(&C, G, &B, 1, &kp));
+	CUDA_HOST_NODE_PARAMS hp = { on_host, NULL };
+	CK(cuGraphAddHostNode(&H, G, &C, 1, &hp));
+	CUDA_MEMCPY3D cp = dtod(e, d, bytes);
+	CK(cuGraphAddMemcpyNode(&M, G, &H, 1, &cp, ctx));
+	CK(cuGraphAddEventRecordNode(&X, G, &M, 1, ev));
+	unsigned v9 = 9;
+	unsigned long long n64 = n;
+	void *fillargs[] = { &f, &v9, &n64 };
+	CUDA_KERNEL_NODE_PARAMS fp = kparams(fill, n, fillargs);
+	CK(cuGraphAddKernelNode(&F, G, NULL, 0, &fp));
+
+	size_t cnt = 0;
+	CK(cuGraphGetNodes(G, NULL, &cnt));
+	CHECK(cnt == 7, "graph has %zu nodes, want 7", cnt);
+	CUgraphNode from[16], to[16], roots[16], deps[16];
+	cnt = 16;
+	CK(cuGraphGetEdges(G, from, to, NULL, &cnt));
+	CHECK(cnt == 5, "graph has %zu edges, want 5", cnt);
+	cnt = 16;
+	CK(cuGraphGetRootNodes(G, roots, &cnt));
+	CHECK(cnt == 2 && contains(roots, cnt, A) && contains(roots, cnt, F), "roots: %zu, want A and F", cnt);
+	cnt = 16;
+	CK(cuGraphNodeGetDependencies(C, deps, NULL, &cnt));
+	CHECK(cnt == 1 && deps[0] == B, "C depends on %zu nodes, want B", cnt);
+	cnt = 16;
+	CK(cuGraphNodeGetDependentNodes(H, deps, NULL, &cnt));
+	CHECK(cnt == 1 && deps[0] == M, "%zu nodes depend on H, want M", cnt);
+	CUgraphNodeType t;
+	CK(cuGraphNodeGetType(H, &t));
+	CHECK(t == CU_GRAPH_NODE_TYPE_HOST, "H has type %d", (int)t);
+	CUDA_KERNEL_NODE_PARAMS got;
+	CK(cuGraphKernelNodeGetParams(C, &got));
+	CHECK(got.func == inc && got.gridDimX == kp.gridDimX && got.blockDimX == 256,
+	      "kernel node parameters read back wrong");
+	say("structure: 7 nodes, 5 edges, roots, dependencies and types as built");
+
+	CUgraphExec x;
+	CK(cuGraphInstantiate(&x, G, 0));
+	CK(cuGraphLaunch(x, s));
+	CK(cuGraphLaunch(x, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(e, n, 7, "memcpy node after memset 5 and two increments");
+	expect_all(f, n, 9, "fill node");
+	CHECK(host_runs == 2, "host node ran %d times in two launches", host_runs);
+	CK(cuEventQuery(ev));
+	say("two launches: every node ran once per launch, in order");
+
+	/* parameters: the graph's, the executable's, and by update */
+	unsigned v11 = 11, v13 = 13, v17 = 17;
+	fillargs[1] = &v11;
+	fp = kparams(fill, n, fillargs);
+	CK(cuGraphKernelNodeSetParams(F, &fp));
+	CK(cuGraphLaunch(x, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(f, n, 9, "an executable keeps the parameters it was made with");
+	fillargs[1] = &v13;
+	fp = kparams(fill, n, fillargs);
+	CK(cuGraphExecKernelNodeSetParams(x, F, &fp));
+	CK(cuGraphLaunch(x, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(f, n, 13, "exec kernel node parameters");
+	CUgraph G2;
+	CK(cuGraphClone(&G2, G));
+	CUgraphNode F2;
+	CK(cuGraphNodeFindInClone(&F2, F, G2));
+	fillargs[1] = &v17;
+	fp = kparams(fill, n, fillargs);
+	CK(cuGraphKernelNodeSetParams(F2, &fp));
+	CUgraphExecUpdateResultInfo info;
+	CK(cuGraphExecUpdate(x, G2, &info));
+	CHECK(info.result == CU_GRAPH_EXEC_UPDATE_SUCCESS, "update result %d", (int)info.result);
+	CK(cuGraphLaunch(x, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(f, n, 17, "exec updated from a clone");
+	CHECK(host_runs == 5, "host node ran %d times in five launches", host_runs);
+	CUgraphNode extra;
+	CK(cuGraphAddEmptyNode(&extra, G2, NULL, 0));
+	rc = cuGraphExecUpdate(x, G2, &info);
+	CHECK(rc == CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE &&
+	      info.result == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+	      "update with another topology: %s, result %d", cu_name(rc), (int)info.result);
+	say("node parameters: graph, executable and exec update");
+
+	/* a child graph */
+	CUgraph K, P;
+	CK(cuGraphCreate(&K, 0));
+	CUgraphNode kn, pn;
+	ms = msparams(g, 3, n);
+	CK(cuGraphAddMemsetNode(&kn, K, NULL, 0, &ms, ctx));
+	CK(cuGraphCreate(&P, 0));
+	CK(cuGraphAddChildGraphNode(&pn, P, NULL, 0, K));
+	CUgraphExec px;
+	CK(cuGraphInstantiate(&px, P, 0));
+	CK(cuGraphLaunch(px, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(g, n, 3, "child graph's memset");
+
+	/* memory nodes: alloc, use, copy out, free */
+	CUgraph MG;
+	CK(cuGraphCreate(&MG, 0));
+	CUDA_MEM_ALLOC_NODE_PARAMS ap;
+	memset(&ap, 0, sizeof(ap));
+	ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	ap.poolProps.location.id = 0;
+	ap.bytesize = bytes;
+	CUgraphNode an, sn, cn, fn;
+	CK(cuGraphAddMemAllocNode(&an, MG, NULL, 0, &ap));
+	CHECK(ap.dptr != 0, "alloc node gave no address");
+	ms = msparams(ap.dptr, 21, n);
+	CK(cuGraphAddMemsetNode(&sn, MG, &an, 1, &ms, ctx));
+	cp = dtod(out, ap.dptr, bytes);
+	CK(cuGraphAddMemcpyNode(&cn, MG, &sn, 1, &cp, ctx));
+	CK(cuGraphAddMemFreeNode(&fn, MG, &cn, 1, ap.dptr));
+	CUgraphExec mx;
+	CK(cuGraphInstantiate(&mx, MG, 0));
+	CK(cuGraphLaunch(mx, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(out, n, 21, "memory nodes");
+	say("child graph and memory alloc/free nodes");
+
+	/* a conditional IF node taking its default value at each launch */
+	CUgraph CG;
+	CK(cuGraphCreate(&CG, 0));
+	CUgraphConditionalHandle ch;
+	rc = cuGraphConditionalHandleCreate(&ch, CG, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT);
+	if (rc == CUDA_ERROR_NOT_SUPPORTED) {
+		say("conditional nodes: not on this device");
+	} else {
+		CK(rc);
+		CUgraphNodeParams np;
+		memset(&np, 0, sizeof(np));
+		np.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+		np.conditional.handle = ch;
+		np.conditional.type = CU_GRAPH_COND_TYPE_IF;
+		np.conditional.size = 1;
+		np.conditional.ctx = ctx;
+		CUgraphNode cnode, body;
+		CK(cuGraphAddNode(&cnode, CG, NULL, NULL, 0, &np));
+		CUgraph bodyg = np.conditional.phGraph_out[0];
+		ms = msparams(g, 42, n);
+		CK(cuGraphAddMemsetNode(&body, bodyg, NULL, 0, &ms, ctx));
+		CUgraphExec cx;
+		CK(cuGraphInstantiate(&cx, CG, 0));
+		CK(cuGraphLaunch(cx, s));
+		CK(cuStreamSynchronize(s));
+		expect_all(g, n, 42, "conditional IF body with default 1");
+		CK(cuGraphExecDestroy(cx));
+		say("conditional IF node");
+	}
+	CK(cuGraphDestroy(CG));
+
+	/* destroying a node; the dot print */
+	CK(cuGraphDestroyNode(F));
+	CK(cuGraphGetNodes(G, NULL, &cnt));
+	CHECK(cnt == 6, "after destroying a node: %zu nodes, want 6", cnt);
+	char path[] = "/tmp/rgpu-t-graph-XXXXXX";
+	int fd = mkstemp(path);
+	CHECK(fd >= 0, "mkstemp");
+	close(fd);
+	CK(cuGraphDebugDotPrint(G, path, 0));
+	FILE *df = fopen(path, "r");
+	char line[256] = "";
+	CHECK(df && fgets(line, sizeof(line), df), "dot file unreadable");
+	fclose(df);
+	unlink(path);
+	CHECK(strstr(line, "digraph") != NULL, "dot file starts %s", line);
+	say("destroy node, dot print");
+
+	CK(cuGraphExecDestroy(x));
+	CK(cuGraphExecDestroy(px));
+	CK(cuGraphExecDestroy(mx));
+	CK(cuGraphDestroy(G));
+	CK(cuGraphDestroy(G2));
+	CK(cuGraphDestroy(K));
+	CK(cuGraphDestroy(P));
+	CK(cuGraphDestroy(MG));
+	CK(cuEventDestroy(ev));
+	CK(cuStreamDestroy(s));
+	CK(cuMemFree(d));
+	CK(cuMemFree(e));
+	CK(cuMemFree(f));
+	CK(cuMemFree(g));
+	CK(cuMemFree(out));
+	CK(cuModuleUnload(mod));
+	say("PASS");
+	return 0;
+}

@@ -1,0 +1,209 @@
+/* Host functions and stream callbacks run in stream order:
+ *  - on each of three streams at once, 40 host functions between kernels
+ *    run in their stream's order, all of them;
+ *  - later work waits: a host function that blocks until the main thread
+ *    lets it go holds back an event recorded after it (NOT_READY) and the
+ *    kernel before that event; let go, the stream finishes;
+ *  - cuStreamAddCallback passes the stream and CUDA_SUCCESS;
+ *  - a synchronous copy and a free right after a slow host function on the
+ *    NULL stream wait for it and do not hang;
+ *  - a host function captured in a graph runs once per graph launch.
+ * Exits non-zero on any mismatch; the test's timeout catches a hang. */
+#include "common.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#define NORDER 40
+
+static int order[3][NORDER];
+static int norder[3];
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+struct step {
+	int stream, i;
+};
+
+static void CUDA_CB note(void *p)
+{
+	struct step *s = p;
+	pthread_mutex_lock(&mu);
+	if (norder[s->stream] < NORDER)
+		order[s->stream][norder[s->stream]++] = s->i;
+	pthread_mutex_unlock(&mu);
+}
+
+static volatile int gate_open, gate_entered;
+
+static void CUDA_CB hold(void *p)
+{
+	(void)p;
+	__atomic_store_n(&gate_entered, 1, __ATOMIC_SEQ_CST);
+	while (!__atomic_load_n(&gate_open, __ATOMIC_SEQ_CST))
+		usleep(1000);
+}
+
+static volatile int slow_done;
+
+static void CUDA_CB slow(void *p)
+{
+	usleep(100 * 1000);
+	__atomic_store_n((int *)p, 1, __ATOMIC_SEQ_CST);
+}
+
+static CUstream cb_stream;
+static CUresult cb_status = (CUresult)-1;
+static int cb_calls;
+
+static void CUDA_CB callback(CUstream s, CUresult st, void *p)
+{
+	cb_stream = s;
+	cb_status = st;
+	cb_calls += *(int *)p;
+}
+
+static int graph_runs;
+
+static void CUDA_CB count(void *p)
+{
+	(void)p;
+	__atomic_add_fetch(&graph_runs, 1, __ATOMIC_SEQ_CST);
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	e2e_init(argv[0]);
+	primary_ctx(0, NULL);
+	CUmodule mod = load_test_module();
+	CUfunction inc = get_func(mod, "inc_i32");
+	const int n = 1024;
+	CUdeviceptr d[3];
+	CUstream st[3];
+	for (int k = 0; k < 3; k++) {
+		CK(cuMemAlloc(&d[k], n * sizeof(int)));
+		CK(cuMemsetD32(d[k], 0, n));
+		CK(cuStreamCreate(&st[k], CU_STREAM_NON_BLOCKING));
+	}
+
+	/* order on three streams, interleaved with kernels */
+	static struct step steps[3][NORDER];
+	CUevent ev[3][NORDER];
+	for (int i = 0; i < NORDER; i++)
+		for (int k = 0; k < 3; k++) {
+			int nn = n;
+			void *args[] = { &d[k], &nn };
+			launch1d(inc, (unsigned)n, st[k], args);
+			CK(cuEventCreate(&ev[k][i], CU_EVENT_DISABLE_TIMING));
+			CK(cuEventRecord(ev[k][i], st[k]));
+			steps[k][i] = (struct step){ k, i };
+			CK(cuLaunchHostFunc(st[k], note, &steps[k][i]));
+		}
+	for (int k = 0; k < 3; k++)
+		CK(cuStreamSynchronize(st[k]));
+	for (int k = 0; k < 3; k++) {
+		CHECK(norder[k] == NORDER, "stream %d ran %d of %d host functions", k, norder[k], NORDER);
+		for (int i = 0; i < NORDER; i++) {
+			CHECK(order[k][i] == i, "stream %d: host function %d ran as number %d", k,
+			      order[k][i], i);
+			CK(cuEventQuery(ev[k][i]));
+		}
+	}
+	int *h = xmalloc(n * sizeof(int));
+	for (int k = 0; k < 3; k++) {
+		CK(cuMemcpyDtoH(h, d[k], n * sizeof(int)));
+		CHECK(h[0] == NORDER && h[n - 1] == NORDER, "stream %d: %d increments, want %d", k, h[0],
+		      NORDER);
+	}
+	say("order: %d host functions on each of 3 streams, in order", NORDER);
+
+	/* later work waits for a host function that has not returned */
+	CUevent after;
+	CK(cuEventCreate(&after, CU_EVENT_DISABLE_TIMING));
+	CK(cuLaunchHostFunc(st[0], hold, NULL));
+	{
+		int nn = n;
+		void *args[] = { &d[0], &nn };
+		launch1d(inc, (unsigned)n, st[0], args);
+	}
+	CK(cuEventRecord(after, st[0]));
+	for (int i = 0; i < 5000 && !__atomic_load_n(&gate_entered, __ATOMIC_SEQ_CST); i++)
+		usleep(1000);
+	CHECK(gate_entered, "the held host function never started");
+	usleep(50 * 1000);
+	CUresult q = cuEventQuery(after);
+	CHECK(q == CUDA_ERROR_NOT_READY, "work after a running host function is done early (%s)",
+	      cu_name(q));
+	q = cuStreamQuery(st[0]);
+	CHECK(q == CUDA_ERROR_NOT_READY, "stream with a running host function is idle (%s)", cu_name(q));
+	/* another stream goes on meanwhile */
+	{
+		int nn = n;
+		void *args[] = { &d[1], &nn };
+		launch1d(inc, (unsigned)n, st[1], args);
+		CK(cuStreamSynchronize(st[1]));
+	}
+	__atomic_store_n(&gate_open, 1, __ATOMIC_SEQ_CST);
+	CK(cuEventSynchronize(after));
+	CK(cuMemcpyDtoH(h, d[0], n * sizeof(int)));
+	CHECK(h[5] == NORDER + 1, "the kernel after the held host function: %d, want %d", h[5], NORDER + 1);
+	say("a held host function holds back later work on its stream only");
+
+	/* stream callbacks */
+	int one = 1;
+	CK(cuStreamAddCallback(st[2], callback, &one, 0));
+	CK(cuStreamSynchronize(st[2]));
+	CHECK(cb_calls == 1 && cb_stream == st[2] && cb_status == CUDA_SUCCESS,
+	      "callback: %d calls, stream %p (want %p), status %d", cb_calls, (void *)cb_stream,
+	      (void *)st[2], (int)cb_status);
+
+	/* a synchronous copy and a free right behind a slow host function */
+	CUdeviceptr tmp;
+	CK(cuMemAlloc(&tmp, 4096));
+	CK(cuLaunchHostFunc(NULL, slow, (void *)&slow_done));
+	CK(cuMemcpyDtoH(h, d[2], n * sizeof(int)));
+	CHECK(slow_done, "a synchronous copy on the NULL stream passed a host function queued before it");
+	slow_done = 0;
+	CK(cuLaunchHostFunc(NULL, slow, (void *)&slow_done));
+	CK(cuMemFree(tmp));
+	CK(cuCtxSynchronize());
+	CHECK(slow_done, "the host function before a free never ran");
+	say("synchronous calls behind host functions wait for them");
+
+	/* captured into a graph: runs once per launch */
+	CUresult rc = cuStreamBeginCapture(st[1], CU_STREAM_CAPTURE_MODE_GLOBAL);
+	if (rc == CUDA_ERROR_NOT_SUPPORTED) {
+		say("graphs: not on this device");
+	} else {
+		CK(rc);
+		CK(cuLaunchHostFunc(st[1], count, NULL));
+		int nn = n;
+		void *args[] = { &d[1], &nn };
+		launch1d(inc, (unsigned)n, st[1], args);
+		CK(cuLaunchHostFunc(st[1], count, NULL));
+		CUgraph g;
+		CK(cuStreamEndCapture(st[1], &g));
+		CHECK(graph_runs == 0, "a captured host function ran while capturing");
+		CUgraphExec x;
+		CK(cuGraphInstantiate(&x, g, 0));
+		for (int i = 0; i < 3; i++)
+			CK(cuGraphLaunch(x, st[1]));
+		CK(cuStreamSynchronize(st[1]));
+		CHECK(graph_runs == 6, "captured host functions ran %d times, want 6", graph_runs);
+		CK(cuGraphExecDestroy(x));
+		CK(cuGraphDestroy(g));
+		say("captured host functions run with each graph launch");
+	}
+
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < NORDER; i++)
+			CK(cuEventDestroy(ev[k][i]));
+		CK(cuStreamDestroy(st[k]));
+		CK(cuMemFree(d[k]));
+	}
+	CK(cuEventDestroy(after));
+	CK(cuModuleUnload(mod));
+	free(h);
+	say("PASS");
+	return 0;
+}
