@@ -206,7 +206,8 @@ void *rc_va_alloc(size_t *size, int fd)
 	void *p = MAP_FAILED;
 	for (int tries = 0; tries < 64 && p == MAP_FAILED; tries++) {
 		uint64_t at = va_next;
-		if (at + *size > va_base + RC_VA_SPAN)
+		/* the upper half is the VMM API's (vmm.c) */
+		if (at + *size > va_base + RC_VA_SPAN / 2)
 			break;
 		va_next += *size + GRAIN; /* a guard gap */
 		p = mmap((void *)at, *size, PROT_READ | PROT_WRITE,
