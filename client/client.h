@@ -335,8 +335,17 @@ CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
 void *rc_va_alloc(size_t *size, int fd);
 CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
 int rc_mapped_add(void *p, size_t size); /* -1: the region table is full */
+/* Registered host memory: pages [p, p+size) whose device copy lives at
+ * dev; the application's bytes are [p+xoff, p+xoff+xlen), the only ones
+ * coherence moves.  -1: the table is full. */
+int rc_registered_add(void *p, size_t size, uintptr_t dev, size_t xoff, size_t xlen);
+/* The device address of registered host memory p (0: not registered with
+ * a device mapping). */
+uintptr_t rc_registered_dev(const void *p);
+/* A device address of registered memory as its host address (else p). */
+uintptr_t rc_host_alias(uintptr_t p);
 int rc_region_free(void *p, size_t *size);
-int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped */
+int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped, 3 registered */
 int rc_managed(const void *p);      /* cheap when there is no managed memory */
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);
 /* A synchronisation is an acquire: take rc_coh_epoch() before the
@@ -382,5 +391,10 @@ void rc_devrange_del(struct rc_conn *conn, CUdeviceptr base);
  * current one when it is there, else the device's primary context (NULL
  * when neither exists). */
 struct rc_ctx *rc_ctx_on(struct rc_dev *d);
+/* Device attributes of application memory as rgpu serves it: shareable
+ * handles are POSIX file descriptors only (no fabric, no Win32 handles),
+ * pools are not exportable, IPC events are not served, registered host
+ * memory's device address differs from its host address. */
+void rc_appmem_attrs(int *attrs);
 
 #endif

@@ -38,12 +38,19 @@
 #define GRAIN (2ull << 20)
 #define REGIONS_MAX 4096
 
-enum { R_MANAGED = 1, R_MAPPED = 2 };
+/* R_REGISTERED: cuMemHostRegister'd memory with a device mapping: the
+ * device copy lives at dev, a window address, not at the host address
+ * (CUDA lets cuMemHostGetDevicePointer differ); for the others dev == base */
+enum { R_MANAGED = 1, R_MAPPED = 2, R_REGISTERED = 3 };
 
 struct region {
 	volatile int used;
 	uintptr_t base;
-	size_t size;             /* rounded to GRAIN */
+	size_t size;             /* rounded to GRAIN (registered: to pages) */
+	uintptr_t dev;           /* the device copy's address */
+	size_t xoff, xlen;       /* the bytes coherence moves: all but for
+				  * registered memory, whose pages around
+				  * the application's range are not its own */
 	int kind;
 	struct rc_ctx *mirror;   /* context whose server holds the device copy */
 	volatile int host_dirty; /* written on the host since the last release */
@@ -83,6 +90,19 @@ static struct region *find(uintptr_t p)
 	for (int i = 0; i < hw; i++) {
 		struct region *r = &regions[i];
 		if (r->used && p >= r->base && p - r->base < r->size)
+			return r;
+	}
+	return NULL;
+}
+
+/* The region whose device copy holds p (the same as find() but for
+ * registered memory). */
+static struct region *find_dev(uintptr_t p)
+{
+	int hw = regions_hw;
+	for (int i = 0; i < hw; i++) {
+		struct region *r = &regions[i];
+		if (r->used && p >= r->dev && p - r->dev < r->size)
 			return r;
 	}
 	return NULL;
@@ -186,7 +206,8 @@ void *rc_va_alloc(size_t *size, int fd)
 	void *p = MAP_FAILED;
 	for (int tries = 0; tries < 64 && p == MAP_FAILED; tries++) {
 		uint64_t at = va_next;
-		if (at + *size > va_base + RC_VA_SPAN)
+		/* the upper half is the VMM API's (vmm.c) */
+		if (at + *size > va_base + RC_VA_SPAN / 2)
 			break;
 		va_next += *size + GRAIN; /* a guard gap */
 		p = mmap((void *)at, *size, PROT_READ | PROT_WRITE,
@@ -212,6 +233,9 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 	if (r) {
 		r->base = (uintptr_t)p;
 		r->size = size;
+		r->dev = (uintptr_t)p;
+		r->xoff = 0;
+		r->xlen = size;
 		r->kind = kind;
 		r->mirror = mirror;
 		r->host_dirty = 1; /* the device copy starts undefined */
@@ -232,7 +256,7 @@ static CUresult mirror_map(struct rc_ctx *c, uintptr_t base, size_t size)
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, base);
-	put_u64(w, size);
+	put_u64(w, (size + GRAIN - 1) / GRAIN * GRAIN);
 	struct rd r;
 	return rc_call(c->dev->conn, RGPU_OP_VMEM_MAP, w, &r);
 }
@@ -273,6 +297,33 @@ int rc_mapped_add(void *p, size_t size)
 	return region_add(p, size, R_MAPPED, NULL) ? 0 : -1;
 }
 
+int rc_registered_add(void *p, size_t size, uintptr_t dev, size_t xoff, size_t xlen)
+{
+	struct region *r = region_add(p, size, R_REGISTERED, NULL);
+	if (!r)
+		return -1;
+	pthread_mutex_lock(&reg_lock);
+	r->dev = dev;
+	r->xoff = xoff;
+	r->xlen = xlen;
+	pthread_mutex_unlock(&reg_lock);
+	return 0;
+}
+
+uintptr_t rc_registered_dev(const void *p)
+{
+	struct region *r = find((uintptr_t)p);
+	return r && r->kind == R_REGISTERED ? r->dev + ((uintptr_t)p - r->base) : 0;
+}
+
+uintptr_t rc_host_alias(uintptr_t p)
+{
+	if (!regions_hw)
+		return p;
+	struct region *r = find_dev(p);
+	return r && r->kind == R_REGISTERED ? r->base + (p - r->dev) : p;
+}
+
 /* Forgets a region (cuMemFree of managed memory, cuMemFreeHost); the
  * caller unmaps the host side.  0 if p was one. */
 int rc_region_free(void *p, size_t *size)
@@ -286,13 +337,15 @@ int rc_region_free(void *p, size_t *size)
 		return -1;
 	}
 	struct rc_ctx *m = r->mirror;
+	uintptr_t dev = r->dev;
 	*size = r->size;
+	unprotect(r); /* registered memory stays the application's */
 	__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&reg_lock);
 	pthread_mutex_unlock(&coh_lock);
 	if (m) {
 		__atomic_fetch_sub(&mirrored, 1, __ATOMIC_RELAXED);
-		mirror_unmap(m, (uintptr_t)p);
+		mirror_unmap(m, dev);
 	}
 	return 0;
 }
@@ -324,8 +377,8 @@ static CUresult publish(struct region *r, uint64_t stream, int async)
 	/* clear first: a write racing with the copy faults and re-marks */
 	r->host_dirty = 0;
 	protect(r);
-	return async ? rc_htod_any(r->mirror, stream, r->base, (void *)r->base, r->size, 1)
-		     : rc_htod_any(r->mirror, 0, r->base, (void *)r->base, r->size, 0);
+	return rc_htod_any(r->mirror, async ? stream : 0, r->dev + r->xoff, (void *)(r->base + r->xoff),
+			   r->xlen, async);
 }
 
 /* done: the device is known to have finished writing it (else the copy is
@@ -335,7 +388,7 @@ static CUresult fetch(struct region *r, int done)
 	if (!r->dev_dirty)
 		return CUDA_SUCCESS;
 	unprotect(r);
-	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)r->base, r->base, r->size, 0);
+	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)(r->base + r->xoff), r->dev + r->xoff, r->xlen, 0);
 	if (done)
 		r->dev_dirty = 0;
 	r->host_dirty = 0;
@@ -354,17 +407,17 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 		struct region *r = &regions[i];
 		if (!__atomic_load_n(&r->used, __ATOMIC_ACQUIRE))
 			continue;
-		if (r->kind == R_MAPPED) {
+		if (r->kind == R_MAPPED || r->kind == R_REGISTERED) {
 			int hit = 0;
 			for (size_t o = 0; !hit && o + 8 <= len; o += 8) {
 				uint64_t v;
 				memcpy(&v, params + o, 8);
-				hit = v >= r->base && v - r->base < r->size;
+				hit = v >= r->dev && v - r->dev < r->size;
 			}
 			if (!hit)
 				continue;
 			if (!r->mirror) {
-				if ((rc = mirror_map(c, r->base, r->size)))
+				if ((rc = mirror_map(c, r->dev, r->size)))
 					break;
 				r->mirror = c;
 				__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
@@ -443,7 +496,7 @@ void rc_coh_device_use(uint64_t p)
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&coh_lock);
-	struct region *r = find((uintptr_t)p);
+	struct region *r = find_dev((uintptr_t)p);
 	if (r && r->mirror) {
 		publish(r, 0, 0);
 		if (r->dev_dirty && r->dev_stream != 0)

@@ -70,6 +70,7 @@ static CUresult fetch_device(struct rc_dev *d)
 	}
 	if (!rd_ok(&r))
 		return CUDA_ERROR_UNKNOWN;
+	rc_appmem_attrs(d->attrs); /* vmm.c: handle types rgpu serves */
 	snprintf(d->name, sizeof(d->name), "%s", name);
 	memcpy(d->uuid.bytes, uuid, 16);
 	return CUDA_SUCCESS;

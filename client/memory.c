@@ -405,6 +405,9 @@ static CUresult memcpy_any(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream 
 	CUresult rc = rc_initialized();
 	if (rc)
 		return rc;
+	/* registered memory's device address: its host pages */
+	dst = rc_host_alias(dst);
+	src = rc_host_alias(src);
 	int dd = rc_alloc_lookup(dst, NULL, NULL, NULL) == 0;
 	int sd = rc_alloc_lookup(src, NULL, NULL, NULL) == 0;
 	if (dd && sd)
@@ -573,6 +576,48 @@ RC_EXPORT CUresult cuMemHostGetFlags(unsigned int *flags, void *p)
 	return CUDA_SUCCESS;
 }
 
+/* A device mapping of registered memory: the device copy gets a window
+ * address of its own (the host address is the application's, anywhere),
+ * reserved here (PROT_NONE) so nothing else takes it, and is kept coherent
+ * with the application's bytes like mapped memory (coherence.c): write
+ * tracking protects the whole pages around them, but only those bytes
+ * move (the rest of the pages belongs to others, e.g. the heap). */
+static void page_span(void *p, size_t size, uintptr_t *base, size_t *span)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	*base = (uintptr_t)p & ~(pg - 1);
+	*span = (((uintptr_t)p + size + pg - 1) & ~(pg - 1)) - *base;
+}
+
+static CUresult register_mapped(void *p, size_t size)
+{
+	uintptr_t base;
+	size_t span, dsize;
+	page_span(p, size, &base, &span);
+	if (rc_region_kind((void *)base) || rc_region_kind((void *)(base + span - 1)))
+		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	dsize = span;
+	void *d = rc_va_alloc(&dsize, -1);
+	if (!d)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	mprotect(d, dsize, PROT_NONE);
+	if (rc_registered_add((void *)base, span, (uintptr_t)d, (uintptr_t)p - base, size) < 0) {
+		munmap(d, dsize);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+static void unregister_mapped(void *p, size_t size)
+{
+	uintptr_t base;
+	size_t span, rsize;
+	page_span(p, size, &base, &span);
+	uintptr_t d = rc_registered_dev((void *)base);
+	if (d && rc_region_free((void *)base, &rsize) == 0)
+		munmap((void *)d, (span + (2u << 20) - 1) / (2u << 20) * (2u << 20));
+}
+
 RC_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)
 {
 	CUresult rc = rc_initialized();
@@ -580,15 +625,17 @@ RC_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags
 		return rc;
 	if (!p || !size)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
-		rc_unsupported("cuMemHostRegister with CU_MEMHOSTREGISTER_DEVICEMAP");
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
 	struct range r;
 	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) == 0)
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-	return rt_add(&host_ranges, (uintptr_t)p, size, (void *)1, flags) ? CUDA_ERROR_OUT_OF_MEMORY
-									 : CUDA_SUCCESS;
+	if ((flags & CU_MEMHOSTREGISTER_DEVICEMAP) && (rc = register_mapped(p, size)))
+		return rc;
+	if (rt_add(&host_ranges, (uintptr_t)p, size, (void *)1, flags)) {
+		if (flags & CU_MEMHOSTREGISTER_DEVICEMAP)
+			unregister_mapped(p, size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags)
@@ -602,6 +649,8 @@ RC_EXPORT CUresult cuMemHostUnregister(void *p)
 	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0 || r.owner != (void *)1)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	rt_del(&host_ranges, (uintptr_t)p, NULL);
+	if (r.flags & CU_MEMHOSTREGISTER_DEVICEMAP)
+		unregister_mapped((void *)r.base, r.size);
 	return CUDA_SUCCESS;
 }
 
@@ -616,10 +665,13 @@ RC_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, uns
 	struct range r;
 	if (!pdptr || flags || rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (rc_region_kind(p) != 2) {
-		rc_unsupported("device pointers to cuMemHostRegister'd memory");
-		return CUDA_ERROR_NOT_SUPPORTED;
+	int kind = rc_region_kind(p);
+	if (kind == 3) {
+		*pdptr = rc_registered_dev(p);
+		return CUDA_SUCCESS;
 	}
+	if (kind != 2)
+		return CUDA_ERROR_INVALID_VALUE; /* registered without DEVICEMAP */
 	*pdptr = (CUdeviceptr)(uintptr_t)p;
 	return CUDA_SUCCESS;
 }

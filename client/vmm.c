@@ -3,11 +3,12 @@
  * mappings, access, shareable handles.
  *
  * Reservations are made here, with no round trip: each is a PROT_NONE
- * range of this process at an address of a 16 TiB window at 0x200000000000
- * (0x300000000000 when RGPU_VA_BASE puts managed memory there), so no host
+ * range of this process in the upper 8 TiB of the managed-memory range
+ * (RGPU_VA_BASE + 8 TiB; coherence.c keeps to the lower half), so no host
  * allocation can take an
  * address the application uses for device memory.  rgpud reserves the
- * same window in the session on its first map (daemon/ops_appvmm.c), and
+ * whole 16 TiB range once per session for both (daemon/ops_vmem.c,
+ * daemon/ops_appvmm.c), and
  * maps physical memory at exactly the application's addresses.
  *
  * Physical memory lives on the server of its device; a mapping goes to
@@ -33,8 +34,8 @@
 #include <unistd.h>
 
 #define GRAIN (2ull << 20)
-#define WINDOW (16ull << 40)
-#define VMM_BASE 0x200000000000ull
+/* the upper half of the managed-memory range (RGPU_VA_BASE) */
+#define WINDOW (8ull << 40)
 #define RC_PHYS 0x52637068 /* "Rcph" */
 
 struct rc_phys {
@@ -72,10 +73,9 @@ static uint64_t window_base(void)
 {
 	if (!win_base) {
 		uint64_t va = rc_setting(RS_VA_BASE);
-		/* 32 TiB: clear of AddressSanitizer's shadow (below 16 TiB +
-		 * 2 GiB), of position-independent programs and their heap
-		 * (0x55..., 0x56...) and of libraries and stacks (0x7f...) */
-		win_base = va == VMM_BASE ? VMM_BASE + WINDOW : VMM_BASE;
+		/* the driver honours a fixed reservation of that range
+		 * (NOTES.md), which the session makes once for both */
+		win_base = va + WINDOW;
 	}
 	return win_base;
 }
@@ -86,6 +86,19 @@ struct rc_ctx *rc_ctx_on(struct rc_dev *d)
 	if (c && c->dev->conn == d->conn)
 		return c;
 	return d->primary;
+}
+
+void rc_appmem_attrs(int *a)
+{
+	a[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED] = 0;
+	a[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED] = 0;
+	a[CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED] = 0;
+	a[CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES] = 0;
+	a[CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED] = 0;
+	/* registered host memory has a device address of its own */
+	a[CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM] = 0;
+	/* RDMA into VMM memory would bypass the server */
+	a[CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED] = 0;
 }
 
 static struct rc_phys *phys_find(CUmemGenericAllocationHandle h)

@@ -186,14 +186,16 @@ int op_vmm_release(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	return CUDA_SUCCESS;
 }
 
-/* The window holding [addr, addr+size), reserved here on first use. */
+/* The window holding [addr, addr+size): the session's managed-memory range
+ * (the client keeps its upper half for the VMM API), reserved on first use
+ * by whichever needs it first (ops_vmem.c frees it at the end). */
 static int window(struct session *s, struct appmem *a, uint64_t addr, uint64_t size)
 {
 	uint64_t base = addr & ~(WINDOW - 1);
 	if (!base || addr + size < addr || addr + size > base + WINDOW ||
-	    (a->window && base != a->window) || base == s->vmem_window)
+	    (s->vmem_window && base != s->vmem_window))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (a->window)
+	if (s->vmem_window)
 		return CUDA_SUCCESS;
 	CUdeviceptr got = 0;
 	int rc = D->cuMemAddressReserve(&got, WINDOW, GRAIN, base, 0);
@@ -204,7 +206,7 @@ static int window(struct session *s, struct appmem *a, uint64_t addr, uint64_t s
 		rc = CUDA_ERROR_INVALID_VALUE;
 	}
 	if (!rc)
-		a->window = base;
+		s->vmem_window = a->window = base;
 	return rc;
 }
 
@@ -393,8 +395,7 @@ void appmem_cleanup(struct session *s)
 		else
 			phys_free(s, p);
 	}
-	if (a->window)
-		D->cuMemAddressFree(a->window, WINDOW);
+	/* the window is the managed-memory range's: vmem_cleanup frees it */
 	free(a->maps);
 	free(a->pallocs);
 	free(a);

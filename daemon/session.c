@@ -307,8 +307,8 @@ static void session_cleanup(struct session *s)
 	/* pinned staging must go while a context still exists */
 	shm_cleanup(s);
 	stage_free(s);
+	appmem_cleanup(s); /* before its window goes with vmem_cleanup */
 	vmem_cleanup(s);
-	appmem_cleanup(s);
 	mem_cleanup(s);
 	memif_cleanup(s);
 	journal_free(s);

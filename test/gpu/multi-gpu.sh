@@ -172,6 +172,12 @@ if $PY -c 'import jax' 2>/dev/null; then
 		result jax_step FAIL "local run failed (exit $l)"
 	elif [ $r -ne 0 ]; then
 		result jax_step FAIL "through rgpud: exit $r: $(grep -iE 'error|not supported' "$OUT/jax-rgpu.log" | head -3 | tr '\n' ' ')"
+		# what fails besides XLA's command buffers (CUDA graphs built
+		# node by node): the same without them
+		run jax-rgpu-nocmdbuf 120 "$ONE" env $JENV XLA_FLAGS=--xla_gpu_enable_command_buffer= \
+			$PY "$M/jax_step.py" &&
+			compare_losses jax_step_without_command_buffers "$OUT/jax-local.log" "$OUT/jax-rgpu-nocmdbuf.log" ||
+			result jax_step_without_command_buffers FAIL "$(grep -iE 'error|not supported' "$OUT/jax-rgpu-nocmdbuf.log" | head -3 | tr '\n' ' ')"
 	else
 		compare_losses jax_step "$OUT/jax-local.log" "$OUT/jax-rgpu.log"
 		same_lines "$OUT/jax-local.log" "$OUT/jax-rgpu.log" RESULT &&

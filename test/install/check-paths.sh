@@ -47,7 +47,7 @@ admin=$D$docdir/admin.md
 man8=$D$mandir/man8/rgpud.8
 man1=$D$mandir/man1/rgpu.1
 for f in "$unit" "$plug" "$deflt" "$admin" "$man8" "$man1" "$D$sbindir/rgpud" "$D$bindir/rgpu" \
-	 "$D$clientdir/libcuda.so.1" "$D$docdir/README.md"; do
+	 "$D$clientdir/libcuda.so.1" "$D$clientdir/libnvidia-ml.so.1" "$D$docdir/README.md"; do
 	[ -e "$f" ]; ok "installed: ${f#$D}" $? "missing"
 done
 [ -d "$D$statedir" ]; ok "installed: state directory $statedir" $? "missing"
