@@ -239,7 +239,7 @@ static int never_waits(uint16_t op)
 	case RGPU_OP_HOSTFN_LAUNCH:
 	case RGPU_OP_HOSTFN_WAIT:
 	case RGPU_OP_HOSTFN_DONE:
-	case RGPU_OP_STREAM_ATTR:
+	case RGPU_OP_CALL:
 		return 1;
 	}
 	return 0;

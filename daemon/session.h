@@ -231,8 +231,8 @@ DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait)
 DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap) DECL_OP(transport)
 DECL_OP(capture_begin) DECL_OP(capture_end) DECL_OP(capture_status) DECL_OP(graph_instantiate)
 DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
-DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(stream_attr)
-DECL_OP(profiler) DECL_OP(graph_op) DECL_OP(link)
+DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
+DECL_OP(graph_op) DECL_OP(link)
 #undef DECL_OP
 
 #endif

@@ -252,11 +252,6 @@ typedef uint64_t rgpu_handle;
 	X(HOSTFN_WAIT, 129, "wait for reached host functions")                \
 	/* u64 seq -> (sent without a reply) */                               \
 	X(HOSTFN_DONE, 130, "a host function returned: the stream goes on")   \
-	/* handle ctx, handle stream, u32 attr, u32 set, bytes value          \
-	 * (CUstreamAttrValue, no handles) -> bytes value */                   \
-	X(STREAM_ATTR, 131, "get or set a stream attribute")                  \
-	/* u32 start (1 start, 0 stop) -> */                                  \
-	X(PROFILER, 132, "cuProfilerStart / cuProfilerStop")                  \
 	/* Explicit graphs: one opcode, a sub-operation and its arguments     \
 	 * (daemon/ops_graph.c documents each).  handle ctx, u32 sub, ... ->  \
 	 * per sub. */                                                         \
@@ -265,7 +260,14 @@ typedef uint64_t rgpu_handle;
 	 * values are numbers), u32 ninputs, (u32 type, str name, bytes       \
 	 * data)[ninputs] -> bytes cubin, str info log, str error log (the   \
 	 * logs also on failure, after the status) */                         \
-	X(LINK, 134, "link images with the JIT linker: the linked cubin")
+	X(LINK, 134, "link images with the JIT linker: the linked cubin")     \
+	/* A plain driver call (client/driver-api.calls): handle ctx, str     \
+	 * name, u32 nargs, per argument u32 kind (enum rgpu_arg) then: VAL,  \
+	 * DEVICE u64; STREAM, EVENT, FUNC handle; IN, INOUT bytes; OUT u64   \
+	 * size -> per OUT and INOUT argument, in order: bytes.  The server    \
+	 * refuses a call it does not list or whose kinds or sizes differ     \
+	 * from its own table (CUDA_ERROR_NOT_SUPPORTED, INVALID_VALUE). */    \
+	X(CALL, 135, "a plain driver call, described by a table")
 
 /* Opcode ranges reserved per area (append inside your range; never renumber):
  *   98-127 general, 128-159 graphs, host functions, attributes, linker,
@@ -279,6 +281,19 @@ enum rgpu_op {
 #undef RGPU_OP_ENUM
 	RGPU_OP_MAX = 256,
 };
+
+/* Argument kinds of CALL. */
+enum rgpu_arg {
+	RGPU_ARG_VAL = 1,   /* an integer or enum, by value */
+	RGPU_ARG_STREAM,    /* handles: the session's ids */
+	RGPU_ARG_EVENT,
+	RGPU_ARG_FUNC,
+	RGPU_ARG_DEVICE,    /* a GPU index on the server */
+	RGPU_ARG_IN,        /* bytes sent */
+	RGPU_ARG_OUT,       /* bytes returned */
+	RGPU_ARG_INOUT,     /* both */
+};
+#define RGPU_CALL_MAX_ARGS 16
 
 /* GRAPH_OP sub-operations.  Every one starts "handle ctx, u32 sub".
  * Node parameters ("params" below, by node type):
