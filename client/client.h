@@ -301,6 +301,12 @@ void rc_capture_host_node(CUstream s);
 CUresult rc_capture_info(CUstream s, struct rc_ctx *c, uint64_t sh, CUgraph *graph,
 			 const CUgraphNode **deps, size_t *ndeps);
 
+/* link.c: PTX compiled with JIT options by the server's linker: the cubin
+ * (malloc'ed) and the logs in the options' buffers; NOT_SUPPORTED when the
+ * image is not PTX or no option asks for anything (load it as it is) */
+CUresult rc_jit_image(const void *image, unsigned nopt, CUjit_option *opts, void **vals,
+		      void **cubin, size_t *size);
+
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */
 int rc_alloc_lookup(CUdeviceptr p, struct rc_ctx **ctx, CUdeviceptr *base, size_t *size);
