@@ -17,7 +17,7 @@
 #               dir), else built from $CUDA_SAMPLES_SRC (a checkout) here
 #   --only RE   samples whose name matches RE
 # Environment: top_builddir (default _build), RGPU_REAL_DRIVER_DIR
-#   (/usr/local/nvidia/lib64), SAMPLE_TIMEOUT (seconds per run, 30),
+#   (/usr/local/nvidia/lib64), CUDA_HOME (/usr/local/cuda), SAMPLE_TIMEOUT (seconds per run, 30),
 #   SAMPLES_DEADLINE (seconds for all, 450: later samples are reported as
 #   not run).
 # Writes DIR/cuda-samples-results.md (the table and the counts), and
@@ -29,6 +29,7 @@ top_srcdir=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$top_srcdir/_build}"
 : "${SAMPLE_TIMEOUT:=30}"
 : "${SAMPLES_DEADLINE:=450}"
+: "${CUDA_HOME:=/usr/local/cuda}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
 RGPUD=$top_builddir/daemon/rgpud
 CLIENTDIR=$top_builddir/client/.libs
@@ -87,12 +88,12 @@ done
 # run NAME MODE: exit status of the sample run that way, output in the log
 run() {
 	local name=$1 mode=$2 dir=$BIN/$1 log=$L/$1.$2
-	local env=(env)
+	local env=(env) libs=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	case $mode in
-	direct) env+=(LD_LIBRARY_PATH=$REAL) ;;
-	tcp) env+=(RGPU_SERVERS=127.0.0.1:$port/0 RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$REAL
+	direct) env+=(LD_LIBRARY_PATH=$REAL:$libs) ;;
+	tcp) env+=(RGPU_SERVERS=127.0.0.1:$port/0 RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$libs
 		   RGPU_LOG_LEVEL=warn) ;;
-	local) env+=(RGPU_SERVERS=127.0.0.1:$port/0 LD_LIBRARY_PATH=$CLIENTDIR:$REAL RGPU_LOG_LEVEL=warn) ;;
+	local) env+=(RGPU_SERVERS=127.0.0.1:$port/0 LD_LIBRARY_PATH=$CLIENTDIR:$libs RGPU_LOG_LEVEL=warn) ;;
 	esac
 	(cd "$dir" && "${env[@]}" timeout -k 5 "$SAMPLE_TIMEOUT" "./$name" </dev/null >"$log.out" 2>&1)
 }
