@@ -310,5 +310,15 @@ CUresult rc_jit_image(const void *image, unsigned nopt, CUjit_option *opts, void
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */
 int rc_alloc_lookup(CUdeviceptr p, struct rc_ctx **ctx, CUdeviceptr *base, size_t *size);
+/* Device memory not from cuMemAlloc (VMM mappings, pool allocations):
+ * owner is the context copies of it run in (never NULL). */
+int rc_devrange_add(struct rc_conn *conn, CUdeviceptr base, size_t size, struct rc_ctx *owner);
+void rc_devrange_del(struct rc_conn *conn, CUdeviceptr base);
+
+/* vmm.c, pool.c, peer.c */
+/* A context on the device's server to run copies of its memory in: the
+ * current one when it is there, else the device's primary context (NULL
+ * when neither exists). */
+struct rc_ctx *rc_ctx_on(struct rc_dev *d);
 
 #endif

@@ -103,21 +103,7 @@ RC_EXPORT CUresult cuMemcpy2D_v2(const CUDA_MEMCPY2D *p) { return memcpy2d(p, NU
 RC_EXPORT CUresult cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *p) { return memcpy2d(p, NULL, 0); }
 RC_EXPORT CUresult cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *p, CUstream s) { return memcpy2d(p, s, 1); }
 
-/* Stream-ordered allocation, served in order but not deferred: memory is
- * ready at once, and a free waits for the stream's earlier work. */
-RC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
-{
-	struct rc_ctx *c;
-	uint64_t h;
-	CUresult rc = rc_stream_resolve(s, &c, &h);
-	return rc ? rc : cuMemAlloc_v2(dptr, size);
-}
-
-RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
-{
-	CUresult rc = cuStreamSynchronize(s);
-	return rc ? rc : cuMemFree_v2(p);
-}
+/* Stream-ordered allocation: pool.c */
 
 RC_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 					     unsigned bx, unsigned by, unsigned bz, unsigned shmem,

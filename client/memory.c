@@ -438,6 +438,32 @@ RC_EXPORT CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUs
 RC_EXPORT CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return memset_n(d, v, 2, n, s, 1); }
 RC_EXPORT CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return memset_n(d, v, 4, n, s, 1); }
 
+/* 2D memsets (cuBLAS's batched routines): one request, served by the
+ * driver's 2D memset on the server */
+static CUresult memset_2d(CUdeviceptr dst, size_t pitch, unsigned v, unsigned esz, size_t w, size_t h,
+			  CUstream s, int async)
+{
+	struct rc_ctx *c;
+	uint64_t sh;
+	CUresult rc = device_op(dst, w && h ? w * esz : 0, s, async, &c, &sh);
+	if (rc || !c)
+		return rc;
+	struct wbuf *wb = stream_req(c, sh, dst);
+	put_u64(wb, pitch);
+	put_u32(wb, v);
+	put_u32(wb, esz);
+	put_u64(wb, w);
+	put_u64(wb, h);
+	return stream_op(c, RGPU_OP_MEMSET2D, wb, async);
+}
+
+RC_EXPORT CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h) { return memset_2d(d, p, v, 1, w, h, NULL, 0); }
+RC_EXPORT CUresult cuMemsetD2D16_v2(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h) { return memset_2d(d, p, v, 2, w, h, NULL, 0); }
+RC_EXPORT CUresult cuMemsetD2D32_v2(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h) { return memset_2d(d, p, v, 4, w, h, NULL, 0); }
+RC_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream s) { return memset_2d(d, p, v, 1, w, h, s, 1); }
+RC_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream s) { return memset_2d(d, p, v, 2, w, h, s, 1); }
+RC_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream s) { return memset_2d(d, p, v, 4, w, h, s, 1); }
+
 /* ---- host memory ----
  * "Pinned" memory is ordinary page-aligned memory here: the server pins its
  * own staging buffers, and the network copies from any host memory.  A
@@ -692,4 +718,17 @@ RC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *a
 			return rc;
 	}
 	return CUDA_SUCCESS;
+}
+
+/* ---- device memory made elsewhere (vmm.c, pool.c): known for cuMemcpy's
+ * direction and pointer queries ---- */
+
+int rc_devrange_add(struct rc_conn *conn, CUdeviceptr base, size_t size, struct rc_ctx *owner)
+{
+	return rt_add(&dev_ranges[rc_conn_index(conn)], base, size, owner, 0);
+}
+
+void rc_devrange_del(struct rc_conn *conn, CUdeviceptr base)
+{
+	rt_del(&dev_ranges[rc_conn_index(conn)], base, NULL);
 }

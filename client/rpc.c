@@ -501,6 +501,33 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 	return rc;
 }
 
+/* RGPU_SHARE=P (1..100): this session asks for a smaller compute share
+ * than its lease gives (SESSION_SHARE, daemon/sched/); the server never
+ * raises a share.  A bad value fails cuInit, naming the variable. */
+static CUresult rc_share(struct rc_conn *c, char *err, size_t errlen)
+{
+	const char *v = getenv("RGPU_SHARE");
+	if (!v || !*v)
+		return CUDA_SUCCESS;
+	char *end;
+	errno = 0;
+	long p = strtol(v, &end, 10);
+	if (errno || *end || p < 1 || p > 100) {
+		snprintf(err, errlen, "RGPU_SHARE=%s: not a percentage from 1 to 100", v);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct wbuf *w = rc_req();
+	put_u32(w, (uint32_t)p);
+	struct rd r;
+	int32_t st = 0;
+	CUresult rc = call(c, RGPU_OP_SESSION_SHARE, w, &r, &st, 0);
+	if (rc == CUDA_SUCCESS && st == 0)
+		return CUDA_SUCCESS;
+	/* an older server: the share is a wish, the session goes on */
+	log_warn("RGPU_SHARE=%ld: the server did not take it (status %d)", p, (int)st);
+	return CUDA_SUCCESS;
+}
+
 /* The handshake, bounded by RGPU_HANDSHAKE_TIMEOUT_MS: a peer that accepts
  * the connection and never answers (another service, a hung rgpud) fails
  * cuInit instead of hanging it.  The bound stays on every receive until
@@ -561,5 +588,5 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	}
 	snprintf(c->server_id, sizeof(c->server_id), "%s", sid);
 	c->ndev = (int)ndev;
-	return CUDA_SUCCESS;
+	return rc_share(c, err, errlen);
 }

@@ -21,15 +21,40 @@ local SEATS_PER_GPU = 1
 -- option "rgpu-mem".
 local MEM_OPT = "_SLURM_SPANK_OPTION_rgpu_rgpu_mem="
 
-local function spank_mem(job_desc)
+-- and "rgpu-share" (a compute share: a percentage of the GPU)
+local SHARE_OPT = "_SLURM_SPANK_OPTION_rgpu_rgpu_share="
+
+local function spank_opt(job_desc, prefix)
 	local env = job_desc.spank_job_env
 	if type(env) ~= "table" then
 		return nil
 	end
 	for _, v in pairs(env) do
-		if type(v) == "string" and v:sub(1, #MEM_OPT) == MEM_OPT then
-			return v:sub(#MEM_OPT + 1)
+		if type(v) == "string" and v:sub(1, #prefix) == prefix then
+			return v:sub(#prefix + 1)
 		end
+	end
+	return nil
+end
+
+local function spank_mem(job_desc)
+	return spank_opt(job_desc, MEM_OPT)
+end
+
+-- --rgpu-share=P: P a whole percentage, 1..100, and only with --rgpu-mem
+-- (a whole GPU is not shared).  nil when fine, else the refusal.
+local function check_share(job_desc, mem)
+	local share = spank_opt(job_desc, SHARE_OPT)
+	if share == nil then
+		return nil
+	end
+	local p = tonumber(share:match("^%d+$") or "")
+	if p == nil or p < 1 or p > 100 then
+		return string.format("rgpu: --rgpu-share=%s: not a percentage of the GPU from 1 to 100",
+			share)
+	end
+	if mem == nil then
+		return "rgpu: --rgpu-share goes with --rgpu-mem (a slice): a whole GPU is not shared"
 	end
 	return nil
 end
@@ -87,6 +112,11 @@ end
 local function convert(job_desc)
 	local n, rest = take_rgpu(job_desc.tres_per_node)
 	local mem = spank_mem(job_desc)
+	local bad_share = check_share(job_desc, mem)
+	if bad_share ~= nil then
+		slurm.log_user("%s", bad_share)
+		return slurm.ERROR
+	end
 	if n == -1 then
 		slurm.log_user("rgpu: --gres=rgpu takes a plain count (rgpu:N), not a type")
 		return slurm.ERROR

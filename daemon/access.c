@@ -420,6 +420,8 @@ static int op_grant(const struct rgpud_principal *who, struct rd *r, struct wbuf
 	l.gpu = get_u32(r);
 	l.mem_limit = get_u64(r);
 	l.expires = get_u64(r);
+	if (rd_ok(r) && r->left) /* appended: the compute share */
+		l.share = get_u32(r);
 	if (!rd_done(r))
 		return fail(reply, RGPU_ERR_PROTO, "malformed LEASE_GRANT");
 	int status;
@@ -488,6 +490,9 @@ static int op_list(const struct rgpud_principal *who, struct rd *r, struct wbuf 
 		put_u64(reply, l[i].used);
 		put_u64(reply, l[i].expires);
 	}
+	put_u32(reply, (uint32_t)nl); /* appended: the compute shares */
+	for (size_t i = 0; i < nl; i++)
+		put_u32(reply, l[i].share);
 	free(g);
 	free(l);
 	return CUDA_SUCCESS;

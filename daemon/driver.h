@@ -108,6 +108,34 @@
 	X(cuGraphDestroy)                        \
 	X(cuGraphGetNodes)
 
+/* Application memory (ops_appvmm.c, ops_pool.c, ops_peer.c): each optional
+ * on its own; a missing one makes its call CUDA_ERROR_NOT_SUPPORTED. */
+#define RGPUD_DRIVER_APPMEM(X)                   \
+	X(cuMemExportToShareableHandle)          \
+	X(cuMemImportFromShareableHandle)        \
+	X(cuMemsetD2D8_v2)                       \
+	X(cuMemsetD2D16_v2)                      \
+	X(cuMemsetD2D32_v2)                      \
+	X(cuMemsetD2D8Async)                     \
+	X(cuMemsetD2D16Async)                    \
+	X(cuMemsetD2D32Async)                    \
+	X(cuDeviceCanAccessPeer)                 \
+	X(cuDeviceGetP2PAttribute)               \
+	X(cuCtxEnablePeerAccess)                 \
+	X(cuCtxDisablePeerAccess)                \
+	X(cuMemcpyPeer)                          \
+	X(cuMemcpyPeerAsync)                     \
+	X(cuDeviceGetDefaultMemPool)             \
+	X(cuMemPoolCreate)                       \
+	X(cuMemPoolDestroy)                      \
+	X(cuMemPoolGetAttribute)                 \
+	X(cuMemPoolSetAttribute)                 \
+	X(cuMemPoolTrimTo)                       \
+	X(cuMemPoolSetAccess)                    \
+	X(cuMemAllocFromPoolAsync)               \
+	X(cuMemFreeAsync)                        \
+	X(cuDeviceGetPCIBusId)
+
 /* Listing a module's functions (CUDA 12.4+; optional). */
 #define RGPUD_DRIVER_MODFUNCS(X)                 \
 	X(cuModuleGetFunctionCount)              \
@@ -174,6 +202,7 @@ struct rgpud_driver {
 	RGPUD_DRIVER_GRAPHS(RGPUD_DRV_FIELD)
 	RGPUD_DRIVER_MODFUNCS(RGPUD_DRV_FIELD)
 	RGPUD_DRIVER_MAYBE(RGPUD_DRV_FIELD)
+	RGPUD_DRIVER_APPMEM(RGPUD_DRV_FIELD)
 #undef RGPUD_DRV_FIELD
 	int have_vmm;
 	int have_graphs;

@@ -2,6 +2,8 @@
 #include "log.h"
 #include "metrics.h"
 #include "session.h"
+#include "sched/scheduler.h"
+#include "share.h"
 #include "wire.h"
 
 #include <errno.h>
@@ -10,11 +12,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-enum gate_op { G_DEVICE = 1, G_CHARGE, G_USAGE, G_ADMIN, G_REFUND };
+/* G_SHARE_*: shareable physical memory (share.h); a file descriptor
+ * travels with the request (PUT) or the reply (GET) as SCM_RIGHTS. */
+enum gate_op { G_DEVICE = 1, G_CHARGE, G_USAGE, G_ADMIN, G_REFUND, G_SHARE_PUT, G_SHARE_GET,
+	       G_SHARE_DROP };
 
 struct gate_req {
 	uint32_t op, gpu, admin_op, len;
-	uint64_t bytes; /* G_CHARGE, G_REFUND */
+	uint64_t bytes; /* G_CHARGE, G_REFUND; G_SHARE_PUT: the size */
+	uint8_t token[16]; /* G_SHARE_GET, G_SHARE_DROP */
 };
 
 /* A reply is this header and len bytes, cut into messages of at most
@@ -22,7 +28,8 @@ struct gate_req {
 struct gate_rep {
 	int32_t rc;
 	uint32_t len;
-	uint64_t limit, used;
+	uint64_t limit, used; /* G_SHARE_GET: gpu, size */
+	uint8_t token[16];    /* G_SHARE_PUT */
 };
 
 #define GATE_MSG (64 * 1024)
@@ -35,9 +42,73 @@ void gate_attach(int fd) { ctl = fd; }
 
 /* One exchange; the reply payload goes to *buf (grown as needed, at most
  * GATE_REPLY_MAX) or, with buf NULL, is discarded. */
+/* One message with a file descriptor attached (fd >= 0) or received
+ * (*fd_in, -1 when none came). */
+static ssize_t send_fd(int sock, const void *m, size_t len, int fd)
+{
+	struct iovec iov = { (void *)m, len };
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.b;
+		mh.msg_controllen = sizeof(u.b);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	}
+	ssize_t n;
+	while ((n = sendmsg(sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return n;
+}
+
+static ssize_t recv_fd(int sock, void *m, size_t cap, int *fd_in)
+{
+	struct iovec iov = { m, cap };
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
+			     .msg_controllen = sizeof(u.b) };
+	ssize_t n;
+	*fd_in = -1;
+	while ((n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int))) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c), sizeof(int));
+			if (*fd_in >= 0)
+				close(fd);
+			else
+				*fd_in = fd;
+		}
+	return n;
+}
+
+static int gate_call_fd(struct gate_req *q, const void *payload, struct gate_rep *p,
+			uint8_t **buf, size_t *cap, int fd_out, int *fd_in);
+
 static int gate_call(struct gate_req *q, const void *payload, struct gate_rep *p,
 		     uint8_t **buf, size_t *cap)
 {
+	return gate_call_fd(q, payload, p, buf, cap, -1, NULL);
+}
+
+static int gate_call_fd(struct gate_req *q, const void *payload, struct gate_rep *p,
+			uint8_t **buf, size_t *cap, int fd_out, int *fd_in)
+{
+	int got_fd = -1;
 	static __thread uint8_t *msg;
 	if (!msg && !(msg = malloc(GATE_MSG)))
 		return -1;
@@ -47,13 +118,14 @@ static int gate_call(struct gate_req *q, const void *payload, struct gate_rep *p
 	if (q->len)
 		memcpy(msg + sizeof(*q), payload, q->len);
 	/* a signal (a timer, a debugger) must not end the session */
-	ssize_t n;
-	while ((n = send(ctl, msg, sizeof(*q) + q->len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
+	ssize_t n = send_fd(ctl, msg, sizeof(*q) + q->len, fd_out);
 	if (n < 0)
 		return -1;
-	while ((n = recv(ctl, msg, GATE_MSG, 0)) < 0 && errno == EINTR)
-		;
+	n = recv_fd(ctl, msg, GATE_MSG, &got_fd);
+	if (fd_in)
+		*fd_in = got_fd;
+	else if (got_fd >= 0)
+		close(got_fd);
 	if (n < (ssize_t)sizeof(*p))
 		return -1;
 	memcpy(p, msg, sizeof(*p));
@@ -143,6 +215,45 @@ void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used)
 	*used = p.used;
 }
 
+int gate_share_put(int fd, unsigned gpu, uint64_t size, uint8_t token[16])
+{
+	struct gate_req q = { .op = G_SHARE_PUT, .gpu = gpu, .bytes = size };
+	struct gate_rep p;
+	if (gate_call_fd(&q, NULL, &p, NULL, NULL, fd, NULL) < 0)
+		lost();
+	memcpy(token, p.token, 16);
+	return p.rc;
+}
+
+int gate_share_get(const uint8_t token[16], int *fd, unsigned *gpu, uint64_t *size)
+{
+	struct gate_req q = { .op = G_SHARE_GET };
+	struct gate_rep p;
+	memcpy(q.token, token, 16);
+	if (gate_call_fd(&q, NULL, &p, NULL, NULL, -1, fd) < 0)
+		lost();
+	if (p.rc) {
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+		return p.rc;
+	}
+	if (*fd < 0)
+		return -1;
+	*gpu = (unsigned)p.limit;
+	*size = p.used;
+	return 0;
+}
+
+void gate_share_drop(const uint8_t token[16])
+{
+	struct gate_req q = { .op = G_SHARE_DROP };
+	struct gate_rep p;
+	memcpy(q.token, token, 16);
+	if (gate_call(&q, NULL, &p, NULL, NULL) < 0)
+		lost();
+}
+
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out)
 {
 	struct gate_req q = { .op = G_ADMIN, .admin_op = op, .len = (uint32_t)r->left };
@@ -158,14 +269,14 @@ int gate_admin(unsigned op, struct rd *r, struct wbuf *out)
 }
 
 /* Sends the reply header and out's bytes in GATE_MSG pieces. */
-static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbuf *out)
+static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbuf *out, int with_fd)
 {
 	p->len = (uint32_t)out->len;
 	size_t first = out->len < GATE_MSG - sizeof(*p) ? out->len : GATE_MSG - sizeof(*p);
 	memcpy(msg, p, sizeof(*p));
 	if (first)
 		memcpy(msg + sizeof(*p), out->data, first);
-	if (send(fd, msg, sizeof(*p) + first, MSG_NOSIGNAL) < 0)
+	if (send_fd(fd, msg, sizeof(*p) + first, with_fd) < 0)
 		return -1;
 	for (size_t off = first; off < out->len;) {
 		size_t k = out->len - off < GATE_MSG ? out->len - off : GATE_MSG;
@@ -176,7 +287,7 @@ static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbu
 	return 0;
 }
 
-void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
+void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid_t worker)
 {
 	uint8_t *msg = malloc(GATE_MSG);
 	/* what this worker holds, per GPU: it can give back no more than that */
@@ -184,13 +295,12 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 	struct wbuf out;
 	wbuf_init(&out);
 	struct metrics_session *ms = metrics_session_open(who);
+	metrics_session_worker(ms, (int)worker, who->uid);
 	while (msg) {
-		ssize_t n = recv(fd, msg, GATE_MSG, 0);
-		if (n <= 0) {
-			if (n < 0 && errno == EINTR)
-				continue;
+		int fd_in = -1, fd_out = -1;
+		ssize_t n = recv_fd(fd, msg, GATE_MSG, &fd_in);
+		if (n <= 0)
 			break;
-		}
 		struct gate_req q;
 		if ((size_t)n < sizeof(q))
 			break;
@@ -205,8 +315,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			p.rc = rgpud_access_device(who, q.gpu, &p.limit, why, sizeof(why));
 			if (p.rc)
 				metrics_refused("gpu");
-			else
+			else {
 				metrics_session_gpu(ms, q.gpu);
+				sched_parent_admit(worker, who, q.gpu);
+			}
 			put_raw(&out, why, strlen(why));
 			break;
 		case G_CHARGE:
@@ -241,18 +353,42 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 		case G_ADMIN: {
 			struct rd r;
 			rd_init(&r, msg + sizeof(q), q.len);
-			int rc = rgpud_access_admin_op(who, q.admin_op, &r, &out);
+			int rc = sched_parent_op(who, worker, q.admin_op, &r, &out);
+			if (rc == -1)
+				rc = rgpud_access_admin_op(who, q.admin_op, &r, &out);
 			p.rc = rc == -1 ? OP_DROP : rc;
 			break;
 		}
+		case G_SHARE_PUT:
+			p.rc = share_put(who, msg, fd_in, q.gpu, q.bytes, p.token);
+			fd_in = -1; /* kept by the registry (or closed) */
+			break;
+		case G_SHARE_GET: {
+			unsigned gpu = 0;
+			p.rc = share_get(who, q.token, &fd_out, &gpu, &p.used);
+			p.limit = gpu;
+			break;
+		}
+		case G_SHARE_DROP:
+			share_drop(msg, q.token);
+			break;
 		default:
 			p.rc = -1;
 		}
-		if (out.oom || out.len > GATE_REPLY_MAX)
+		if (fd_in >= 0)
+			close(fd_in);
+		if (out.oom || out.len > GATE_REPLY_MAX) {
+			if (fd_out >= 0)
+				close(fd_out);
 			break;
-		if (send_reply(fd, msg, &p, &out) < 0)
+		}
+		int sent = send_reply(fd, msg, &p, &out, fd_out);
+		if (fd_out >= 0)
+			close(fd_out);
+		if (sent < 0)
 			break;
 	}
+	share_drop_owner(msg);
 	free(msg);
 	wbuf_free(&out);
 	/* the worker is gone: whatever it did not give back is freed with it */
@@ -263,5 +399,12 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name)
 			rgpud_access_refund(who, g, charged[g]);
 		}
 	}
+	/* its GPU time goes to the metrics before its scheduler slots go */
+	for (unsigned g = 0; g < RGPUD_MAX_GPUS; g++) {
+		uint64_t ns = sched_parent_attained(worker, g, NULL, NULL, NULL);
+		if (ns)
+			metrics_session_gpu_time(ms, g, ns);
+	}
+	sched_parent_release(worker, NULL, 0);
 	metrics_session_close(ms);
 }

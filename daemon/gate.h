@@ -36,8 +36,9 @@ int gate_charge(unsigned gpu, int64_t delta);
 void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used);
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out);
 
-/* parent side: serves one worker until it exits, then refunds what it
- * still holds.  Returns when the worker's end of ctl_fd closes. */
-void gate_serve(int ctl_fd, const struct rgpud_principal *who, const char *name);
+/* parent side: serves one worker (process id worker) until it exits, then
+ * refunds what it still holds and frees its scheduler slots.  Returns when
+ * the worker's end of ctl_fd closes. */
+void gate_serve(int ctl_fd, const struct rgpud_principal *who, const char *name, pid_t worker);
 
 #endif

@@ -19,6 +19,8 @@ enum hkind {
 	HK_GRAPH,
 	HK_GRAPHEXEC,
 	HK_GNODE,     /* a node of a graph (parent: the graph) */
+	HK_VMM,     /* application physical memory (ops_appvmm.c) */
+	HK_POOL,    /* stream-ordered memory pool (ops_pool.c) */
 };
 
 struct hentry {

@@ -113,6 +113,8 @@ static int save_locked(char *why, size_t whylen)
 		json_object_object_add(o, "gpu", json_object_new_uint64(tab[i].gpu));
 		json_object_object_add(o, "mem_limit", json_object_new_uint64(tab[i].mem_limit));
 		json_object_object_add(o, "expires", json_object_new_uint64(tab[i].expires));
+		if (tab[i].share)
+			json_object_object_add(o, "share", json_object_new_uint64(tab[i].share));
 		json_object_array_add(arr, o);
 	}
 	size_t len = 0;
@@ -308,6 +310,12 @@ static int parse_locked(const char *text, size_t len, time_t now, size_t *droppe
 			goto out;
 		l.uid = (uint32_t)uid;
 		l.gpu = (uint32_t)gpu;
+		/* (share: optional, files written before it lack it) */
+		uint64_t share = 0;
+		if (json_object_object_get_ex(o, "share", NULL) &&
+		    get_field(o, "share", 100, &share, why, whylen, i))
+			goto out;
+		l.share = (uint32_t)share;
 		if (l.job_id == 0) {
 			snprintf(why, whylen, "lease %zu: job_id 0", i);
 			goto out;
@@ -515,6 +523,10 @@ int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size
 			 req->job_id, req->expires);
 		return RGPUD_LEASE_INVAL;
 	}
+	if (req->share > 100) {
+		snprintf(why, whylen, "share %u is not a percentage from 1 to 100", req->share);
+		return RGPUD_LEASE_INVAL;
+	}
 	pthread_mutex_lock(&mu);
 	int rc;
 	if (req->gpu >= RGPUD_MAX_GPUS || !gpus[req->gpu].known) {
@@ -529,7 +541,8 @@ int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size
 		old = NULL;
 	}
 	if (old) {
-		if (old->uid != req->uid || old->mem_limit != req->mem_limit) {
+		if (old->uid != req->uid || old->mem_limit != req->mem_limit ||
+		    old->share != req->share) {
 			snprintf(why, whylen, "job %" PRIu64 " already holds a different lease on "
 				 "GPU %u (uid %u, limit %" PRIu64 "): release it first",
 				 req->job_id, req->gpu, old->uid, old->mem_limit);

@@ -48,6 +48,8 @@ struct rgpud_lease {
 	uint64_t mem_limit; /* bytes; 0 = whole GPU, exclusive */
 	uint64_t expires;   /* unix seconds; 0 = never */
 	uint64_t used;      /* bytes charged now (not persisted) */
+	uint32_t share;     /* compute share, percent 1..100; 0 = none given
+			     * (--rgpu-share; daemon/sched/ turns it into a weight) */
 };
 
 struct rgpud_gpu_load {

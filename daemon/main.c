@@ -6,6 +6,7 @@
 #include "lease.h"
 #include "metrics.h"
 #include "session.h"
+#include "sched/scheduler.h"
 #include "rgpud.h"
 #include "transport.h"
 
@@ -62,6 +63,18 @@ static void usage(FILE *f)
 "      --metrics=[ADDR:]PORT serve Prometheus metrics on http://ADDR:PORT/metrics\n"
 "                            (ADDR 127.0.0.1 when only a port is given)\n"
 "      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
+"      --sched=POLICY        how the sessions of one GPU share it: fair (weighted\n"
+"                            by --rgpu-share, with history; the default), las\n"
+"                            (least attained service first) or fifo (no gate)\n"
+"      --sched-quantum=MS    GPU time a session may run ahead of the others and\n"
+"                            keep queued (default 2)\n"
+"      --mps=off|job         off (default): sessions are time-sliced; job: one MPS\n"
+"                            server per Slurm job (per uid outside a job), so a\n"
+"                            job's sessions run at once (needs root)\n"
+"      --mps-dir=DIR         where MPS pipe and log directories go (default\n"
+"                            /run/rgpud/mps)\n"
+"      --mps-control=PATH    the MPS control program (default\n"
+"                            nvidia-cuda-mps-control in /usr/bin)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -74,7 +87,8 @@ static void usage(FILE *f)
 }
 
 /* long options without a short form */
-enum { OPT_METRICS = 256 };
+enum { OPT_METRICS = 256, OPT_SCHED, OPT_QUANTUM, OPT_MPS, OPT_MPS_DIR, OPT_MPS_CONTROL,
+       OPT_WORKER_SCHED };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -127,6 +141,12 @@ static int is_loopback(const char *addr)
 {
 	return !strncmp(addr, "127.", 4) || !strncmp(addr, "[::1]", 5) ||
 	       !strncmp(addr, "localhost:", 10);
+}
+
+/* metrics: GPU time a live worker attained (daemon/sched/) */
+static uint64_t sched_gpu_time(int pid, unsigned gpu)
+{
+	return sched_parent_attained((pid_t)pid, gpu, NULL, NULL, NULL);
 }
 
 static void on_signal(int sig)
@@ -351,6 +371,12 @@ int main(int argc, char **argv)
 		{ "state-dir", required_argument, NULL, 'S' },
 		{ "slurm-user", required_argument, NULL, 'U' },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "sched", required_argument, NULL, OPT_SCHED },
+		{ "sched-quantum", required_argument, NULL, OPT_QUANTUM },
+		{ "mps", required_argument, NULL, OPT_MPS },
+		{ "mps-dir", required_argument, NULL, OPT_MPS_DIR },
+		{ "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
+		{ "worker-sched", required_argument, NULL, OPT_WORKER_SCHED },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -381,6 +407,10 @@ int main(int argc, char **argv)
 	int emulated = 0, daemonize = 0, use_syslog = 0, level = RGPU_LOG_INFO;
 	struct rgpud_access_config acfg = { .state_dir = RGPU_STATEDIR };
 	const char *worker_fds = NULL, *worker_who = NULL, *worker_name = "client";
+	const char *worker_sched = NULL;
+	struct sched_config scfg = { .policy = SCHED_POL_FAIR, .quantum = SCHED_QUANTUM_NS_DEFAULT,
+				     .mps = SCHED_MPS_OFF, .mps_dir = "/run/rgpud/mps",
+				     .mps_control = "/usr/bin/nvidia-cuda-mps-control" };
 	int c;
 	while ((c = getopt_long(argc, argv, "l:edsv:hV", opts, NULL)) != -1) {
 		switch (c) {
@@ -415,6 +445,39 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_METRICS: metrics_addr = optarg; break;
+		case OPT_SCHED:
+			if ((scfg.policy = sched_policy_parse(optarg)) < 0) {
+				fprintf(stderr, "rgpud: --sched: '%s' is not one of fair, las, fifo\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_QUANTUM:
+			scfg.quantum = 1000000ull * (uint64_t)num_opt("sched-quantum", optarg, 1, 1000);
+			break;
+		case OPT_MPS:
+			if (!strcmp(optarg, "off"))
+				scfg.mps = SCHED_MPS_OFF;
+			else if (!strcmp(optarg, "job"))
+				scfg.mps = SCHED_MPS_JOB;
+			else {
+				fprintf(stderr, "rgpud: --mps: '%s' is not one of off, job\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_MPS_DIR:
+		case OPT_MPS_CONTROL: {
+			char *dst = c == OPT_MPS_DIR ? scfg.mps_dir : scfg.mps_control;
+			size_t cap = c == OPT_MPS_DIR ? sizeof(scfg.mps_dir) : sizeof(scfg.mps_control);
+			if (optarg[0] != '/' || strlen(optarg) >= cap - 64) {
+				fprintf(stderr, "rgpud: --%s: '%s' is not an absolute path (of at most %zu "
+					"bytes)\n", c == OPT_MPS_DIR ? "mps-dir" : "mps-control", optarg,
+					cap - 65);
+				return 2;
+			}
+			snprintf(dst, cap, "%s", optarg);
+			break;
+		}
+		case OPT_WORKER_SCHED: worker_sched = optarg; break;
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;
@@ -446,8 +509,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	rgpu_log_open("rgpud", level, use_syslog);
-	if (worker_fds)
+	if (worker_fds) {
+		if (worker_sched && sched_worker_init(worker_sched) < 0)
+			log_warn("%s: the scheduler's shared memory is unusable: this session runs "
+				 "ungated", worker_name);
 		return worker_main(worker_fds, worker_who, worker_runas, worker_name, driver);
+	}
+
 	if (open_access && acfg.require_lease) {
 		fprintf(stderr, "rgpud: --open and --leases exclude each other\n");
 		return 2;
@@ -497,6 +565,11 @@ int main(int argc, char **argv)
 		log_err("%s", err);
 		return 1;
 	}
+	if (sched_parent_init(&scfg, err, sizeof(err)) < 0) {
+		log_err("%s", err);
+		return 1;
+	}
+	metrics_set_gpu_time_source(sched_gpu_time);
 	srv->listen_fd = rgpu_tcp_listen(listen_addr, err, sizeof(err));
 	if (srv->listen_fd < 0) {
 		log_err("%s", err);
@@ -554,8 +627,11 @@ int main(int argc, char **argv)
 	if (open_access && !is_loopback(listen_addr))
 		log_warn("--open on %s: anyone who can reach this address may use the GPUs, "
 			 "without authentication", listen_addr);
+	log_info("scheduler: %s, quantum %.1f ms, MPS %s", sched_policy_name(scfg.policy),
+		 scfg.quantum / 1e6, scfg.mps == SCHED_MPS_JOB ? "per job" : "off");
 	rgpud_serve(srv);
 	log_info("shutting down");
+	sched_mps_shutdown();
 	metrics_stop();
 	close(srv->listen_fd);
 	if (srv->unix_fd >= 0)

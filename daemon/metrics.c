@@ -37,6 +37,10 @@ struct metrics_session {
 	uint64_t gpus; /* admitted, bit mask */
 	double since[RGPUD_MAX_GPUS];
 	uint64_t mem[RGPUD_MAX_GPUS];
+	int pid;
+	uint32_t uid;
+	uint64_t gpu_ns[RGPUD_MAX_GPUS]; /* attained, once the worker ended */
+	struct metrics_session *next, *prev; /* live sessions (listing) */
 };
 
 /* Per (job, GPU): what live sessions hold, and GPU time of ended ones. */
@@ -46,6 +50,7 @@ struct row {
 	int live;
 	uint64_t mem;
 	double secs;      /* GPU time of ended sessions */
+	uint64_t gpu_ns;  /* kernel time attained by ended sessions */
 	double since_sum; /* sum of the live sessions' admission times */
 };
 
@@ -59,6 +64,8 @@ static struct row *rows;
 static size_t nrows, caprows;
 static uint64_t n_accepted, n_started, n_ended, n_crashes;
 static struct word_count refusals[MAX_WORDS + 1], errors[MAX_WORDS + 1];
+static struct metrics_session *live;
+static uint64_t (*gpu_time_source)(int pid, unsigned gpu);
 
 static double now_s(void)
 {
@@ -104,7 +111,12 @@ struct metrics_session *metrics_session_open(const struct rgpud_principal *who)
 	if (!ms)
 		return NULL;
 	ms->job = who->job_id;
+	ms->uid = who->uid;
 	pthread_mutex_lock(&mu);
+	ms->next = live;
+	if (live)
+		live->prev = ms;
+	live = ms;
 	struct row *r = row_get(ms->job, NO_GPU);
 	if (r) {
 		r->live++;
@@ -175,6 +187,7 @@ void metrics_session_close(struct metrics_session *ms)
 		if (!r)
 			continue;
 		r->mem -= ms->mem[g];
+		r->gpu_ns += ms->gpu_ns[g];
 		if (ms->gpus & (1ull << g)) {
 			r->live--;
 			r->secs += t - ms->since[g];
@@ -184,9 +197,65 @@ void metrics_session_close(struct metrics_session *ms)
 	struct row *r = ms->counted ? row_get(ms->job, NO_GPU) : NULL;
 	if (r)
 		r->live--;
+	if (ms->prev)
+		ms->prev->next = ms->next;
+	else
+		live = ms->next;
+	if (ms->next)
+		ms->next->prev = ms->prev;
 	n_ended++;
 	pthread_mutex_unlock(&mu);
 	free(ms);
+}
+
+void metrics_session_worker(struct metrics_session *ms, int pid, uint32_t uid)
+{
+	if (!ms)
+		return;
+	pthread_mutex_lock(&mu);
+	ms->pid = pid;
+	ms->uid = uid;
+	pthread_mutex_unlock(&mu);
+}
+
+void metrics_session_gpu_time(struct metrics_session *ms, unsigned gpu, uint64_t ns)
+{
+	if (!ms || gpu >= RGPUD_MAX_GPUS)
+		return;
+	pthread_mutex_lock(&mu);
+	ms->gpu_ns[gpu] = ns;
+	pthread_mutex_unlock(&mu);
+}
+
+void metrics_set_gpu_time_source(uint64_t (*source)(int pid, unsigned gpu))
+{
+	pthread_mutex_lock(&mu);
+	gpu_time_source = source;
+	pthread_mutex_unlock(&mu);
+}
+
+int metrics_sessions_list(struct metrics_session_row **out, size_t *n)
+{
+	double t = now_s();
+	pthread_mutex_lock(&mu);
+	size_t cnt = 0;
+	for (struct metrics_session *m = live; m; m = m->next)
+		cnt += (size_t)__builtin_popcountll(m->gpus);
+	struct metrics_session_row *v = calloc(cnt ? cnt : 1, sizeof(*v));
+	if (!v) {
+		pthread_mutex_unlock(&mu);
+		return -1;
+	}
+	size_t k = 0;
+	for (struct metrics_session *m = live; m; m = m->next)
+		for (unsigned g = 0; g < RGPUD_MAX_GPUS; g++)
+			if (m->gpus & (1ull << g))
+				v[k++] = (struct metrics_session_row){ .job = m->job, .uid = m->uid,
+					.gpu = g, .pid = m->pid, .mem = m->mem[g], .age_s = t - m->since[g] };
+	pthread_mutex_unlock(&mu);
+	*out = v;
+	*n = k;
+	return 0;
 }
 
 static void count_word(struct word_count *t, const char *w)
@@ -345,6 +414,26 @@ char *metrics_render(size_t *len)
 		gpu_label(gl, sizeof(gl), rows[i].gpu);
 		fprintf(f, "rgpud_gpu_session_seconds_total{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %.3f\n",
 			gl, rows[i].job, s);
+	}
+	/* GPU time attained: what the scheduler charged for kernels (ended
+	 * sessions, plus the live ones from their workers' records) */
+	head(f, "rgpud_gpu_attained_seconds_total", "counter",
+	     "GPU time attained by sessions of a job (their kernels' run time as the scheduler "
+	     "charges it), per GPU and job.");
+	for (size_t i = 0; i < nrows; i++) {
+		if (rows[i].gpu == NO_GPU)
+			continue;
+		uint64_t ns = rows[i].gpu_ns;
+		for (struct metrics_session *m = live; m; m = m->next) {
+			if (m->job != rows[i].job || !(m->gpus & (1ull << rows[i].gpu)))
+				continue;
+			/* a worker's own count, or what it left when it ended */
+			uint64_t w = gpu_time_source && m->pid > 0 ? gpu_time_source(m->pid, rows[i].gpu) : 0;
+			ns += w > m->gpu_ns[rows[i].gpu] ? w : m->gpu_ns[rows[i].gpu];
+		}
+		gpu_label(gl, sizeof(gl), rows[i].gpu);
+		fprintf(f, "rgpud_gpu_attained_seconds_total{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %.6f\n",
+			gl, rows[i].job, ns / 1e9);
 	}
 	pthread_mutex_unlock(&mu);
 

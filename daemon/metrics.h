@@ -37,6 +37,23 @@ void metrics_session_charge(struct metrics_session *ms, unsigned gpu, uint64_t b
 void metrics_session_refund(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_close(struct metrics_session *ms);
 
+/* The scheduler (daemon/sched/): the session's worker and uid, for the
+ * listing and the attained GPU time; source(pid, gpu) answers the GPU time
+ * a live worker attained (ns), asked when metrics are rendered; ended
+ * sessions leave theirs with metrics_session_gpu_time() before close. */
+void metrics_session_worker(struct metrics_session *ms, int pid, uint32_t uid);
+void metrics_session_gpu_time(struct metrics_session *ms, unsigned gpu, uint64_t ns);
+void metrics_set_gpu_time_source(uint64_t (*source)(int pid, unsigned gpu));
+/* Live sessions, one row per GPU each was admitted to (malloc'd; free()). */
+struct metrics_session_row {
+	uint64_t job;
+	uint32_t uid, gpu;
+	int pid;
+	uint64_t mem;
+	double age_s;
+};
+int metrics_sessions_list(struct metrics_session_row **rows, size_t *n);
+
 /* Counters.  reason and kind are short snake_case words in static storage
  * (they become label values): refusals "auth", "version", "gpu", "quota",
  * ...; errors "accept", "spawn", "worker_exit", ...  At most 32 distinct

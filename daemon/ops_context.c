@@ -4,6 +4,7 @@
 #include "gate.h"
 #include "rgpud.h"
 #include "session.h"
+#include "sched/scheduler.h"
 
 #include <stdlib.h>
 
@@ -116,6 +117,7 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	}
 	struct ctx_state *cs = e->extra;
 	gate_charge(cs->dev, -(int64_t)session_ctx_charged(cs));
+	sched_forget_ctx(e->obj); /* its timing events die with it */
 	/* forget every object owned by the context */
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *o = &s->ht.e[i];

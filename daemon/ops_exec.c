@@ -2,6 +2,7 @@
 #include "log.h"
 #include "rgpud.h"
 #include "session.h"
+#include "sched/scheduler.h"
 
 #include <string.h>
 
@@ -63,14 +64,24 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	void *args[l->n ? l->n : 1];
 	for (uint32_t i = 0; i < l->n; i++)
 		args[i] = (void *)(params + l->off[i]);
-	if (!nattrs)
-		return D->cuLaunchKernel(e->obj, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st,
-					 l->n ? args : NULL, NULL);
-	CUlaunchConfig cfg = { .gridDimX = g[0], .gridDimY = g[1], .gridDimZ = g[2],
-			       .blockDimX = b[0], .blockDimY = b[1], .blockDimZ = b[2],
-			       .sharedMemBytes = shmem, .hStream = st, .attrs = attrs,
-			       .numAttrs = nattrs };
-	return D->cuLaunchKernelEx(&cfg, e->obj, l->n ? args : NULL, NULL);
+	/* the scheduler's gate (daemon/sched/): may wait for this session's
+	 * turn, and times the kernel */
+	struct sched_token tok;
+	struct hentry *ce = ht_get(&s->ht, q.ctx, HK_CTX);
+	CUcontext cu = ce ? ce->obj : NULL;
+	sched_before_launch(q.cs ? q.cs->dev : 0, cu, st, &tok);
+	if (!nattrs) {
+		rc = D->cuLaunchKernel(e->obj, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st,
+				       l->n ? args : NULL, NULL);
+	} else {
+		CUlaunchConfig cfg = { .gridDimX = g[0], .gridDimY = g[1], .gridDimZ = g[2],
+				       .blockDimX = b[0], .blockDimY = b[1], .blockDimZ = b[2],
+				       .sharedMemBytes = shmem, .hStream = st, .attrs = attrs,
+				       .numAttrs = nattrs };
+		rc = D->cuLaunchKernelEx(&cfg, e->obj, l->n ? args : NULL, NULL);
+	}
+	sched_after_launch(&tok, cu, st, rc);
+	return rc;
 }
 
 int op_occ_dyn_smem(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

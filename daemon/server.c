@@ -9,6 +9,7 @@
 #include "metrics.h"
 #include "rgpud.h"
 #include "session.h"
+#include "sched/scheduler.h"
 
 #include "frame.h"
 #include "proto.h"
@@ -132,7 +133,7 @@ static void worker_identity(const struct session *s, int cfd, unsigned *uid, uns
 static pid_t spawn_worker(struct session *s, int cfd, int ctl)
 {
 	struct rgpud *srv = &rgpud_server;
-	char fds[32], who[96], lvl[8], runas[64];
+	char fds[32], who[96], lvl[8], runas[64], sched_arg[32];
 	unsigned uid, gid;
 	int groups;
 	worker_identity(s, cfd, &uid, &gid, &groups);
@@ -142,7 +143,28 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl)
 		 (unsigned long long)s->who.job_id, s->who.admin, s->who.authenticated);
 	snprintf(lvl, sizeof(lvl), "%d", rgpu_log_level());
 	snprintf(runas, sizeof(runas), "%u,%u,%d,%d", uid, gid, (int)parent, groups);
-	char *argv[20];
+	sched_worker_arg(sched_arg, sizeof(sched_arg));
+	int sched_fd = sched_parent_fd();
+	/* MPS (daemon/sched/mps.c): the worker's environment says which
+	 * server, before its first CUDA call */
+	char mps_env[4][600];
+	uint32_t pct = 100;
+	int nmps = sched_mps_env(&s->who, mps_env, 4, &pct);
+	extern char **environ;
+	size_t nenv = 0;
+	while (environ[nenv])
+		nenv++;
+	char **envp = calloc(nenv + (size_t)nmps + 1, sizeof(*envp));
+	if (!envp)
+		return -1;
+	size_t k = 0;
+	for (size_t i = 0; i < nenv; i++)
+		if (strncmp(environ[i], "CUDA_MPS_", 9))
+			envp[k++] = environ[i];
+	for (int i = 0; i < nmps; i++)
+		envp[k++] = mps_env[i];
+	envp[k] = NULL;
+	char *argv[24];
 	int n = 0;
 	argv[n++] = "rgpud";
 	argv[n++] = "--session-worker";
@@ -159,6 +181,10 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl)
 	argv[n++] = lvl;
 	if (srv->use_syslog)
 		argv[n++] = "--syslog";
+	if (sched_fd >= 0) {
+		argv[n++] = "--worker-sched";
+		argv[n++] = sched_arg;
+	}
 	argv[n] = NULL;
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -167,11 +193,17 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl)
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(125);
 		/* the two descriptors the worker inherits */
-		if (fcntl(cfd, F_SETFD, 0) < 0 || fcntl(ctl, F_SETFD, 0) < 0)
+		if (fcntl(cfd, F_SETFD, 0) < 0 || fcntl(ctl, F_SETFD, 0) < 0 ||
+		    (sched_fd >= 0 && fcntl(sched_fd, F_SETFD, 0) < 0))
 			_exit(126);
-		execv(srv->self_exe, argv);
+		execve(srv->self_exe, argv, envp);
 		_exit(127);
 	}
+	free(envp);
+	if (pid > 0)
+		sched_parent_spawned(pid, pct, nmps ? &s->who : NULL);
+	else if (nmps)
+		sched_mps_session_end(&s->who);
 	return pid;
 }
 
@@ -205,7 +237,7 @@ static void *conn_thread(void *arg)
 	rgpu_conn_close(s->conn);
 	s->conn = NULL;
 	log_debug("%s: served by worker %d", s->name, (int)s->worker);
-	gate_serve(sv[0], &s->who, s->name);
+	gate_serve(sv[0], &s->who, s->name, s->worker);
 	close(sv[0]);
 	int st = 0;
 	while (waitpid(s->worker, &st, 0) < 0 && errno == EINTR)

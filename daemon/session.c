@@ -4,6 +4,7 @@
 #include "rgpud.h"
 #include "devout.h"
 #include "waiter.h"
+#include "appmem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -212,9 +213,11 @@ int session_owns_range(struct session *s, uint64_t p, uint64_t n)
 {
 	ssize_t i = alloc_find(s, p);
 	if (i < 0)
-		return 0;
+		return appmem_owns_range(s, p, n);
 	const struct alloc *a = &s->allocs[i];
-	return p - a->dptr <= a->size && n <= a->size - (p - a->dptr);
+	if (p - a->dptr <= a->size && n <= a->size - (p - a->dptr))
+		return 1;
+	return appmem_owns_range(s, p, n);
 }
 
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
@@ -290,6 +293,7 @@ static void session_cleanup(struct session *s)
 	shm_cleanup(s);
 	stage_free(s);
 	vmem_cleanup(s);
+	appmem_cleanup(s);
 	int nctx = 0;
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];

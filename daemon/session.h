@@ -24,6 +24,7 @@
 
 struct rgpud;
 struct vmem;
+struct appmem;
 
 /* Device memory charged to the quota for a context itself (measured:
  * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
@@ -81,6 +82,7 @@ struct session {
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
 	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
+	struct appmem *appmem;  /* application VMM and pools (appmem.h) */
 
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
@@ -233,6 +235,13 @@ DECL_OP(capture_begin) DECL_OP(capture_end) DECL_OP(capture_status) DECL_OP(grap
 DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
 DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
 DECL_OP(graph_op) DECL_OP(link)
+/* application memory, peers, NVML (ops_appvmm.c, ops_pool.c, ops_peer.c,
+ * ops_gpustatus.c) */
+DECL_OP(vmm_create) DECL_OP(vmm_release) DECL_OP(vmm_map) DECL_OP(vmm_unmap) DECL_OP(vmm_access)
+DECL_OP(vmm_export) DECL_OP(vmm_import) DECL_OP(memset2d) DECL_OP(peer_query) DECL_OP(peer_access)
+DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
+DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
+DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
 #undef DECL_OP
 
 #endif

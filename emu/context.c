@@ -26,6 +26,11 @@ static struct emu_ctx *find_live(const struct emu_ctx *c, uint64_t id, int check
 	return NULL;
 }
 
+CUcontext emu_ctx_current_handle(void)
+{
+	return (CUcontext)tls_ctx;
+}
+
 int emu_ctx_sticky(struct emu_ctx *ctx)
 {
 	return __atomic_load_n(&ctx->sticky, __ATOMIC_ACQUIRE);

@@ -138,6 +138,10 @@ EMU_API CUresult CUDAAPI cuInit(unsigned int Flags)
 		emu_unlock(&emu_glock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
+	if (emu_devclock_check() < 0) { /* RGPU_EMU_KERNEL_NS, RGPU_EMU_CLOCK */
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	for (int i = 0; i < n; i++) {
 		emu_devices[i].total = mem;
 		emu_devices[i].used = 0;

@@ -65,6 +65,16 @@ void emu_wrlock(pthread_rwlock_t *l);
 void emu_rwunlock(pthread_rwlock_t *l);
 uint64_t emu_now_ns(void);
 
+/* Time on the device (devclock.c): RGPU_EMU_KERNEL_NS, RGPU_EMU_CLOCK. */
+int emu_devclock_check(void);          /* 0, or -1: a bad setting */
+int emu_devclock_shared(void);         /* a clock shared between processes */
+uint64_t emu_devclock_kernel_ns(void); /* what every kernel takes */
+/* Occupies device dev for ns (waiting for it first when shared). */
+void emu_devclock_run(int dev, uint64_t ns);
+/* The time an event recorded now is stamped with (after_kernel: it
+ * follows a kernel of its stream directly). */
+uint64_t emu_devclock_stamp(int dev, int after_kernel);
+
 /* ---- memory.c */
 struct emu_alloc {
 	uintptr_t base;
@@ -149,6 +159,7 @@ struct emu_stream {
 	struct emu_op *head, *tail;
 	uint64_t enq_seq, done_seq;
 	int quit;
+	int after_kernel;     /* the last op it ran was a kernel (devclock.c) */
 	pthread_t thread;
 };
 
@@ -274,6 +285,8 @@ void emu_ctx_leave(struct emu_ctx *ctx);
  * each with emu_ctx_leave): a malloc()ed array in *out, *n entries. */
 CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n);
 int emu_ctx_sticky(struct emu_ctx *ctx);
+/* The calling thread's current context as set (not checked for liveness). */
+CUcontext emu_ctx_current_handle(void);
 void emu_ctx_fault(struct emu_ctx *ctx, CUresult err);
 
 /* Exported under cuda.h's old name too; declared here as cuda.h only

@@ -253,6 +253,11 @@ static CUresult k_inc_i32(const struct emu_launch *l)
 static CUresult k_busy_wait_ns(const struct emu_launch *l)
 {
 	unsigned long long ns = ARG(l, unsigned long long, 0);
+	if (emu_devclock_shared()) {
+		/* the device is busy for ns: other processes' kernels wait */
+		emu_devclock_run(l->ctx->dev, ns);
+		return CUDA_SUCCESS;
+	}
 	uint64_t end = emu_now_ns() + ns;
 	struct timespec ts;
 

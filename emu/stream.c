@@ -95,23 +95,28 @@ static void *worker(void *arg)
 			 * must not move the time of a newer one. */
 			if (op->gen >= ev->ts_gen) {
 				ev->ts_gen = op->gen;
-				ev->ts_ns = emu_now_ns();
+				ev->ts_ns = emu_devclock_stamp(ctx->dev, s->after_kernel);
 			}
 		} else if (op->kind != EMU_OP_WAIT && !emu_ctx_sticky(ctx)) {
 			/* A faulted context runs nothing more: its queue
 			 * drains without effect, as on a GPU. */
 			emu_unlock(&ctx->lock);
 			rc = CUDA_SUCCESS;
-			if (op->kind == EMU_OP_LAUNCH)
+			if (op->kind == EMU_OP_LAUNCH) {
 				rc = emu_launch_exec(op->launch);
-			else if (op->kind == EMU_OP_HOST)
+				/* its time on the device (devclock.c) */
+				if (rc == CUDA_SUCCESS)
+					emu_devclock_run(ctx->dev, emu_devclock_kernel_ns());
+			} else if (op->kind == EMU_OP_HOST) {
 				op->hostfn(op->hostdata);
-			else
+			} else {
 				rc = emu_mem_exec(ctx, op);
+			}
 			if (rc != CUDA_SUCCESS)
 				emu_ctx_fault(ctx, rc);
 			emu_lock(&ctx->lock);
 		}
+		s->after_kernel = op->kind == EMU_OP_LAUNCH;
 		s->head = op->next;
 		if (!s->head)
 			s->tail = NULL;

@@ -12,6 +12,9 @@
 #include "emu.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -29,6 +32,7 @@ struct vmm_handle {
 	size_t size;
 	int released;    /* cuMemRelease called: freed when maps drops to 0 */
 	int maps;        /* live cuMemMap mappings of it */
+	int imported;    /* cuMemImportFromShareableHandle: not counted here */
 };
 
 struct vmm_resv {
@@ -265,7 +269,11 @@ EMU_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_
 	if (!h)
 		goto fail;
 	/* Sparse: pages cost host memory only once touched. */
-	h->fd = memfd_create("rgpu-emu-vmm", MFD_CLOEXEC);
+	/* the name carries the device, for an importer (which may be another
+	 * process: the descriptor is the shareable handle) */
+	char name[32];
+	snprintf(name, sizeof name, "rgpu-emu-vmm-dev%d", prop->location.id);
+	h->fd = memfd_create(name, MFD_CLOEXEC);
 	if (h->fd < 0) {
 		free(h);
 		goto fail;
@@ -314,9 +322,11 @@ static void handle_unlink(struct vmm_handle *h)
 static void handle_free(struct vmm_handle *h)
 {
 	close(h->fd);
-	emu_lock(&emu_glock);
-	emu_devices[h->dev].used -= h->size;
-	emu_unlock(&emu_glock);
+	if (!h->imported) {
+		emu_lock(&emu_glock);
+		emu_devices[h->dev].used -= h->size;
+		emu_unlock(&emu_glock);
+	}
 	free(h);
 }
 
@@ -509,5 +519,73 @@ EMU_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 		handle_free(freeing[k]);
 	if (freeing != gone)
 		free(freeing);
+	return CUDA_SUCCESS;
+}
+
+/* Shareable handles: the physical memory's memfd itself (a duplicate), which
+ * another process may import. */
+EMU_API CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+						      CUmemAllocationHandleType handleType, unsigned long long flags)
+{
+	struct vmm_handle *h;
+	int fd;
+
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!shareableHandle || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	emu_wrlock(&emu_vmm_rw);
+	h = handle_find(handle);
+	fd = h && !h->released ? fcntl(h->fd, F_DUPFD_CLOEXEC, 3) : -2;
+	emu_rwunlock(&emu_vmm_rw);
+	if (fd == -2)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	*(int *)shareableHandle = fd;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *osHandle,
+							CUmemAllocationHandleType shHandleType)
+{
+	int fd = (int)(intptr_t)osHandle, dev = -1;
+	char link[64], target[256];
+	struct stat st;
+	struct vmm_handle *h;
+	ssize_t n;
+
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof target - 1);
+	if (n <= 0 || fstat(fd, &st) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	target[n] = '\0';
+	if (sscanf(target, "/memfd:rgpu-emu-vmm-dev%d", &dev) != 1 || !dev_valid(dev) ||
+	    st.st_size <= 0 || st.st_size % GRAN != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	h = calloc(1, sizeof *h);
+	if (!h)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	h->fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (h->fd < 0) {
+		free(h);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	h->dev = dev;
+	h->size = (size_t)st.st_size;
+	h->imported = 1;
+	emu_wrlock(&emu_vmm_rw);
+	h->next = handles;
+	handles = h;
+	emu_rwunlock(&emu_vmm_rw);
+	*handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
 	return CUDA_SUCCESS;
 }

@@ -172,8 +172,20 @@ void rg_close(struct rg_conn *c)
 	free(c);
 }
 
+int rg_call(struct rg_conn *c, unsigned op, struct wbuf *req, struct rd *reply, int32_t *status)
+{
+	return call(c, op, req, reply, status);
+}
+
 int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
 		   uint64_t mem_limit, uint64_t expires, char *why, size_t whylen)
+{
+	return rg_lease_grant_share(c, job_id, uid, gpu, mem_limit, expires, 0, why, whylen);
+}
+
+int rg_lease_grant_share(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
+			 uint64_t mem_limit, uint64_t expires, uint32_t share, char *why,
+			 size_t whylen)
 {
 	struct wbuf w;
 	wbuf_init(&w);
@@ -182,6 +194,8 @@ int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gp
 	put_u32(&w, gpu);
 	put_u64(&w, mem_limit);
 	put_u64(&w, expires);
+	if (share) /* appended field: only when there is one */
+		put_u32(&w, share);
 	struct rd r;
 	int32_t st;
 	int rc = call(c, RGPU_OP_LEASE_GRANT, &w, &r, &st);

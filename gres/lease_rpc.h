@@ -29,8 +29,17 @@ void rg_close(struct rg_conn *c);
  * the server's sentence in why), or -1 when the connection failed. */
 int rg_lease_grant(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
 		   uint64_t mem_limit, uint64_t expires, char *why, size_t whylen);
+/* The same with a compute share (percent 1..100, 0: none; --rgpu-share). */
+int rg_lease_grant_share(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint32_t gpu,
+			 uint64_t mem_limit, uint64_t expires, uint32_t share, char *why,
+			 size_t whylen);
 int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, char *why,
 		     size_t whylen);
+/* Any request: 0 with the reply's status and fields in *reply (valid until
+ * the next call on c), or -1 when the connection failed. */
+struct wbuf;
+struct rd;
+int rg_call(struct rg_conn *c, unsigned op, struct wbuf *req, struct rd *reply, int32_t *status);
 
 struct rg_list_gpu {
 	uint32_t gpu;

@@ -229,7 +229,8 @@ typedef uint64_t rgpu_handle;
 	 * CUDA_ERROR_OPERATING_SYSTEM (could not persist),                   \
 	 * CUDA_ERROR_INVALID_VALUE (job 0, expiry in the past).               \
 	 * u64 job_id, u32 uid, u32 gpu, u64 mem_limit (0 = whole GPU,         \
-	 * exclusive), u64 expires (unix seconds, 0 = never) -> .  Granting   \
+	 * exclusive), u64 expires (unix seconds, 0 = never) [, u32 share    \
+	 * (compute share, percent 1..100; absent or 0 = none)] -> .  Granting \
 	 * an identical lease again succeeds; one differing only in expires   \
 	 * renews it. */                                                      \
 	X(LEASE_GRANT, 80, "reserve a GPU (or a slice) for a job")             \
@@ -238,8 +239,79 @@ typedef uint64_t rgpu_handle;
 	/* -> u32 ngpu, per GPU: (u32 gpu, str name, u64 total, u64 reserved   \
 	 * (slices + per-slice context reserve; total when exclusive),        \
 	 * u32 exclusive), u32 nlease, per lease: (u64 job_id, u32 uid,        \
-	 * u32 gpu, u64 mem_limit, u64 used, u64 expires) */                   \
-	X(LEASE_LIST, 82, "leases and GPU load")                                \
+	 * u32 gpu, u64 mem_limit, u64 used, u64 expires), then u32 nlease    \
+	 * again and u32 share[nlease] (appended: older readers stop before) */ \
+	X(LEASE_LIST, 82, "leases and GPU load")                               \
+	/* Scheduling (daemon/sched/).  -> u32 n, per session: (u64 job,      \
+	 * u32 uid, u32 gpu, u32 pid, u64 mem (bytes charged), u32 share      \
+	 * (percent, 0 = none), u32 weight, u64 gpu_time_ns (attained, charged \
+	 * by the scheduler), u64 busy_ns (its kernels' run time), u64        \
+	 * resident, u64 swapped (bytes; 0 until the memory manager reports   \
+	 * them), u64 age_ms), then str policy.  root and the SlurmUser see   \
+	 * every session, anyone else only those of their own uid. */         \
+	X(SESSION_LIST, 200, "live sessions and their attained GPU time")      \
+	/* u32 share (percent 1..100) -> .  Lowers this session's compute     \
+	 * share below its lease's (or 100 without one); never raises it. */  \
+	X(SESSION_SHARE, 201, "lower this session's compute share")
+
+/* Application memory (apimem, 160-191): the VMM API, stream-ordered pools,
+ * shareable handles, 2D memsets, peers, GPU status for NVML.  Device
+ * numbers here are the server's GPU indices.  VMM addresses are the
+ * client's choice, inside a 16 TiB window the session reserves on its
+ * first map (the client reserves the same window in its address space). */
+#define RGPU_OPS_APPMEM(X)                                                     \
+	/* u32 gpu, u64 size (2 MiB multiple), u32 handle types               \
+	 * (CUmemAllocationHandleType bits) -> handle phys */                  \
+	X(VMM_CREATE, 160, "physical memory (cuMemCreate)")                    \
+	X(VMM_RELEASE, 161, "handle phys -> (cuMemRelease)")                   \
+	/* u64 addr, u64 size, u64 offset, handle phys -> */                   \
+	X(VMM_MAP, 162, "map physical memory at an address")                  \
+	/* u64 addr, u64 size -> */                                            \
+	X(VMM_UNMAP, 163, "unmap a range")                                     \
+	/* u64 addr, u64 size, u32 n, (u32 gpu, u32 flags)[n] -> */            \
+	X(VMM_ACCESS, 164, "set access to a mapped range")                    \
+	/* handle phys -> bytes16 token (importable by sessions of the same    \
+	 * job and uid on this server) */                                      \
+	X(VMM_EXPORT, 165, "export physical memory")                           \
+	/* bytes16 token -> handle phys, u64 size, u32 gpu */                  \
+	X(VMM_IMPORT, 166, "import exported physical memory")                 \
+	/* handle ctx, handle stream, u64 dst, u64 pitch, u32 value,          \
+	 * u32 elemsize, u64 width (elements), u64 height, u32 sync -> */      \
+	X(MEMSET2D, 167, "2D memset 8/16/32")                                  \
+	/* u32 gpu, u32 peer -> u32 can access, i32 performance rank,          \
+	 * u32 native atomics */                                               \
+	X(PEER_QUERY, 168, "can a GPU access a peer")                          \
+	/* handle ctx, handle peer ctx, u32 enable -> */                       \
+	X(PEER_ACCESS, 169, "enable or disable peer access")                   \
+	/* handle ctx (the stream's, or the destination's), handle stream,   \
+	 * u64 dst, handle dst ctx, u64 src, handle src ctx, u64 size,        \
+	 * u32 sync -> */                                                      \
+	X(MEMCPY_PEER, 170, "copy between GPUs of this server")              \
+	/* u32 gpu, u64 release threshold, u64 max size -> handle pool */     \
+	X(POOL_CREATE, 171, "create a memory pool")                            \
+	X(POOL_DESTROY, 172, "handle pool ->")                                 \
+	/* u32 gpu -> handle pool (the device's default pool) */              \
+	X(POOL_DEFAULT, 173, "a GPU's default memory pool")                    \
+	/* handle pool, u32 attr -> u64 value */                               \
+	X(POOL_GET_ATTR, 174, "memory pool attribute")                         \
+	/* handle pool, u32 attr, u64 value -> */                              \
+	X(POOL_SET_ATTR, 175, "set a memory pool attribute")                  \
+	/* handle pool, u64 keep -> */                                         \
+	X(POOL_TRIM, 176, "trim a memory pool")                                \
+	/* handle ctx, handle stream, handle pool (0: the context device's     \
+	 * current pool), u64 size -> u64 dptr */                              \
+	X(MEM_ALLOC_ASYNC, 177, "stream-ordered allocation")                  \
+	/* handle ctx, handle stream, u64 dptr -> */                           \
+	X(MEM_FREE_ASYNC, 178, "stream-ordered free")                          \
+	/* u32 gpu -> str PCI bus id, u64 total, u64 used, u32 util gpu,       \
+	 * u32 util memory (percent; 101: unknown), u32 n,                    \
+	 * (u32 peer gpu, u32 p2p)[n] */                                       \
+	X(GPU_STATUS, 179, "GPU status for NVML")                              \
+	/* handle pool, u32 n, (u32 gpu, u32 flags)[n] -> */                   \
+	X(POOL_ACCESS, 180, "set access to a memory pool")
+
+/* Graphs, host functions, attributes, the linker (graphs, 128-159). */
+#define RGPU_OPS_GRAPHS(X)                                                     \
 	/* Host functions (cuLaunchHostFunc, cuStreamAddCallback, graph host  \
 	 * nodes) run on the client in stream order: the server queues a host \
 	 * function of its own that tells the client (a reply to its pending  \
@@ -278,6 +350,8 @@ typedef uint64_t rgpu_handle;
 enum rgpu_op {
 #define RGPU_OP_ENUM(name, num, doc) RGPU_OP_##name = num,
 	RGPU_OPS(RGPU_OP_ENUM)
+	RGPU_OPS_APPMEM(RGPU_OP_ENUM)
+	RGPU_OPS_GRAPHS(RGPU_OP_ENUM)
 #undef RGPU_OP_ENUM
 	RGPU_OP_MAX = 256,
 };

@@ -83,6 +83,9 @@ static struct rg_conn *conn_for(struct rpc_ctx *x, const struct rg_server *s, ch
 	return x->conn[i];
 }
 
+/* --rgpu-share of the job being granted (0: none), for rpc_grant */
+static uint32_t grant_share;
+
 static int rpc_grant(void *ctx, const struct rg_server *s, const struct rg_gpu *g,
 		     const struct rg_request *r, char *why, size_t whylen)
 {
@@ -90,7 +93,8 @@ static int rpc_grant(void *ctx, const struct rg_server *s, const struct rg_gpu *
 	struct rg_conn *c = conn_for(x, s, why, whylen);
 	if (!c)
 		return RG_GRANT_UNREACHABLE;
-	int st = rg_lease_grant(c, r->job_id, r->uid, g->index, r->mem, r->expires, why, whylen);
+	int st = rg_lease_grant_share(c, r->job_id, r->uid, g->index, r->mem, r->expires,
+				      grant_share, why, whylen);
 	if (st < 0)
 		return RG_GRANT_UNREACHABLE;
 	if (st) {
@@ -166,6 +170,15 @@ int rgpu_job_prolog(spank_t sp)
 		char err[512];
 		if (rgpu_mem_parse(arg, &rec.mem, err, sizeof(err)))
 			snprintf(rec.error, sizeof(rec.error), "%s", err);
+	}
+	grant_share = 0;
+	arg = NULL;
+	if (spank_option_getopt(sp, &rgpu_share_option, &arg) == ESPANK_SUCCESS && arg) {
+		char err[512];
+		if (rgpu_share_parse(arg, &grant_share, err, sizeof(err)))
+			snprintf(rec.error, sizeof(rec.error), "%s", err);
+		else if (!rec.mem) /* a whole GPU is not shared */
+			grant_share = 0;
 	}
 	const char *me = getenv("SLURMD_NODENAME");
 	const char *nodes = getenv("SLURM_JOB_NODELIST");

@@ -98,12 +98,53 @@ struct spank_option rgpu_mem_option = {
 	1, 0, mem_cb
 };
 
+char *rgpu_share_arg;
+
+int rgpu_share_parse(const char *s, uint32_t *pct, char *err, size_t errlen)
+{
+	char *end;
+	errno = 0;
+	long v = s && *s ? strtol(s, &end, 10) : -1;
+	if (!s || !*s || errno || *end || v < 1 || v > 100) {
+		snprintf(err, errlen, "--rgpu-share=%s: not a percentage of the GPU from 1 to 100",
+			 s ? s : "");
+		return -1;
+	}
+	*pct = (uint32_t)v;
+	return 0;
+}
+
+static int share_cb(int val, const char *optarg, int remote)
+{
+	char err[512];
+	uint32_t p;
+	if (rgpu_share_parse(optarg, &p, err, sizeof(err))) {
+		slurm_error("rgpu: %s", err);
+		return -1;
+	}
+	free(rgpu_share_arg);
+	rgpu_share_arg = strdup(optarg);
+	return rgpu_share_arg ? 0 : -1;
+}
+
+struct spank_option rgpu_share_option = {
+	"rgpu-share", "PERCENT",
+	"With --rgpu-mem: the slice's compute share, a percentage (1-100) of the GPU. "
+	"Sessions of one GPU get GPU time in proportion to their shares (and, where the "
+	"server runs MPS, at most that part of its threads).",
+	1, 0, share_cb
+};
+
 int rgpu_options_register(spank_t sp)
 {
 	/* Registered here, not through a static table: sbatch only sees
 	 * options registered from slurm_spank_init. */
 	if (spank_option_register(sp, &rgpu_mem_option) != ESPANK_SUCCESS) {
 		slurm_error("rgpu: cannot register --rgpu-mem");
+		return -1;
+	}
+	if (spank_option_register(sp, &rgpu_share_option) != ESPANK_SUCCESS) {
+		slurm_error("rgpu: cannot register --rgpu-share");
 		return -1;
 	}
 	return 0;

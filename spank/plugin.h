@@ -46,6 +46,11 @@ extern char *rgpu_mem_arg;
 /* Parses a size for --rgpu-mem; 0 or -1 with a sentence naming the option. */
 int rgpu_mem_parse(const char *s, uint64_t *bytes, char *err, size_t errlen);
 extern struct spank_option rgpu_mem_option;
+/* --rgpu-share: the slice's compute share, a percentage of the GPU
+ * (daemon/sched/); 0 or -1 with a sentence naming the option. */
+extern char *rgpu_share_arg;
+int rgpu_share_parse(const char *s, uint32_t *pct, char *err, size_t errlen);
+extern struct spank_option rgpu_share_option;
 
 /* Per context (return 0, or -1 after slurm_error). */
 int rgpu_local_post_opt(spank_t sp);

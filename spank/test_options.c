@@ -75,5 +75,20 @@ int main(void)
 	ok(rgpu_mem_option.cb(0, "1G", 0) == 0 && rgpu_mem_arg && !strcmp(rgpu_mem_arg, "1G"),
 	   "callback keeps 1G");
 	free(rgpu_mem_arg);
+
+	/* --rgpu-share */
+	uint32_t pct = 0;
+	ok(rgpu_share_parse("25", &pct, err, sizeof(err)) == 0 && pct == 25, "share 25");
+	ok(rgpu_share_parse("100", &pct, err, sizeof(err)) == 0 && pct == 100, "share 100");
+	ok(rgpu_share_parse("0", &pct, err, sizeof(err)) < 0 && strstr(err, "--rgpu-share=0"),
+	   "share 0 refused, naming the option: %s", err);
+	ok(rgpu_share_parse("101", &pct, err, sizeof(err)) < 0, "share 101 refused");
+	ok(rgpu_share_parse("25%", &pct, err, sizeof(err)) < 0, "share 25%% refused: %s", err);
+	ok(rgpu_share_parse("", &pct, err, sizeof(err)) < 0, "empty share refused");
+	ok(rgpu_share_option.cb(0, "abc", 0) < 0 && strstr(last_error, "--rgpu-share=abc"),
+	   "the option callback refuses --rgpu-share=abc: %s", last_error);
+	ok(rgpu_share_option.cb(0, "30", 0) == 0 && rgpu_share_arg && !strcmp(rgpu_share_arg, "30"),
+	   "the option callback keeps --rgpu-share=30");
+	free(rgpu_share_arg);
 	return tap_done();
 }

@@ -6,12 +6,15 @@
  *   rgpu servers [--json] [--state-dir DIR]
  *                            the cluster's GPU servers and their load, from
  *                            this node's snapshot (no server is contacted)
+ *   rgpu top [--server HOST:PORT] [--json]
+ *                            live sessions and their GPU time (top.c)
  */
 #include "cluster.h"
 #include "lease_rpc.h"
 #include "servers.h"
 #include "size.h"
 #include "snapshot.h"
+#include "top.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -56,11 +59,14 @@ static void usage(FILE *f)
 {
 	fprintf(f, "usage: rgpu status [--json]\n"
 		   "       rgpu servers [--json] [--state-dir DIR]\n"
+		   "       rgpu top [--server HOST[:PORT]]... [--json] [--interval SEC] [--count N]\n"
 		   "\n"
 		   "  status    the GPUs in RGPU_SERVERS (a job's remote GPUs): where they are,\n"
 		   "            their memory and, in a Slurm job, the job's lease and quota\n"
 		   "  servers   the cluster's GPU servers and their load, from this node's\n"
 		   "            snapshot (DIR/snapshot.json; default DIR %s)\n"
+		   "  top       live sessions of the job's servers (or of --server): job, uid,\n"
+		   "            GPU, memory, compute share and attained GPU time\n"
 		   "  --json    JSON instead of a table\n"
 		   "\n"
 		   "See rgpu(1).\n", RGPU_STATEDIR);
@@ -292,6 +298,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *cmd = argv[1];
+	if (!strcmp(cmd, "top"))
+		return rgpu_top(argc - 1, argv + 1);
 	int json = 0;
 	const char *state_dir = RGPU_STATEDIR;
 	static const struct option opts[] = {

@@ -27,6 +27,7 @@ E2E=$top_builddir/test/e2e
 DAEMON_BUILD=${RGPU_E2E_DAEMON_BUILD:-$top_builddir}
 RGPUD=$DAEMON_BUILD/daemon/rgpud
 CLIENTDIR=$top_builddir/client/.libs
+NVMLLIB=$top_builddir/nvml/.libs/libnvidia-ml.so.1
 EMULIB=$DAEMON_BUILD/emu/.libs/librgpu-emu.so
 
 missing=""
@@ -219,6 +220,16 @@ suite() {
 	# not hold up another's calls (replies routed by id, client/rpc.c)
 	run t_threads "$ONE" -- T_ITERS=$([ ${#WRAP[@]} -gt 0 ] && echo 3 || echo 12) t_threads
 	run t_sync_threads "$ONE" -- t_sync_threads
+	# application memory (issue 10): VMM, shareable handles between two
+	# processes, pools, 2D memsets; peer copies between two GPUs of one
+	# server, and their refusal between two servers
+	run t_appmem "$ONE" -- t_appmem
+	run t_appmem_peer "127.0.0.1:$P1/0,127.0.0.1:$P1/1" -- T_APPMEM_PEER=1 t_appmem
+	run t_appmem_2srv "$TWO" -- T_APPMEM_PEER=0 t_appmem
+	# rgpu's NVML lists exactly the GPUs of RGPU_SERVERS
+	run t_nvml "$ONE" -- T_NVML_LIB="$NVMLLIB" t_nvml
+	run t_nvml_2srv "$TWO" -- T_NVML_LIB="$NVMLLIB" T_NVML_SAME=0 t_nvml
+	run t_nvml_peer "127.0.0.1:$P1/0,127.0.0.1:$P1/1" -- T_NVML_LIB="$NVMLLIB" T_NVML_SAME=1 t_nvml
 
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then

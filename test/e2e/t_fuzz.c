@@ -98,6 +98,8 @@ int main(int argc, char **argv)
 	static const uint16_t ops[] = {
 #define RGPU_OP_LIST(name, num, doc) num,
 		RGPU_OPS(RGPU_OP_LIST)
+		RGPU_OPS_APPMEM(RGPU_OP_LIST)
+		RGPU_OPS_GRAPHS(RGPU_OP_LIST)
 #undef RGPU_OP_LIST
 	};
 	const size_t nops = sizeof(ops) / sizeof(ops[0]);
@@ -107,7 +109,8 @@ int main(int argc, char **argv)
 	uint8_t payload[512];
 	for (long i = 0; i < iters; i++) {
 		uint16_t op = ops[rnd() % nops];
-		if (op == RGPU_OP_HELLO || op == RGPU_OP_OUTPUT)
+		/* HOSTFN_WAIT is a long poll: answered once a host function is due */
+		if (op == RGPU_OP_HELLO || op == RGPU_OP_OUTPUT || op == RGPU_OP_HOSTFN_WAIT)
 			continue;
 		size_t len = rnd() % (rnd() % 4 ? 64 : sizeof(payload));
 		for (size_t k = 0; k < len; k++)

@@ -202,6 +202,121 @@ static int32_t set_limit(struct raw *c, uint64_t ctx, uint32_t lim, uint64_t v)
 	return raw_call(c, RGPU_OP_CTX_SET_LIMIT, &W, &RP);
 }
 
+/* Application memory (issue 10): VMM physical memory and pool reserves are
+ * charged; exported memory is importable by the same job only, and the
+ * importer is not charged again. */
+static void appmem(unsigned port, struct raw *admin, struct raw *job, uint64_t c1)
+{
+	int32_t st;
+	uint64_t f0 = mem_free(job, c1);
+	CHECK(f0 == GiB, "appmem: start with the whole quota free: %llu", (unsigned long long)f0);
+	wbuf_reset(&W);
+	put_u32(&W, 0);
+	put_u64(&W, 256 * MiB);
+	put_u32(&W, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	st = raw_call(job, RGPU_OP_VMM_CREATE, &W, &RP);
+	uint64_t h = st == 0 ? get_u64(&RP.r) : 0;
+	CHECK(h, "VMM_CREATE: %d", st);
+	CHECK(mem_free(job, c1) == f0 - 256 * MiB, "VMM_CREATE charges 256 MiB: free %llu",
+	      (unsigned long long)mem_free(job, c1));
+	wbuf_reset(&W);
+	put_u32(&W, 0);
+	put_u64(&W, GiB);
+	put_u32(&W, 0);
+	st = raw_call(job, RGPU_OP_VMM_CREATE, &W, &RP);
+	CHECK(st == CUDA_ERROR_OUT_OF_MEMORY, "VMM_CREATE beyond the quota: %d", st);
+	CHECK(mem_free(job, c1) == f0 - 256 * MiB, "a refused VMM_CREATE charged something");
+
+	wbuf_reset(&W);
+	put_u64(&W, h);
+	st = raw_call(job, RGPU_OP_VMM_EXPORT, &W, &RP);
+	uint8_t token[16] = { 0 };
+	const void *t = st == 0 ? get_raw(&RP.r, 16) : NULL;
+	CHECK(t, "VMM_EXPORT: %d", st);
+	if (t)
+		memcpy(token, t, 16);
+	/* another job (with its own lease on the GPU) may not import it */
+	wbuf_reset(&W);
+	put_u64(&W, JOB + 1);
+	put_u32(&W, (uint32_t)getuid());
+	put_u32(&W, 0);
+	put_u64(&W, GiB);
+	put_u64(&W, 0);
+	st = raw_call(admin, RGPU_OP_LEASE_GRANT, &W, &RP);
+	CHECK(st == 0, "LEASE_GRANT for a second job: %d", st);
+	struct raw other, same;
+	if (hello(&other, port, JOB + 1) == 0) {
+		wbuf_reset(&W);
+		put_raw(&W, token, 16);
+		st = raw_call(&other, RGPU_OP_VMM_IMPORT, &W, &RP);
+		CHECK(st == CUDA_ERROR_NOT_PERMITTED, "another job imported the memory: %d", st);
+		close(other.fd);
+	} else {
+		CHECK(0, "HELLO of the second job refused");
+	}
+	/* a second session of the same job may, and is not charged again */
+	if (hello(&same, port, JOB) == 0) {
+		wbuf_reset(&W);
+		put_raw(&W, token, 16);
+		st = raw_call(&same, RGPU_OP_VMM_IMPORT, &W, &RP);
+		uint64_t ih = 0, isize = 0;
+		if (st == 0) {
+			ih = get_u64(&RP.r);
+			isize = get_u64(&RP.r);
+		}
+		CHECK(st == 0 && ih && isize == 256 * MiB, "import by the same job: %d, %llu bytes", st,
+		      (unsigned long long)isize);
+		CHECK(mem_free(job, c1) == f0 - 256 * MiB, "the import was charged again");
+		/* a forged token is unknown */
+		token[0] ^= 1;
+		wbuf_reset(&W);
+		put_raw(&W, token, 16);
+		st = raw_call(&same, RGPU_OP_VMM_IMPORT, &W, &RP);
+		CHECK(st == CUDA_ERROR_INVALID_VALUE, "a forged token: %d", st);
+		close(same.fd);
+	} else {
+		CHECK(0, "HELLO of the job's second session refused");
+	}
+	wbuf_reset(&W);
+	put_u64(&W, h);
+	st = raw_call(job, RGPU_OP_VMM_RELEASE, &W, &RP);
+	CHECK(st == 0 && mem_free(job, c1) == f0, "VMM_RELEASE refunds: %d, free %llu", st,
+	      (unsigned long long)mem_free(job, c1));
+
+	/* a pool's reserve is charged, and refunded when it shrinks */
+	wbuf_reset(&W);
+	put_u32(&W, 0);
+	st = raw_call(job, RGPU_OP_POOL_DEFAULT, &W, &RP);
+	uint64_t pool = st == 0 ? get_u64(&RP.r) : 0;
+	CHECK(pool, "POOL_DEFAULT: %d", st);
+	wbuf_reset(&W);
+	put_u64(&W, c1);
+	put_u64(&W, 0);
+	put_u64(&W, pool);
+	put_u64(&W, 100 * MiB);
+	st = raw_call(job, RGPU_OP_MEM_ALLOC_ASYNC, &W, &RP);
+	uint64_t p = st == 0 ? get_u64(&RP.r) : 0;
+	CHECK(p, "MEM_ALLOC_ASYNC: %d", st);
+	CHECK(mem_free(job, c1) == f0 - 100 * MiB, "a 100 MiB pool allocation: free %llu",
+	      (unsigned long long)mem_free(job, c1));
+	wbuf_reset(&W);
+	put_u64(&W, c1);
+	put_u64(&W, 0);
+	put_u64(&W, pool);
+	put_u64(&W, 2 * GiB);
+	st = raw_call(job, RGPU_OP_MEM_ALLOC_ASYNC, &W, &RP);
+	CHECK(st == CUDA_ERROR_OUT_OF_MEMORY, "a pool allocation beyond the quota: %d", st);
+	CHECK(mem_free(job, c1) == f0 - 100 * MiB, "a refused pool allocation charged something");
+	wbuf_reset(&W);
+	put_u64(&W, c1);
+	put_u64(&W, 0);
+	put_u64(&W, p);
+	st = raw_call(job, RGPU_OP_MEM_FREE_ASYNC, &W, &RP);
+	/* release threshold 0: the pool gives it back */
+	CHECK(st == 0 && mem_free(job, c1) == f0, "MEM_FREE_ASYNC refunds the reserve: %d, free %llu",
+	      st, (unsigned long long)mem_free(job, c1));
+}
+
 static void run(unsigned port)
 {
 	struct raw admin, job;
@@ -297,6 +412,7 @@ static void run(unsigned port)
 	uint64_t f6 = mem_free(&job, c1);
 	CHECK(st == 0 && f6 == GiB, "CTX_DESTROY refunds: %d, free %llu, want the whole 1 GiB", st,
 	      (unsigned long long)f6);
+	appmem(port, &admin, &job, c1);
 	close(job.fd);
 	close(admin.fd);
 }

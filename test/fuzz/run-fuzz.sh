@@ -4,17 +4,22 @@
 #
 #   FUZZ_TARGETS  harnesses to run (default: all built, FUZZ_ALL)
 #   FUZZ_SECONDS  seconds per worker per harness (default 60)
-#   FUZZ_JOBS     parallel workers per harness (default 1); CPU time per
-#                 harness is FUZZ_SECONDS x FUZZ_JOBS
+#   FUZZ_JOBS     parallel workers per harness (default 1)
+#   FUZZ_CPU_SECONDS  if set, run each harness until its workers have used
+#                 this much CPU time (measured, so a loaded machine still
+#                 gets the full budget): rounds of FUZZ_SECONDS wall time
+#                 each (default 600) on the same corpus
 #   FUZZ_RESULTS  results directory (default ./fuzz-results/DATE-HOST)
 #   FUZZ_NICE     nice level of the fuzzers (default 10)
 #   FUZZ_BIN, FUZZ_SRC  where the harnesses and test/fuzz sources are
 #
 # Per harness, in FUZZ_RESULTS/<harness>/: corpus/ (the seed corpus, then
 # what the run added), artifacts/ (crash-*, leak-*, timeout-*, oom-*),
-# fuzz-N.log (libFuzzer's output per worker) and stats.txt.  summary.tsv
-# has one line per harness: date, machine, harness, seconds, jobs,
-# cpu_seconds, execs, coverage (edges), corpus size, artifacts.
+# fuzz-N.log (libFuzzer's output per worker; with FUZZ_CPU_SECONDS,
+# round-R/fuzz-N.log) and stats.txt.  summary.tsv has one line per
+# harness: date, machine, harness, wall seconds, jobs, CPU seconds (user +
+# system of the workers, measured), execs, coverage (edges), corpus size,
+# artifacts.
 # Exit 1 if any harness left a crash, leak or oom artifact, else 0
 # (timeouts and slow units are reported, not failed).
 set -u
@@ -46,6 +51,22 @@ flags_for() {
 }
 
 # the two dispatcher harnesses share the recorded sessions
+# CPU seconds (user + system) of this shell's finished children and their
+# waited-for descendants: the fuzz workers' real CPU time on a busy machine
+# (`times` must run in this shell, not in a $(...) subshell of its own)
+cpu_file=$(mktemp)
+trap 'rm -f "$cpu_file"' EXIT
+children_cpu_now() {
+	times >"$cpu_file"
+}
+children_cpu() {
+	local t
+	t=$(tail -1 "$cpu_file")
+	awk -v t="$t" 'BEGIN { n = split(t, a, " "); s = 0
+		for (i = 1; i <= n; i++) { split(a[i], b, "m"); sub("s", "", b[2]); s += b[1] * 60 + b[2] }
+		printf "%d\n", s }'
+}
+
 corpus_of() { [ "$1" = fuzz_dispatch_lease ] && echo fuzz_dispatch || echo "$1"; }
 
 status=0
@@ -64,22 +85,46 @@ for t in $FUZZ_TARGETS; do
 	done
 	dict=""
 	[ -f "$FUZZ_SRC/$t.dict" ] && dict="-dict=$FUZZ_SRC/$t.dict"
-	echo "== $t: $FUZZ_JOBS worker(s) x ${FUZZ_SECONDS}s"
+	if [ -n "${FUZZ_CPU_SECONDS:-}" ]; then
+		echo "== $t: $FUZZ_JOBS worker(s) until ${FUZZ_CPU_SECONDS} CPU seconds"
+	else
+		echo "== $t: $FUZZ_JOBS worker(s) x ${FUZZ_SECONDS}s"
+	fi
 	start=$(date +%s)
-	# -jobs: every worker fuzzes for max_total_time and shares corpus/
-	( cd "$out" && nice -n "$FUZZ_NICE" "$bin" $(flags_for "$t") $dict \
-		-max_total_time="$FUZZ_SECONDS" -jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS" \
-		-print_final_stats=1 -artifact_prefix="$out/artifacts/" \
-		corpus > run.log 2>&1 )
-	wall=$(( $(date +%s) - start ))
-	execs=0; edges=0
-	for log in "$out"/fuzz-*.log; do
-		[ -f "$log" ] || continue
-		e=$(grep -a 'stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}')
-		execs=$((execs + ${e:-0}))
-		c=$(grep -a -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
-		[ "${c:-0}" -gt "$edges" ] && edges=$c
+	children_cpu_now
+	cpu0=$(children_cpu)
+	cpu=0 round=0 execs=0 edges=0
+	while :; do
+		round=$((round + 1))
+		secs=$FUZZ_SECONDS
+		dir=$out
+		if [ -n "${FUZZ_CPU_SECONDS:-}" ]; then
+			left=$((FUZZ_CPU_SECONDS - cpu))
+			secs=$(( (left + FUZZ_JOBS - 1) / FUZZ_JOBS ))
+			[ "$secs" -gt "${FUZZ_SECONDS_ROUND:-600}" ] && secs=${FUZZ_SECONDS_ROUND:-600}
+			[ "$secs" -lt 10 ] && secs=10
+			dir=$out/round-$round
+			mkdir -p "$dir"
+		fi
+		( cd "$dir" && nice -n "$FUZZ_NICE" "$bin" $(flags_for "$t") $dict \
+			-max_total_time="$secs" -jobs="$FUZZ_JOBS" -workers="$FUZZ_JOBS" \
+			-print_final_stats=1 -artifact_prefix="$out/artifacts/" \
+			"$out/corpus" > run.log 2>&1 )
+		children_cpu_now
+		cpu=$(( $(children_cpu) - cpu0 ))
+		for log in "$dir"/fuzz-*.log; do
+			[ -f "$log" ] || continue
+			e=$(grep -a 'stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}')
+			execs=$((execs + ${e:-0}))
+			c=$(grep -a -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
+			[ "${c:-0}" -gt "$edges" ] && edges=$c
+		done
+		[ -z "${FUZZ_CPU_SECONDS:-}" ] && break
+		[ "$cpu" -ge "$FUZZ_CPU_SECONDS" ] && break
+		# a crash ends a round early: stop rather than fuzz on past it
+		ls "$out/artifacts" | grep -q -E '^(crash|leak|oom)-' && break
 	done
+	wall=$(( $(date +%s) - start ))
 	ncorpus=$(ls "$out/corpus" | wc -l)
 	nart=$(ls "$out/artifacts" | wc -l)
 	{
@@ -87,8 +132,8 @@ for t in $FUZZ_TARGETS; do
 		echo "date: $stamp"
 		echo "machine: $machine"
 		echo "workers: $FUZZ_JOBS"
-		echo "seconds_per_worker: $FUZZ_SECONDS"
-		echo "cpu_seconds: $((FUZZ_SECONDS * FUZZ_JOBS))"
+		echo "rounds: $round"
+		echo "cpu_seconds: $cpu (measured: user + system of the workers)"
 		echo "wall_seconds: $wall"
 		echo "execs: $execs"
 		echo "edges: $edges"
@@ -96,8 +141,8 @@ for t in $FUZZ_TARGETS; do
 		echo "artifacts: $nart"
 		ls "$out/artifacts" | sed 's/^/  /'
 	} > "$out/stats.txt"
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$stamp" "$machine" "$t" "$FUZZ_SECONDS" \
-		"$FUZZ_JOBS" "$((FUZZ_SECONDS * FUZZ_JOBS))" "$execs" "$edges" "$ncorpus" "$nart" >> "$summary"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$stamp" "$machine" "$t" "$wall" \
+		"$FUZZ_JOBS" "$cpu" "$execs" "$edges" "$ncorpus" "$nart" >> "$summary"
 	# crashes, leaks and out-of-memory fail the run; a timeout or a slow
 	# unit is reported (the emulated device runs queued kernels out at
 	# context teardown: docs/fuzzing.md) without failing it

@@ -787,6 +787,8 @@ static void test_access_leases(void)
 			seen += job == 125 && g == 0 && ml == 0 && exp > 0;
 	}
 	CHECK(seen == 2);
+	/* appended: the compute shares, none given */
+	CHECK(get_u32(&r) == 2 && get_u32(&r) == 0 && get_u32(&r) == 0);
 	CHECK(rd_done(&r));
 
 	/* restart of rgpud: leases survive, usage starts again from zero */
@@ -1129,6 +1131,77 @@ static void test_munge(void)
 }
 #endif
 
+/* The compute share (--rgpu-share, daemon/sched/): granted with an
+ * appended field, listed after the leases, persisted; 0 or over 100 is not
+ * a share; a different share is a different lease. */
+static void test_share(void)
+{
+	char err[512], why[512];
+	char *dir = make_tmpdir();
+	struct rgpud_access_config cfg = { .require_lease = 1, .state_dir = dir };
+	CHECK(rgpud_access_init(&cfg, err, sizeof(err)) == 0);
+	register_gpus();
+	struct rgpud_principal root = { .uid = 0, .admin = 1, .authenticated = 1 };
+	struct wbuf req, reply;
+	wbuf_init(&req);
+	wbuf_init(&reply);
+	put_grant(&req, 300, 1000, 1, 1 * GiB, 0);
+	put_u32(&req, 150);
+	CHECK(call_op(&root, RGPU_OP_LEASE_GRANT, &req, &reply) == CUDA_ERROR_INVALID_VALUE);
+	CHECK_STR(reply_str(&reply), "share 150");
+	put_grant(&req, 300, 1000, 1, 1 * GiB, 0);
+	put_u32(&req, 25);
+	CHECK(call_op(&root, RGPU_OP_LEASE_GRANT, &req, &reply) == 0);
+	CHECK(call_op(&root, RGPU_OP_LEASE_GRANT, &req, &reply) == 0); /* the same again */
+	put_grant(&req, 300, 1000, 1, 1 * GiB, 0);
+	put_u32(&req, 50);
+	CHECK(call_op(&root, RGPU_OP_LEASE_GRANT, &req, &reply) == CUDA_ERROR_ALREADY_ACQUIRED);
+	put_grant(&req, 301, 1001, 1, 1 * GiB, 0); /* no share */
+	CHECK(call_op(&root, RGPU_OP_LEASE_GRANT, &req, &reply) == 0);
+	struct rgpud_lease l;
+	CHECK(rgpud_lease_find(300, 1, time(NULL), &l) == 0 && l.share == 25);
+	CHECK(rgpud_lease_find(301, 1, time(NULL), &l) == 0 && l.share == 0);
+	wbuf_reset(&req);
+	CHECK(call_op(&root, RGPU_OP_LEASE_LIST, &req, &reply) == 0);
+	struct rd r;
+	rd_init(&r, reply.data, reply.len);
+	uint32_t ng = get_u32(&r);
+	for (uint32_t i = 0; i < ng; i++) {
+		get_u32(&r);
+		get_str(&r, 200);
+		get_u64(&r);
+		get_u64(&r);
+		get_u32(&r);
+	}
+	uint32_t nl = get_u32(&r);
+	uint64_t jobs[4] = { 0 };
+	CHECK(nl == 2);
+	for (uint32_t i = 0; i < nl && i < 4; i++) {
+		jobs[i] = get_u64(&r);
+		get_u32(&r);
+		get_u32(&r);
+		get_u64(&r);
+		get_u64(&r);
+		get_u64(&r);
+	}
+	CHECK(get_u32(&r) == nl);
+	for (uint32_t i = 0; i < nl && i < 4; i++) {
+		uint32_t sh = get_u32(&r);
+		CHECK(sh == (jobs[i] == 300 ? 25u : 0u));
+	}
+	CHECK(rd_done(&r));
+	/* persisted: a restart keeps the share */
+	rgpud_access_fini();
+	CHECK(rgpud_access_init(&cfg, err, sizeof(err)) == 0);
+	register_gpus();
+	CHECK(rgpud_lease_find(300, 1, time(NULL), &l) == 0 && l.share == 25);
+	CHECK(rgpud_lease_find(301, 1, time(NULL), &l) == 0 && l.share == 0);
+	(void)why;
+	wbuf_free(&req);
+	wbuf_free(&reply);
+	rgpud_access_fini();
+}
+
 int main(void)
 {
 	const char *v = getenv("RGPU_TEST_VERBOSE");
@@ -1157,6 +1230,7 @@ int main(void)
 	test_concurrent();
 	test_access_open();
 	test_access_leases();
+	test_share();
 #endif
 	if (failures) {
 		fprintf(stderr, "%d check(s) failed\n", failures);

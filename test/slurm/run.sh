@@ -129,6 +129,13 @@ t_bad_options() {
 		e=$(submit --rgpu-mem=64G --wrap true 2>&1) && { ok=0; why="$why; --rgpu-mem=64G accepted"; }
 		echo "$e" | grep -q "larger than any GPU" || { ok=0; why="$why; --rgpu-mem=64G: $e"; }
 	fi
+	# --rgpu-share: a percentage 1..100 (the plugin), with a slice (job_submit.lua)
+	e=$(submit --rgpu-mem=1G --rgpu-share=0 --wrap true 2>&1) && { ok=0; why="$why; --rgpu-share=0 accepted"; }
+	echo "$e" | grep -q "rgpu-share=0" || { ok=0; why="$why; --rgpu-share=0: no clear message: $e"; }
+	e=$(srun --uid=nobody --rgpu-mem=1G --rgpu-share=150 true 2>&1) && { ok=0; why="$why; srun --rgpu-share=150 accepted"; }
+	echo "$e" | grep -q "rgpu-share=150" || { ok=0; why="$why; srun --rgpu-share=150: no clear message"; }
+	e=$(submit --rgpu-share=50 --wrap true 2>&1) && { ok=0; why="$why; --rgpu-share without --rgpu-mem accepted"; }
+	echo "$e" | grep -q "goes with --rgpu-mem" || { ok=0; why="$why; --rgpu-share alone: $e"; }
 	e=$(submit --gres=rgpu:99 --wrap true 2>&1) && { ok=0; why="$why; --gres=rgpu:99 accepted"; }
 	echo "$e" | grep -q "more GPUs than the cluster has" || { ok=0; why="$why; --gres=rgpu:99: $e"; }
 	e=$(submit --gres=rgpu:0 --wrap true 2>&1) && { ok=0; why="$why; --gres=rgpu:0 accepted"; }

@@ -1,0 +1,406 @@
+/*
+ * Stream-ordered memory pools (cuMemAllocAsync and friends), served by the
+ * driver's pools on the server (daemon/ops_pool.c, where the quota counts a
+ * pool's reserved memory).  A CUmemoryPool is a client struct naming the
+ * server's pool; each device's current pool (cuDeviceSetMemPool) is kept
+ * here.  Frees are posted without waiting, as asynchronous copies are.
+ */
+#include "client.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RC_POOL 0x5263706c /* "Rcpl" */
+
+struct rc_pool {
+	uint32_t magic;
+	struct rc_dev *dev;
+	int ordinal;
+	uint64_t h;
+	int is_default;
+	unsigned char acc[RGPU_MAX_DEVICES];
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rc_pool *defaults[RGPU_MAX_DEVICES];
+static struct rc_pool *current[RGPU_MAX_DEVICES];
+
+/* allocations made from pools: where to free them */
+struct pa {
+	uint64_t addr;
+	struct rc_conn *conn;
+};
+static struct pa *pas;
+static size_t npas, cappas;
+
+static CUresult pool_of(CUmemoryPool p, struct rc_pool **out)
+{
+	return rc_obj(p, RC_POOL, out);
+}
+
+static CUresult default_pool(int ordinal, struct rc_pool **out)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(ordinal, &d);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&lock);
+	if (defaults[ordinal]) {
+		*out = defaults[ordinal];
+		pthread_mutex_unlock(&lock);
+		return CUDA_SUCCESS;
+	}
+	struct wbuf *w = rc_req();
+	put_u32(w, d->gpu);
+	struct rd r;
+	if ((rc = rc_call(d->conn, RGPU_OP_POOL_DEFAULT, w, &r))) {
+		pthread_mutex_unlock(&lock);
+		return rc;
+	}
+	struct rc_pool *p = calloc(1, sizeof(*p));
+	uint64_t h = get_u64(&r);
+	if (!p || !rd_ok(&r)) {
+		pthread_mutex_unlock(&lock);
+		free(p);
+		return p ? CUDA_ERROR_UNKNOWN : CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*p = (struct rc_pool){ .magic = RC_POOL, .dev = d, .ordinal = ordinal, .h = h, .is_default = 1 };
+	p->acc[ordinal] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	defaults[ordinal] = p;
+	*out = p;
+	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *out, CUdevice dev)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_pool *p;
+	rc = default_pool(dev, &p);
+	if (!rc)
+		*out = (CUmemoryPool)p;
+	return rc;
+}
+
+RC_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *out, CUdevice dev)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	struct rc_pool *p = current[dev];
+	pthread_mutex_unlock(&lock);
+	if (p) {
+		*out = (CUmemoryPool)p;
+		return CUDA_SUCCESS;
+	}
+	return cuDeviceGetDefaultMemPool(out, dev);
+}
+
+RC_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+	struct rc_dev *d;
+	struct rc_pool *p;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (!rc)
+		rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (p->ordinal != dev)
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&lock);
+	current[dev] = p;
+	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!out || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+	    props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+		rc_unsupported("memory pools with shareable handle types (cuMemPoolExportToShareableHandle)");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct rc_dev *d;
+	if ((rc = rc_dev_get(props->location.id, &d)))
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u32(w, d->gpu);
+	put_u64(w, 0);
+	put_u64(w, props->maxSize);
+	struct rd r;
+	if ((rc = rc_call(d->conn, RGPU_OP_POOL_CREATE, w, &r)))
+		return rc;
+	uint64_t h = get_u64(&r);
+	struct rc_pool *p = calloc(1, sizeof(*p));
+	if (!p || !rd_ok(&r)) {
+		free(p);
+		w = rc_req();
+		put_u64(w, h);
+		rc_call(d->conn, RGPU_OP_POOL_DESTROY, w, &r);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*p = (struct rc_pool){ .magic = RC_POOL, .dev = d, .ordinal = props->location.id, .h = h };
+	p->acc[p->ordinal] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	*out = (CUmemoryPool)p;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (p->is_default)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, p->h);
+	struct rd r;
+	if ((rc = rc_call(p->dev->conn, RGPU_OP_POOL_DESTROY, w, &r)))
+		return rc;
+	pthread_mutex_lock(&lock);
+	if (current[p->ordinal] == p)
+		current[p->ordinal] = NULL;
+	pthread_mutex_unlock(&lock);
+	p->magic = 0;
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+static int int_attr(CUmemPool_attribute a)
+{
+	return a == CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES ||
+	       a == CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC ||
+	       a == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
+}
+
+RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, p->h);
+	put_u32(w, (uint32_t)attr);
+	struct rd r;
+	if ((rc = rc_call(p->dev->conn, RGPU_OP_POOL_GET_ATTR, w, &r)))
+		return rc;
+	uint64_t v = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	if (int_attr(attr))
+		*(int *)value = (int)v;
+	else
+		*(cuuint64_t *)value = v;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (!value)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, p->h);
+	put_u32(w, (uint32_t)attr);
+	put_u64(w, int_attr(attr) ? (uint64_t)(uint32_t)*(int *)value : *(cuuint64_t *)value);
+	struct rd r;
+	return rc_call(p->dev->conn, RGPU_OP_POOL_SET_ATTR, w, &r);
+}
+
+RC_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, p->h);
+	put_u64(w, keep);
+	struct rd r;
+	return rc_call(p->dev->conn, RGPU_OP_POOL_TRIM, w, &r);
+}
+
+RC_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (!map || !count || count > RGPU_MAX_DEVICES)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, p->h);
+	put_u32(w, (uint32_t)count);
+	for (size_t k = 0; k < count; k++) {
+		struct rc_dev *d;
+		if (map[k].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+		    map[k].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			return CUDA_ERROR_INVALID_VALUE;
+		if ((rc = rc_dev_get(map[k].location.id, &d)))
+			return rc;
+		if (d->conn != p->dev->conn) {
+			rc_unsupported("pool access from a GPU of another server");
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
+		put_u32(w, d->gpu);
+		put_u32(w, map[k].flags);
+	}
+	struct rd r;
+	if ((rc = rc_call(p->dev->conn, RGPU_OP_POOL_ACCESS, w, &r)))
+		return rc;
+	for (size_t k = 0; k < count; k++)
+		p->acc[map[k].location.id] = (unsigned char)map[k].flags;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *loc)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE || loc->id < 0 ||
+	    loc->id >= rc_ndev)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = (CUmemAccess_flags)p->acc[loc->id];
+	return CUDA_SUCCESS;
+}
+
+static CUresult alloc_from(struct rc_pool *p, CUdeviceptr *dptr, size_t size, CUstream s)
+{
+	struct rc_ctx *c;
+	uint64_t sh;
+	CUresult rc = rc_stream_resolve(s, &c, &sh);
+	if (rc)
+		return rc;
+	if (!dptr || !size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (c->dev->conn != p->dev->conn) {
+		rc_unsupported("allocations from a pool of another server's GPU");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	pthread_mutex_lock(&lock);
+	if (npas == cappas) {
+		size_t cap = cappas ? cappas * 2 : 64;
+		struct pa *n = realloc(pas, cap * sizeof(*n));
+		if (!n) {
+			pthread_mutex_unlock(&lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		pas = n;
+		cappas = cap;
+	}
+	pthread_mutex_unlock(&lock);
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, sh);
+	put_u64(w, p->h);
+	put_u64(w, size);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_MEM_ALLOC_ASYNC, w, &r)))
+		return rc;
+	CUdeviceptr a = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	rc_devrange_add(c->dev->conn, a, size, c);
+	pthread_mutex_lock(&lock);
+	pas[npas++] = (struct pa){ a, c->dev->conn };
+	pthread_mutex_unlock(&lock);
+	*dptr = a;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	return alloc_from(p, dptr, size, s);
+}
+
+RC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+	struct rc_ctx *c;
+	uint64_t sh;
+	CUresult rc = rc_stream_resolve(s, &c, &sh);
+	if (rc)
+		return rc;
+	CUmemoryPool pool;
+	rc = cuDeviceGetMemPool(&pool, c->ordinal);
+	if (rc == CUDA_ERROR_NOT_SUPPORTED)
+		/* a server without pools: memory at once, in order anyway */
+		return cuMemAlloc_v2(dptr, size);
+	if (rc)
+		return rc;
+	return alloc_from((struct rc_pool *)pool, dptr, size, s);
+}
+
+RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+	struct rc_ctx *c;
+	uint64_t sh;
+	CUresult rc = rc_stream_resolve(s, &c, &sh);
+	if (rc)
+		return rc;
+	struct rc_conn *conn = NULL;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < npas; i++)
+		if (pas[i].addr == dptr) {
+			conn = pas[i].conn;
+			pas[i] = pas[--npas];
+			break;
+		}
+	pthread_mutex_unlock(&lock);
+	if (!conn) {
+		/* cuMemAllocAsync without pools on the server: after the
+		 * stream's earlier work */
+		if (rc_alloc_lookup(dptr, NULL, NULL, NULL) < 0)
+			return CUDA_ERROR_INVALID_VALUE;
+		rc = cuStreamSynchronize(s);
+		return rc ? rc : cuMemFree_v2(dptr);
+	}
+	rc_devrange_del(conn, dptr);
+	if (conn != c->dev->conn) {
+		rc_unsupported("freeing pool memory on a stream of another server");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, sh);
+	put_u64(w, dptr);
+	return rc_post(conn, RGPU_OP_MEM_FREE_ASYNC, w);
+}
+
+/* per-thread default stream variants */
+static CUstream pt(CUstream s)
+{
+	return s ? s : CU_STREAM_PER_THREAD;
+}
+
+
+RC_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s)
+{
+	return cuMemAllocFromPoolAsync(d, n, p, pt(s));
+}

@@ -1,0 +1,71 @@
+/*
+ * Application memory of a session (ops_appvmm.c, ops_pool.c, ops_peer.c):
+ * physical memory and mappings the application made with the VMM API,
+ * stream-ordered pools and their allocations.  Device addresses are the
+ * driver's, the same on client and server: VMM addresses are the client's
+ * choice inside a window the session reserves here at the same place.
+ */
+#ifndef RGPUD_APPMEM_H
+#define RGPUD_APPMEM_H
+
+#include "driver.h"
+
+#include <stdint.h>
+
+struct session;
+
+struct phys {
+	struct phys *next;
+	uint64_t id;            /* session handle (HK_VMM) */
+	CUmemGenericAllocationHandle h;
+	uint64_t size;
+	unsigned gpu;
+	int charged;            /* size is charged to the quota (not imported) */
+	int maps;               /* live mappings */
+	int released;           /* cuMemRelease done: gone with its last mapping */
+	int exported;
+	uint8_t token[16];
+};
+
+struct amap {
+	uint64_t addr, size;
+	struct phys *p;
+	uint64_t access;        /* bit g: GPU g may access it */
+};
+
+struct pool {
+	struct pool *next;
+	uint64_t id;            /* session handle (HK_POOL) */
+	CUmemoryPool p;
+	unsigned gpu;
+	int is_default;
+	uint64_t charged;       /* bytes of the pool's reserve charged */
+};
+
+struct palloc {
+	uint64_t addr, size;
+	struct pool *pool;
+};
+
+struct appmem {
+	struct phys *phys;
+	struct amap *maps;      /* sorted by addr, never overlapping */
+	size_t nmaps, capmaps;
+	uint64_t window;        /* the VMM window, once reserved */
+	struct pool *pools;
+	struct palloc *pallocs; /* stream-ordered allocations, sorted by addr */
+	size_t npallocs, cappallocs;
+};
+
+/* The session's state, created on first use (NULL: out of memory). */
+struct appmem *appmem_of(struct session *s);
+/* [p, p+n) is accessible application memory of the session: mapped VMM
+ * memory with access set, or a stream-ordered allocation. */
+int appmem_owns_range(struct session *s, uint64_t p, uint64_t n);
+/* Frees everything at session end (refunds the quota). */
+void appmem_cleanup(struct session *s);
+/* ops_pool.c: pools at session end */
+void pool_cleanup(struct session *s, struct appmem *a);
+int appmem_palloc_find(struct appmem *a, uint64_t p);
+
+#endif

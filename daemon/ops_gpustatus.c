@@ -1,0 +1,109 @@
+/*
+ * GPU status for the client's NVML (nvml/): PCI bus id, memory, utilisation
+ * and peer reachability of one GPU of this server.  Memory and utilisation
+ * come from the node's real NVML when the worker can load it (dlopen, never
+ * linked); otherwise total is the device's and used is what this job holds
+ * there, and utilisation is unknown (101).  A GPU with a quota reports the
+ * quota as its total and the job's charge as used, as cuMemGetInfo does.
+ */
+#include "gate.h"
+#include "log.h"
+#include "rgpud.h"
+#include "session.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+
+#define D (&rgpud_server.drv)
+
+/* the few NVML entry points used, by their documented prototypes */
+typedef struct { unsigned long long total, free, used; } nvml_mem;
+typedef struct { unsigned int gpu, memory; } nvml_util;
+static struct {
+	int tried, ok;
+	int (*init)(void);
+	int (*by_pci)(const char *, void **);
+	int (*mem)(void *, nvml_mem *);
+	int (*util)(void *, nvml_util *);
+} nv;
+static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
+
+static void nv_load(void)
+{
+	void *dl = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!dl)
+		return;
+	/* rgpu's own NVML answers from rgpud: never ask ourselves */
+	if (dlsym(dl, "rgpu_nvml_version")) {
+		dlclose(dl);
+		return;
+	}
+	*(void **)&nv.init = dlsym(dl, "nvmlInit_v2");
+	*(void **)&nv.by_pci = dlsym(dl, "nvmlDeviceGetHandleByPciBusId_v2");
+	*(void **)&nv.mem = dlsym(dl, "nvmlDeviceGetMemoryInfo");
+	*(void **)&nv.util = dlsym(dl, "nvmlDeviceGetUtilizationRates");
+	nv.ok = nv.init && nv.by_pci && nv.mem && nv.util && nv.init() == 0;
+}
+
+int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint32_t gpu = get_u32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	int rc = session_admit(s, gpu);
+	if (rc)
+		return rc;
+	CUdevice dev;
+	char bus[64] = "";
+	size_t total = 0;
+	if ((rc = D->cuDeviceGet(&dev, (int)gpu)) || (rc = D->cuDeviceTotalMem_v2(&total, dev)))
+		return rc;
+	if (D->cuDeviceGetPCIBusId)
+		D->cuDeviceGetPCIBusId(bus, sizeof(bus), dev);
+	bus[sizeof(bus) - 1] = '\0';
+	uint64_t used = 0, limit = 0, held = 0;
+	uint32_t ug = 101, um = 101;
+	pthread_once(&nv_once, nv_load);
+	void *nh;
+	nvml_mem m;
+	nvml_util u;
+	if (nv.ok && bus[0] && nv.by_pci(bus, &nh) == 0) {
+		if (nv.mem(nh, &m) == 0)
+			used = m.used;
+		if (nv.util(nh, &u) == 0) {
+			ug = u.gpu;
+			um = u.memory;
+		}
+	}
+	gate_usage(gpu, &limit, &held);
+	if (!nv.ok)
+		used = held;
+	if (limit) {
+		total = limit;
+		used = held;
+	}
+	put_str(out, bus);
+	put_u64(out, total);
+	put_u64(out, used);
+	put_u32(out, ug);
+	put_u32(out, um);
+	/* peers of this GPU on this server */
+	int n = 0;
+	uint32_t peer[RGPUD_MAX_GPUS], p2p[RGPUD_MAX_GPUS];
+	for (int g = 0; g < rgpud_server.ndev && g < RGPUD_MAX_GPUS; g++) {
+		CUdevice pd;
+		int can = 0;
+		if ((unsigned)g == gpu || !D->cuDeviceCanAccessPeer || D->cuDeviceGet(&pd, g) ||
+		    D->cuDeviceCanAccessPeer(&can, dev, pd))
+			continue;
+		peer[n] = (uint32_t)g;
+		p2p[n++] = can != 0;
+	}
+	put_u32(out, (uint32_t)n);
+	for (int i = 0; i < n; i++) {
+		put_u32(out, peer[i]);
+		put_u32(out, p2p[i]);
+	}
+	return CUDA_SUCCESS;
+}

@@ -1,0 +1,595 @@
+/*
+ * rgpu's NVML: a drop-in libnvidia-ml.so.1 answering for the job's GPUs,
+ * the devices RGPU_SERVERS names, in the same order as the CUDA devices
+ * (NVML device i is CUDA device i), so nvidia-smi, PyTorch and NCCL on a
+ * node without GPUs see the GPUs the job got, and on a GPU node the job's
+ * GPUs rather than the node's.
+ *
+ * It answers through rgpu's client library (the libcuda.so.1 beside it, or
+ * the first on the library path): names, UUIDs and compute capability
+ * from the device properties every client caches at cuInit, PCI bus ids,
+ * memory, utilisation and peer reachability from the GPU's server
+ * (RGPU_OP_GPU_STATUS; a GPU with a quota reports the quota as its
+ * memory).  Topology between GPUs: of one server, NODE (PCIe/NVLink detail
+ * is not known here); of different servers, SYSTEM.  NVLink, MIG, clocks,
+ * power and the rest answer NVML_ERROR_NOT_SUPPORTED.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include "rgpu_nvml.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define API __attribute__((visibility("default")))
+#define MAXDEV 64
+#define DEV_MAGIC 0x4e564d4c
+
+struct nvml_dev {
+	uint32_t magic;
+	int index;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int refs;
+static int ndev;
+static struct nvml_dev devs[MAXDEV];
+static void *cudalib;
+
+static struct {
+	CUresult (*init)(unsigned);
+	CUresult (*count)(int *);
+	CUresult (*get)(CUdevice *, int);
+	CUresult (*name)(char *, int, CUdevice);
+	CUresult (*uuid)(CUuuid *, CUdevice);
+	CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
+	CUresult (*version)(int *);
+	int (*status)(int, char *, size_t, uint64_t *, uint64_t *, unsigned *, unsigned *, int *);
+} cu;
+
+API const char *rgpu_nvml_version(void) { return "rgpu-nvml 1"; }
+
+/* rgpu's libcuda.so.1: beside this library, else the first on the path;
+ * never a real driver (it knows nothing of the job's GPUs). */
+static void *load_client(void)
+{
+	Dl_info di;
+	char path[4096];
+	void *h = NULL;
+	if (dladdr((void *)load_client, &di) && di.dli_fname) {
+		const char *slash = strrchr(di.dli_fname, '/');
+		if (slash && (size_t)(slash - di.dli_fname) < sizeof(path) - 16) {
+			snprintf(path, sizeof(path), "%.*s/libcuda.so.1", (int)(slash - di.dli_fname),
+				 di.dli_fname);
+			h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+			if (h && !dlsym(h, "rgpu_client_version")) {
+				dlclose(h);
+				h = NULL;
+			}
+		}
+	}
+	if (!h) {
+		h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+		if (h && !dlsym(h, "rgpu_client_version")) {
+			dlclose(h);
+			h = NULL;
+		}
+	}
+	return h;
+}
+
+static nvmlReturn_t init_locked(void)
+{
+	if (refs++)
+		return NVML_SUCCESS;
+	if (!cudalib && !(cudalib = load_client())) {
+		fprintf(stderr, "rgpu NVML: rgpu's libcuda.so.1 was not found beside libnvidia-ml.so.1 "
+				"nor on the library path\n");
+		refs = 0;
+		return NVML_ERROR_LIBRARY_NOT_FOUND;
+	}
+	*(void **)&cu.init = dlsym(cudalib, "cuInit");
+	*(void **)&cu.count = dlsym(cudalib, "cuDeviceGetCount");
+	*(void **)&cu.get = dlsym(cudalib, "cuDeviceGet");
+	*(void **)&cu.name = dlsym(cudalib, "cuDeviceGetName");
+	*(void **)&cu.uuid = dlsym(cudalib, "cuDeviceGetUuid");
+	*(void **)&cu.attr = dlsym(cudalib, "cuDeviceGetAttribute");
+	*(void **)&cu.version = dlsym(cudalib, "cuDriverGetVersion");
+	*(void **)&cu.status = dlsym(cudalib, "rgpu_client_gpu_status");
+	if (!cu.init || !cu.count || !cu.get || !cu.name || !cu.uuid || !cu.attr || !cu.version ||
+	    !cu.status) {
+		refs = 0;
+		return NVML_ERROR_FUNCTION_NOT_FOUND;
+	}
+	int n = 0;
+	if (cu.init(0) || cu.count(&n)) {
+		/* the client logged why (no server, refused, ...) */
+		refs = 0;
+		return NVML_ERROR_DRIVER_NOT_LOADED;
+	}
+	ndev = n < MAXDEV ? n : MAXDEV;
+	for (int i = 0; i < ndev; i++)
+		devs[i] = (struct nvml_dev){ DEV_MAGIC, i };
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlInit_v2(void)
+{
+	pthread_mutex_lock(&lock);
+	nvmlReturn_t rc = init_locked();
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+API nvmlReturn_t nvmlInit(void) { return nvmlInit_v2(); }
+API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
+{
+	(void)flags;
+	return nvmlInit_v2();
+}
+
+API nvmlReturn_t nvmlShutdown(void)
+{
+	pthread_mutex_lock(&lock);
+	nvmlReturn_t rc = refs ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+	if (refs)
+		refs--;
+	pthread_mutex_unlock(&lock);
+	return rc;
+}
+
+API const char *nvmlErrorString(nvmlReturn_t r)
+{
+	switch (r) {
+	case NVML_SUCCESS: return "Success";
+	case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
+	case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
+	case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+	case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
+	case NVML_ERROR_NOT_FOUND: return "Not Found";
+	case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
+	case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+	case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
+	case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
+	case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
+	case NVML_ERROR_MEMORY: return "Insufficient Memory";
+	case NVML_ERROR_NO_DATA: return "No data";
+	case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
+	default: return "Unknown Error";
+	}
+}
+
+static nvmlReturn_t ready(void)
+{
+	pthread_mutex_lock(&lock);
+	int r = refs;
+	pthread_mutex_unlock(&lock);
+	return r ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
+}
+
+/* the device behind a handle, checked */
+static nvmlReturn_t dev_of(nvmlDevice_t d, int *idx)
+{
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	struct nvml_dev *p = (struct nvml_dev *)d;
+	if (!p || p < devs || p >= devs + ndev || p->magic != DEV_MAGIC)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*idx = p->index;
+	return NVML_SUCCESS;
+}
+
+static nvmlReturn_t copy_str(char *dst, unsigned len, const char *s)
+{
+	if (!dst)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (strlen(s) + 1 > len)
+		return NVML_ERROR_INSUFFICIENT_SIZE;
+	memcpy(dst, s, strlen(s) + 1);
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
+{
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	if (!v)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return cu.version(v) ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return nvmlSystemGetCudaDriverVersion(v); }
+
+/* The servers' kernel driver version is not known here: the CUDA driver
+ * API version the client serves stands in for it. */
+API nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len)
+{
+	int v = 0;
+	nvmlReturn_t rc = nvmlSystemGetCudaDriverVersion(&v);
+	if (rc)
+		return rc;
+	char s[32];
+	snprintf(s, sizeof(s), "%d.%d", v / 1000, v % 1000 / 10);
+	return copy_str(buf, len, s);
+}
+
+API nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned int len)
+{
+	int v = 0;
+	nvmlReturn_t rc = nvmlSystemGetCudaDriverVersion(&v);
+	if (rc)
+		return rc;
+	char s[32];
+	snprintf(s, sizeof(s), "%d.%d-rgpu", v / 1000, v % 1000 / 10);
+	return copy_str(buf, len, s);
+}
+
+API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *n)
+{
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	if (!n)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*n = (unsigned)ndev;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetCount(unsigned int *n) { return nvmlDeviceGetCount_v2(n); }
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t *d)
+{
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	if (!d || i >= (unsigned)ndev)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*d = (nvmlDevice_t)&devs[i];
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int i, nvmlDevice_t *d)
+{
+	return nvmlDeviceGetHandleByIndex_v2(i, d);
+}
+
+API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t d, unsigned int *i)
+{
+	int idx;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!i)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*i = (unsigned)idx;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *m)
+{
+	return nvmlDeviceGetIndex(d, m);
+}
+
+API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int len)
+{
+	int idx;
+	CUdevice cd;
+	char s[256];
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (cu.get(&cd, idx) || cu.name(s, sizeof(s), cd))
+		return NVML_ERROR_UNKNOWN;
+	return copy_str(name, len, s);
+}
+
+static int uuid_str(int idx, char *s, size_t n)
+{
+	CUdevice cd;
+	CUuuid u;
+	if (cu.get(&cd, idx) || cu.uuid(&u, cd))
+		return -1;
+	const unsigned char *b = (const unsigned char *)u.bytes;
+	snprintf(s, n,
+		 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+		 b[13], b[14], b[15]);
+	return 0;
+}
+
+API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int len)
+{
+	int idx;
+	char s[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (uuid_str(idx, s, sizeof(s)) < 0)
+		return NVML_ERROR_UNKNOWN;
+	return copy_str(uuid, len, s);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d)
+{
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	if (!uuid || !d)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int i = 0; i < ndev; i++) {
+		char s[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+		if (uuid_str(i, s, sizeof(s)) == 0 && !strcasecmp(s, uuid)) {
+			*d = (nvmlDevice_t)&devs[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+struct status {
+	char bus[64];
+	uint64_t total, used;
+	unsigned ug, um;
+	int p2p[MAXDEV];
+};
+
+static nvmlReturn_t status_of(int idx, struct status *st)
+{
+	memset(st, 0, sizeof(*st));
+	int rc = cu.status(idx, st->bus, sizeof(st->bus), &st->total, &st->used, &st->ug, &st->um,
+			   st->p2p);
+	if (rc == CUDA_ERROR_DEVICE_UNAVAILABLE)
+		return NVML_ERROR_GPU_IS_LOST;
+	return rc ? NVML_ERROR_UNKNOWN : NVML_SUCCESS;
+}
+
+/* "dddddddd:bb:dd.f" (or a 4-digit domain) into its numbers */
+static int parse_bus(const char *s, unsigned *dom, unsigned *bus, unsigned *dev, unsigned *fn)
+{
+	return sscanf(s, "%x:%x:%x.%x", dom, bus, dev, fn) == 4 ? 0 : -1;
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
+{
+	int idx;
+	struct status st;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!pci)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((rc = status_of(idx, &st)))
+		return rc;
+	unsigned dom, bus, dv, fn;
+	if (parse_bus(st.bus, &dom, &bus, &dv, &fn) < 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	memset(pci, 0, sizeof(*pci));
+	pci->domain = dom;
+	pci->bus = bus;
+	pci->device = dv;
+	snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dv, fn);
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus,
+		 dv, fn);
+	CUdevice cd;
+	int id = 0;
+	if (!cu.get(&cd, idx) && !cu.attr(&id, CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID, cd))
+		pci->pciDeviceId = (unsigned)id;
+	if (!cu.get(&cd, idx) && !cu.attr(&id, CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID, cd))
+		pci->pciSubSystemId = (unsigned)id;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *pci)
+{
+	return nvmlDeviceGetPciInfo_v3(d, pci);
+}
+
+API nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t d, nvmlPciInfo_t *pci)
+{
+	return nvmlDeviceGetPciInfo_v3(d, pci);
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *busid, nvmlDevice_t *d)
+{
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	unsigned dom, bus, dv, fn;
+	if (!busid || !d || parse_bus(busid, &dom, &bus, &dv, &fn) < 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (int i = 0; i < ndev; i++) {
+		struct status st;
+		unsigned a, b, c, e;
+		if (status_of(i, &st) == NVML_SUCCESS && parse_bus(st.bus, &a, &b, &c, &e) == 0 &&
+		    a == dom && b == bus && c == dv && e == fn) {
+			*d = (nvmlDevice_t)&devs[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *busid, nvmlDevice_t *d)
+{
+	return nvmlDeviceGetHandleByPciBusId_v2(busid, d);
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m)
+{
+	int idx;
+	struct status st;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!m)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((rc = status_of(idx, &st)))
+		return rc;
+	m->total = st.total;
+	m->used = st.used < st.total ? st.used : st.total;
+	m->free = st.total - m->used;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t d, nvmlMemory_v2_t *m)
+{
+	nvmlMemory_t v1;
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	if (!m)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (m->version != nvmlMemory_v2)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	rc = nvmlDeviceGetMemoryInfo(d, &v1);
+	if (rc)
+		return rc;
+	m->total = v1.total;
+	m->reserved = 0;
+	m->free = v1.free;
+	m->used = v1.used;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
+{
+	int idx;
+	struct status st;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!u)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((rc = status_of(idx, &st)))
+		return rc;
+	if (st.ug > 100 || st.um > 100)
+		return NVML_ERROR_NOT_SUPPORTED; /* the server has no NVML */
+	u->gpu = st.ug;
+	u->memory = st.um;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, int *minor)
+{
+	int idx;
+	CUdevice cd;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!major || !minor)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (cu.get(&cd, idx) || cu.attr(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cd) ||
+	    cu.attr(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cd))
+		return NVML_ERROR_UNKNOWN;
+	return NVML_SUCCESS;
+}
+
+/* same server (and peer access) from the GPU status of a */
+static nvmlReturn_t peers(nvmlDevice_t a, nvmlDevice_t b, int *same_server, int *p2p)
+{
+	int ia, ib;
+	struct status st;
+	nvmlReturn_t rc = dev_of(a, &ia);
+	if (!rc)
+		rc = dev_of(b, &ib);
+	if (!rc)
+		rc = status_of(ia, &st);
+	if (rc)
+		return rc;
+	*same_server = st.p2p[ib] >= 0;
+	*p2p = st.p2p[ib] > 0;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t a, nvmlDevice_t b,
+						     nvmlGpuTopologyLevel_t *level)
+{
+	int same, p2p;
+	nvmlReturn_t rc = peers(a, b, &same, &p2p);
+	if (rc)
+		return rc;
+	if (!level)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*level = a == b ? NVML_TOPOLOGY_INTERNAL : same ? NVML_TOPOLOGY_NODE : NVML_TOPOLOGY_SYSTEM;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP2PCapsIndex_t idx,
+					nvmlGpuP2PStatus_t *status)
+{
+	int same, p2p;
+	nvmlReturn_t rc = peers(a, b, &same, &p2p);
+	if (rc)
+		return rc;
+	if (!status)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	switch (idx) {
+	case NVML_P2P_CAPS_INDEX_READ:
+	case NVML_P2P_CAPS_INDEX_WRITE:
+		*status = p2p ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+		return NVML_SUCCESS;
+	default:
+		/* NVLink and atomics: not known here */
+		*status = NVML_P2P_STATUS_NOT_SUPPORTED;
+		return NVML_SUCCESS;
+	}
+}
+
+/* What rgpu does not know about a remote GPU. */
+#define NOT_SUPPORTED(name, ...)                                   \
+	API nvmlReturn_t name(__VA_ARGS__)                         \
+	{                                                          \
+		nvmlReturn_t rc = ready();                         \
+		return rc ? rc : NVML_ERROR_NOT_SUPPORTED;         \
+	}
+NOT_SUPPORTED(nvmlDeviceGetNvLinkState, nvmlDevice_t d, unsigned int link, int *active)
+NOT_SUPPORTED(nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *p)
+NOT_SUPPORTED(nvmlDeviceGetNvLinkCapability, nvmlDevice_t d, unsigned int link, int cap, unsigned int *r)
+NOT_SUPPORTED(nvmlDeviceGetMigMode, nvmlDevice_t d, unsigned int *cur, unsigned int *pending)
+NOT_SUPPORTED(nvmlDeviceGetCpuAffinity, nvmlDevice_t d, unsigned int n, unsigned long *set)
+NOT_SUPPORTED(nvmlDeviceGetNumaNodeId, nvmlDevice_t d, unsigned int *node)
+NOT_SUPPORTED(nvmlDeviceGetTemperature, nvmlDevice_t d, int sensor, unsigned int *t)
+NOT_SUPPORTED(nvmlDeviceGetPowerUsage, nvmlDevice_t d, unsigned int *mw)
+NOT_SUPPORTED(nvmlDeviceGetPersistenceMode, nvmlDevice_t d, int *mode)
+NOT_SUPPORTED(nvmlDeviceGetComputeMode, nvmlDevice_t d, int *mode)
+
+API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig)
+{
+	int idx;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!is_mig)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*is_mig = 0;
+	return NVML_SUCCESS;
+}
+
+/* Processes on a remote GPU are the server's business: none listed. */
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, void *infos)
+{
+	int idx;
+	(void)infos;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!count)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*count = 0;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count, void *infos)
+{
+	return nvmlDeviceGetComputeRunningProcesses_v3(d, count, infos);
+}

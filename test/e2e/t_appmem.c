@@ -1,0 +1,436 @@
+/*
+ * Application memory through rgpu (issue 10): the VMM API (reserve, create,
+ * map, set access, retain, properties, unmap) with data checked and a
+ * kernel run on VMM memory, shareable handles exported to a second process
+ * of the job and imported there, stream-ordered pools (async alloc and
+ * free in stream order, reuse, release threshold, trim, attributes,
+ * created pools), 2D memsets, and peer copies between two GPUs of one
+ * server (or their refusal between servers).
+ *
+ * Runs unchanged on a real driver.  Environment:
+ *   T_APPMEM_PEER=1   device 0 and 1 are GPUs of one server: peer copies
+ *   T_APPMEM_PEER=0   device 0 and 1 are on different servers: refused
+ * (unset: no peer part).  argv[1] = "child FD": the importing process.
+ */
+#include "common.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB (1ull << 20)
+
+static size_t gran;
+
+static CUmemAllocationProp dev_prop(int dev, int shareable)
+{
+	CUmemAllocationProp p;
+	memset(&p, 0, sizeof(p));
+	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = dev;
+	if (shareable)
+		p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	return p;
+}
+
+static void fill_pattern(uint32_t *h, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		h[i] = seed * 2654435761u + (uint32_t)i;
+}
+
+static void test_vmm(CUmodule mod)
+{
+	CUmemAllocationProp prop = dev_prop(0, 1);
+	CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CHECK(gran && (gran & (gran - 1)) == 0, "granularity %zu", gran);
+	size_t rec;
+	CK(cuMemGetAllocationGranularity(&rec, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+	CHECK(rec % gran == 0, "recommended %zu", rec);
+
+	size_t chunk = 2 * gran, total = 2 * chunk;
+	size_t free0, tot0, free1, tot1;
+	CK(cuMemGetInfo(&free0, &tot0));
+	CUdeviceptr va;
+	CK(cuMemAddressReserve(&va, total, 0, 0, 0));
+	CHECK(va % gran == 0, "reservation %#llx not aligned", (unsigned long long)va);
+	/* a second reservation does not overlap the first */
+	CUdeviceptr va2;
+	CK(cuMemAddressReserve(&va2, gran, 0, 0, 0));
+	CHECK(va2 + gran <= va || va2 >= va + total, "overlapping reservations");
+	CK(cuMemAddressFree(va2, gran));
+
+	CUmemGenericAllocationHandle h[2];
+	CK(cuMemCreate(&h[0], chunk, &prop, 0));
+	CK(cuMemCreate(&h[1], chunk, &prop, 0));
+	CK(cuMemGetInfo(&free1, &tot1));
+	CHECK(free0 - free1 >= total, "free memory fell by %zu, not %zu", free0 - free1, total);
+	CK(cuMemMap(va, chunk, 0, h[0], 0));
+	CK(cuMemMap(va + chunk, chunk, 0, h[1], 0));
+	/* mapping over a mapping fails */
+	EXPECT_RC(cuMemMap(va, chunk, 0, h[1], 0), CUDA_ERROR_INVALID_VALUE);
+	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CK(cuMemSetAccess(va, total, &acc, 1));
+	unsigned long long flags = 0;
+	CK(cuMemGetAccess(&flags, &prop.location, va + chunk + 4096));
+	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "access %llu", flags);
+
+	/* data across both mappings */
+	size_t n = total / 4;
+	uint32_t *hb = xmalloc(total), *back = xmalloc(total);
+	fill_pattern(hb, n, 7);
+	CK(cuMemcpyHtoD(va, hb, total));
+	memset(back, 0, total);
+	CK(cuMemcpyDtoH(back, va, total));
+	CHECK(!memcmp(hb, back, total), "VMM data differs after a round trip");
+	/* unified addressing knows it is device memory */
+	CK(cuMemcpy((CUdeviceptr)(uintptr_t)back, va + 8, 64));
+	CHECK(!memcmp(back, (char *)hb + 8, 64), "cuMemcpy from VMM memory");
+	/* a kernel on it: fill_u32 over the second mapping */
+	CUfunction fill = get_func(mod, "fill_u32");
+	CUdeviceptr p2 = va + chunk;
+	unsigned v = 0xabcd1234u;
+	unsigned long long cnt = chunk / 4;
+	void *args[] = { &p2, &v, &cnt };
+	CK(cuLaunchKernel(fill, (unsigned)((cnt + 255) / 256), 1, 1, 256, 1, 1, 0, NULL, args, NULL));
+	CK(cuCtxSynchronize());
+	CK(cuMemcpyDtoH(back, va, total));
+	CHECK(!memcmp(back, hb, chunk), "the first mapping changed");
+	for (size_t i = chunk / 4; i < n; i++)
+		CHECK(back[i] == v, "element %zu is %#x", i, back[i]);
+	CK(cuMemsetD32(va, 0x5a5a5a5au, n));
+	CK(cuMemcpyDtoH(back, va + total - 64, 64));
+	CHECK(back[0] == 0x5a5a5a5au && back[15] == 0x5a5a5a5au, "memset on VMM memory");
+
+	/* retain and properties */
+	CUmemGenericAllocationHandle r;
+	CK(cuMemRetainAllocationHandle(&r, (void *)(uintptr_t)(va + chunk + 100)));
+	CHECK(r == h[1], "retained handle differs");
+	CUmemAllocationProp got;
+	CK(cuMemGetAllocationPropertiesFromHandle(&got, r));
+	CHECK(got.location.id == 0 && got.type == CU_MEM_ALLOCATION_TYPE_PINNED &&
+		      got.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+	      "properties from the handle");
+	CK(cuMemRelease(r));
+
+	/* the address range is still reserved: freeing it fails while mapped */
+	EXPECT_RC(cuMemAddressFree(va, total), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemUnmap(va, total));
+	EXPECT_RC(cuMemcpyHtoD(va, hb, 64), CUDA_ERROR_INVALID_VALUE);
+	/* map again after unmap (the handles still live), then release while
+	 * mapped: the memory lives until unmapped */
+	CK(cuMemMap(va, chunk, 0, h[0], 0));
+	CK(cuMemSetAccess(va, chunk, &acc, 1));
+	CK(cuMemRelease(h[0]));
+	CK(cuMemcpyHtoD(va, hb, 64));
+	CK(cuMemUnmap(va, chunk));
+	CK(cuMemRelease(h[1]));
+	EXPECT_RC(cuMemRelease(h[1]), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemAddressFree(va, total));
+	size_t free2, tot2;
+	CK(cuMemGetInfo(&free2, &tot2));
+	CHECK(free2 >= free0 - gran, "memory not given back: free %zu, was %zu", free2, free0);
+	free(hb);
+	free(back);
+	say("VMM: reserve, create, map, access, kernel, retain, unmap, release ok");
+}
+
+/* The importing process: maps the exported memory, checks the exporter's
+ * data, writes its own. */
+static int child(int fd)
+{
+	CUcontext ctx = primary_ctx(0, NULL);
+	(void)ctx;
+	CUmemAllocationProp prop = dev_prop(0, 1);
+	CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CUmemGenericAllocationHandle h;
+	CK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CUmemAllocationProp got;
+	CK(cuMemGetAllocationPropertiesFromHandle(&got, h));
+	CHECK(got.location.id == 0, "imported on device %d", got.location.id);
+	CUdeviceptr va;
+	CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+	CK(cuMemMap(va, gran, 0, h, 0));
+	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CK(cuMemSetAccess(va, gran, &acc, 1));
+	uint32_t buf[256], want[256];
+	fill_pattern(want, 256, 99);
+	CK(cuMemcpyDtoH(buf, va, sizeof(buf)));
+	CHECK(!memcmp(buf, want, sizeof(buf)), "the importer does not see the exporter's data");
+	fill_pattern(want, 256, 123);
+	CK(cuMemcpyHtoD(va, want, sizeof(want)));
+	CK(cuMemUnmap(va, gran));
+	CK(cuMemRelease(h));
+	CK(cuMemAddressFree(va, gran));
+	primary_ctx_release(0);
+	printf("child: imported, read and wrote shared memory\n");
+	return 0;
+}
+
+static void test_share(const char *self)
+{
+	CUmemAllocationProp prop = dev_prop(0, 1);
+	CUmemGenericAllocationHandle h;
+	CK(cuMemCreate(&h, gran, &prop, 0));
+	CUdeviceptr va;
+	CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+	CK(cuMemMap(va, gran, 0, h, 0));
+	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CK(cuMemSetAccess(va, gran, &acc, 1));
+	uint32_t buf[256];
+	fill_pattern(buf, 256, 99);
+	CK(cuMemcpyHtoD(va, buf, sizeof(buf)));
+
+	/* not exportable without the handle type asked for at creation */
+	CUmemAllocationProp plain = dev_prop(0, 0);
+	CUmemGenericAllocationHandle hp;
+	int fd = -1;
+	CK(cuMemCreate(&hp, gran, &plain, 0));
+	EXPECT_RC(cuMemExportToShareableHandle(&fd, hp, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		  CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemRelease(hp));
+
+	CK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CHECK(fd >= 0, "exported descriptor %d", fd);
+	/* the child inherits the descriptor */
+	int flags = fcntl(fd, F_GETFD);
+	CHECK(flags >= 0 && fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC) == 0, "fcntl");
+	char fds[16];
+	snprintf(fds, sizeof(fds), "%d", fd);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(self, self, "child", fds, (char *)NULL);
+		_exit(127);
+	}
+	CHECK(pid > 0, "fork");
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the importing process failed (status %#x)", st);
+	close(fd);
+	uint32_t want[256];
+	fill_pattern(want, 256, 123);
+	CK(cuMemcpyDtoH(buf, va, sizeof(buf)));
+	CHECK(!memcmp(buf, want, sizeof(buf)), "the exporter does not see the importer's writes");
+
+	/* a forged descriptor is refused */
+	int bad = memfd_create("not-rgpu", 0);
+	CHECK(bad >= 0 && write(bad, "RGPUSHR1garbage", 15) == 15, "memfd");
+	CUmemGenericAllocationHandle hb;
+	CUresult rc = cuMemImportFromShareableHandle(&hb, (void *)(intptr_t)bad,
+						     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	CHECK(rc != CUDA_SUCCESS, "a forged shareable handle was imported");
+	close(bad);
+	CK(cuMemUnmap(va, gran));
+	CK(cuMemRelease(h));
+	CK(cuMemAddressFree(va, gran));
+	say("shareable handles: exported, imported by another process, data both ways");
+}
+
+static void test_pools(void)
+{
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CUmemoryPool def, cur;
+	CK(cuDeviceGetDefaultMemPool(&def, 0));
+	CK(cuDeviceGetMemPool(&cur, 0));
+	CHECK(def == cur, "the current pool is not the default one");
+	cuuint64_t thr = 0;
+	CK(cuMemPoolSetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+
+	size_t n = 1 << 20, bytes = n * 4;
+	CUdeviceptr p;
+	CK(cuMemAllocAsync(&p, bytes, s));
+	CK(cuMemsetD32Async(p, 0x01020304u, n, s));
+	uint32_t *hb = xmalloc(bytes);
+	CK(cuMemcpyDtoHAsync(hb, p, bytes, s));
+	CK(cuStreamSynchronize(s));
+	CHECK(hb[0] == 0x01020304u && hb[n - 1] == 0x01020304u, "pool memory contents");
+	cuuint64_t used = 0, reserved = 0;
+	CK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+	CK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+	CHECK(used >= bytes && reserved >= used, "used %llu reserved %llu", (unsigned long long)used,
+	      (unsigned long long)reserved);
+	CK(cuMemFreeAsync(p, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+	CHECK(used == 0, "used %llu after the free", (unsigned long long)used);
+	EXPECT_RC(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE);
+
+	/* a high threshold keeps the memory for reuse; trimming gives it back */
+	thr = 1ull << 40;
+	CK(cuMemPoolSetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	cuuint64_t thr2 = 0;
+	CK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr2));
+	CHECK(thr2 == thr, "threshold %llu", (unsigned long long)thr2);
+	CUdeviceptr q, q2;
+	CK(cuMemAllocAsync(&q, bytes, s));
+	CK(cuMemFreeAsync(q, s));
+	CK(cuMemAllocAsync(&q2, bytes, s));
+	CK(cuMemFreeAsync(q2, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+	CHECK(reserved >= bytes, "the pool kept %llu bytes", (unsigned long long)reserved);
+	CK(cuMemPoolTrimTo(def, 0));
+	CK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved));
+	CHECK(reserved == 0, "%llu bytes reserved after the trim", (unsigned long long)reserved);
+
+	/* a pool of its own */
+	CUmemPoolProps pp;
+	memset(&pp, 0, sizeof(pp));
+	pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	pp.location.id = 0;
+	CUmemoryPool mine;
+	CK(cuMemPoolCreate(&mine, &pp));
+	CUmemAccessDesc acc = { .location = pp.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CK(cuMemPoolSetAccess(mine, &acc, 1));
+	CUmemAccess_flags af;
+	CK(cuMemPoolGetAccess(&af, mine, &pp.location));
+	CHECK(af == CU_MEM_ACCESS_FLAGS_PROT_READWRITE, "pool access %d", (int)af);
+	CUdeviceptr m;
+	CK(cuMemAllocFromPoolAsync(&m, 4096, mine, s));
+	CK(cuMemsetD8Async(m, 0x77, 4096, s));
+	unsigned char c[4096];
+	CK(cuMemcpyDtoHAsync(c, m, sizeof(c), s));
+	CK(cuStreamSynchronize(s));
+	CHECK(c[0] == 0x77 && c[4095] == 0x77, "created pool memory");
+	CK(cuDeviceSetMemPool(0, mine));
+	CK(cuDeviceGetMemPool(&cur, 0));
+	CHECK(cur == mine, "cuDeviceSetMemPool");
+	CUdeviceptr m2;
+	CK(cuMemAllocAsync(&m2, 4096, s));
+	CK(cuMemFreeAsync(m2, s));
+	CK(cuMemFreeAsync(m, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuDeviceSetMemPool(0, def));
+	EXPECT_RC(cuMemPoolDestroy(def), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemPoolDestroy(mine));
+	CK(cuStreamDestroy(s));
+	free(hb);
+	say("pools: async alloc/free in stream order, threshold, trim, created pool ok");
+}
+
+static void test_memset2d(void)
+{
+	size_t w = 100, hgt = 37, pitch = 512;
+	CUdeviceptr d;
+	CK(cuMemAlloc(&d, pitch * hgt));
+	CK(cuMemsetD8(d, 0, pitch * hgt));
+	CK(cuMemsetD2D32(d, pitch, 0xdeadbeefu, w, hgt));
+	unsigned char *h = xmalloc(pitch * hgt);
+	CK(cuMemcpyDtoH(h, d, pitch * hgt));
+	for (size_t y = 0; y < hgt; y++)
+		for (size_t x = 0; x < pitch / 4; x++) {
+			uint32_t v;
+			memcpy(&v, h + y * pitch + x * 4, 4);
+			CHECK(v == (x < w ? 0xdeadbeefu : 0u), "D2D32 at row %zu col %zu: %#x", y, x, v);
+		}
+	CUstream s;
+	CK(cuStreamCreate(&s, 0));
+	CK(cuMemsetD2D8Async(d + 1, pitch, 0x11, 5, hgt, s));
+	CK(cuMemsetD2D16Async(d + 8, pitch, 0x2233, 3, 2, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuMemcpyDtoH(h, d, pitch * hgt));
+	CHECK(h[0] == 0xef && h[1] == 0x11 && h[5] == 0x11 && h[6] == 0xad, "D2D8Async row 0");
+	CHECK(h[(hgt - 1) * pitch + 5] == 0x11, "D2D8Async last row");
+	CHECK(h[8] == 0x33 && h[9] == 0x22 && h[pitch + 13] == 0x22 && h[2 * pitch + 8] == 0xef,
+	      "D2D16Async");
+	/* beyond the allocation: refused */
+	EXPECT_RC(cuMemsetD2D8(d, pitch, 1, w, hgt + 1), CUDA_ERROR_INVALID_VALUE);
+	CK(cuStreamDestroy(s));
+	CK(cuMemFree(d));
+	free(h);
+	say("2D memsets ok");
+}
+
+static void test_peer(int same_server)
+{
+	int n = 0;
+	CK(cuDeviceGetCount(&n));
+	if (n < 2)
+		fail("peer test needs two devices, have %d", n);
+	CUdevice d0, d1;
+	CK(cuDeviceGet(&d0, 0));
+	CK(cuDeviceGet(&d1, 1));
+	int can = -1;
+	CK(cuDeviceCanAccessPeer(&can, d0, d1));
+	CHECK(can == same_server, "canAccessPeer %d", can);
+	CUcontext c0, c1;
+	CK(cuDevicePrimaryCtxRetain(&c0, d0));
+	CK(cuDevicePrimaryCtxRetain(&c1, d1));
+	size_t bytes = 3 * MiB + 12;
+	CUdeviceptr a, b;
+	CK(cuCtxSetCurrent(c0));
+	CK(cuMemAlloc(&a, bytes));
+	CK(cuCtxSetCurrent(c1));
+	CK(cuMemAlloc(&b, bytes));
+	unsigned char *h = xmalloc(bytes), *back = xmalloc(bytes);
+	for (size_t i = 0; i < bytes; i++)
+		h[i] = (unsigned char)(i * 31 + 7);
+	CK(cuCtxSetCurrent(c0));
+	CK(cuMemcpyHtoD(a, h, bytes));
+	if (!same_server) {
+		EXPECT_RC(cuMemcpyPeer(b, c1, a, c0, bytes), CUDA_ERROR_NOT_SUPPORTED);
+		EXPECT_RC(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
+		say("peers on different servers: refused as documented");
+	} else {
+		CK(cuCtxEnablePeerAccess(c1, 0));
+		EXPECT_RC(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
+		int rank = -1, ok = -1;
+		CK(cuDeviceGetP2PAttribute(&ok, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, d0, d1));
+		CK(cuDeviceGetP2PAttribute(&rank, CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK, d0, d1));
+		CHECK(ok == 1 && rank >= 0, "P2P attributes %d %d", ok, rank);
+		CK(cuMemcpyPeer(b, c1, a, c0, bytes));
+		CK(cuCtxSetCurrent(c1));
+		memset(back, 0, bytes);
+		CK(cuMemcpyDtoH(back, b, bytes));
+		CHECK(!memcmp(back, h, bytes), "peer copy 0 -> 1 differs");
+		/* and back, asynchronously on a stream of device 1 */
+		CUstream s;
+		CK(cuStreamCreate(&s, 0));
+		CK(cuMemsetD8Async(b, 0x3c, 1000, s));
+		CK(cuMemcpyPeerAsync(a + 5, c0, b, c1, 2000, s));
+		CK(cuStreamSynchronize(s));
+		CK(cuCtxSetCurrent(c0));
+		CK(cuMemcpyDtoH(back, a, 2005));
+		CHECK(back[4] == h[4] && back[5] == 0x3c && back[1004] == 0x3c && back[1005] == h[1000] &&
+			      back[2004] == h[1999],
+		      "async peer copy 1 -> 0 differs");
+		CK(cuCtxDisablePeerAccess(c1));
+		EXPECT_RC(cuCtxDisablePeerAccess(c1), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+		CK(cuCtxSetCurrent(c1));
+		CK(cuStreamDestroy(s));
+		say("peer copies between two GPUs of one server ok");
+	}
+	CK(cuCtxSetCurrent(c1));
+	CK(cuMemFree(b));
+	CK(cuCtxSetCurrent(c0));
+	CK(cuMemFree(a));
+	CK(cuCtxSetCurrent(NULL));
+	CK(cuDevicePrimaryCtxRelease(d1));
+	CK(cuDevicePrimaryCtxRelease(d0));
+	free(h);
+	free(back);
+}
+
+int main(int argc, char **argv)
+{
+	e2e_init(argv[0]);
+	if (argc == 3 && !strcmp(argv[1], "child"))
+		return child(atoi(argv[2]));
+	primary_ctx(0, NULL);
+	CUmodule mod = load_test_module();
+	test_vmm(mod);
+	test_share(argv[0]);
+	test_pools();
+	test_memset2d();
+	CK(cuModuleUnload(mod));
+	primary_ctx_release(0);
+	const char *peer = getenv("T_APPMEM_PEER");
+	if (peer && *peer)
+		test_peer(atoi(peer));
+	printf("t_appmem: OK\n");
+	return 0;
+}

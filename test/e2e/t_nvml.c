@@ -1,0 +1,144 @@
+/*
+ * rgpu's NVML (nvml/) lists exactly the GPUs of RGPU_SERVERS, in CUDA's
+ * order, with CUDA's names, UUIDs and memory, PCI bus ids that find the
+ * same handles, and the topology between them: T_NVML_SAME=1 when the two
+ * devices are GPUs of one server (peers), 0 when of two servers.
+ *
+ * T_NVML_LIB names the library (dlopen()ed, as NVIDIA's libraries do).
+ */
+#include "common.h"
+#include "../../nvml/rgpu_nvml.h"
+
+#include <dlfcn.h>
+#include <strings.h>
+
+#define SYM(name) *(void **)&name = dlsym(lib, #name); if (!name) fail("%s lacks %s", path, #name)
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	e2e_init(argv[0]);
+	const char *path = getenv("T_NVML_LIB"), *servers = getenv("RGPU_SERVERS");
+	if (!path || !servers)
+		fail("T_NVML_LIB and RGPU_SERVERS must be set");
+	void *lib = dlopen(path, RTLD_NOW);
+	if (!lib)
+		fail("dlopen %s: %s", path, dlerror());
+	nvmlReturn_t (*nvmlInit_v2)(void), (*nvmlShutdown)(void);
+	nvmlReturn_t (*nvmlDeviceGetCount_v2)(unsigned *);
+	nvmlReturn_t (*nvmlDeviceGetHandleByIndex_v2)(unsigned, nvmlDevice_t *);
+	nvmlReturn_t (*nvmlDeviceGetHandleByUUID)(const char *, nvmlDevice_t *);
+	nvmlReturn_t (*nvmlDeviceGetHandleByPciBusId_v2)(const char *, nvmlDevice_t *);
+	nvmlReturn_t (*nvmlDeviceGetName)(nvmlDevice_t, char *, unsigned);
+	nvmlReturn_t (*nvmlDeviceGetUUID)(nvmlDevice_t, char *, unsigned);
+	nvmlReturn_t (*nvmlDeviceGetPciInfo_v3)(nvmlDevice_t, nvmlPciInfo_t *);
+	nvmlReturn_t (*nvmlDeviceGetMemoryInfo)(nvmlDevice_t, nvmlMemory_t *);
+	nvmlReturn_t (*nvmlDeviceGetUtilizationRates)(nvmlDevice_t, nvmlUtilization_t *);
+	nvmlReturn_t (*nvmlDeviceGetTopologyCommonAncestor)(nvmlDevice_t, nvmlDevice_t, nvmlGpuTopologyLevel_t *);
+	nvmlReturn_t (*nvmlDeviceGetP2PStatus)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *);
+	nvmlReturn_t (*nvmlSystemGetDriverVersion)(char *, unsigned);
+	nvmlReturn_t (*nvmlDeviceGetCudaComputeCapability)(nvmlDevice_t, int *, int *);
+	SYM(nvmlInit_v2);
+	SYM(nvmlShutdown);
+	SYM(nvmlDeviceGetCount_v2);
+	SYM(nvmlDeviceGetHandleByIndex_v2);
+	SYM(nvmlDeviceGetHandleByUUID);
+	SYM(nvmlDeviceGetHandleByPciBusId_v2);
+	SYM(nvmlDeviceGetName);
+	SYM(nvmlDeviceGetUUID);
+	SYM(nvmlDeviceGetPciInfo_v3);
+	SYM(nvmlDeviceGetMemoryInfo);
+	SYM(nvmlDeviceGetUtilizationRates);
+	SYM(nvmlDeviceGetTopologyCommonAncestor);
+	SYM(nvmlDeviceGetP2PStatus);
+	SYM(nvmlSystemGetDriverVersion);
+	SYM(nvmlDeviceGetCudaComputeCapability);
+
+	unsigned n = 0;
+	if (nvmlDeviceGetCount_v2(&n) != NVML_ERROR_UNINITIALIZED)
+		fail("a call before nvmlInit did not say UNINITIALIZED");
+	if (nvmlInit_v2() != NVML_SUCCESS)
+		fail("nvmlInit_v2 failed");
+	if (nvmlDeviceGetCount_v2(&n) != NVML_SUCCESS)
+		fail("nvmlDeviceGetCount_v2");
+	unsigned want = 1;
+	for (const char *c = servers; *c; c++)
+		want += *c == ',';
+	CHECK(n == want, "NVML lists %u GPUs, RGPU_SERVERS names %u", n, want);
+	char ver[80];
+	CHECK(nvmlSystemGetDriverVersion(ver, sizeof(ver)) == NVML_SUCCESS && ver[0], "driver version");
+	CK(cuInit(0));
+	nvmlDevice_t h[8];
+	char bus[8][32];
+	for (unsigned i = 0; i < n && i < 8; i++) {
+		CHECK(nvmlDeviceGetHandleByIndex_v2(i, &h[i]) == NVML_SUCCESS, "handle %u", i);
+		CUdevice d;
+		CK(cuDeviceGet(&d, (int)i));
+		char cname[256], nname[96];
+		CK(cuDeviceGetName(cname, sizeof(cname), d));
+		CHECK(nvmlDeviceGetName(h[i], nname, sizeof(nname)) == NVML_SUCCESS && !strcmp(cname, nname),
+		      "name of GPU %u: NVML '%s', CUDA '%s'", i, nname, cname);
+		CUuuid u;
+		CK(cuDeviceGetUuid(&u, d));
+		char want_uuid[80], uuid[80];
+		const unsigned char *b = (const unsigned char *)u.bytes;
+		snprintf(want_uuid, sizeof(want_uuid),
+			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+			 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+		CHECK(nvmlDeviceGetUUID(h[i], uuid, sizeof(uuid)) == NVML_SUCCESS && !strcmp(uuid, want_uuid),
+		      "UUID of GPU %u: %s, want %s", i, uuid, want_uuid);
+		CHECK(nvmlDeviceGetUUID(h[i], uuid, 10) == NVML_ERROR_INSUFFICIENT_SIZE, "short buffer");
+		nvmlDevice_t byu;
+		CHECK(nvmlDeviceGetHandleByUUID(want_uuid, &byu) == NVML_SUCCESS && byu == h[i], "by UUID");
+		nvmlPciInfo_t pci;
+		CHECK(nvmlDeviceGetPciInfo_v3(h[i], &pci) == NVML_SUCCESS && pci.busId[0], "PCI info");
+		int cubus = -1;
+		CK(cuDeviceGetAttribute(&cubus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d));
+		CHECK((int)pci.bus == cubus, "PCI bus %u, CUDA says %d", pci.bus, cubus);
+		snprintf(bus[i], sizeof(bus[i]), "%s", pci.busId);
+		size_t total;
+		CK(cuDeviceTotalMem(&total, d));
+		nvmlMemory_t m;
+		CHECK(nvmlDeviceGetMemoryInfo(h[i], &m) == NVML_SUCCESS && m.total == total &&
+			      m.used <= m.total && m.free == m.total - m.used,
+		      "memory of GPU %u: total %llu (CUDA %zu), used %llu, free %llu", i, m.total, total,
+		      m.used, m.free);
+		nvmlUtilization_t ut;
+		nvmlReturn_t r = nvmlDeviceGetUtilizationRates(h[i], &ut);
+		CHECK(r == NVML_SUCCESS || r == NVML_ERROR_NOT_SUPPORTED, "utilization: %d", (int)r);
+		int maj = 0, min = -1, cmaj = 0;
+		CK(cuDeviceGetAttribute(&cmaj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d));
+		CHECK(nvmlDeviceGetCudaComputeCapability(h[i], &maj, &min) == NVML_SUCCESS && maj == cmaj,
+		      "compute capability");
+		say("NVML GPU %u: %s %s %s %llu MiB", i, nname, uuid, pci.busId, m.total >> 20);
+	}
+	for (unsigned i = 0; i < n && i < 8; i++) {
+		nvmlDevice_t byp;
+		/* bus ids of GPUs of different servers may coincide; then the
+		 * first of them answers */
+		CHECK(nvmlDeviceGetHandleByPciBusId_v2(bus[i], &byp) == NVML_SUCCESS, "by PCI bus id %s", bus[i]);
+	}
+	const char *same = getenv("T_NVML_SAME");
+	if (same && n >= 2) {
+		nvmlGpuTopologyLevel_t lv;
+		nvmlGpuP2PStatus_t ps;
+		CHECK(nvmlDeviceGetTopologyCommonAncestor(h[0], h[1], &lv) == NVML_SUCCESS, "topology");
+		CHECK(nvmlDeviceGetP2PStatus(h[0], h[1], NVML_P2P_CAPS_INDEX_READ, &ps) == NVML_SUCCESS, "P2P");
+		if (atoi(same)) {
+			CHECK(lv == NVML_TOPOLOGY_NODE && ps == NVML_P2P_STATUS_OK, "one server: level %d, P2P %d",
+			      (int)lv, (int)ps);
+		} else {
+			CHECK(lv == NVML_TOPOLOGY_SYSTEM && ps == NVML_P2P_STATUS_NOT_SUPPORTED,
+			      "two servers: level %d, P2P %d", (int)lv, (int)ps);
+		}
+		CHECK(nvmlDeviceGetTopologyCommonAncestor(h[0], h[0], &lv) == NVML_SUCCESS &&
+			      lv == NVML_TOPOLOGY_INTERNAL, "a GPU with itself");
+	}
+	nvmlDevice_t bad;
+	CHECK(nvmlDeviceGetHandleByIndex_v2(n, &bad) == NVML_ERROR_INVALID_ARGUMENT, "index past the end");
+	CHECK(nvmlDeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000", &bad) == NVML_ERROR_NOT_FOUND,
+	      "unknown UUID");
+	CHECK(nvmlShutdown() == NVML_SUCCESS, "shutdown");
+	printf("t_nvml: OK (%u GPUs)\n", n);
+	return 0;
+}

@@ -1,0 +1,276 @@
+#!/bin/bash
+# Application memory and several GPUs through rgpud, against the local
+# driver, on the GPU machine (issue 10):
+#
+#   bash test/gpu/multi-gpu.sh --out DIR
+#
+# One GPU (always): t_appmem (VMM, shareable handles between two processes,
+# pools, 2D memsets) directly and through rgpud (TCP and the same-host
+# path); PyTorch training with expandable segments (its allocator then uses
+# the VMM API); a jitted JAX training step; CuPy results with the default
+# and the stream-ordered memory pool.  Each compares the results through
+# rgpud with the local run.
+# Two GPUs or more (skipped with a message otherwise): peer copy bandwidth
+# (torch, 256 MiB), t_appmem's peer part, an NCCL all-reduce with
+# torch.distributed (2 processes) and torchrun DDP losses, each through
+# rgpud against local; the NVML drop-in listing the GPUs of RGPU_SERVERS.
+#
+# Prints "RESULT name PASS|FAIL|SKIP detail" and "RATIO name x" lines (rgpu
+# / local), then "multi-gpu: N passed, N failed, N skipped".  Needs the
+# tree built (_build, with `make check` programs), python3 with torch, jax,
+# cupy.  Each part has its own time limit; the whole stays under 8 minutes.
+set -u
+OUT=""
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) OUT=$2; shift 2 ;;
+	--out=*) OUT=${1#--out=}; shift ;;
+	*) echo "usage: $0 --out DIR" >&2; exit 2 ;;
+	esac
+done
+[ -n "$OUT" ] || { echo "usage: $0 --out DIR" >&2; exit 2; }
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
+B=${top_builddir:-$src/_build}
+M=$src/test/gpu/multi
+REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
+CLIENT=$B/client/.libs
+NVML=$B/nvml/.libs
+RGPUD=$B/daemon/rgpud
+E2E=$B/test/e2e
+PY=${PYTHON:-python3}
+T0=$(date +%s)
+PASS=0 FAIL=0 SKIP=0
+
+result() { # name PASS|FAIL|SKIP detail
+	echo "RESULT $1 $2 ${3:-}"
+	case $2 in PASS) PASS=$((PASS + 1)) ;; FAIL) FAIL=$((FAIL + 1)) ;; *) SKIP=$((SKIP + 1)) ;; esac
+}
+
+free_port() {
+	$PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# the time left of the 8 minutes, for a part that wants up to $1 seconds
+budget() {
+	local left=$((450 - ($(date +%s) - T0)))
+	[ "$left" -lt "$1" ] && echo "$left" || echo "$1"
+}
+
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+echo "multi-gpu: $NGPU GPU(s): $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+if [ "$NGPU" -lt 1 ] || [ ! -x "$RGPUD" ] || [ ! -e "$CLIENT/libcuda.so.1" ]; then
+	echo "multi-gpu: needs a GPU and the built tree ($RGPUD, $CLIENT/libcuda.so.1)"
+	exit 1
+fi
+
+PORT=$(free_port)
+LD_LIBRARY_PATH=$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$RGPUD" --open --listen "127.0.0.1:$PORT" \
+	>"$OUT/rgpud.log" 2>&1 &
+RPID=$!
+trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null' EXIT
+for _ in $(seq 1 100); do
+	(exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
+	sleep 0.1
+done
+ONE="127.0.0.1:$PORT/0"
+TWOG="127.0.0.1:$PORT/0,127.0.0.1:$PORT/1"
+
+# run NAME SECONDS WHERE cmd...: output in $OUT/NAME.log; its exit status.
+# WHERE: "local" (the real driver first on the library path) or the
+# RGPU_SERVERS of a run through rgpud (the client library first).
+run() {
+	local name=$1 t where=$3
+	t=$(budget "$2")
+	shift 3
+	if [ "$t" -le 5 ]; then
+		echo "(no time left)" >"$OUT/$name.log"
+		return 124
+	fi
+	if [ "$where" = local ]; then
+		timeout -k 5 "$t" env LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@" \
+			>"$OUT/$name.log" 2>&1
+	else
+		timeout -k 5 "$t" env RGPU_SERVERS="$where" \
+			LD_LIBRARY_PATH="$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@" >"$OUT/$name.log" 2>&1
+	fi
+}
+
+# same LINE-prefix lines in two logs? (LOSS, RESULT, CHECK)
+same_lines() { # a b prefix
+	local a b
+	a=$(grep "^$3 " "$1" | sort)
+	b=$(grep "^$3 " "$2" | sort)
+	[ -n "$a" ] && [ "$a" = "$b" ]
+}
+
+# largest relative difference between LOSS lines of two logs
+loss_diff() {
+	$PY - "$1" "$2" <<'EOF'
+import sys
+def losses(p):
+    return {l.split()[1]: float(l.split()[2]) for l in open(p) if l.startswith("LOSS ")}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+if not a or set(a) != set(b):
+    print("missing"); sys.exit()
+print("%.2e" % max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-12) for k in a))
+EOF
+}
+
+compare_losses() { # name local.log rgpu.log
+	local d
+	d=$(loss_diff "$2" "$3")
+	if [ "$d" = missing ]; then
+		result "$1" FAIL "losses missing (see $2, $3)"
+	elif same_lines "$2" "$3" LOSS; then
+		result "$1" PASS "losses identical to local"
+	elif $PY -c "import sys; sys.exit(0 if float('$d') < 1e-5 else 1)"; then
+		result "$1" PASS "losses within $d of local (relative)"
+	else
+		result "$1" FAIL "losses differ from local by $d (relative)"
+	fi
+}
+
+# ---------------------------------------------------------------- 1 GPU
+echo "== one GPU"
+if [ -x "$E2E/t_appmem" ]; then
+	run appmem-local 60 local "$E2E/t_appmem"; l=$?
+	run appmem-rgpu-tcp 60 "$ONE" env RGPU_TRANSPORT=tcp "$E2E/t_appmem"; r1=$?
+	run appmem-rgpu-auto 60 "$ONE" "$E2E/t_appmem"; r2=$?
+	if [ $l -ne 0 ]; then
+		result t_appmem FAIL "fails on the local driver: $(tail -1 "$OUT/appmem-local.log")"
+	elif [ $r1 -eq 0 ] && [ $r2 -eq 0 ]; then
+		result t_appmem PASS "VMM, shareable handles, pools, 2D memsets through rgpud (TCP, same host)"
+	else
+		result t_appmem FAIL "through rgpud: tcp exit $r1, auto exit $r2: $(grep -h FAIL "$OUT"/appmem-rgpu-*.log | head -2 | tr '\n' ' ')"
+	fi
+else
+	result t_appmem SKIP "$E2E/t_appmem not built (make check builds it)"
+fi
+
+if $PY -c 'import torch' 2>/dev/null; then
+	run torch-local 90 local env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $PY "$M/torch_train.py"; l=$?
+	run torch-rgpu 120 "$ONE" env PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True $PY "$M/torch_train.py"; r=$?
+	if [ $l -ne 0 ]; then
+		result torch_vmm FAIL "local run failed (exit $l)"
+	elif [ $r -ne 0 ]; then
+		result torch_vmm FAIL "through rgpud: exit $r: $(grep -v '^LOSS' "$OUT/torch-rgpu.log" | tail -2 | tr '\n' ' ')"
+	else
+		compare_losses torch_vmm "$OUT/torch-local.log" "$OUT/torch-rgpu.log"
+	fi
+else
+	result torch_vmm SKIP "no torch"
+fi
+
+if $PY -c 'import jax' 2>/dev/null; then
+	# XLA would take 75% of the GPU up front: not needed here
+	JENV="XLA_PYTHON_CLIENT_PREALLOCATE=false"
+	run jax-local 90 local env $JENV $PY "$M/jax_step.py"; l=$?
+	run jax-rgpu 150 "$ONE" env $JENV $PY "$M/jax_step.py"; r=$?
+	if [ $l -ne 0 ]; then
+		result jax_step FAIL "local run failed (exit $l)"
+	elif [ $r -ne 0 ]; then
+		result jax_step FAIL "through rgpud: exit $r: $(grep -iE 'error|not supported' "$OUT/jax-rgpu.log" | head -3 | tr '\n' ' ')"
+	else
+		compare_losses jax_step "$OUT/jax-local.log" "$OUT/jax-rgpu.log"
+		same_lines "$OUT/jax-local.log" "$OUT/jax-rgpu.log" RESULT &&
+			echo "INFO jax final parameters identical to local" ||
+			echo "INFO jax final parameters differ from local (see the RESULT lines)"
+	fi
+else
+	result jax_step SKIP "no jax"
+fi
+
+if $PY -c 'import cupy' 2>/dev/null; then
+	run cupy-local 60 local $PY "$M/cupy_check.py"; l=$?
+	run cupy-rgpu 90 "$ONE" $PY "$M/cupy_check.py"; r=$?
+	if [ $l -ne 0 ]; then
+		result cupy FAIL "local run failed (exit $l)"
+	elif [ $r -ne 0 ]; then
+		result cupy FAIL "through rgpud: exit $r: $(tail -2 "$OUT/cupy-rgpu.log" | tr '\n' ' ')"
+	elif same_lines "$OUT/cupy-local.log" "$OUT/cupy-rgpu.log" RESULT; then
+		result cupy PASS "$(grep -c '^RESULT' "$OUT/cupy-rgpu.log") results identical to local (default and async pool)"
+	else
+		result cupy FAIL "results differ: $(diff <(grep ^RESULT "$OUT/cupy-local.log") <(grep ^RESULT "$OUT/cupy-rgpu.log") | grep '^[<>]' | head -4 | tr '\n' ' ')"
+	fi
+else
+	result cupy SKIP "no cupy"
+fi
+
+# ---------------------------------------------------------------- 2 GPUs
+echo "== two GPUs of one server"
+if [ "$NGPU" -lt 2 ]; then
+	for t in p2p_bandwidth t_appmem_peer nccl_allreduce ddp_losses nvml_list; do
+		result $t SKIP "this machine has $NGPU GPU; the part needs two GPUs of one host"
+	done
+else
+	run p2p-local 60 local $PY "$M/p2p_bw.py"
+	run p2p-rgpu 90 "$TWOG" $PY "$M/p2p_bw.py"
+	for d in 0to1 1to0; do
+		a=$(awk -v d=$d '$1=="BW" && $2==d {print $3}' "$OUT/p2p-local.log")
+		b=$(awk -v d=$d '$1=="BW" && $2==d {print $3}' "$OUT/p2p-rgpu.log")
+		if [ -n "$a" ] && [ -n "$b" ] && grep -q "CHECK p2p_data ok" "$OUT/p2p-rgpu.log"; then
+			echo "RATIO p2p_$d $($PY -c "print('%.3f' % ($b / $a))") (rgpu $b GB/s, local $a GB/s)"
+			$PY -c "import sys; sys.exit(0 if $b >= 0.9 * $a else 1)" &&
+				result p2p_$d PASS "$b GB/s through rgpud, $a GB/s local" ||
+				result p2p_$d FAIL "$b GB/s through rgpud, $a GB/s local (< 90%)"
+		else
+			result p2p_$d FAIL "no measurement (see p2p-*.log)"
+		fi
+	done
+
+	if [ -x "$E2E/t_appmem" ]; then
+		run appmem-peer-rgpu 60 "$TWOG" env T_APPMEM_PEER=1 "$E2E/t_appmem" &&
+			result t_appmem_peer PASS "peer access and copies between two GPUs through rgpud" ||
+			result t_appmem_peer FAIL "$(grep FAIL "$OUT/appmem-peer-rgpu.log" | head -2)"
+	fi
+
+	NENV="NCCL_NVLS_ENABLE=0 NCCL_DEBUG=WARN"
+	TR="$PY -m torch.distributed.run --nproc_per_node=2"
+	run nccl-local 90 local env $NENV $TR --master_port="$(free_port)" "$M/nccl_allreduce.py"
+	run nccl-rgpu 120 "$TWOG" env $NENV $TR --master_port="$(free_port)" "$M/nccl_allreduce.py"
+	for s in 64MiB 256MiB; do
+		a=$(awk -v s=$s '$1=="BUSBW" && $2==s {print $3}' "$OUT/nccl-local.log")
+		b=$(awk -v s=$s '$1=="BUSBW" && $2==s {print $3}' "$OUT/nccl-rgpu.log")
+		if [ -n "$a" ] && [ -n "$b" ] && grep -q "CHECK allreduce_data ok" "$OUT/nccl-rgpu.log"; then
+			echo "RATIO nccl_allreduce_$s $($PY -c "print('%.3f' % ($b / $a))") (rgpu $b GB/s, local $a GB/s bus bandwidth)"
+			$PY -c "import sys; sys.exit(0 if $b >= 0.9 * $a else 1)" &&
+				result nccl_allreduce_$s PASS "bus bandwidth $b GB/s through rgpud, $a local" ||
+				result nccl_allreduce_$s FAIL "bus bandwidth $b GB/s through rgpud, $a local (< 90%)"
+		else
+			result nccl_allreduce_$s FAIL "no measurement: $(grep -iE 'error|warn' "$OUT/nccl-rgpu.log" | head -3 | tr '\n' ' ')"
+		fi
+	done
+
+	run ddp-local 90 local env $NENV $TR --master_port="$(free_port)" "$M/ddp_train.py"; l=$?
+	run ddp-rgpu 120 "$TWOG" env $NENV $TR --master_port="$(free_port)" "$M/ddp_train.py"; r=$?
+	if [ $l -ne 0 ]; then
+		result ddp_losses FAIL "local torchrun failed (exit $l)"
+	elif [ $r -ne 0 ]; then
+		result ddp_losses FAIL "through rgpud: exit $r: $(grep -iE 'error' "$OUT/ddp-rgpu.log" | head -3 | tr '\n' ' ')"
+	else
+		compare_losses ddp_losses "$OUT/ddp-local.log" "$OUT/ddp-rgpu.log"
+	fi
+
+	if [ -e "$NVML/libnvidia-ml.so.1" ]; then
+		run nvml-list 30 "$TWOG" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi -L
+		n=$(grep -c '^GPU' "$OUT/nvml-list.log")
+		[ "$n" = 2 ] && result nvml_list PASS "nvidia-smi -L through rgpu's NVML lists 2 GPUs" ||
+			result nvml_list FAIL "nvidia-smi -L listed $n GPU(s): $(head -3 "$OUT/nvml-list.log" | tr '\n' ' ')"
+	else
+		result nvml_list SKIP "$NVML/libnvidia-ml.so.1 not built"
+	fi
+fi
+
+# the NVML drop-in on one GPU too (nvidia-smi may insist on the real one)
+if [ -e "$NVML/libnvidia-ml.so.1" ] && [ "$NGPU" -lt 2 ]; then
+	run nvml-list 30 "$ONE" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi -L
+	n=$(grep -c '^GPU' "$OUT/nvml-list.log")
+	[ "$n" = 1 ] && result nvml_list_one PASS "nvidia-smi -L through rgpu's NVML: $(head -1 "$OUT/nvml-list.log")" ||
+		result nvml_list_one FAIL "nvidia-smi -L: $(head -3 "$OUT/nvml-list.log" | tr '\n' ' ')"
+fi
+
+kill -0 $RPID 2>/dev/null || result rgpud_alive FAIL "rgpud exited during the run"
+echo "multi-gpu: $PASS passed, $FAIL failed, $SKIP skipped in $(( $(date +%s) - T0 )) s (logs in $OUT)"
+[ $FAIL -eq 0 ]

@@ -1,0 +1,31 @@
+#!/usr/bin/env python3
+"""NCCL all-reduce bus bandwidth with torch.distributed (run by torchrun
+with 2 processes, one GPU each), and a data check: BUSBW lines."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+r, w = dist.get_rank(), dist.get_world_size()
+torch.cuda.set_device(r)
+x = torch.full((1 << 20,), float(r + 1), device="cuda")
+dist.all_reduce(x)
+ok = bool(torch.all(x == w * (w + 1) / 2))
+for mib in (64, 256):
+    t = torch.ones((mib << 20) // 4, device="cuda")
+    for _ in range(3):
+        dist.all_reduce(t)
+    torch.cuda.synchronize()
+    reps = 10
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        dist.all_reduce(t)
+    torch.cuda.synchronize()
+    dt = (time.perf_counter() - t0) / reps
+    if r == 0:
+        print(f"BUSBW {mib}MiB {(mib << 20) / dt / 1e9 * 2 * (w - 1) / w:.1f}", flush=True)
+if r == 0:
+    print("CHECK allreduce_data", "ok" if ok else "WRONG", flush=True)
+dist.destroy_process_group()

@@ -1,0 +1,191 @@
+#!/bin/bash
+# The scheduler (daemon/sched/, issue 11) on the emulated device, with its
+# time model (emu/README.md: RGPU_EMU_CLOCK, a device that runs one kernel
+# at a time across the workers):
+#  - bad --sched, --sched-quantum, --mps values are refused, naming the option
+#  - fair: two tenants with shares 75 and 25 (RGPU_SHARE) get about 3:1 of
+#    the device, in kernels run and in attained GPU time (rgpu top --json);
+#    fifo: about 1:1
+#  - rgpu top --json lists the live sessions with job, uid, gpu, memory,
+#    share, gpu_time_ms; rgpu top without a server says so
+#  - a tenant whose kernel faults ends alone: the one beside it completes
+#    with correct results
+#  - /metrics exports the attained GPU time (when built with libmicrohttpd)
+#  - --mps=job: without the control program sessions run as before; with a
+#    stand-in for it, one daemon per uid (outside a job) is started with its
+#    pipe and log directories and told to quit after the last session
+# Exit 77 (skip) when not built (t_tenant needs nvcc).
+set -u
+. "$(dirname "$0")/../soak/lib.sh"
+t_need_build
+TENANT=$top_builddir/test/sched/t_tenant
+RGPU=$top_builddir/tools/rgpu
+CLIENTDIR=$top_builddir/client/.libs
+[ -x "$TENANT" ] || { echo "SKIP: $TENANT not built (needs nvcc)"; exit 77; }
+[ -x "$RGPU" ] || { echo "SKIP: $RGPU not built"; exit 77; }
+t_logdir sched
+
+export RGPU_EMU_DEVICES=1
+export RGPU_EMU_CLOCK=$LOGDIR/emu-clock
+
+# ---- bad options, refused with a message naming them
+refused() { # option-text args...
+	local want=$1 out rc
+	shift
+	out=$("$RGPUD" --emulated --open --listen 127.0.0.1:1 "$@" 2>&1)
+	rc=$?
+	[ $rc = 2 ] && grep -q -- "$want" <<<"$out" || { echo "    rc $rc: $out"; return 1; }
+}
+t_check "--sched=bogus refused naming --sched" refused "--sched: 'bogus'" --sched=bogus
+t_check "--sched=FAIR refused (names are lower case)" refused "--sched" --sched=FAIR
+t_check "--sched-quantum=0 refused" refused "--sched-quantum" --sched-quantum=0
+t_check "--mps=always refused naming --mps" refused "--mps: 'always'" --mps=always
+t_check "--mps-dir=relative refused" refused "--mps-dir" --mps-dir=relative
+no_server() {
+	local out
+	out=$(env -u RGPU_SERVERS "$RGPU" top --json 2>&1)
+	[ $? = 2 ] && grep -q "RGPU_SERVERS" <<<"$out"
+}
+t_check "rgpu top without a server or RGPU_SERVERS says so" no_server
+tenant() { # name share seconds_ms [VAR=VALUE...]: runs in the background
+	local name=$1 share=$2 ms=$3
+	shift 3
+	env RGPU_SERVERS="127.0.0.1:$PORT/0" LD_LIBRARY_PATH="$CLIENTDIR" RGPU_SHARE="$share" \
+		T_KERNEL_US=2000 T_SECONDS_MS="$ms" T_DEPTH=4 "$@" "$TENANT" \
+		>"$LOGDIR/$name.out" 2>"$LOGDIR/$name.err" &
+	eval "TPID_$name=$!"
+}
+kernels() { sed -n 's/^TENANT kernels=\([0-9]*\).*/\1/p' "$LOGDIR/$1.out"; }
+ratio_in() { # a b lo hi
+	awk -v a="$1" -v b="$2" -v lo="$3" -v hi="$4" \
+		'BEGIN { r = b > 0 ? a / b : 0; printf "    ratio %.2f (want %s..%s)\n", r, lo, hi; exit !(r >= lo && r <= hi) }'
+}
+
+# ---- fair, shares 75:25
+start_rgpud fair --open --sched=fair
+FAIR_PID=$RGPUD_PID
+bad_share() {
+	local out
+	out=$(RGPU_SHARE=250 RGPU_SERVERS=127.0.0.1:$PORT/0 LD_LIBRARY_PATH=$CLIENTDIR "$TENANT" 2>&1)
+	[ $? != 0 ] && grep -q "RGPU_SHARE=250" <<<"$out" || { echo "    $out"; return 1; }
+}
+t_check "RGPU_SHARE=250 refused by the client, naming it" bad_share
+tenant a 75 3000
+tenant b 25 3000
+sleep 1.5
+"$RGPU" top --server "127.0.0.1:$PORT" --json >"$LOGDIR/top.json" 2>"$LOGDIR/top.err"
+TOPRC=$?
+wait "$TPID_a"; RA=$?
+wait "$TPID_b"; RB=$?
+t_check "fair: both tenants completed with correct results" test "$RA$RB" = 00
+KA=$(kernels a) KB=$(kernels b)
+echo "    fair: tenant 75 ran ${KA:-?} kernels, tenant 25 ${KB:-?}"
+# (kernels over the whole run, on a loaded CI machine: a wider band than
+# the attained time the scheduler steers by)
+t_check "fair: kernels run about 3:1" ratio_in "${KA:-0}" "${KB:-0}" 2.0 4.5
+top_json() {
+	[ $TOPRC = 0 ] || { cat "$LOGDIR/top.err"; return 1; }
+	"$PYTHON" - "$LOGDIR/top.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+s = d["sessions"]
+assert len(s) == 2, s
+for k in ("job", "uid", "gpu", "pid", "memory_bytes", "share", "weight", "gpu_time_ms",
+          "busy_ms", "resident_bytes", "swapped_bytes"):
+    assert all(k in x for x in s), k
+w = sorted(x["weight"] for x in s)
+assert w == [25, 75], w
+assert all(x["gpu_time_ms"] > 0 for x in s), s
+assert all(x["memory_bytes"] > 0 for x in s), s
+assert d["servers"][0]["policy"] == "fair", d["servers"]
+hi = [x for x in s if x["weight"] == 75][0]["gpu_time_ms"]
+lo = [x for x in s if x["weight"] == 25][0]["gpu_time_ms"]
+print("    rgpu top: gpu_time_ms %.1f and %.1f, ratio %.2f" % (hi, lo, hi / lo))
+assert 2.2 <= hi / lo <= 3.8, hi / lo
+EOF
+}
+t_check "rgpu top --json: two sessions, weights 75/25, attained GPU time about 3:1" top_json
+top_table() {
+	local out
+	out=$("$RGPU" top --server "127.0.0.1:$PORT" --count 1 2>&1) &&
+		grep -q "scheduler fair" <<<"$out" && grep -q "no sessions" <<<"$out" ||
+		{ echo "$out"; return 1; }
+}
+t_check "rgpu top (table, --count 1): the policy, no sessions left" top_table
+stop_rgpud "$FAIR_PID"
+
+# ---- fifo: shares ignored
+start_rgpud fifo --open --sched=fifo
+FIFO_PID=$RGPUD_PID
+tenant c 75 2000
+tenant d 25 2000
+wait "$TPID_c"; RC=$?
+wait "$TPID_d"; RD=$?
+KC=$(kernels c) KD=$(kernels d)
+echo "    fifo: tenant 75 ran ${KC:-?} kernels, tenant 25 ${KD:-?}"
+t_check "fifo: both completed" test "$RC$RD" = 00
+t_check "fifo: no shares, about 1:1" ratio_in "${KC:-0}" "${KD:-0}" 0.6 1.6
+stop_rgpud "$FIFO_PID"
+
+# ---- a faulting tenant beside a running one; metrics
+MARGS=()
+if have_metrics; then
+	MPORT=$(free_port)
+	MARGS=(--metrics="127.0.0.1:$MPORT")
+fi
+start_rgpud fault --open "${MARGS[@]}"
+FAULT_PID=$RGPUD_PID
+tenant e 50 2000
+tenant f 50 2000 T_FAULT_MS=1000
+wait "$TPID_e"; RE=$?
+wait "$TPID_f"; RF=$?
+t_check "the faulting tenant saw its fault" grep -q "faulted=1" "$LOGDIR/f.out"
+t_check "the tenant beside it completed with correct results" test "$RE" = 0 -a -n "$(kernels e)"
+if have_metrics && command -v curl >/dev/null; then
+	attained() {
+		sleep 0.5 # (the workers' exits reach the parent)
+		curl -sS -m 10 "http://127.0.0.1:$MPORT/metrics" >"$LOGDIR/metrics.txt" &&
+			awk '/^rgpud_gpu_attained_seconds_total\{gpu="0",slurm_job="0"\}/ { f = 1; v = $NF }
+			     END { printf "    attained %s s\n", v; exit !(f && v + 0 > 0.5) }' "$LOGDIR/metrics.txt"
+	}
+	t_check "/metrics: rgpud_gpu_attained_seconds_total counts the kernels' time" attained
+fi
+stop_rgpud "$FAULT_PID"
+
+# ---- --mps=job without the control program: sessions run time-sliced,
+# and the log says so once
+start_rgpud mps-none --open --mps=job --mps-dir="$LOGDIR/mps-none" \
+	--mps-control="$LOGDIR/no-such-mps-control"
+tenant i 50 300
+wait "$TPID_i"; RI=$?
+t_check "--mps=job without nvidia-cuda-mps-control: the session ran" test "$RI" = 0
+t_check "  and the log says why" grep -q "MPS: cannot start" "$LOGDIR/mps-none.log"
+stop_rgpud "$RGPUD_PID"
+# with a stand-in for nvidia-cuda-mps-control that writes down how it was
+# called (the emulated device ignores the MPS variables the workers get)
+FAKE=$LOGDIR/fake-mps-control
+{
+	echo '#!/bin/sh'
+	echo "echo \"\$* pipe=\$CUDA_MPS_PIPE_DIRECTORY log=\$CUDA_MPS_LOG_DIRECTORY input=\$(cat | tr '\\n' ' ')\" >>'$LOGDIR/fake-mps.log'"
+} >"$FAKE"
+chmod +x "$FAKE"
+start_rgpud mps --open --mps=job --mps-dir="$LOGDIR/mps" --mps-control="$FAKE"
+MPS_PID=$RGPUD_PID
+tenant g 50 600
+tenant h 50 600
+wait "$TPID_g"; RG=$?
+wait "$TPID_h"; RH=$?
+t_check "--mps=job: the sessions ran" test "$RG$RH" = 00
+sleep 0.5
+mps_calls() {
+	local n u
+	u=$(id -u)
+	n=$(grep -c "^-d pipe=$LOGDIR/mps/uid$u/pipe log=$LOGDIR/mps/uid$u/log" "$LOGDIR/fake-mps.log")
+	[ "$n" -ge 1 ] && grep -q "input=quit" "$LOGDIR/fake-mps.log" &&
+		test -d "$LOGDIR/mps/uid$u/pipe" || { cat "$LOGDIR/fake-mps.log"; return 1; }
+}
+t_check "--mps=job: a control daemon per uid started with its directories, quit after" mps_calls
+stop_rgpud "$MPS_PID"
+
+[ $FAILS = 0 ] || { echo "$FAILS check(s) failed; logs in $LOGDIR"; exit 1; }
+echo "all passed"
