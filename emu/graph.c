@@ -1289,6 +1289,49 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 	return 1;
 }
 
+int emu_capture_mem(CUstream h, size_t bytes, CUdeviceptr *dptr, CUresult *rc)
+{
+	struct emu_ctx *ctx;
+	if (!h || emu_ctx_enter(&ctx) != CUDA_SUCCESS)
+		return 0;
+	emu_lock(&ctx->lock);
+	emu_lock(&graph_lock);
+	struct emu_stream *s = emu_stream_find(ctx, h);
+	struct capture *c = s && captures ? capture_of(s) : NULL;
+	emu_unlock(&graph_lock);
+	emu_unlock(&ctx->lock);
+	if (!c) {
+		emu_ctx_leave(ctx);
+		return 0;
+	}
+	/* the memory of an alloc node is the graph's from now on (as in
+	 * CUDA, its address is fixed when the node is made) */
+	CUdeviceptr d = *dptr;
+	*rc = bytes ? emu_mem_alloc(ctx, bytes, 1, &d) : CUDA_SUCCESS;
+	emu_ctx_leave(ctx);
+	if (*rc)
+		return 1;
+	struct gnode *n = node_new(bytes ? CU_GRAPH_NODE_TYPE_MEM_ALLOC : CU_GRAPH_NODE_TYPE_MEM_FREE);
+	emu_lock(&ctx->lock);
+	emu_lock(&graph_lock);
+	/* the capture may have ended meanwhile: then the node has no home */
+	struct capture *c2 = captures ? capture_of(s) : NULL;
+	CUgraphNode dep = c2 ? (CUgraphNode)c2->last : NULL;
+	*rc = !n ? CUDA_ERROR_OUT_OF_MEMORY : c2 != c ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+		  : node_add(c->g, n, dep ? &dep : NULL, dep ? 1 : 0);
+	if (!*rc) {
+		n->dptr = d;
+		n->bytesize = bytes;
+		c->last = n;
+		*dptr = d;
+	}
+	emu_unlock(&graph_lock);
+	emu_unlock(&ctx->lock);
+	if (*rc)
+		free(n);
+	return 1;
+}
+
 EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
 {
 	if (mode > CU_STREAM_CAPTURE_MODE_RELAXED)
