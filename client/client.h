@@ -148,6 +148,7 @@ struct rc_stream {
 	int priority;
 	uint64_t capture_id; /* non-zero while capturing (graph.c) */
 	uint64_t capture_hosts; /* host functions captured so far */
+	void *capture_graph;    /* cuStreamBeginCaptureToGraph's graph, or NULL */
 };
 
 /* graph.c: capture id of a stream (0 when not capturing) */

@@ -1231,6 +1231,7 @@ struct capture {
 	struct gnode *last;
 	uint64_t id;
 	int failed;
+	int fresh;  /* its graph was made for it (not cuStreamBeginCaptureToGraph's) */
 };
 
 static struct capture *captures;
@@ -1332,7 +1333,9 @@ int emu_capture_mem(CUstream h, size_t bytes, CUdeviceptr *dptr, CUresult *rc)
 	return 1;
 }
 
-EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
+/* A capture of h into graph `into` after node `after` (both may be NULL:
+ * a new graph). */
+static CUresult begin(CUstream h, CUstreamCaptureMode mode, struct emu_graph *into, struct gnode *after)
 {
 	if (mode > CU_STREAM_CAPTURE_MODE_RELAXED)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1343,7 +1346,7 @@ EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode
 	if (rc)
 		return rc;
 	struct capture *c = calloc(1, sizeof(*c));
-	struct emu_graph *g = graph_new();
+	struct emu_graph *g = into ? into : graph_new();
 	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
@@ -1356,6 +1359,8 @@ EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode
 	if (!rc) {
 		c->s = s;
 		c->g = g;
+		c->last = after;
+		c->fresh = !into;
 		c->id = next_capture_id++;
 		c->next = captures;
 		captures = c;
@@ -1364,10 +1369,31 @@ EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode
 	emu_unlock(&ctx->lock);
 	if (rc) {
 		free(c);
-		free(g);
+		if (!into)
+			free(g);
 	}
 	emu_ctx_leave(ctx);
 	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
+{
+	return begin(h, mode, NULL, NULL);
+}
+
+/* Into an existing graph, after at most one node (one dependency is all
+ * a capture here tracks). */
+EMU_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream h, CUgraph hg, const CUgraphNode *deps,
+						     const CUgraphEdgeData *ed, size_t n, CUstreamCaptureMode mode)
+{
+	if (ed || n > 1 || (n && !deps))
+		return n > 1 || ed ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+	emu_lock(&graph_lock);
+	struct emu_graph *g = graph_get(hg);
+	struct gnode *d = n ? node_get(deps[0]) : NULL;
+	int ok = g && (!n || (d && d->g == g));
+	emu_unlock(&graph_lock);
+	return ok ? begin(h, mode, g, d) : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
@@ -1391,7 +1417,8 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 				break;
 			}
 		if (c->failed) {
-			graph_free(c->g);
+			if (c->fresh)
+				graph_free(c->g);
 			rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 		} else {
 			*out = (CUgraph)c->g;

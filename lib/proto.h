@@ -415,6 +415,9 @@ enum rgpu_graph_sub {
 	/* handle stream, u32 flags, u32 n, handle dep[n] -> */
 	RGPU_G_CAPTURE_DEPS = 13,
 	RGPU_G_MEM_TRIM = 14,    /* -> (the context's device) */
+	/* handle stream, handle graph, u32 mode, u32 n, handle dep[n] -> :
+	 * the capture adds to that graph after those nodes */
+	RGPU_G_CAPTURE_TO_GRAPH = 15,
 };
 
 /* Module image kinds in MODULE_LOAD, from what the client could size. */
