@@ -19,7 +19,8 @@
  * handle's value when the graph is launched: kernels cannot set it here,
  * so IF and SWITCH take the default value and a WHILE whose value is set
  * fails the launch (it would never end).  Capture records one stream;
- * events recorded or waited for during a capture become nodes of it.
+ * events recorded or waited for in it make no node (in CUDA they join
+ * other streams into the capture, which is not emulated).
  *
  * Locking: graph_lock covers every graph, node, exec and capture (graph
  * calls are not performance-critical).  It is taken after a context's
@@ -1256,6 +1257,16 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 		emu_unlock(&graph_lock);
 		return 0;
 	}
+	if (op->kind == EMU_OP_RECORD || op->kind == EMU_OP_WAIT) {
+		/* as in CUDA, an event recorded or waited for in a capture is no
+		 * node (it joins streams into the capture; one stream here) */
+		if (op->kind == EMU_OP_RECORD)
+			op->event->recorded--; /* the record did not happen */
+		emu_unlock(&graph_lock);
+		emu_op_free(s->ctx, op); /* ctx->lock held: drops the event's count */
+		*rc = CUDA_SUCCESS;
+		return 1;
+	}
 	struct gnode *n = node_new(CU_GRAPH_NODE_TYPE_EMPTY);
 	CUgraphNode dep = (CUgraphNode)c->last;
 	*rc = n ? node_add(c->g, n, dep ? &dep : NULL, dep ? 1 : 0) : CUDA_ERROR_OUT_OF_MEMORY;
@@ -1267,17 +1278,6 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 		return 1;
 	}
 	c->last = n;
-	if (op->kind == EMU_OP_RECORD || op->kind == EMU_OP_WAIT) {
-		/* an event node: the event is named, not held (as in CUDA) */
-		n->type = op->kind == EMU_OP_RECORD ? CU_GRAPH_NODE_TYPE_EVENT_RECORD
-						    : CU_GRAPH_NODE_TYPE_WAIT_EVENT;
-		n->event = (CUevent)op->event;
-		if (op->kind == EMU_OP_RECORD)
-			op->event->recorded--; /* the record did not happen */
-		emu_unlock(&graph_lock);
-		emu_op_free(s->ctx, op); /* ctx->lock held: drops the event's count */
-		return 1;
-	}
 	switch (op->kind) {
 	case EMU_OP_LAUNCH: n->type = CU_GRAPH_NODE_TYPE_KERNEL; break;
 	case EMU_OP_MEMSET: n->type = CU_GRAPH_NODE_TYPE_MEMSET; break;

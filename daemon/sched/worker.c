@@ -165,6 +165,12 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 	t->gpu = -1;
 	if (!enabled())
 		return;
+	/* a launch being captured runs later, in a graph: events recorded in
+	 * a capture cannot be waited for */
+	CUstreamCaptureStatus cs;
+	if (D->cuStreamIsCapturing && D->cuStreamIsCapturing((CUstream)custream, &cs) == CUDA_SUCCESS &&
+	    cs != CU_STREAM_CAPTURE_STATUS_NONE)
+		return;
 	struct sched_slot *s = my_slot(gpu);
 	if (!s || !shared(gpu, s))
 		return;
