@@ -80,7 +80,9 @@ struct emu_exec {
 struct condh {
 	uint32_t magic;
 	unsigned value, def, flags;
+	struct condh *next;  /* every handle: kept for the process's life */
 };
+static struct condh *condhs;
 #define COND_MAGIC 0x45676368u
 
 static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -640,8 +642,13 @@ EMU_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle
 	struct condh *c = calloc(1, sizeof(*c));
 	if (!c)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	/* freed with the process: the handle outlives graphs and clones */
-	*c = (struct condh){ COND_MAGIC, def, def, flags };
+	/* kept for the process: executables and clones use it after the
+	 * graph it was made for is gone */
+	*c = (struct condh){ COND_MAGIC, def, def, flags, NULL };
+	emu_lock(&graph_lock);
+	c->next = condhs;
+	condhs = c;
+	emu_unlock(&graph_lock);
 	*out = (CUgraphConditionalHandle)(uintptr_t)c;
 	return CUDA_SUCCESS;
 }

@@ -316,7 +316,8 @@ typedef uint64_t rgpu_handle;
 	 * nodes) run on the client in stream order: the server queues a host \
 	 * function of its own that tells the client (a reply to its pending  \
 	 * HOSTFN_WAIT) and holds the stream until HOSTFN_DONE.                \
-	 * handle ctx, handle stream, u64 client id -> (queued) */            \
+	 * handle ctx, handle stream, u64 client id -> u32 captured (1: it  \
+	 * became a node of a graph being captured, not due now) */           \
 	X(HOSTFN_LAUNCH, 128, "queue a client host function on a stream")     \
 	/* -> u32 n, (u64 seq, u64 client id)[n]: host functions the streams  \
 	 * have reached; answered only once there is at least one (a long    \
