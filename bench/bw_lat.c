@@ -16,7 +16,12 @@
  *
  * Latency (median of >= 100 calls and >= --min-time seconds, after 20
  * warm-up calls):
- *   ctx_sync      cuCtxSynchronize with nothing queued
+ *   ctx_sync      cuCtxSynchronize with nothing queued (through rgpu the
+ *                 client knows nothing is queued: no round trip)
+ *   null_call     cuCtxGetLimit(CU_LIMIT_STACK_SIZE): through rgpu always
+ *                 one round trip (the driver may grow the limit at a
+ *                 launch, so the client never answers it), almost no work
+ *                 on the server: what one synchronous trip costs
  *   htod_4B       cuMemcpyHtoD of 4 bytes from pinned memory
  *   dtoh_4B       cuMemcpyDtoH of 4 bytes to pinned memory
  *   launch_sync   cuLaunchKernel of a do-nothing kernel (inc_i32 with n = 0,
@@ -124,6 +129,9 @@ static void lat_call(const char *op, const struct lat_ctx *c)
 {
 	if (strcmp(op, "ctx_sync") == 0) {
 		CK(cuCtxSynchronize());
+	} else if (strcmp(op, "null_call") == 0) {
+		size_t v;
+		CK(cuCtxGetLimit(&v, CU_LIMIT_STACK_SIZE));
 	} else if (strcmp(op, "htod_4B") == 0) {
 		CK(cuMemcpyHtoD(c->dp, c->pinned, 4));
 	} else if (strcmp(op, "dtoh_4B") == 0) {
@@ -267,6 +275,7 @@ int main(int argc, char **argv)
 		struct lat_ctx lc = { .dp = dp, .pinned = pinned };
 		printf("latency (median per call):\n");
 		lat_one("ctx_sync", 0, &lc);
+		lat_one("null_call", 0, &lc);
 		lat_one("htod_4B", 4, &lc);
 		lat_one("dtoh_4B", 4, &lc);
 #ifdef BENCH_HAVE_KERNELS

@@ -131,7 +131,7 @@ def main(argv):
     print("%-12s %9s %9s %12s %10s %10s %9s %9s" % (
         "call", "local", "rgpud", "TCP rtt 4B", "rgpud/TCP", "rgpud/loc", "shm", "shm/loc"))
     tcp_rtt = lat.get(("raw_tcp", "rtt_4B"))
-    for op in ("ctx_sync", "htod_4B", "dtoh_4B", "launch_sync", "launch_async"):
+    for op in ("ctx_sync", "null_call", "htod_4B", "dtoh_4B", "launch_sync", "launch_async"):
         loc = lat.get(("local", op))
         rg = lat.get(("rgpud", op))
         sm = lat.get(("rgpud_shm", op))

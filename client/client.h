@@ -52,11 +52,22 @@ struct rc_conn {
 	pthread_cond_t cv;        /* a reply delivered, the read side free, or dead */
 	struct rc_waiter *waiters; /* requests waiting for a reply */
 	int reading;              /* a waiter is reading frames for everyone */
+	/* requests without a reply waiting to go out in one write with the
+	 * next request (rpc.c; under lock): frames, encoded */
+	struct wbuf txq;
+	unsigned txq_n;
+	/* the reader's receive buffer (rpc.c; NULL until cuInit is done):
+	 * one system call takes a whole small reply */
+	uint8_t *rxbuf;
+	size_t rx_off, rx_len;
 	int dead;
 	int quiet;                /* during cuInit's handshake: cuInit says why */
 	struct rgpu_error err;    /* why the connection failed */
 	char server_id[128];
 	int ndev;
+	/* migration and recovery (replay.h) */
+	struct rc_replay *replay; /* the request log; NULL: not movable */
+	unsigned ckpt_interval;   /* HELLO: the server's checkpoint interval */
 	/* same host (Unix socket): the shared staging ring */
 	pthread_mutex_t ring_lock; /* one copy through the ring at a time */
 	int local;
@@ -89,6 +100,12 @@ struct rc_ctx {
 	uint64_t h;
 	unsigned flags;
 	int is_primary;
+	/* round trips saved (context.c, stream.c; atomics): limits read
+	 * from the server (bit per CUlimit), and where the context or its
+	 * legacy NULL stream was last seen idle (rc_idle_mark) */
+	uint32_t lim_known;
+	uint64_t lim_val[CU_LIMIT_MAX];
+	uint64_t idle_all, idle_legacy;
 };
 
 struct rc_layout {
@@ -116,6 +133,18 @@ struct rc_func {
 	int attrs[CU_FUNC_ATTRIBUTE_MAX];
 	char *name;           /* module functions */
 	struct rc_func *next; /* in its module's or kernel's list */
+	/* round trips saved (launch.c, under attrs_lock): the value of each
+	 * attribute this client set successfully (setting it again to the
+	 * same value changes nothing), and recent occupancy answers */
+	uint32_t set_known;
+	int set_val[CU_FUNC_ATTRIBUTE_MAX];
+	struct rc_occ {
+		int bs, n;
+		unsigned flags, gen;
+		size_t smem;
+		int valid;
+	} occ[8];
+	unsigned occ_next;
 };
 
 /* Context-independent: loaded on a server the first time a context of that
@@ -149,6 +178,7 @@ struct rc_stream {
 	uint64_t capture_id; /* non-zero while capturing (graph.c) */
 	uint64_t capture_hosts; /* host functions captured so far */
 	void *capture_graph;    /* cuStreamBeginCaptureToGraph's graph, or NULL */
+	uint64_t idle_at;    /* stream.c: seen idle (rc_idle_mark), atomic */
 };
 
 /* graph.c: capture id of a stream (0 when not capturing) */
@@ -159,6 +189,17 @@ struct rc_event {
 	struct rc_ctx *ctx;
 	uint64_t h;
 	unsigned flags;
+	/* stream.c, atomics: the last record (a request id no lower than
+	 * its own; 0: never recorded), whether it went to the legacy NULL
+	 * stream, and the latest id below which the event was seen done */
+	uint64_t rec_id;
+	int rec_legacy;
+	uint64_t done_at;
+	/* completion pushed by the server (EVENT_RECORD_WATCH / EVENT_DONE)
+	 * for events the application polls: records are numbered; the
+	 * server says which have completed, or which it does not watch */
+	int want_watch, rec_watched;
+	uint64_t seq, rec_seq, done_seq, unwatched_seq;
 };
 
 /* global state (init.c) */
@@ -206,10 +247,26 @@ CUresult rc_call_locked(struct rc_conn *c, uint16_t op, const struct wbuf *req, 
 struct wbuf *rc_req(void);
 /* Sends a request that gets no reply (launches, async copies, event
  * records): its failure surfaces at the next call that waits, as CUDA
- * reports asynchronous errors.  Requests on one connection run in order. */
+ * reports asynchronous errors.  Requests on one connection run in order.
+ * Such requests are coalesced: they go out together with the next request
+ * that is sent at once, when many are queued, or within
+ * RGPU_COALESCE_US (a flusher thread), whichever comes first. */
 CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req);
+/* Sends what rc_post queued on c now. */
+void rc_flush(struct rc_conn *c);
 /* a reply status as the application sees it (protocol codes mapped) */
 CUresult rc_status(int32_t st);
+/* Reads what the server has sent already (notices, replies to others),
+ * without waiting; nothing when another thread is reading.  0, or -1
+ * when the connection cannot be polled (no socket) or is dead. */
+int rc_poll(struct rc_conn *c);
+/* From now on replies are read through a buffer (cuInit, once the
+ * connection's transport is settled: nothing may be read ahead of a
+ * transport switch). */
+void rc_rx_buffered(struct rc_conn *c);
+/* stream.c: an EVENT_DONE notice (status 0: record seq of the event with
+ * server handle h has completed; else it is not watched) */
+void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq);
 
 /* rpc.c: frames, for the transfer layer (requests of several frames,
  * replies of several frames).  The frames of one request go out with the
@@ -256,6 +313,17 @@ CUresult rc_need_ctx(struct rc_ctx **out);
 
 /* stream.c: resolves a CUstream to (context, server id). */
 CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h);
+/* stream.c: what the client knows has finished, so that a
+ * synchronisation or query about it needs no round trip.  A mark is taken
+ * before a call that proves something idle (a synchronisation, a copy to
+ * the host whose data came back); it is no higher than that call's
+ * request id.  Nothing sent on the connection since (rc_idle_now): nothing
+ * can have been queued since. */
+uint64_t rc_idle_mark(struct rc_conn *c);
+int rc_idle_now(struct rc_conn *c, uint64_t mark);
+/* the stream sh (server handle; 0/CU_STREAM_LEGACY: the legacy stream) of
+ * c finished everything sent before mark */
+void rc_stream_idle(struct rc_ctx *c, CUstream s, uint64_t sh, uint64_t mark);
 
 /* module.c */
 CUresult rc_image_size(const void *image, size_t *size, uint32_t *kind, const void **start);

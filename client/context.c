@@ -2,6 +2,7 @@
  * context is a server-side context of this client's session. */
 #include "client.h"
 #include "log.h"
+#include "stats.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -329,8 +330,24 @@ static CUresult ctx_call(struct rc_ctx *c, uint16_t op)
 static CUresult ctx_sync(struct rc_ctx *c)
 {
 	uint64_t e = rc_coh_epoch();
-	CUresult rc = ctx_call(c, RGPU_OP_CTX_SYNC);
-	return rc ? rc : rc_coh_acquire(c->dev->conn, RC_COH_ALL, e);
+	struct rc_conn *conn = c->dev->conn;
+	CUresult rc = CUDA_SUCCESS;
+	/* idle since the last synchronisation, and nothing sent since
+	 * (stream.c): nothing to wait for */
+	if (rc_idle_now(conn, __atomic_load_n(&c->idle_all, __ATOMIC_ACQUIRE))) {
+		rc_stats_local(RGPU_OP_CTX_SYNC);
+	} else {
+		uint64_t mark = rc_idle_mark(conn);
+		rc = ctx_call(c, RGPU_OP_CTX_SYNC);
+		if (!rc) {
+			uint64_t cur = __atomic_load_n(&c->idle_all, __ATOMIC_RELAXED);
+			while (cur < mark && !__atomic_compare_exchange_n(&c->idle_all, &cur, mark, 0,
+									 __ATOMIC_RELEASE,
+									 __ATOMIC_RELAXED))
+				;
+		}
+	}
+	return rc ? rc : rc_coh_acquire(conn, RC_COH_ALL, e);
 }
 
 RC_EXPORT CUresult cuCtxSynchronize(void)
@@ -355,14 +372,32 @@ RC_EXPORT CUresult cuCtxGetLimit(size_t *v, CUlimit limit)
 		return rc;
 	if (!v)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* Limits change only when this client sets them, except the stack
+	 * size, which the driver grows for a launch that needs more: the
+	 * others are read once (the CUDA runtime asks before every launch of
+	 * some kernels: 24 round trips per training step in PyTorch). */
+	int cacheable = (int)limit > (int)CU_LIMIT_STACK_SIZE && (int)limit < CU_LIMIT_MAX;
+	if (cacheable && (__atomic_load_n(&c->lim_known, __ATOMIC_ACQUIRE) >> limit & 1)) {
+		*v = __atomic_load_n(&c->lim_val[limit], __ATOMIC_RELAXED);
+		rc_stats_local(RGPU_OP_CTX_GET_LIMIT);
+		return CUDA_SUCCESS;
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u32(w, (uint32_t)limit);
 	struct rd r;
 	rc = rc_call(c->dev->conn, RGPU_OP_CTX_GET_LIMIT, w, &r);
-	if (!rc)
-		*v = get_u64(&r);
-	return rc;
+	if (rc)
+		return rc;
+	uint64_t val = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	*v = val;
+	if (cacheable) {
+		__atomic_store_n(&c->lim_val[limit], val, __ATOMIC_RELAXED);
+		__atomic_fetch_or(&c->lim_known, 1u << limit, __ATOMIC_RELEASE);
+	}
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t v)
@@ -376,7 +411,11 @@ RC_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t v)
 	put_u32(w, (uint32_t)limit);
 	put_u64(w, v);
 	struct rd r;
-	return rc_call(c->dev->conn, RGPU_OP_CTX_SET_LIMIT, w, &r);
+	rc = rc_call(c->dev->conn, RGPU_OP_CTX_SET_LIMIT, w, &r);
+	/* the driver may round what was asked: read it again next time */
+	if ((int)limit >= 0 && (int)limit < CU_LIMIT_MAX)
+		__atomic_fetch_and(&c->lim_known, ~(1u << limit), __ATOMIC_RELEASE);
+	return rc;
 }
 
 RC_EXPORT CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)

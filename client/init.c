@@ -3,6 +3,8 @@
 #include "client.h"
 #include "log.h"
 #include "settings.h"
+#include "replay.h"
+#include "stats.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +129,7 @@ static void do_init(void)
 		init_result = CUDA_ERROR_INVALID_VALUE;
 		return;
 	}
+	rc_stats_init();
 	const char *spec = getenv("RGPU_SERVERS");
 	if (!spec || !*spec) {
 		log_err("RGPU_SERVERS is not set: name the GPUs to use, e.g. RGPU_SERVERS=gpunode1:%d/0",
@@ -185,6 +188,7 @@ static void do_init(void)
 			init_result = rc == CUDA_ERROR_NOT_PERMITTED ? rc : CUDA_ERROR_NO_DEVICE;
 			return;
 		}
+		rc_replay_setup(c);
 		if (c->local)
 			rc_shm_setup(c);
 		else if (tp == RS_TP_VERBS || tp == RS_TP_AUTO) {
@@ -218,8 +222,10 @@ static void do_init(void)
 	/* cuInit's calls were bounded by the handshake timeout (rc_hello);
 	 * from here on a reply may take as long as its work (a kernel may
 	 * run for hours): liveness is TCP keepalive's */
-	for (int i = 0; i < rc_nconn; i++)
+	for (int i = 0; i < rc_nconn; i++) {
 		(void)rgpu_conn_set_recv_timeout(rc_conns[i].c, 0);
+		rc_rx_buffered(&rc_conns[i]);
+	}
 	rc_ndev = n;
 	init_result = CUDA_SUCCESS;
 }

@@ -1,6 +1,7 @@
 /* Kernel launches, function attributes and occupancy. */
 #include "client.h"
 #include "log.h"
+#include "stats.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -190,24 +191,67 @@ RC_EXPORT CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction
 	return CUDA_SUCCESS;
 }
 
+_Static_assert(CU_FUNC_ATTRIBUTE_MAX <= 32, "set_known holds one bit per attribute");
+
+/* 1 when cuFuncSetAttribute(f, a, v) needs no reply: the dynamic shared
+ * memory bound is checked here as the driver checks it (with the static
+ * size, against the opt-in maximum), so it goes in order with the
+ * launches; attrs_lock held, f's attributes valid. */
+static int set_checked_here(const struct rc_func *f, CUfunction_attribute a, int v)
+{
+	const int *da = f->ctx->dev->attrs;
+	return a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && v >= 0 &&
+	       (long long)v + f->attrs[CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES] <=
+		       (long long)da[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN];
+}
+
 RC_EXPORT CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute a, int v)
 {
 	struct rc_func *f;
 	CUresult rc = rc_func_resolve(fn, &f);
 	if (rc)
 		return rc;
+	if ((int)a < 0 || a >= CU_FUNC_ATTRIBUTE_MAX)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* libraries set an attribute before every launch (PyTorch's
+	 * attention and GEMM kernels: 24 round trips per training step);
+	 * setting it again to the value it has changes nothing */
+	pthread_mutex_lock(&attrs_lock);
+	int same = (f->set_known >> a & 1) && f->set_val[a] == v;
+	int valid = f->attrs_valid;
+	pthread_mutex_unlock(&attrs_lock);
+	if (same) {
+		rc_stats_local(RGPU_OP_FUNC_SET_ATTR);
+		return CUDA_SUCCESS;
+	}
+	int tmp[CU_FUNC_ATTRIBUTE_MAX];
+	if (a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && !valid)
+		(void)attrs_fetch(f, tmp); /* once per function; failing, a round trip */
+	pthread_mutex_lock(&attrs_lock);
+	int post = f->attrs_valid && set_checked_here(f, a, v);
+	pthread_mutex_unlock(&attrs_lock);
 	struct wbuf *w = rc_req();
 	put_u64(w, f->ctx->h);
 	put_u64(w, f->h);
 	put_u32(w, (uint32_t)a);
 	put_i32(w, v);
 	struct rd r;
-	rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_ATTR, w, &r);
-	/* some attributes move others: the cache goes, and a fetch that
-	 * started before this does not bring it back */
+	if (post)
+		rc = rc_post(f->ctx->dev->conn, RGPU_OP_FUNC_SET_ATTR, w);
+	else
+		rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_ATTR, w, &r);
 	pthread_mutex_lock(&attrs_lock);
-	f->attrs_valid = 0;
-	f->attrs_gen++;
+	f->attrs_gen++; /* occupancy answers go */
+	if (!rc && a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES && f->attrs_valid)
+		f->attrs[a] = v; /* reads back as set; moves nothing else */
+	else
+		f->attrs_valid = 0; /* some attributes move others */
+	if (!rc) {
+		f->set_known |= 1u << a;
+		f->set_val[a] = v;
+	} else {
+		f->set_known &= ~(1u << a);
+	}
 	pthread_mutex_unlock(&attrs_lock);
 	return rc;
 }
@@ -223,11 +267,31 @@ RC_EXPORT CUresult cuFuncSetCacheConfig(CUfunction fn, CUfunc_cache cfg)
 	put_u64(w, f->h);
 	put_u32(w, (uint32_t)cfg);
 	struct rd r;
-	return rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_CACHE, w, &r);
+	rc = rc_call(f->ctx->dev->conn, RGPU_OP_FUNC_SET_CACHE, w, &r);
+	/* the preference moves the shared memory split: occupancy answers go */
+	pthread_mutex_lock(&attrs_lock);
+	f->attrs_gen++;
+	f->attrs_valid = 0;
+	pthread_mutex_unlock(&attrs_lock);
+	return rc;
 }
 
+/* Occupancy depends on the function (its attributes: attrs_gen), the
+ * device and the arguments only: recent answers are kept per function. */
 static CUresult occ_blocks(int *n, struct rc_func *f, int bs, size_t smem, unsigned flags)
 {
+	pthread_mutex_lock(&attrs_lock);
+	unsigned gen = f->attrs_gen;
+	for (unsigned i = 0; i < sizeof(f->occ) / sizeof(f->occ[0]); i++) {
+		const struct rc_occ *o = &f->occ[i];
+		if (o->valid && o->gen == gen && o->bs == bs && o->smem == smem && o->flags == flags) {
+			*n = o->n;
+			pthread_mutex_unlock(&attrs_lock);
+			rc_stats_local(RGPU_OP_OCC_MAX_BLOCKS);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&attrs_lock);
 	struct wbuf *w = rc_req();
 	put_u64(w, f->ctx->h);
 	put_u64(w, f->h);
@@ -236,9 +300,20 @@ static CUresult occ_blocks(int *n, struct rc_func *f, int bs, size_t smem, unsig
 	put_u32(w, flags);
 	struct rd r;
 	CUresult rc = rc_call(f->ctx->dev->conn, RGPU_OP_OCC_MAX_BLOCKS, w, &r);
-	if (!rc)
-		*n = get_i32(&r);
-	return rc;
+	if (rc)
+		return rc;
+	int v = get_i32(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	*n = v;
+	pthread_mutex_lock(&attrs_lock);
+	if (f->attrs_gen == gen) {
+		struct rc_occ *o = &f->occ[f->occ_next++ % (sizeof(f->occ) / sizeof(f->occ[0]))];
+		*o = (struct rc_occ){ .bs = bs, .n = v, .flags = flags, .gen = gen, .smem = smem,
+				      .valid = 1 };
+	}
+	pthread_mutex_unlock(&attrs_lock);
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction fn, int bs,

@@ -289,7 +289,14 @@ CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void 
 CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async)
 {
 	const struct rc_xfer_provider *pv = provider(c->dev->conn, dst, n);
-	return rc_xfer_copy(pv, c, sh, src, dst, n, 1, pv == &rc_xfer_direct && async);
+	int nowait = pv == &rc_xfer_direct && async;
+	uint64_t mark = rc_idle_mark(c->dev->conn);
+	CUresult rc = rc_xfer_copy(pv, c, sh, src, dst, n, 1, nowait);
+	/* the data came back: the stream had finished everything before it
+	 * (stream.c answers a synchronisation that follows) */
+	if (!rc && !nowait)
+		rc_stream_idle(c, NULL, sh, mark);
+	return rc;
 }
 
 /* A copy between host memory and device memory dev, either way. */

@@ -17,8 +17,13 @@
 #include "frame.h"
 #include "log.h"
 #include "settings.h"
+#include "replay.h"
+#include "stats.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,13 +186,135 @@ static void waiter_remove(struct rc_conn *c, struct rc_waiter *w)
 	w->tail = NULL;
 }
 
-/* w: registered for the reply (NULL for RGPU_F_NOREPLY); c->lock held */
+/* ---- coalescing: requests without a reply wait for the next write ----
+ *
+ * rc_post queues its frame (c->txq, under c->lock); every other send
+ * writes the queue ahead of its own frame in the same system call, so
+ * requests keep their order.  A full queue goes at once; otherwise a
+ * flusher thread sends it within RGPU_COALESCE_US, so work is never held
+ * back by a program that stops calling. */
+
+#define TXQ_MAX_BYTES (64 * 1024)
+#define TXQ_MAX_FRAMES 64
+
+static pthread_mutex_t fl_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fl_cv = PTHREAD_COND_INITIALIZER;
+static struct rc_conn *fl_conns[RGPU_MAX_DEVICES * 2];
+static unsigned fl_n;
+static int fl_state; /* 0 not started, 1 running, -1 could not start */
+static pid_t fl_pid;
+
+/* With c->lock held: the queue and optionally one more frame, in one write. */
+static int write_locked(struct rc_conn *c, const uint8_t *hb, const void *a, size_t alen,
+			const void *b, size_t blen)
+{
+	struct iovec iov[4];
+	int n = 0;
+	if (c->txq.len)
+		iov[n++] = (struct iovec){ c->txq.data, c->txq.len };
+	if (hb) {
+		iov[n++] = (struct iovec){ (void *)hb, RGPU_HDR_SIZE };
+		if (alen)
+			iov[n++] = (struct iovec){ (void *)a, alen };
+		if (blen)
+			iov[n++] = (struct iovec){ (void *)b, blen };
+	}
+	if (!n)
+		return 0;
+	int rc = rgpu_sendv(c->c, iov, n);
+	rc_stats_write();
+	wbuf_reset(&c->txq);
+	c->txq_n = 0;
+	return rc;
+}
+
+/* With c->lock held, after a failed write: the session recovers (its
+ * requests, logged, are sent again: replay.c) or the connection fails. */
+static CUresult send_failed(struct rc_conn *c)
+{
+	if (rc_replay_recover(c, 1, c->c) == 0)
+		return CUDA_SUCCESS; /* sent again on the new connection */
+	return rc_conn_failed(c, "sending a request");
+}
+
+void rc_flush(struct rc_conn *c)
+{
+	pthread_mutex_lock(&c->lock);
+	if (c->txq.len && !is_dead(c) && write_locked(c, NULL, NULL, 0, NULL, 0) < 0)
+		(void)send_failed(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+static void *flusher(void *arg)
+{
+	(void)arg;
+	long us = (long)rc_setting(RS_COALESCE_US);
+	struct timespec d = { us / 1000000, (us % 1000000) * 1000 };
+	pthread_mutex_lock(&fl_lock);
+	for (;;) {
+		while (!fl_n)
+			pthread_cond_wait(&fl_cv, &fl_lock);
+		pthread_mutex_unlock(&fl_lock);
+		nanosleep(&d, NULL);
+		pthread_mutex_lock(&fl_lock);
+		struct rc_conn *cs[sizeof(fl_conns) / sizeof(fl_conns[0])];
+		unsigned n = fl_n;
+		memcpy(cs, fl_conns, n * sizeof(*cs));
+		fl_n = 0;
+		pthread_mutex_unlock(&fl_lock);
+		for (unsigned i = 0; i < n; i++)
+			rc_flush(cs[i]);
+		pthread_mutex_lock(&fl_lock);
+	}
+	return NULL;
+}
+
+/* c's queue became non-empty: the flusher sends it in time.  0, or -1
+ * when there is no flusher (the caller sends at once). */
+static int flush_later(struct rc_conn *c)
+{
+	pthread_mutex_lock(&fl_lock);
+	if (fl_state == 0 || (fl_state == 1 && fl_pid != getpid())) {
+		/* (a forked child has no flusher thread: it starts its own) */
+		pthread_t t;
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		/* the flusher must not take signals meant for the program */
+		sigset_t all, old;
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		fl_state = pthread_create(&t, &at, flusher, NULL) == 0 ? 1 : -1;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&at);
+		fl_pid = getpid();
+		fl_n = 0;
+	}
+	int ok = fl_state == 1;
+	if (ok) {
+		unsigned i;
+		for (i = 0; i < fl_n && fl_conns[i] != c; i++)
+			;
+		if (i == fl_n && fl_n < sizeof(fl_conns) / sizeof(fl_conns[0]))
+			fl_conns[fl_n++] = c;
+		else if (i == fl_n)
+			ok = 0;
+		pthread_cond_signal(&fl_cv);
+	}
+	pthread_mutex_unlock(&fl_lock);
+	return ok ? 0 : -1;
+}
+
+/* w: registered for the reply (NULL for RGPU_F_NOREPLY); c->lock held.
+ * queue: the frame may wait in c->txq (rc_post). */
 static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a,
 			    size_t alen, const void *b, size_t blen, struct rc_waiter *w,
-			    uint64_t *idp)
+			    uint64_t *idp, int queue)
 {
 	if (is_dead(c))
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
+	if (alen + blen > RGPU_MAX_PAYLOAD || alen + blen < alen)
+		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t id = __atomic_add_fetch(&c->next_id, 1, __ATOMIC_RELAXED);
 	if (idp)
 		*idp = id;
@@ -196,8 +323,33 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 		w->op = op;
 		waiter_add(c, w);
 	}
-	if (rgpu_frame_send(c->c, op, flags, id, a, alen, b, blen) < 0)
-		return rc_conn_failed(c, "sending a request");
+	struct rgpu_hdr h = { .magic = RGPU_PROTO_MAGIC, .version = RGPU_PROTO_VERSION,
+			      .op = op, .flags = flags, .len = (uint32_t)(alen + blen), .id = id };
+	uint8_t hb[RGPU_HDR_SIZE];
+	rgpu_hdr_encode(&h, hb);
+	/* kept until served: a session that moves or recovers sends it again
+	 * (queued requests too: recovery drops the queue, replay.c) */
+	rc_replay_log(c, id, op, flags, a, alen, b, blen);
+	rc_stats_request(op, w != NULL, RGPU_HDR_SIZE + alen + blen);
+	if (queue && rc_setting(RS_COALESCE_US) && !blen) {
+		size_t before = c->txq.len;
+		put_raw(&c->txq, hb, sizeof(hb));
+		put_raw(&c->txq, a, alen);
+		if (!c->txq.oom) {
+			if (++c->txq_n < TXQ_MAX_FRAMES && c->txq.len < TXQ_MAX_BYTES &&
+			    (before || flush_later(c) == 0))
+				return CUDA_SUCCESS;
+			/* full (or no flusher): everything goes now */
+			if (write_locked(c, NULL, NULL, 0, NULL, 0) < 0)
+				return send_failed(c);
+			return CUDA_SUCCESS;
+		}
+		/* no room: the queue as it was, then this frame */
+		c->txq.len = before;
+		c->txq.oom = 0;
+	}
+	if (write_locked(c, hb, a, alen, b, blen) < 0)
+		return send_failed(c);
 	return CUDA_SUCCESS;
 }
 
@@ -211,7 +363,62 @@ CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t 
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		w->heap = 1;
 	}
-	return send_locked(c, op, flags, a, alen, b, blen, w, id);
+	return send_locked(c, op, flags, a, alen, b, blen, w, id, 0);
+}
+
+/* ---- the reader's receive buffer ---- */
+
+#define RXBUF_CAP (64 * 1024)
+
+void rc_rx_buffered(struct rc_conn *c)
+{
+	if (!c->rxbuf)
+		c->rxbuf = malloc(RXBUF_CAP); /* none: unbuffered reads */
+}
+
+/* n bytes of the reply stream, by the reader: from the buffer, then a
+ * large remainder straight into dst, a small one through the buffer
+ * (whatever else has arrived comes with it).  0, or -1 (errno set; 0 on
+ * EOF), as rgpu_recv. */
+static int rx(struct rc_conn *c, void *dst, size_t n)
+{
+	if (!c->rxbuf)
+		return rgpu_recv(c->c, dst, n);
+	uint8_t *d = dst;
+	size_t have = c->rx_len - c->rx_off, k = have < n ? have : n;
+	memcpy(d, c->rxbuf + c->rx_off, k);
+	c->rx_off += k;
+	d += k;
+	n -= k;
+	if (!n)
+		return 0;
+	if (n >= RXBUF_CAP / 2)
+		return rgpu_recv(c->c, d, n);
+	c->rx_off = c->rx_len = 0;
+	while (c->rx_len < n) {
+		ssize_t r = rgpu_recv_some(c->c, c->rxbuf + c->rx_len, RXBUF_CAP - c->rx_len);
+		if (r <= 0) {
+			if (r == 0)
+				errno = 0;
+			return -1;
+		}
+		c->rx_len += (size_t)r;
+	}
+	memcpy(d, c->rxbuf, n);
+	c->rx_off = n;
+	return 0;
+}
+
+static int rx_skip(struct rc_conn *c, size_t n)
+{
+	uint8_t buf[4096];
+	while (n) {
+		size_t k = n < sizeof(buf) ? n : sizeof(buf);
+		if (rx(c, buf, k) < 0)
+			return -1;
+		n -= k;
+	}
+	return 0;
 }
 
 /* Device printf output of the request id, ahead of its reply: printed as
@@ -222,7 +429,7 @@ static CUresult print_output(struct rc_conn *c, size_t len)
 	fflush(stdout);
 	for (size_t left = len; left;) {
 		size_t k = left < sizeof(buf) ? left : sizeof(buf);
-		if (rgpu_recv(c->c, buf, k) < 0)
+		if (rx(c, buf, k) < 0)
 			return rc_conn_failed(c, "reading device output");
 		for (size_t off = 0; off < k;) {
 			ssize_t n = write(STDOUT_FILENO, buf + off, k - off);
@@ -267,15 +474,15 @@ static CUresult deliver(struct rc_conn *c, const struct rgpu_hdr *h, struct rc_w
 	if (h->op != w->op) {
 		rc = proto_fail(c, "a reply to another kind of request");
 	} else if (sink) {
-		if (rgpu_recv(c->c, b, 4) < 0)
+		if (rx(c, b, 4) < 0)
 			rc = rc_conn_failed(c, "reading a reply");
 		else if (k > cap)
 			rc = proto_fail(c, "more data than asked for");
-		else if (k && rgpu_recv(c->c, sink, k) < 0)
+		else if (k && rx(c, sink, k) < 0)
 			rc = rc_conn_failed(c, "reading data");
 	} else if (!(f = malloc(sizeof(*f) + h->len))) {
 		rc = rc_conn_fail(c, RGPU_E_SYSTEM, "out of memory for a reply");
-	} else if (rgpu_recv(c->c, f->data, h->len) < 0) {
+	} else if (rx(c, f->data, h->len) < 0) {
 		rc = rc_conn_failed(c, "reading a reply");
 	}
 	pthread_mutex_lock(&c->rx_lock);
@@ -302,21 +509,67 @@ static CUresult deliver(struct rc_conn *c, const struct rgpu_hdr *h, struct rc_w
 	return rc;
 }
 
+/* An EVENT_DONE notice: no request's reply */
+static CUresult notice(struct rc_conn *c, size_t len)
+{
+	uint8_t b[20];
+	if (len != sizeof(b))
+		return proto_fail(c, "a malformed event notice");
+	if (rx(c, b, sizeof(b)) < 0)
+		return rc_conn_failed(c, "reading an event notice");
+	uint64_t h = 0, seq = 0;
+	for (int i = 7; i >= 0; i--) {
+		h = h << 8 | b[4 + i];
+		seq = seq << 8 | b[12 + i];
+	}
+	rc_event_notice(c, le32(b), h, seq);
+	return CUDA_SUCCESS;
+}
+
 /* Reads one frame and delivers it; called by the current reader only,
  * without rx_lock. */
 static CUresult read_one(struct rc_conn *c)
 {
 	struct rgpu_hdr h;
 	errno = 0;
-	int hs = rgpu_frame_recv_hdr(c->c, &h);
-	if (hs != RGPU_HDR_OK)
+	struct rgpu_conn *cc = __atomic_load_n(&c->c, __ATOMIC_ACQUIRE);
+	int hs = RGPU_HDR_OK;
+	uint8_t hb[RGPU_HDR_SIZE];
+	if (rx(c, hb, sizeof(hb)) < 0) {
+		hs = RGPU_HDR_EOF;
+	} else {
+		rgpu_hdr_decode(hb, &h);
+		if (h.magic != RGPU_PROTO_MAGIC)
+			hs = RGPU_HDR_BAD_MAGIC;
+		else if (h.len > RGPU_MAX_PAYLOAD)
+			hs = RGPU_HDR_TOO_LONG;
+	}
+	if (hs != RGPU_HDR_OK) {
+		/* at a frame boundary: a moved session or a standby carries on
+		 * (on a new connection: nothing buffered from the old one) */
+		if (hs == RGPU_HDR_EOF) {
+			c->rx_off = c->rx_len = 0;
+			if (rc_replay_recover(c, 0, cc) == 0)
+				return CUDA_SUCCESS;
+		}
 		return header_failed(c, hs);
+	}
+	rc_stats_received(RGPU_HDR_SIZE + (size_t)h.len);
 	if (!(h.flags & RGPU_F_REPLY))
 		return proto_fail(c, "the server sent a request");
 	if (h.op == RGPU_OP_OUTPUT)
 		return print_output(c, h.len);
+	if (h.op == RGPU_OP_MOVED) {
+		uint8_t mb[4096];
+		if (h.len > sizeof(mb) || rx(c, mb, h.len) < 0 || rc_replay_moved(c, mb, h.len) < 0)
+			return proto_fail(c, "a malformed MOVED notice");
+		return CUDA_SUCCESS;
+	}
+	if (h.op == RGPU_OP_EVENT_DONE)
+		return notice(c, h.len);
 	if (h.len < 4)
 		return proto_fail(c, "a reply without a status");
+	rc_replay_served(c, h.id);
 	pthread_mutex_lock(&c->rx_lock);
 	struct rc_waiter *w = waiter_find(c, h.id);
 	uint8_t *sink = NULL;
@@ -334,7 +587,7 @@ static CUresult read_one(struct rc_conn *c)
 	/* its caller gave up; only ids that were sent may come back */
 	if (h.id == 0 || h.id > __atomic_load_n(&c->next_id, __ATOMIC_RELAXED))
 		return proto_fail(c, "a reply to a request never sent");
-	if (rgpu_frame_skip(c->c, h.len) < 0)
+	if (rx_skip(c, h.len) < 0)
 		return rc_conn_failed(c, "reading a reply");
 	return CUDA_SUCCESS;
 }
@@ -361,6 +614,41 @@ static CUresult wait_frame(struct rc_conn *c, struct rc_waiter *w)
 		}
 		pthread_cond_wait(&c->cv, &c->rx_lock);
 	}
+}
+
+int rc_poll(struct rc_conn *c)
+{
+	int fd = c->c ? rgpu_conn_fd(c->c) : -1;
+	if (fd < 0)
+		return -1;
+	/* what is asked about may still be queued here */
+	rc_flush(c);
+	pthread_mutex_lock(&c->rx_lock);
+	if (c->dead) {
+		pthread_mutex_unlock(&c->rx_lock);
+		return -1;
+	}
+	if (c->reading) { /* that reader delivers what comes */
+		pthread_mutex_unlock(&c->rx_lock);
+		return 0;
+	}
+	c->reading = 1;
+	pthread_mutex_unlock(&c->rx_lock);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		/* bytes in the buffer: a frame at least begun there */
+		if (c->rx_off == c->rx_len &&
+		    (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR))))
+			break;
+		if (read_one(c))
+			break; /* the connection is marked dead */
+	}
+	pthread_mutex_lock(&c->rx_lock);
+	c->reading = 0;
+	int dead = c->dead;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->rx_lock);
+	return dead ? -1 : 0;
 }
 
 /* Takes w's next frame into f (see rc_reply_frame); rx_lock not held. */
@@ -427,7 +715,14 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 		f->r.bad = 1;
 		return is_dead(c) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_INVALID_VALUE;
 	}
+	uint64_t t0 = rc_stats_on ? rc_stats_now() : 0;
 	CUresult rc = take_frame(c, w, f, sink, sinkcap);
+	if (!rc && op == RGPU_OP_MEM_ALLOC && !f->st && !sink && f->len >= 8) {
+		struct rd t = f->r;
+		rc_replay_alloc(c, id, get_u64(&t));
+	}
+	if (rc_stats_on)
+		rc_stats_wait(op, rc_stats_now() - t0);
 	/* the reply is over: its last frame, an error, or a dead connection */
 	if (rc || !(f->flags & RGPU_F_MORE) || f->st) {
 		pthread_mutex_lock(&c->rx_lock);
@@ -456,7 +751,7 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 		rc_hostfn_gate(c, op);
 		pthread_mutex_lock(&c->lock);
 	}
-	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id);
+	CUresult rc = send_locked(c, op, 0, req->data, req->len, NULL, 0, &w, &id, 0);
 	if (!locked)
 		pthread_mutex_unlock(&c->lock);
 	/* also after a failed send: that takes w off the list once the
@@ -477,6 +772,12 @@ static CUresult call(struct rc_conn *c, uint16_t op, const struct wbuf *req, str
 	*r = f.r;
 	if (raw_status)
 		*raw_status = f.st;
+	/* a synchronisation point: a checkpoint may be due (standby.c) */
+	if (!locked && !f.st &&
+	    (op == RGPU_OP_CTX_SYNC || op == RGPU_OP_STREAM_SYNC || op == RGPU_OP_EVENT_SYNC)) {
+		if (rc_standby_tick(c))
+			rd_init(r, NULL, 0); /* no fields; the thread's buffer was reused */
+	}
 	return rc_status(f.st);
 }
 
@@ -496,7 +797,7 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	rc_hostfn_gate(c, op);
 	pthread_mutex_lock(&c->lock);
-	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL);
+	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL, 1);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -588,5 +889,7 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	}
 	snprintf(c->server_id, sizeof(c->server_id), "%s", sid);
 	c->ndev = (int)ndev;
+	if (r.left >= 4) /* the server's checkpoint interval (standby.c) */
+		c->ckpt_interval = get_u32(&r);
 	return rc_share(c, err, errlen);
 }

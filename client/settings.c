@@ -44,6 +44,11 @@ static const struct setting table[RS_COUNT] = {
 	[RS_WRITE_TRACKING] = { "RGPU_WRITE_TRACKING", K_INT, 1, 0, 1, NULL,
 				"1: track host writes to managed memory by page protection; "
 				"0: count every region as written" },
+	[RS_STATS] = { "RGPU_STATS", K_INT, 0, 0, 1, NULL,
+		       "1: print call statistics (round trips by kind) to stderr at exit" },
+	[RS_COALESCE_US] = { "RGPU_COALESCE_US", K_INT, 50, 0, 10000, NULL,
+			     "microseconds a request without a reply (a launch, an asynchronous "
+			     "copy) may wait to go out with others; 0: each goes out at once" },
 };
 
 static unsigned long long value[RS_COUNT];

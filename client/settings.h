@@ -16,6 +16,8 @@ enum rc_setting {
 	RS_TRANSPORT,            /* index into the allowed words */
 	RS_VA_BASE,              /* shared range for managed/mapped memory */
 	RS_WRITE_TRACKING,       /* 0 or 1 */
+	RS_STATS,                /* 0 or 1: call statistics at exit (stats.c) */
+	RS_COALESCE_US,          /* requests without a reply wait at most this (rpc.c) */
 	RS_COUNT
 };
 

@@ -1,8 +1,155 @@
 /* Streams and events. */
 #include "client.h"
 #include "log.h"
+#include "stats.h"
 
 #include <stdlib.h>
+
+/* ---- what the client knows has finished (client.h) ----
+ *
+ * Request ids count the requests sent on a connection.  A mark taken
+ * before a call is at most that call's id; when the call proves a stream
+ * idle (its synchronisation returned, or data copied from it came back),
+ * the mark is stored with the stream.  If the connection's last id is
+ * still the mark, nothing was sent since, so nothing can have been queued
+ * since: a synchronisation or query of that stream is answered here.  An
+ * event is done when a proof taken after its record (a mark above the
+ * record's id) covers its stream.  Nothing sent since also means no
+ * deferred error can have arisen from this client's work: the proving
+ * reply reported any there was. */
+
+uint64_t rc_idle_mark(struct rc_conn *c)
+{
+	return __atomic_load_n(&c->next_id, __ATOMIC_ACQUIRE) + 1;
+}
+
+int rc_idle_now(struct rc_conn *c, uint64_t mark)
+{
+	return mark && __atomic_load_n(&c->next_id, __ATOMIC_ACQUIRE) == mark;
+}
+
+static void store_max(uint64_t *p, uint64_t v)
+{
+	uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+	while (cur < v &&
+	       !__atomic_compare_exchange_n(p, &cur, v, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		;
+}
+
+static int is_legacy(uint64_t sh)
+{
+	return sh == 0 || sh == (uint64_t)(uintptr_t)CU_STREAM_LEGACY;
+}
+
+void rc_stream_idle(struct rc_ctx *c, CUstream s, uint64_t sh, uint64_t mark)
+{
+	if (is_legacy(sh))
+		store_max(&c->idle_legacy, mark);
+	else if (s && s != CU_STREAM_PER_THREAD && ((struct rc_stream *)s)->magic == RC_STREAM)
+		store_max(&((struct rc_stream *)s)->idle_at, mark);
+}
+
+/* Everything queued on stream s (sh) of c has finished: answered here. */
+static int known_idle(struct rc_ctx *c, CUstream s, uint64_t sh)
+{
+	struct rc_conn *conn = c->dev->conn;
+	if (rc_idle_now(conn, __atomic_load_n(&c->idle_all, __ATOMIC_ACQUIRE)))
+		return 1;
+	if (is_legacy(sh))
+		return rc_idle_now(conn, __atomic_load_n(&c->idle_legacy, __ATOMIC_ACQUIRE));
+	if (!s || s == CU_STREAM_PER_THREAD)
+		return 0;
+	return rc_idle_now(conn, __atomic_load_n(&((struct rc_stream *)s)->idle_at,
+						  __ATOMIC_ACQUIRE));
+}
+
+/* An untracked event (recorded during a capture: the graph records it
+ * later) is never known done here. */
+#define REC_UNTRACKED UINT64_MAX
+
+static int event_done(struct rc_event *ev)
+{
+	uint64_t rec = __atomic_load_n(&ev->rec_id, __ATOMIC_ACQUIRE);
+	if (!rec)
+		return 1; /* never recorded: CUDA counts it as done */
+	if (rec == REC_UNTRACKED)
+		return 0;
+	struct rc_ctx *c = ev->ctx;
+	if (__atomic_load_n(&ev->rec_watched, __ATOMIC_ACQUIRE) &&
+	    __atomic_load_n(&ev->done_seq, __ATOMIC_ACQUIRE) >=
+		    __atomic_load_n(&ev->rec_seq, __ATOMIC_ACQUIRE))
+		return 1;
+	return __atomic_load_n(&ev->done_at, __ATOMIC_ACQUIRE) > rec ||
+	       __atomic_load_n(&c->idle_all, __ATOMIC_ACQUIRE) > rec ||
+	       (__atomic_load_n(&ev->rec_legacy, __ATOMIC_ACQUIRE) &&
+		__atomic_load_n(&c->idle_legacy, __ATOMIC_ACQUIRE) > rec);
+}
+
+/* ---- events whose completion the server pushes ----
+ *
+ * An event the application polls (a cuEventQuery that had to ask the
+ * server) is watched from its next record on: the record goes as
+ * EVENT_RECORD_WATCH with a number, and the server sends EVENT_DONE with
+ * that number once the work before it has completed.  A query then reads
+ * what has arrived (rc_poll, no waiting) and answers itself: done, or not
+ * yet (the notice is at most one one-way trip behind).  The server says
+ * so when it cannot watch a record; that record is asked about again. */
+
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rc_event **watched;
+static size_t nwatched, capwatched;
+
+static void watch_add(struct rc_event *ev)
+{
+	pthread_mutex_lock(&watch_lock);
+	if (nwatched == capwatched) {
+		size_t cap = capwatched ? capwatched * 2 : 32;
+		struct rc_event **p = realloc(watched, cap * sizeof(*p));
+		if (!p) {
+			pthread_mutex_unlock(&watch_lock);
+			return; /* not watched: its queries ask the server */
+		}
+		watched = p;
+		capwatched = cap;
+	}
+	watched[nwatched++] = ev;
+	__atomic_store_n(&ev->want_watch, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&watch_lock);
+}
+
+static void watch_drop(struct rc_event *ev)
+{
+	if (!__atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&watch_lock);
+	for (size_t i = 0; i < nwatched; i++)
+		if (watched[i] == ev) {
+			watched[i] = watched[--nwatched];
+			break;
+		}
+	pthread_mutex_unlock(&watch_lock);
+}
+
+void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq)
+{
+	pthread_mutex_lock(&watch_lock);
+	for (size_t i = 0; i < nwatched; i++) {
+		struct rc_event *ev = watched[i];
+		if (ev->h == h && ev->ctx->dev->conn == c) {
+			store_max(status ? &ev->unwatched_seq : &ev->done_seq, seq);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&watch_lock);
+}
+
+/* The last record is watched and the server has not said it gave up. */
+static int watch_pending(struct rc_event *ev)
+{
+	return __atomic_load_n(&ev->rec_watched, __ATOMIC_ACQUIRE) &&
+	       __atomic_load_n(&ev->unwatched_seq, __ATOMIC_ACQUIRE) <
+		       __atomic_load_n(&ev->rec_seq, __ATOMIC_ACQUIRE);
+}
 
 CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h)
 {
@@ -45,6 +192,7 @@ RC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, 
 	put_u32(w, flags);
 	put_i32(w, prio);
 	struct rd r;
+	uint64_t mark = rc_idle_mark(c->dev->conn); /* a new stream is idle */
 	if ((rc = rc_call(c->dev->conn, RGPU_OP_STREAM_CREATE, w, &r)))
 		return rc;
 	struct rc_stream *st = calloc(1, sizeof(*st));
@@ -55,6 +203,7 @@ RC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, 
 	st->h = get_u64(&r);
 	st->flags = flags;
 	st->priority = prio;
+	st->idle_at = mark;
 	*ps = (CUstream)st;
 	return CUDA_SUCCESS;
 }
@@ -84,8 +233,16 @@ RC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 	uint64_t h;
 	uint64_t e = rc_coh_epoch();
 	CUresult rc = rc_stream_resolve(s, &c, &h);
-	if (!rc)
+	if (rc)
+		return rc;
+	if (known_idle(c, s, h)) {
+		rc_stats_local(RGPU_OP_STREAM_SYNC);
+	} else {
+		uint64_t mark = rc_idle_mark(c->dev->conn);
 		rc = two_handles(c, RGPU_OP_STREAM_SYNC, h);
+		if (!rc)
+			rc_stream_idle(c, s, h, mark);
+	}
 	/* an acquire (coherence.c); the legacy NULL stream waits for every
 	 * blocking stream, so it counts as the whole context */
 	int legacy = h == 0 || h == (uint64_t)(uintptr_t)CU_STREAM_LEGACY;
@@ -97,7 +254,17 @@ RC_EXPORT CUresult cuStreamQuery(CUstream s)
 	struct rc_ctx *c;
 	uint64_t h;
 	CUresult rc = rc_stream_resolve(s, &c, &h);
-	return rc ? rc : two_handles(c, RGPU_OP_STREAM_QUERY, h);
+	if (rc)
+		return rc;
+	if (known_idle(c, s, h)) {
+		rc_stats_local(RGPU_OP_STREAM_QUERY);
+		return CUDA_SUCCESS;
+	}
+	uint64_t mark = rc_idle_mark(c->dev->conn);
+	rc = two_handles(c, RGPU_OP_STREAM_QUERY, h);
+	if (!rc)
+		rc_stream_idle(c, s, h, mark);
+	return rc;
 }
 
 RC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *prio)
@@ -198,6 +365,7 @@ RC_EXPORT CUresult cuEventDestroy_v2(CUevent e)
 	if (rc)
 		return rc;
 	rc = two_handles(ev->ctx, RGPU_OP_EVENT_DESTROY, ev->h);
+	watch_drop(ev);
 	ev->magic = 0;
 	free(ev);
 	return rc;
@@ -217,11 +385,27 @@ RC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 		return rc;
 	if (c != ev->ctx)
 		return CUDA_ERROR_INVALID_HANDLE;
+	struct rc_conn *conn = c->dev->conn;
+	int capturing = rc_stream_capture_id(s) != 0;
+	int watch = !capturing && __atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE) &&
+		    rgpu_conn_fd(conn->c) >= 0;
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, ev->h);
 	put_u64(w, h);
-	return rc_post(c->dev->conn, RGPU_OP_EVENT_RECORD, w);
+	if (watch) {
+		uint64_t seq = __atomic_add_fetch(&ev->seq, 1, __ATOMIC_RELAXED);
+		put_u64(w, seq);
+		__atomic_store_n(&ev->rec_seq, seq, __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&ev->rec_watched, watch, __ATOMIC_RELEASE);
+	rc = rc_post(conn, watch ? RGPU_OP_EVENT_RECORD_WATCH : RGPU_OP_EVENT_RECORD, w);
+	/* after the send: the last id is then no lower than the record's */
+	__atomic_store_n(&ev->rec_legacy, is_legacy(h), __ATOMIC_RELEASE);
+	__atomic_store_n(&ev->rec_id,
+			 capturing ? REC_UNTRACKED : rc_idle_mark(conn) - 1,
+			 __ATOMIC_RELEASE);
+	return rc;
 }
 
 RC_EXPORT CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned int flags)
@@ -236,8 +420,16 @@ RC_EXPORT CUresult cuEventSynchronize(CUevent e)
 	struct rc_event *ev;
 	uint64_t ep = rc_coh_epoch();
 	CUresult rc = rc_obj(e, RC_EVENT, &ev);
-	if (!rc)
+	if (rc)
+		return rc;
+	if (event_done(ev)) {
+		rc_stats_local(RGPU_OP_EVENT_SYNC);
+	} else {
+		uint64_t mark = rc_idle_mark(ev->ctx->dev->conn);
 		rc = two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
+		if (!rc)
+			store_max(&ev->done_at, mark);
+	}
 	/* the event's stream is not known here: counted as everything so far
 	 * (host writes after an event synchronisation must not be fetched
 	 * over) */
@@ -248,7 +440,30 @@ RC_EXPORT CUresult cuEventQuery(CUevent e)
 {
 	struct rc_event *ev;
 	CUresult rc = rc_obj(e, RC_EVENT, &ev);
-	return rc ? rc : two_handles(ev->ctx, RGPU_OP_EVENT_QUERY, ev->h);
+	if (rc)
+		return rc;
+	if (event_done(ev)) {
+		rc_stats_local(RGPU_OP_EVENT_QUERY);
+		return CUDA_SUCCESS;
+	}
+	struct rc_conn *conn = ev->ctx->dev->conn;
+	if (watch_pending(ev) && rc_poll(conn) == 0) {
+		/* the server says when it completes: what it said so far */
+		int done = event_done(ev);
+		if (done || watch_pending(ev)) {
+			rc_stats_local(RGPU_OP_EVENT_QUERY);
+			return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+		}
+	}
+	uint64_t mark = rc_idle_mark(conn);
+	rc = two_handles(ev->ctx, RGPU_OP_EVENT_QUERY, ev->h);
+	if (!rc)
+		store_max(&ev->done_at, mark);
+	/* polled: its next records are watched */
+	if ((rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY) &&
+	    !__atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE))
+		watch_add(ev);
+	return rc;
 }
 
 static CUresult elapsed(float *ms, CUevent a, CUevent b)

@@ -17,6 +17,7 @@ struct rgpud_principal {
 	uint64_t job_id;   /* 0 when the client is not in a job */
 	int admin;         /* root or SlurmUser: may manage leases */
 	int authenticated; /* credential verified (false in open mode) */
+	int local_root;    /* root on this host, proven by the kernel (Unix socket) */
 };
 
 struct rgpud_access_config {

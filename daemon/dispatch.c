@@ -2,6 +2,7 @@
 #include "gate.h"
 #include "rgpud.h"
 #include "session.h"
+#include "migrate/migrate.h"
 
 int op_admin(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
@@ -52,6 +53,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPDF(EVENT_CREATE, event_create, 0, OPF_CREATES),
 	OPDF(EVENT_DESTROY, event_destroy, 0, OPF_DRAINS),
 	OPD(EVENT_RECORD, event_record, 0),
+	OPD(EVENT_RECORD_WATCH, event_record_watch, 0),
 	OPD(EVENT_SYNC, event_sync, 0),
 	OPD(EVENT_QUERY, event_query, 0),
 	OPD(EVENT_ELAPSED, event_elapsed, 0),
@@ -71,12 +73,6 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(GRAPH_NODES, graph_nodes, 0),
 	OPDF(VMEM_MAP, vmem_map, 0, OPF_CREATES),
 	OPD(VMEM_UNMAP, vmem_unmap, 0),
-	OPDF(HOSTFN_LAUNCH, hostfn_launch, 0, OPF_CREATES),
-	OPDF(HOSTFN_WAIT, hostfn_wait, 0, OPF_CREATES),
-	OPD(HOSTFN_DONE, hostfn_done, 0),
-	OPD(CALL, call, 0),
-	OPDF(GRAPH_OP, graph_op, 0, OPF_CREATES),
-	OPD(LINK, link, 0),
 	OPDF(VMM_CREATE, vmm_create, 0, OPF_CREATES),
 	OPD(VMM_RELEASE, vmm_release, 0),
 	OPD(VMM_MAP, vmm_map, 0),
@@ -98,11 +94,21 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPDF(MEM_ALLOC_ASYNC, mem_alloc_async, 0, OPF_CREATES),
 	OPD(MEM_FREE_ASYNC, mem_free_async, 0),
 	OPD(GPU_STATUS, gpu_status, 0),
+	OPDF(HOSTFN_LAUNCH, hostfn_launch, 0, OPF_CREATES),
+	OPDF(HOSTFN_WAIT, hostfn_wait, 0, OPF_CREATES),
+	OPD(HOSTFN_DONE, hostfn_done, 0),
+	OPD(CALL, call, 0),
+	OPDF(GRAPH_OP, graph_op, 0, OPF_CREATES),
+	OPD(LINK, link, 0),
 	OPD(LEASE_GRANT, admin, 0),
 	OPD(LEASE_RELEASE, admin, 0),
 	OPD(LEASE_LIST, admin, 0),
 	OPD(SESSION_LIST, admin, 0),
 	OPD(SESSION_SHARE, admin, 0),
+	OPDF(SESSION_SAVE, session_save, 0, OPF_DRAINS),
+	OPDF(SESSION_RESTORE, session_restore, 8, OPF_DRAINS),
+	OPD(MIGRATE, admin, 0),
+	OPDF(MEM_ALLOC_AT, mem_alloc_at, 0, OPF_CREATES),
 };
 
 const struct op_desc *rgpud_op(unsigned op)

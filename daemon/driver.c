@@ -56,12 +56,12 @@ int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_
 	RGPUD_DRIVER_MODFUNCS(RGPUD_DRV_OPT_M)
 #undef RGPUD_DRV_OPT_M
 #undef RGPUD_DRV_OPT
-#define RGPUD_DRV_MAYBE(fn) *(void **)(&d->fn) = dlsym(d->dl, #fn);
-	RGPUD_DRIVER_MAYBE(RGPUD_DRV_MAYBE)
-#undef RGPUD_DRV_MAYBE
 #define RGPUD_DRV_OPT_A(fn) *(void **)(&d->fn) = dlsym(d->dl, #fn);
 	RGPUD_DRIVER_APPMEM(RGPUD_DRV_OPT_A)
 #undef RGPUD_DRV_OPT_A
+#define RGPUD_DRV_MAYBE(fn) *(void **)(&d->fn) = dlsym(d->dl, #fn);
+	RGPUD_DRIVER_MAYBE(RGPUD_DRV_MAYBE)
+#undef RGPUD_DRV_MAYBE
 	/* Prefer the current elapsed-time entry point where the driver has it. */
 	void *et = dlsym(d->dl, "cuEventElapsedTime_v2");
 	if (et)

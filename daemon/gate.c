@@ -1,5 +1,8 @@
 #include "gate.h"
+#include "migrate/migrate.h"
+#include "proto.h"
 #include "log.h"
+#include "mem/mem.h"
 #include "metrics.h"
 #include "session.h"
 #include "sched/scheduler.h"
@@ -13,9 +16,11 @@
 #include <unistd.h>
 
 /* G_SHARE_*: shareable physical memory (share.h); a file descriptor
- * travels with the request (PUT) or the reply (GET) as SCM_RIGHTS. */
+ * travels with the request (PUT) or the reply (GET) as SCM_RIGHTS.
+ * G_MEM: the memory manager (mem/arbiter.c).  G_PARK: a restored session
+ * waits for its client (migrate.h). */
 enum gate_op { G_DEVICE = 1, G_CHARGE, G_USAGE, G_ADMIN, G_REFUND, G_SHARE_PUT, G_SHARE_GET,
-	       G_SHARE_DROP };
+	       G_SHARE_DROP, G_MEM, G_PARK };
 
 struct gate_req {
 	uint32_t op, gpu, admin_op, len;
@@ -39,6 +44,8 @@ struct gate_rep {
 static int ctl = -1;
 
 void gate_attach(int fd) { ctl = fd; }
+
+int gate_ctl_fd(void) { return ctl; }
 
 /* One exchange; the reply payload goes to *buf (grown as needed, at most
  * GATE_REPLY_MAX) or, with buf NULL, is discarded. */
@@ -121,7 +128,20 @@ static int gate_call_fd(struct gate_req *q, const void *payload, struct gate_rep
 	ssize_t n = send_fd(ctl, msg, sizeof(*q) + q->len, fd_out);
 	if (n < 0)
 		return -1;
-	n = recv_fd(ctl, msg, GATE_MSG, &got_fd);
+	for (;;) {
+		n = recv_fd(ctl, msg, GATE_MSG, &got_fd);
+		/* the parent's memory manager asking while we wait: busy */
+		int32_t magic;
+		if (n == (ssize_t)sizeof(struct mem_parent_msg) &&
+		    (memcpy(&magic, msg, sizeof(magic)), magic == MEM_PARENT_MAGIC)) {
+			if (got_fd >= 0)
+				close(got_fd);
+			got_fd = -1;
+			mem_ctl_busy(msg, (size_t)n);
+			continue;
+		}
+		break;
+	}
 	if (fd_in)
 		*fd_in = got_fd;
 	else if (got_fd >= 0)
@@ -254,6 +274,29 @@ void gate_share_drop(const uint8_t token[16])
 		lost();
 }
 
+int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
+{
+	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
+	struct gate_rep p;
+	if (gate_call(&q, payload, &p, NULL, NULL) < 0)
+		lost();
+	return p.rc;
+}
+
+int gate_mem_send(unsigned sub, unsigned gpu, const void *payload, uint32_t len)
+{
+	struct gate_req q = { .op = G_MEM, .gpu = gpu, .admin_op = sub, .len = len };
+	uint8_t m[sizeof(q) + 256];
+	if (len > 256)
+		return -1;
+	memcpy(m, &q, sizeof(q));
+	memcpy(m + sizeof(q), payload, len);
+	ssize_t n;
+	while ((n = send(ctl, m, sizeof(q) + len, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return n < 0 ? -1 : 0;
+}
+
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out)
 {
 	struct gate_req q = { .op = G_ADMIN, .admin_op = op, .len = (uint32_t)r->left };
@@ -287,6 +330,64 @@ static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbu
 	return 0;
 }
 
+/* A reply without payload carrying fd (when >= 0) as SCM_RIGHTS. */
+static int send_reply_fd(int sock, struct gate_rep *p, int fd)
+{
+	struct iovec iov = { p, sizeof(*p) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	p->len = 0;
+	if (fd >= 0) {
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
+}
+
+int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN])
+{
+	uint8_t m[sizeof(struct gate_req) + MIGRATE_TOKEN_LEN];
+	struct gate_req q = { .op = G_PARK, .len = MIGRATE_TOKEN_LEN };
+	memcpy(m, &q, sizeof(q));
+	memcpy(m + sizeof(q), token, MIGRATE_TOKEN_LEN);
+	ssize_t n;
+	while ((n = send(ctl, m, sizeof(m), MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	if (n < 0)
+		lost();
+	struct gate_rep p;
+	struct iovec iov = { &p, sizeof(p) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	while ((n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n < (ssize_t)sizeof(p))
+		lost();
+	int fd = -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	if (p.rc && fd >= 0) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
 void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid_t worker)
 {
 	uint8_t *msg = malloc(GATE_MSG);
@@ -296,6 +397,8 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 	wbuf_init(&out);
 	struct metrics_session *ms = metrics_session_open(who);
 	metrics_session_worker(ms, (int)worker, who->uid);
+	/* the memory manager's record of this worker (mem/arbiter.c) */
+	struct mem_worker *mw = mem_parent_open(fd, ms);
 	while (msg) {
 		int fd_in = -1, fd_out = -1;
 		ssize_t n = recv_fd(fd, msg, GATE_MSG, &fd_in);
@@ -326,8 +429,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 				p.rc = -1;
 			else
 				p.rc = rgpud_access_charge(who, q.gpu, q.bytes);
-			if (p.rc == 0)
+			if (p.rc == 0) {
 				charged[q.gpu] += q.bytes;
+				mem_parent_charged(mw, q.gpu, (int64_t)q.bytes);
+			}
 			if (p.rc)
 				metrics_refused("quota");
 			else
@@ -345,6 +450,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 			if (p.rc == 0) {
 				charged[q.gpu] -= q.bytes;
 				metrics_session_refund(ms, q.gpu, q.bytes);
+				mem_parent_charged(mw, q.gpu, -(int64_t)q.bytes);
 			}
 			break;
 		case G_USAGE:
@@ -353,8 +459,10 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 		case G_ADMIN: {
 			struct rd r;
 			rd_init(&r, msg + sizeof(q), q.len);
-			int rc = sched_parent_op(who, worker, q.admin_op, &r, &out);
-			if (rc == -1)
+			int rc;
+			if (q.admin_op == RGPU_OP_MIGRATE)
+				rc = migrate_parent_order(who, &r, &out);
+			else if ((rc = sched_parent_op(who, worker, q.admin_op, &r, &out)) == -1)
 				rc = rgpud_access_admin_op(who, q.admin_op, &r, &out);
 			p.rc = rc == -1 ? OP_DROP : rc;
 			break;
@@ -372,6 +480,29 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 		case G_SHARE_DROP:
 			share_drop(msg, q.token);
 			break;
+		case G_MEM:
+			p.rc = mem_parent_request(mw, q.admin_op, q.gpu, msg + sizeof(q), q.len);
+			if (p.rc == MEM_NO_REPLY) {
+				if (fd_in >= 0)
+					close(fd_in);
+				continue;
+			}
+			break;
+		case G_PARK: {
+			/* a restored session waits for its client (migrate.h) */
+			if (fd_in >= 0)
+				close(fd_in);
+			int cfd = migrate_parent_park(who, msg + sizeof(q), q.len, name);
+			p.rc = cfd < 0 ? -1 : 0;
+			if (send_reply_fd(fd, &p, cfd) < 0) {
+				if (cfd >= 0)
+					close(cfd);
+				goto done;
+			}
+			if (cfd >= 0)
+				close(cfd);
+			continue;
+		}
 		default:
 			p.rc = -1;
 		}
@@ -382,12 +513,19 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 				close(fd_out);
 			break;
 		}
+		/* the memory manager sends this worker requests of its own */
+		pthread_mutex_t *sl = mem_parent_send_lock(mw);
+		if (sl)
+			pthread_mutex_lock(sl);
 		int sent = send_reply(fd, msg, &p, &out, fd_out);
+		if (sl)
+			pthread_mutex_unlock(sl);
 		if (fd_out >= 0)
 			close(fd_out);
 		if (sent < 0)
 			break;
 	}
+done:
 	share_drop_owner(msg);
 	free(msg);
 	wbuf_free(&out);
@@ -406,5 +544,6 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 			metrics_session_gpu_time(ms, g, ns);
 	}
 	sched_parent_release(worker, NULL, 0);
+	mem_parent_close(mw);
 	metrics_session_close(ms);
 }

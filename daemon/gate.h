@@ -35,6 +35,12 @@ int gate_refund_bytes(unsigned gpu, uint64_t bytes);
 int gate_charge(unsigned gpu, int64_t delta);
 void gate_usage(unsigned gpu, uint64_t *limit, uint64_t *used);
 int gate_admin(unsigned op, struct rd *r, struct wbuf *out);
+/* The memory manager's messages (daemon/mem/): a request answered by the
+ * parent (its rc), and one it does not answer.  gate_ctl_fd: the control
+ * socket, which the worker watches between requests. */
+int gate_mem_call(unsigned sub, unsigned gpu, const void *payload, uint32_t len);
+int gate_mem_send(unsigned sub, unsigned gpu, const void *payload, uint32_t len);
+int gate_ctl_fd(void);
 
 /* parent side: serves one worker (process id worker) until it exits, then
  * refunds what it still holds and frees its scheduler slots.  Returns when

@@ -15,9 +15,88 @@ void ht_free(struct htable *t)
 	ht_init(t);
 }
 
+static int ht_grow(struct htable *t, uint32_t need)
+{
+	if (need <= t->cap)
+		return 0;
+	uint32_t cap = t->cap ? t->cap : 64;
+	while (cap < need) {
+		if (cap > (1u << 29))
+			return -1;
+		cap *= 2;
+	}
+	struct hentry *e = realloc(t->e, cap * sizeof(*e));
+	if (!e)
+		return -1;
+	t->e = e;
+	uint32_t *fl = realloc(t->freel, cap * sizeof(*fl));
+	if (!fl)
+		return -1;
+	t->freel = fl;
+	t->cap = cap;
+	return 0;
+}
+
+/* The forced id's slot, taken off the free list (restore, ht_set_layout
+ * fixes the free list afterwards). */
+static int ht_take_forced(struct htable *t, uint32_t slot)
+{
+	if (slot >= t->n) {
+		if (ht_grow(t, slot + 1) < 0)
+			return -1;
+		for (uint32_t i = t->n; i < slot; i++) {
+			t->e[i] = (struct hentry){ .kind = HK_FREE };
+			t->freel[t->nfree++] = i;
+		}
+		t->n = slot + 1;
+		return 0;
+	}
+	if (t->e[slot].kind != HK_FREE)
+		return -1;
+	for (uint32_t i = 0; i < t->nfree; i++)
+		if (t->freel[i] == slot) {
+			t->freel[i] = t->freel[--t->nfree];
+			break;
+		}
+	return 0;
+}
+
+int ht_set_layout(struct htable *t, uint32_t n, const uint32_t *gens, const uint32_t *freel,
+		  uint32_t nfree)
+{
+	if (n < t->n || nfree > n || ht_grow(t, n ? n : 1) < 0)
+		return -1;
+	for (uint32_t i = t->n; i < n; i++)
+		t->e[i] = (struct hentry){ .kind = HK_FREE };
+	t->n = n;
+	for (uint32_t i = 0; i < nfree; i++)
+		if (freel[i] >= n || t->e[freel[i]].kind != HK_FREE)
+			return -1;
+	for (uint32_t i = 0; i < n; i++) {
+		if (t->e[i].kind == HK_FREE)
+			t->e[i].gen = gens[i];
+		else if (t->e[i].gen != gens[i])
+			return -1;
+	}
+	memcpy(t->freel, freel, nfree * sizeof(*freel));
+	t->nfree = nfree;
+	return 0;
+}
+
 uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void *extra)
 {
 	uint32_t slot;
+	if (t->force_id) {
+		uint64_t id = t->force_id;
+		t->force_id = 0;
+		slot = (uint32_t)id - 1;
+		if ((uint32_t)id == 0 || ht_take_forced(t, slot) < 0)
+			return 0;
+		struct hentry *h = &t->e[slot];
+		*h = (struct hentry){ .kind = kind, .gen = (uint32_t)(id >> 32), .obj = obj,
+				      .ctx = ctx, .extra = extra };
+		return id;
+	}
 	if (t->nfree) {
 		slot = t->freel[--t->nfree];
 	} else {

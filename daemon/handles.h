@@ -18,9 +18,9 @@ enum hkind {
 	HK_EVENT,
 	HK_GRAPH,
 	HK_GRAPHEXEC,
-	HK_GNODE,     /* a node of a graph (parent: the graph) */
 	HK_VMM,     /* application physical memory (ops_appvmm.c) */
 	HK_POOL,    /* stream-ordered memory pool (ops_pool.c) */
+	HK_GNODE,     /* a node of a graph (parent: the graph) */
 };
 
 struct hentry {
@@ -37,6 +37,9 @@ struct htable {
 	uint32_t n, cap;
 	uint32_t *freel;
 	uint32_t nfree;
+	/* migration (daemon/migrate/): when set, the next ht_add creates
+	 * exactly this id, so a restored session keeps its clients' handles */
+	uint64_t force_id;
 };
 
 void ht_init(struct htable *t);
@@ -46,6 +49,12 @@ uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void
 /* The entry, or NULL if id is not a live object of that kind. */
 struct hentry *ht_get(struct htable *t, uint64_t id, enum hkind kind);
 void ht_del(struct htable *t, uint64_t id);
+/* Migration: the table's layout (generation of every slot, the free list
+ * in order) as captured, so that ids created after a restore are the ones
+ * the source would have made.  gens has n entries; 0, or -1 (no memory,
+ * or a live entry where the layout says free). */
+int ht_set_layout(struct htable *t, uint32_t n, const uint32_t *gens, const uint32_t *freel,
+		  uint32_t nfree);
 /* Deletes every entry whose parent is id (a module's or library's
  * functions and kernels, which die with it). */
 void ht_del_children(struct htable *t, uint64_t parent);

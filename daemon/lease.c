@@ -473,6 +473,18 @@ void rgpud_lease_set_gpu(unsigned gpu, const char *name, uint64_t total)
 	pthread_mutex_unlock(&mu);
 }
 
+/* Slices may promise a GPU's memory up to this many percent of it (rgpud
+ * --memory-overcommit; the memory manager swaps or waits for the rest).
+ * One slice never exceeds the GPU itself. */
+static unsigned overcommit_pct = 100;
+
+void rgpud_lease_set_overcommit(unsigned pct)
+{
+	pthread_mutex_lock(&mu);
+	overcommit_pct = pct < 100 ? 100 : pct;
+	pthread_mutex_unlock(&mu);
+}
+
 static uint64_t slice_cost(uint64_t limit)
 {
 	uint64_t c = limit + RGPUD_LEASE_CTX_RESERVE;
@@ -583,10 +595,12 @@ int rgpud_lease_grant(const struct rgpud_lease *req, time_t now, char *why, size
 	}
 	if (req->mem_limit) {
 		uint64_t cost = slice_cost(req->mem_limit);
-		if (cost > total || sum > total - cost) {
+		uint64_t room = total > UINT64_MAX / overcommit_pct ? UINT64_MAX
+								     : total * overcommit_pct / 100;
+		if (cost > total || sum > room - cost) {
 			char want[32], have[32], tot[32], res[32];
 			fmt_bytes(want, sizeof(want), req->mem_limit);
-			fmt_bytes(have, sizeof(have), total > sum ? total - sum : 0);
+			fmt_bytes(have, sizeof(have), room > sum ? room - sum : 0);
 			fmt_bytes(tot, sizeof(tot), total);
 			fmt_bytes(res, sizeof(res), RGPUD_LEASE_CTX_RESERVE);
 			snprintf(why, whylen, "GPU %u has no room for %s (+%s context reserve): "

@@ -88,6 +88,9 @@ void rgpud_lease_fini(void);
  * refused (RGPUD_LEASE_NODEV); leases loaded from leases.json are kept
  * whatever the GPUs (a GPU may come back). */
 void rgpud_lease_set_gpu(unsigned gpu, const char *name, uint64_t total);
+/* rgpud --memory-overcommit: slices of a GPU may together promise up to
+ * pct percent (>= 100) of its memory. */
+void rgpud_lease_set_overcommit(unsigned pct);
 
 /* Adds a lease (l->used ignored), checking capacity atomically and
  * persisting it.  An identical lease (same uid, limit, expires) returns

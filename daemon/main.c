@@ -5,6 +5,7 @@
 #include "gate.h"
 #include "lease.h"
 #include "metrics.h"
+#include "mem/mem.h"
 #include "session.h"
 #include "sched/scheduler.h"
 #include "rgpud.h"
@@ -56,6 +57,8 @@ static void usage(FILE *f)
 "      --hello-timeout=SEC   close connections that send no HELLO by then (10)\n"
 "      --max-pending-per-host=N  connections waiting for their HELLO per client\n"
 "                            address (128); more are closed at once\n"
+"      --checkpoint-interval=S  clients with standby servers checkpoint their\n"
+"                               sessions every S seconds (0: never, the default)\n"
 "      --max-sessions-per-user=N  sessions one user (other than root) may hold\n"
 "                            at once (default: no limit)\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
@@ -75,6 +78,14 @@ static void usage(FILE *f)
 "                            /run/rgpud/mps)\n"
 "      --mps-control=PATH    the MPS control program (default\n"
 "                            nvidia-cuda-mps-control in /usr/bin)\n"
+"      --memory-policy=POLICY  when an allocation does not fit on the GPU:\n"
+"                            swap (default: evict idle sessions to host memory),\n"
+"                            wait (until memory is freed), or fail\n"
+"      --memory-wait=SEC     how long an allocation may wait for room under swap\n"
+"                            or wait (default 60; 0: not at all)\n"
+"      --memory-overcommit=RATIO  with --leases: slices of a GPU may together\n"
+"                            promise up to RATIO times its memory (1 to 10,\n"
+"                            default 1; above 1 needs swap or wait)\n"
 "  -d, --daemon              detach and run in the background\n"
 "      --pidfile=PATH        write the process id to PATH\n"
 "  -s, --syslog              log to syslog instead of stderr\n"
@@ -88,7 +99,7 @@ static void usage(FILE *f)
 
 /* long options without a short form */
 enum { OPT_METRICS = 256, OPT_SCHED, OPT_QUANTUM, OPT_MPS, OPT_MPS_DIR, OPT_MPS_CONTROL,
-       OPT_WORKER_SCHED };
+       OPT_WORKER_SCHED, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -305,11 +316,11 @@ static int worker_drop(const char *name, unsigned uid, unsigned gid, int parent,
 static int worker_main(const char *fds, const char *who, const char *runas, const char *name,
 		       const char *driver)
 {
-	int cfd, ctl, parent, groups;
+	int cfd, ctl, mig = -1, parent, groups;
 	unsigned uid, gid, run_uid, run_gid;
 	unsigned long long job;
 	int admin, authd;
-	if (!driver || sscanf(fds, "%d,%d", &cfd, &ctl) != 2 || !who || !runas ||
+	if (!driver || sscanf(fds, "%d,%d,%d", &cfd, &ctl, &mig) < 2 || !who || !runas ||
 	    sscanf(who, "%u,%u,%llu,%d,%d", &uid, &gid, &job, &admin, &authd) != 5 ||
 	    sscanf(runas, "%u,%u,%d,%d", &run_uid, &run_gid, &parent, &groups) != 4) {
 		fprintf(stderr, "rgpud: --session-worker is internal to rgpud\n");
@@ -348,6 +359,7 @@ static int worker_main(const char *fds, const char *who, const char *runas, cons
 	}
 	s->srv = srv;
 	s->out_fd = out_fd;
+	s->mig_fd = mig;
 	s->hello_done = 1;
 	s->who = (struct rgpud_principal){ .uid = uid, .gid = gid, .job_id = job,
 					   .admin = admin, .authenticated = authd };
@@ -377,6 +389,9 @@ int main(int argc, char **argv)
 		{ "mps-dir", required_argument, NULL, OPT_MPS_DIR },
 		{ "mps-control", required_argument, NULL, OPT_MPS_CONTROL },
 		{ "worker-sched", required_argument, NULL, OPT_WORKER_SCHED },
+		{ "memory-policy", required_argument, NULL, OPT_MEM_POLICY },
+		{ "memory-wait", required_argument, NULL, OPT_MEM_WAIT },
+		{ "memory-overcommit", required_argument, NULL, OPT_MEM_OVERCOMMIT },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -394,6 +409,7 @@ int main(int argc, char **argv)
 		{ "max-pending-per-host", required_argument, NULL, 'M' },
 		{ "max-sessions-per-user", required_argument, NULL, 'u' },
 		{ "lease-check-interval", required_argument, NULL, 'I' },
+		{ "checkpoint-interval", required_argument, NULL, 'C' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char listen_addr[300];
@@ -411,6 +427,8 @@ int main(int argc, char **argv)
 	struct sched_config scfg = { .policy = SCHED_POL_FAIR, .quantum = SCHED_QUANTUM_NS_DEFAULT,
 				     .mps = SCHED_MPS_OFF, .mps_dir = "/run/rgpud/mps",
 				     .mps_control = "/usr/bin/nvidia-cuda-mps-control" };
+	enum mem_policy mem_policy = MEM_POLICY_SWAP;
+	unsigned mem_wait = 60, mem_overcommit_pct = 100;
 	int c;
 	while ((c = getopt_long(argc, argv, "l:edsv:hV", opts, NULL)) != -1) {
 		switch (c) {
@@ -478,6 +496,26 @@ int main(int argc, char **argv)
 			break;
 		}
 		case OPT_WORKER_SCHED: worker_sched = optarg; break;
+		case OPT_MEM_POLICY:
+			if (mem_policy_parse(optarg, &mem_policy) < 0) {
+				fprintf(stderr, "rgpud: --memory-policy: '%s' is not one of swap, wait, fail\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_MEM_WAIT: mem_wait = (unsigned)num_opt("memory-wait", optarg, 0, 86400); break;
+		case OPT_MEM_OVERCOMMIT: {
+			char *end;
+			errno = 0;
+			double r = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(r >= 1.0 && r <= 10.0)) {
+				fprintf(stderr, "rgpud: --memory-overcommit: '%s' is not a ratio from 1 to 10\n",
+					optarg);
+				return 2;
+			}
+			mem_overcommit_pct = (unsigned)(r * 100 + 0.5);
+			break;
+		}
 		case 'd': daemonize = 1; break;
 		case 'P': pidfile = optarg; break;
 		case 's': use_syslog = 1; break;
@@ -498,6 +536,7 @@ int main(int argc, char **argv)
 		case 'T': srv->hello_timeout_ms = (int)(1000 * num_opt("hello-timeout", optarg, 1, 3600)); break;
 		case 'M': srv->max_pending_per_host = (int)num_opt("max-pending-per-host", optarg, 1, 100000); break;
 		case 'I': acfg.check_interval_s = (int)num_opt("lease-check-interval", optarg, 1, 86400); break;
+		case 'C': srv->checkpoint_s = (int)num_opt("checkpoint-interval", optarg, 0, 86400); break;
 		case 'u': srv->max_sessions_per_user = (int)num_opt("max-sessions-per-user", optarg, 0, 1000000); break;
 		case 'V': printf("rgpud %s (protocol %d)\n", PACKAGE_VERSION, RGPU_PROTO_VERSION); return 0;
 		default: usage(stderr); return 2;
@@ -516,6 +555,12 @@ int main(int argc, char **argv)
 		return worker_main(worker_fds, worker_who, worker_runas, worker_name, driver);
 	}
 
+	mem_parent_config(mem_policy, mem_wait);
+	if (mem_overcommit_pct > 100 && mem_policy == MEM_POLICY_FAIL) {
+		fprintf(stderr, "rgpud: --memory-overcommit above 1 needs --memory-policy=swap or wait\n");
+		return 2;
+	}
+	rgpud_lease_set_overcommit(mem_overcommit_pct);
 	if (open_access && acfg.require_lease) {
 		fprintf(stderr, "rgpud: --open and --leases exclude each other\n");
 		return 2;

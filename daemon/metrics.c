@@ -41,6 +41,7 @@ struct metrics_session {
 	uint32_t uid;
 	uint64_t gpu_ns[RGPUD_MAX_GPUS]; /* attained, once the worker ended */
 	struct metrics_session *next, *prev; /* live sessions (listing) */
+	uint64_t resident, swapped; /* memory manager (metrics_session_memory) */
 };
 
 /* Per (job, GPU): what live sessions hold, and GPU time of ended ones. */
@@ -52,6 +53,7 @@ struct row {
 	double secs;      /* GPU time of ended sessions */
 	uint64_t gpu_ns;  /* kernel time attained by ended sessions */
 	double since_sum; /* sum of the live sessions' admission times */
+	uint64_t resident, swapped; /* NO_GPU rows: the job's sessions' sums */
 };
 
 struct word_count {
@@ -258,6 +260,32 @@ int metrics_sessions_list(struct metrics_session_row **out, size_t *n)
 	return 0;
 }
 
+void metrics_session_memory(struct metrics_session *ms, uint64_t resident, uint64_t swapped)
+{
+	if (!ms)
+		return;
+	pthread_mutex_lock(&mu);
+	struct row *r = ms->counted ? row_get(ms->job, NO_GPU) : NULL;
+	if (r) {
+		r->resident = r->resident - ms->resident + resident;
+		r->swapped = r->swapped - ms->swapped + swapped;
+	}
+	ms->resident = resident;
+	ms->swapped = swapped;
+	pthread_mutex_unlock(&mu);
+}
+
+void metrics_session_memory_get(struct metrics_session *ms, uint64_t *resident, uint64_t *swapped)
+{
+	*resident = *swapped = 0;
+	if (!ms)
+		return;
+	pthread_mutex_lock(&mu);
+	*resident = ms->resident;
+	*swapped = ms->swapped;
+	pthread_mutex_unlock(&mu);
+}
+
 static void count_word(struct word_count *t, const char *w)
 {
 	pthread_mutex_lock(&mu);
@@ -400,6 +428,18 @@ char *metrics_render(size_t *len)
 			fprintf(f, "rgpud_memory_used_bytes{gpu=\"%s\",slurm_job=\"%" PRIu64 "\"} %" PRIu64 "\n",
 				gl, rows[i].job, rows[i].mem);
 		}
+	head(f, "rgpud_memory_resident_bytes", "gauge",
+	     "Device memory of a job's sessions resident on the GPU (memory manager).");
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].gpu == NO_GPU)
+			fprintf(f, "rgpud_memory_resident_bytes{slurm_job=\"%" PRIu64 "\"} %" PRIu64 "\n",
+				rows[i].job, rows[i].resident);
+	head(f, "rgpud_memory_swapped_bytes", "gauge",
+	     "Device memory of a job's sessions swapped out to host memory (memory manager).");
+	for (size_t i = 0; i < nrows; i++)
+		if (rows[i].gpu == NO_GPU)
+			fprintf(f, "rgpud_memory_swapped_bytes{slurm_job=\"%" PRIu64 "\"} %" PRIu64 "\n",
+				rows[i].job, rows[i].swapped);
 	/* GPU time attained, as the time sessions held the GPU (from admission
 	 * to exit): the parent does not see kernel run times */
 	head(f, "rgpud_gpu_session_seconds_total", "counter",

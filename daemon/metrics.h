@@ -36,6 +36,11 @@ void metrics_session_gpu(struct metrics_session *ms, unsigned gpu); /* admitted 
 void metrics_session_charge(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_refund(struct metrics_session *ms, unsigned gpu, uint64_t bytes);
 void metrics_session_close(struct metrics_session *ms);
+/* The memory manager's view of a session (daemon/mem/): device memory
+ * resident on the GPU and swapped out to host memory, all GPUs together;
+ * exported per job, and read back per session (rgpu top). */
+void metrics_session_memory(struct metrics_session *ms, uint64_t resident, uint64_t swapped);
+void metrics_session_memory_get(struct metrics_session *ms, uint64_t *resident, uint64_t *swapped);
 
 /* The scheduler (daemon/sched/): the session's worker and uid, for the
  * listing and the attained GPU time; source(pid, gpu) answers the GPU time

@@ -5,6 +5,7 @@
 #include "rgpud.h"
 #include "session.h"
 #include "sched/scheduler.h"
+#include "mem/mem.h"
 
 #include <stdlib.h>
 
@@ -132,6 +133,7 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	stage_forget_ctx(s, ctx);
 	shm_forget_ctx(s, ctx);
 	vmem_forget_ctx(s, ctx);
+	mem_forget_ctx(s, ctx);
 	if (contexts == 1)
 		stage_free(s);
 	int rc = d->cuCtxDestroy_v2(e->obj);

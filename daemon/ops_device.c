@@ -5,6 +5,7 @@
 #include "metrics.h"
 #include "rgpud.h"
 #include "session.h"
+#include "migrate/migrate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,9 @@ int op_hello(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct w
 	const char *client = get_str(r, 255);
 	size_t clen;
 	const void *cred = get_bytes(r, &clen);
-	if (!rd_done(r) || ver != RGPU_PROTO_VERSION)
+	size_t tlen = 0;
+	const void *token = r->left ? get_bytes(r, &tlen) : NULL; /* a moved session's */
+	if (!rd_done(r) || ver != RGPU_PROTO_VERSION || (token && tlen != MIGRATE_TOKEN_LEN))
 		return OP_DROP;
 	char why[256] = "";
 	if (rgpud_access_hello(cred, clen, s->conn->peer, &s->who, why, sizeof(why)) < 0) {
@@ -39,6 +42,32 @@ int op_hello(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct w
 		s->ended = 1;
 		return OP_REPLIED;
 	}
+	/* the kernel vouches for a same-host peer: its root may move
+	 * sessions without munge (migrate/parent.c) */
+	int ppid;
+	unsigned puid;
+	if (rgpu_unix_peer(s->conn, &ppid, &puid) == 0 && puid == 0)
+		s->who.local_root = 1;
+	if (token && migrate_parent_attach_check(&s->who, token, why, sizeof(why)) < 0) {
+		log_warn("%s (%s): refused: %s", s->name, client, why);
+		put_str(out, why);
+		session_send_reply(s, h, 0, RGPU_ERR_AUTH, out->data, out->len);
+		s->ended = 1;
+		return OP_REPLIED;
+	}
+	if (!token && rgpud_server.draining && !s->who.admin) {
+		snprintf(why, sizeof(why), "rgpud on %s is draining: it takes no new sessions",
+			 rgpud_server.hostname);
+		log_info("%s (%s): refused: %s", s->name, client, why);
+		put_str(out, why);
+		session_send_reply(s, h, 0, RGPU_ERR_AUTH, out->data, out->len);
+		s->ended = 1;
+		return OP_REPLIED;
+	}
+	if (token) {
+		s->attach = 1;
+		memcpy(s->attach_token, token, MIGRATE_TOKEN_LEN);
+	}
 	if (s->who.authenticated)
 		snprintf(s->name, sizeof(s->name), "client %s uid %u job %llu", s->conn->peer,
 			 s->who.uid, (unsigned long long)s->who.job_id);
@@ -47,6 +76,7 @@ int op_hello(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct w
 	snprintf(msg, sizeof(msg), "rgpud %s on %s", PACKAGE_VERSION, rgpud_server.hostname);
 	put_str(out, msg);
 	put_u32(out, (uint32_t)rgpud_server.ndev);
+	put_u32(out, (uint32_t)rgpud_server.checkpoint_s);
 	return CUDA_SUCCESS;
 }
 

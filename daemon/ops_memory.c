@@ -5,6 +5,7 @@
 #include "gate.h"
 #include "rgpud.h"
 #include "session.h"
+#include "mem/mem.h"
 
 #include <errno.h>
 #include <string.h>
@@ -50,10 +51,12 @@ int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 		return CUDA_ERROR_INVALID_VALUE;
 	if (gate_charge_bytes(cs->dev, size) < 0) /* unsigned: 2^63 is no refund */
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUdeviceptr p = 0;
-	rc = D->cuMemAlloc_v2(&p, size);
+	/* the memory manager places it (mem/mem.h): movable, at an address
+	 * that survives swapping and migration */
+	uint64_t p = 0;
+	rc = mem_alloc(s, ctx, cs->dev, size, &p);
 	if (!rc && session_alloc_add(s, p, size, ctx, 0, cs->dev) < 0) {
-		D->cuMemFree_v2(p);
+		mem_free(s, p);
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	if (rc) {
@@ -78,9 +81,19 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	struct alloc a = session_alloc_del(s, p);
 	if (!a.size || a.module)
 		return CUDA_ERROR_INVALID_VALUE; /* not ours: never free another tenant's */
-	rc = D->cuMemFree_v2(p);
+	rc = mem_free(s, p);
 	gate_charge(a.dev, -(int64_t)a.size);
 	return rc;
+}
+
+/* A request the memory manager could not serve (an evicted session whose
+ * memory found no room on the GPU again): its payload is skipped. */
+int op_mem_refused(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	(void)out;
+	if (h->len > r->left && session_skip(s, h->len - r->left) < 0)
+		return OP_DROP;
+	return s->mem_err;
 }
 
 

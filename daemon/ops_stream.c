@@ -1,6 +1,7 @@
 /* Streams and events. */
 #include "rgpud.h"
 #include "session.h"
+#include "waiter.h"
 
 #include <string.h>
 
@@ -140,6 +141,31 @@ int op_event_record(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	if ((rc = req_stream(s, sid, &st)))
 		return rc;
 	return D->cuEventRecord(q.e->obj, st);
+}
+
+/* EVENT_RECORD_WATCH: the record, then a waiter sends EVENT_DONE once it
+ * has completed (the client then answers cuEventQuery itself) */
+int op_event_record_watch(struct session *s, const struct rgpu_hdr *h, struct rd *r,
+			  struct wbuf *out)
+{
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ);
+	uint64_t sid = get_u64(r);
+	uint64_t seq = get_u64(r);
+	int rc = req_enter(s, r, &q, HK_EVENT);
+	if (rc == OP_DROP)
+		return rc;
+	CUstream st;
+	if (!rc)
+		rc = req_stream(s, sid, &st);
+	if (!rc)
+		rc = D->cuEventRecord(q.e->obj, st);
+	/* the client counts the record as pending until told: it is told
+	 * either way (a failure, or no thread to watch: "ask me"); the
+	 * handler runs with the send lock held */
+	if (rc || waiter_post_notice(s, session_ctx_obj(s), q.e->obj, q.id, seq) < 0)
+		(void)session_send_notice(s, rc ? rc : CUDA_ERROR_NOT_READY, q.id, seq);
+	return rc;
 }
 
 static int event_call(struct session *s, struct rd *r, CUresult (*fn)(CUevent), CUevent *out)

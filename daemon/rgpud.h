@@ -28,6 +28,9 @@ struct rgpud {
 	int max_pending_per_host; /* --max-pending-per-host: handshakes per address */
 	/* after it */
 	int max_sessions_per_user; /* --max-sessions-per-user (0: no limit) */
+	/* migration and recovery (daemon/migrate/) */
+	int checkpoint_s;          /* --checkpoint-interval: told to clients (0: none) */
+	volatile int draining;     /* `rgpu drain`: new sessions are refused */
 };
 
 /* Defaults of the bounds above. */

@@ -10,6 +10,7 @@
 #include "rgpud.h"
 #include "session.h"
 #include "sched/scheduler.h"
+#include "migrate/migrate.h"
 
 #include "frame.h"
 #include "proto.h"
@@ -130,7 +131,7 @@ static void worker_identity(const struct session *s, int cfd, unsigned *uid, uns
 
 /* Starts `rgpud --session-worker` on the client socket.  argv is built
  * before fork: between fork and exec only async-signal-safe calls. */
-static pid_t spawn_worker(struct session *s, int cfd, int ctl)
+static pid_t spawn_worker(struct session *s, int cfd, int ctl, int mig)
 {
 	struct rgpud *srv = &rgpud_server;
 	char fds[32], who[96], lvl[8], runas[64], sched_arg[32];
@@ -138,7 +139,7 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl)
 	int groups;
 	worker_identity(s, cfd, &uid, &gid, &groups);
 	pid_t parent = getpid();
-	snprintf(fds, sizeof(fds), "%d,%d", cfd, ctl);
+	snprintf(fds, sizeof(fds), "%d,%d,%d", cfd, ctl, mig);
 	snprintf(who, sizeof(who), "%u,%u,%llu,%d,%d", s->who.uid, s->who.gid,
 		 (unsigned long long)s->who.job_id, s->who.admin, s->who.authenticated);
 	snprintf(lvl, sizeof(lvl), "%d", rgpu_log_level());
@@ -194,7 +195,7 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl)
 			_exit(125);
 		/* the two descriptors the worker inherits */
 		if (fcntl(cfd, F_SETFD, 0) < 0 || fcntl(ctl, F_SETFD, 0) < 0 ||
-		    (sched_fd >= 0 && fcntl(sched_fd, F_SETFD, 0) < 0))
+		    (sched_fd >= 0 && fcntl(sched_fd, F_SETFD, 0) < 0) || fcntl(mig, F_SETFD, 0) < 0)
 			_exit(126);
 		execve(srv->self_exe, argv, envp);
 		_exit(127);
@@ -218,15 +219,30 @@ static void *conn_thread(void *arg)
 		log_info("%s: disconnected before the session opened", s->name);
 		goto out;
 	}
-	int sv[2];
+	if (s->attach) {
+		/* a moved session's client: its restored worker takes over */
+		if (migrate_parent_attach(s->attach_token, rgpu_tcp_fd(s->conn)) < 0)
+			log_info("%s: the moved session went away before its client came", s->name);
+		goto out;
+	}
+	int sv[2], mv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
 		log_err("%s: socketpair: %s", s->name, strerror(errno));
 		goto out;
 	}
+	/* the migration channel: orders to the worker (migrate.h) */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, mv) < 0) {
+		log_err("%s: socketpair: %s", s->name, strerror(errno));
+		close(sv[0]);
+		close(sv[1]);
+		goto out;
+	}
 	pthread_mutex_lock(&rgpud_server.lock);
-	s->worker = spawn_worker(s, rgpu_tcp_fd(s->conn), sv[1]);
+	s->worker = spawn_worker(s, rgpu_tcp_fd(s->conn), sv[1], mv[1]);
+	s->mig_fd = mv[0];
 	pthread_mutex_unlock(&rgpud_server.lock);
 	close(sv[1]);
+	close(mv[1]);
 	if (s->worker < 0) {
 		log_err("%s: cannot start a session worker: %s", s->name, strerror(errno));
 		metrics_error("spawn");
@@ -249,6 +265,8 @@ static void *conn_thread(void *arg)
 		log_warn("%s: worker %d exited with status %d", s->name, (int)s->worker, WEXITSTATUS(st));
 out:
 	rgpud_session_unregister(&rgpud_server, s);
+	if (s->mig_fd > 0)
+		close(s->mig_fd);
 	if (s->conn)
 		rgpu_conn_close(s->conn);
 	free(s->rx);

@@ -5,8 +5,12 @@
 #include "devout.h"
 #include "waiter.h"
 #include "appmem.h"
+#include "mem/mem.h"
+#include "migrate/migrate.h"
+#include "migrate/snapshot.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +34,17 @@ int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t fla
 	rgpu_hdr_encode(&rh, hb);
 	struct iovec iov[3] = { { hb, sizeof(hb) }, { st, 4 }, { (void *)data, len } };
 	return rgpu_sendv(s->conn, iov, len ? 3 : 2);
+}
+
+int session_send_notice(struct session *s, int32_t status, uint64_t handle, uint64_t seq)
+{
+	struct rgpu_hdr h = { .op = RGPU_OP_EVENT_DONE, .id = 0 };
+	uint8_t p[16];
+	for (int i = 0; i < 8; i++) {
+		p[i] = (uint8_t)(handle >> (8 * i));
+		p[8 + i] = (uint8_t)(seq >> (8 * i));
+	}
+	return session_send_reply(s, &h, 0, status, p, sizeof(p));
 }
 
 void session_forward_output(struct session *s, const struct rgpu_hdr *h)
@@ -294,6 +309,9 @@ static void session_cleanup(struct session *s)
 	stage_free(s);
 	vmem_cleanup(s);
 	appmem_cleanup(s);
+	mem_cleanup(s);
+	memif_cleanup(s);
+	journal_free(s);
 	int nctx = 0;
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
@@ -401,8 +419,50 @@ static int read_payload(struct session *s, size_t n)
 	return n ? session_recv(s, s->rx, n) : 0;
 }
 
+/* the parent has a migration order for this worker (migrate.h) */
+#define RGPU_HDR_ORDER (-10)
+
+/* Between requests: waits for the client while answering the parent's
+ * memory manager (mem.h) and watching for a migration order (migrate.h).
+ * 1 when an order came, else 0 (the client has input, or a descriptor
+ * failed: the next read or gate call finds out). */
+static int session_wait_client(struct session *s)
+{
+	int cfd = s->conn ? rgpu_tcp_fd(s->conn) : -1;
+	int ctl = mem_parent_fd(s);
+	if (cfd < 0 || (ctl < 0 && s->mig_fd <= 0))
+		return 0;
+	for (;;) {
+		struct pollfd pf[3] = { { .fd = cfd, .events = POLLIN },
+					{ .fd = ctl, .events = POLLIN },
+					{ .fd = s->mig_fd > 0 ? s->mig_fd : -1, .events = POLLIN } };
+		int n = poll(pf, 3, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return 0;
+		if (pf[2].revents & POLLIN)
+			return 1;
+		if (pf[2].revents & (POLLHUP | POLLERR)) {
+			/* the parent is gone: the gate notices and ends the worker */
+			close(s->mig_fd);
+			s->mig_fd = -1;
+		}
+		if (pf[1].revents & POLLIN)
+			mem_parent_input(s);
+		else if (pf[1].revents & (POLLHUP | POLLERR))
+			return 0;
+		if (pf[0].revents)
+			return 0;
+		if (s->mig_fd <= 0 && ctl < 0)
+			return 0;
+	}
+}
+
 static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 {
+	if (s->in_len - s->in_off < RGPU_HDR_SIZE && session_wait_client(s))
+		return RGPU_HDR_ORDER;
 	if (in_fill(s, RGPU_HDR_SIZE) < 0)
 		return RGPU_HDR_EOF;
 	rgpu_hdr_decode(s->in + s->in_off, h);
@@ -422,6 +482,8 @@ int session_serve_one(struct session *s)
 	session_prepare(s);
 	struct rgpu_hdr h;
 	int hs = recv_hdr(s, &h);
+	if (hs == RGPU_HDR_ORDER)
+		return migrate_serve_order(s) ? -1 : 0;
 	if (hs == RGPU_HDR_EOF) {
 		if (errno)
 			log_info("%s: connection lost: %s", s->name, strerror(errno));
@@ -462,10 +524,16 @@ int session_serve_one(struct session *s)
 	if (od->flags & OPF_DRAINS)
 		waiter_drain(s);
 	wbuf_reset(&s->tx);
+	/* an evicted session's memory comes back before GPU work */
+	static const struct op_desc refused = { op_mem_refused, 0, 1, 0 };
+	if ((s->mem_err = mem_before_request(s, h.op)))
+		od = &refused;
 	/* the main loop's frames never interleave with a waiter's reply */
 	pthread_mutex_lock(&s->send_lock);
 	int rc = reply(s, od, &h, &r);
 	pthread_mutex_unlock(&s->send_lock);
+	mem_after_request(s);
+	s->last_id = h.id;
 	return rc;
 }
 
@@ -474,6 +542,10 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 		 struct rd *r)
 {
 	int st = od->fn(s, h, r, &s->tx);
+	/* what made or changed an object is kept for migration (prefix 0:
+	 * the whole request is in s->rx) */
+	if (st >= 0 && !od->prefix)
+		journal_note(s, h->op, s->rx, h->len, st, s->tx.data, s->tx.len);
 	if (st == OP_DROP) {
 		log_warn("%s: malformed %s request (%u bytes), dropping connection", s->name,
 			 rgpu_op_name(h->op), h->len);

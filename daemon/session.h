@@ -25,6 +25,9 @@
 struct rgpud;
 struct vmem;
 struct appmem;
+struct mem_state;
+struct journal;
+struct memif_run;
 
 /* Device memory charged to the quota for a context itself (measured:
  * about 524 MiB on an H200, NOTES.md).  The lease's per-slice reserve
@@ -80,9 +83,10 @@ struct session {
 	struct xfer_pool pool;  /* pinned staging for bulk copies (stage.c) */
 	struct shm_state *shm;  /* same-host sessions: shared memory */
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
+	struct mem_state *mem;  /* movable device memory (mem/mem.h) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
-	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
 	struct appmem *appmem;  /* application VMM and pools (appmem.h) */
+	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
 
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
@@ -95,6 +99,15 @@ struct session {
 	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
 	pthread_mutex_t send_lock; /* one sender at a time: main loop or a waiter */
 	int prepared;     /* session_prepare done */
+	int mem_err;      /* the memory manager refused the current request */
+
+	/* migration and recovery (daemon/migrate/) */
+	struct journal *journal;       /* requests that made the live objects */
+	struct memif_run *memif_runs;  /* memory re-created at fixed addresses */
+	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
+	uint64_t last_id;              /* id of the last request served */
+	int attach;                    /* parent: HELLO named a moved session */
+	uint8_t attach_token[16];
 
 	pthread_t thread;
 	pid_t worker;   /* parent side: the worker process serving it */
@@ -197,6 +210,9 @@ int session_skip(struct session *s, size_t n);
 void session_forward_output(struct session *s, const struct rgpu_hdr *h);
 int session_send_reply(struct session *s, const struct rgpu_hdr *h, uint32_t flags,
 		       int32_t status, const void *data, size_t len);
+/* EVENT_DONE for the event handle's record seq (status 0: completed; else
+ * not watched, the client asks); the send lock held */
+int session_send_notice(struct session *s, int32_t status, uint64_t handle, uint64_t seq);
 
 /* ops_vmem.c */
 int vmem_owns(struct session *s, uint64_t addr);
@@ -233,8 +249,6 @@ DECL_OP(shm_attach) DECL_OP(shm_detach) DECL_OP(shm_htod) DECL_OP(shm_slot_wait)
 DECL_OP(shm_hostcopy) DECL_OP(vmem_map) DECL_OP(vmem_unmap) DECL_OP(transport)
 DECL_OP(capture_begin) DECL_OP(capture_end) DECL_OP(capture_status) DECL_OP(graph_instantiate)
 DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
-DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
-DECL_OP(graph_op) DECL_OP(link)
 /* application memory, peers, NVML (ops_appvmm.c, ops_pool.c, ops_peer.c,
  * ops_gpustatus.c) */
 DECL_OP(vmm_create) DECL_OP(vmm_release) DECL_OP(vmm_map) DECL_OP(vmm_unmap) DECL_OP(vmm_access)
@@ -242,6 +256,10 @@ DECL_OP(vmm_export) DECL_OP(vmm_import) DECL_OP(memset2d) DECL_OP(peer_query) DE
 DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
 DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
+DECL_OP(mem_refused)
+DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
+DECL_OP(graph_op) DECL_OP(link)
+DECL_OP(event_record_watch)
 #undef DECL_OP
 
 #endif

@@ -20,6 +20,8 @@ struct wait_job {
 	CUcontext ctx;
 	void *obj;
 	int32_t deferred;
+	int notice;           /* EVENT_DONE (handle, seq) instead of a reply */
+	uint64_t handle, seq;
 };
 
 struct waiters {
@@ -76,8 +78,15 @@ static void *waiter_main(void *arg)
 		if (j->deferred)
 			rc = j->deferred;
 		pthread_mutex_lock(&s->send_lock);
-		session_forward_output(s, &j->h);
-		if (session_send_reply(s, &j->h, 0, rc, NULL, 0) < 0) {
+		int sent;
+		if (j->notice) {
+			/* a failed wait is said too: the client then asks */
+			sent = session_send_notice(s, rc, j->handle, j->seq);
+		} else {
+			session_forward_output(s, &j->h);
+			sent = session_send_reply(s, &j->h, 0, rc, NULL, 0);
+		}
+		if (sent < 0) {
 			/* the main loop notices at its next receive */
 			log_info("%s: cannot send reply: %s", s->name, strerror(errno));
 			rgpu_conn_shutdown(s->conn);
@@ -108,14 +117,37 @@ static struct waiters *waiters_get(struct session *s)
 	return w;
 }
 
+static int post(struct session *s, struct wait_job *j);
+
 int waiter_post(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind,
 		CUcontext ctx, void *obj, int32_t deferred)
 {
-	struct waiters *w = waiters_get(s);
-	struct wait_job *j = w ? calloc(1, sizeof(*j)) : NULL;
+	struct wait_job *j = calloc(1, sizeof(*j));
 	if (!j)
 		return -1;
 	*j = (struct wait_job){ .h = *h, .kind = kind, .ctx = ctx, .obj = obj, .deferred = deferred };
+	return post(s, j);
+}
+
+int waiter_post_notice(struct session *s, CUcontext ctx, void *obj, uint64_t handle,
+		       uint64_t seq)
+{
+	struct wait_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -1;
+	*j = (struct wait_job){ .kind = WAIT_EVENT, .ctx = ctx, .obj = obj, .notice = 1,
+				.handle = handle, .seq = seq };
+	j->h.op = RGPU_OP_EVENT_DONE; /* id 0: no request's */
+	return post(s, j);
+}
+
+static int post(struct session *s, struct wait_job *j)
+{
+	struct waiters *w = waiters_get(s);
+	if (!w) {
+		free(j);
+		return -1;
+	}
 	pthread_mutex_lock(&w->lock);
 	if (w->idle <= w->queued && w->nthreads < WAITERS_MAX) {
 		if (pthread_create(&w->tids[w->nthreads], NULL, waiter_main, s) == 0)
@@ -136,6 +168,17 @@ int waiter_post(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind
 	pthread_cond_signal(&w->work);
 	pthread_mutex_unlock(&w->lock);
 	return 0;
+}
+
+unsigned waiter_busy(struct session *s)
+{
+	struct waiters *w = s->waiters;
+	if (!w)
+		return 0;
+	pthread_mutex_lock(&w->lock);
+	unsigned n = w->busy;
+	pthread_mutex_unlock(&w->lock);
+	return n;
 }
 
 void waiter_drain(struct session *s)

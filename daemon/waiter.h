@@ -24,9 +24,15 @@ enum wait_kind { WAIT_CTX, WAIT_STREAM, WAIT_EVENT };
  * 0, or -1 when no waiter can take it (the caller waits inline). */
 int waiter_post(struct session *s, const struct rgpu_hdr *h, enum wait_kind kind,
 		CUcontext ctx, void *obj, int32_t deferred);
+/* Queues a watch (EVENT_RECORD_WATCH): once the event obj has completed,
+ * sends EVENT_DONE (handle, seq) to the client.  0, or -1 (no thread). */
+int waiter_post_notice(struct session *s, CUcontext ctx, void *obj, uint64_t handle,
+		       uint64_t seq);
 /* Returns once no wait is queued or running (before an object a wait
  * may use is destroyed).  The caller must not hold the send lock. */
 void waiter_drain(struct session *s);
+/* Waits queued or running (the memory manager's idleness test). */
+unsigned waiter_busy(struct session *s);
 /* Drains, then ends the threads (session end). */
 void waiter_stop(struct session *s);
 

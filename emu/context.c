@@ -116,7 +116,6 @@ static void ctx_free(struct emu_ctx *ctx)
 EMU_API CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
 	struct emu_ctx *ctx;
-	struct emu_device *d;
 	CUresult rc;
 
 	if (!pctx)
@@ -130,12 +129,10 @@ EMU_API CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUd
 		emu_unlock(&emu_glock);
 		return CUDA_ERROR_INVALID_DEVICE;
 	}
-	d = &emu_devices[dev];
-	if (d->total - d->used < EMU_CTX_OVERHEAD) {
+	if (emu_pool_take(dev, EMU_CTX_OVERHEAD) != 0) {
 		emu_unlock(&emu_glock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	d->used += EMU_CTX_OVERHEAD;
 	emu_unlock(&emu_glock);
 
 	rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -192,7 +189,7 @@ fail_free:
 	free(ctx);
 fail_reserved:
 	emu_lock(&emu_glock);
-	d->used -= EMU_CTX_OVERHEAD;
+	emu_pool_give(dev, EMU_CTX_OVERHEAD);
 	emu_unlock(&emu_glock);
 	return rc;
 }
@@ -229,7 +226,7 @@ EMU_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx)
 	emu_mem_free_all(ctx);
 
 	emu_lock(&emu_glock);
-	emu_devices[ctx->dev].used -= EMU_CTX_OVERHEAD;
+	emu_pool_give(ctx->dev, EMU_CTX_OVERHEAD);
 	emu_unlock(&emu_glock);
 	if (tls_ctx == ctx) {
 		tls_ctx = NULL;

@@ -146,6 +146,11 @@ EMU_API CUresult CUDAAPI cuInit(unsigned int Flags)
 		emu_devices[i].total = mem;
 		emu_devices[i].used = 0;
 	}
+	/* one pool per device across the processes of one server (pool.c) */
+	if (emu_pool_init(n, mem) != 0) {
+		emu_unlock(&emu_glock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	emu_ndevices = n;
 	emu_unlock(&emu_glock);
 	return CUDA_SUCCESS;

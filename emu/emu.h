@@ -31,6 +31,11 @@
 
 #define EMU_API __attribute__((visibility("default")))
 
+/* Test hook (memory.c): the next device or globals mapping this thread
+ * makes goes exactly at addr, or fails.  rgpud's migration uses it to
+ * re-create a session's memory and module globals at their addresses. */
+EMU_API CUresult CUDAAPI cuRgpuEmuPlaceNext(CUdeviceptr addr);
+
 struct emu_ctx;
 struct emu_module;
 struct emu_kernel;
@@ -46,7 +51,8 @@ struct emu_op;
 /* ---- device.c */
 struct emu_device {
 	size_t total;
-	size_t used;     /* allocations + per-context overhead, all contexts */
+	size_t used;     /* allocations + per-context overhead, all contexts of
+			  * this process (the device's pool: pool.c) */
 };
 
 extern pthread_mutex_t emu_glock;
@@ -74,6 +80,12 @@ void emu_devclock_run(int dev, uint64_t ns);
 /* The time an event recorded now is stamped with (after_kernel: it
  * follows a kernel of its stream directly). */
 uint64_t emu_devclock_stamp(int dev, int after_kernel);
+/* ---- pool.c: the device's memory shared by every process using it.
+ * Callers hold emu_glock.  take: 0, or -1 when n does not fit. */
+int emu_pool_init(int ndev, size_t total);
+int emu_pool_take(int dev, size_t n);
+void emu_pool_give(int dev, size_t n);
+size_t emu_pool_used(int dev);
 
 /* ---- memory.c */
 struct emu_alloc {

@@ -25,10 +25,28 @@ static size_t page_size(void)
 	return p > 0 ? (size_t)p : 4096;
 }
 
+/* cuRgpuEmuPlaceNext: where this thread's next mapping must go (0: none) */
+static __thread uint64_t place_next;
+
+EMU_API CUresult CUDAAPI cuRgpuEmuPlaceNext(CUdeviceptr addr)
+{
+	place_next = addr;
+	return CUDA_SUCCESS;
+}
+
 static void *map_pages(size_t len)
 {
-	uint64_t hint = __atomic_fetch_add(&next_va, len + VA_GAP, __ATOMIC_RELAXED);
 	void *p;
+
+	if (place_next) {
+		/* exactly there or not at all: rgpud re-creates a migrated
+		 * session's memory at its addresses (daemon/migrate/memif.c) */
+		p = mmap((void *)(uintptr_t)place_next, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		place_next = 0;
+		return p == MAP_FAILED ? NULL : p;
+	}
+	uint64_t hint = __atomic_fetch_add(&next_va, len + VA_GAP, __ATOMIC_RELAXED);
 
 	if (hint >= VA_END || VA_END - hint < len)
 		hint = 0;
@@ -84,7 +102,6 @@ void emu_mem_rdunlock(struct emu_ctx *ctx)
 
 CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdeviceptr *out)
 {
-	struct emu_device *d = &emu_devices[ctx->dev];
 	size_t ps = page_size(), maplen;
 	struct emu_alloc *a;
 	void *p;
@@ -95,11 +112,10 @@ CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdevicept
 	maplen = (size + ps - 1) / ps * ps;
 	if (counted) {
 		emu_lock(&emu_glock);
-		if (d->total - d->used < size) {
+		if (emu_pool_take(ctx->dev, size) != 0) {
 			emu_unlock(&emu_glock);
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		}
-		d->used += size;
 		emu_unlock(&emu_glock);
 	}
 	p = map_pages(maplen);
@@ -131,7 +147,7 @@ CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdevicept
 fail:
 	if (counted) {
 		emu_lock(&emu_glock);
-		d->used -= size;
+		emu_pool_give(ctx->dev, size);
 		emu_unlock(&emu_glock);
 	}
 	return CUDA_ERROR_OUT_OF_MEMORY;
@@ -157,7 +173,7 @@ CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p)
 	munmap((void *)a.base, a.maplen);
 	if (a.counted) {
 		emu_lock(&emu_glock);
-		emu_devices[ctx->dev].used -= a.size;
+		emu_pool_give(ctx->dev, a.size);
 		emu_unlock(&emu_glock);
 	}
 	return CUDA_SUCCESS;
@@ -177,13 +193,14 @@ void emu_mem_free_all(struct emu_ctx *ctx)
 	ctx->alloc_bytes = 0;
 	emu_rwunlock(&ctx->mem_rw);
 	emu_lock(&emu_glock);
-	emu_devices[ctx->dev].used -= counted;
+	emu_pool_give(ctx->dev, counted);
 	emu_unlock(&emu_glock);
 }
 
 EMU_API CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
 	struct emu_ctx *ctx;
+	size_t used;
 	CUresult rc;
 
 	if (!free_bytes || !total)
@@ -193,7 +210,9 @@ EMU_API CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 		return rc;
 	emu_lock(&emu_glock);
 	*total = emu_devices[ctx->dev].total;
-	*free_bytes = emu_devices[ctx->dev].total - emu_devices[ctx->dev].used;
+	/* the whole device's pool: every process using it (pool.c) */
+	used = emu_pool_used(ctx->dev);
+	*free_bytes = used < *total ? *total - used : 0;
 	emu_unlock(&emu_glock);
 	emu_ctx_leave(ctx);
 	return CUDA_SUCCESS;

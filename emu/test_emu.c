@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static struct rgpud_driver D;
 static CUresult (*elapsed_v2)(float *, CUevent, CUevent);
@@ -1192,9 +1195,80 @@ static void test_strict_handles(void)
 	OK(D.cuCtxDestroy_v2(ctx));
 }
 
+/*
+ * One pool per device across processes (pool.c): two processes on a 1 GiB
+ * device cannot both hold 600 MiB; once the holder is killed its share
+ * returns.  Runs before this process loads the device itself (each child
+ * loads its own copy, as rgpud's workers do).
+ */
+static void pool_child(int ready_fd, int go_fd, int holder)
+{
+	CUdevice dev;
+	CUcontext ctx;
+	CUdeviceptr p;
+	size_t fr, tot;
+	char c = 'x';
+
+	load();
+	OK(D.cuInit(0));
+	OK(D.cuDeviceGet(&dev, 0));
+	OK(D.cuCtxCreate_v2(&ctx, 0, dev));
+	if (holder) {
+		OK(D.cuMemAlloc_v2(&p, 600u << 20));
+		EXPECT(write(ready_fd, &c, 1) == 1);
+		for (;;)
+			pause(); /* until killed: its share must come back */
+	}
+	/* the holder has its 600 MiB: the device's free memory says so */
+	EXPECT(read(go_fd, &c, 1) == 1);
+	OK(D.cuMemGetInfo_v2(&fr, &tot));
+	EXPECT(tot == 1u << 30 && fr < 400u << 20);
+	CK(D.cuMemAlloc_v2(&p, 600u << 20), CUDA_ERROR_OUT_OF_MEMORY);
+	EXPECT(write(ready_fd, &c, 1) == 1);
+	/* the holder was killed */
+	EXPECT(read(go_fd, &c, 1) == 1);
+	OK(D.cuMemGetInfo_v2(&fr, &tot));
+	EXPECT(fr > 800u << 20);
+	OK(D.cuMemAlloc_v2(&p, 600u << 20));
+	OK(D.cuMemFree_v2(p));
+	OK(D.cuCtxDestroy_v2(ctx));
+	exit(0);
+}
+
+static void test_shared_pool(void)
+{
+	int up[2], a_go[2], b_go[2], st;
+	char c = 'g', name[64];
+	pid_t a, b;
+
+	snprintf(name, sizeof name, "selftest-%ld", (long)getpid());
+	setenv("RGPU_EMU_POOL", name, 1);
+	setenv("RGPU_EMU_MEM", "1G", 1);
+	EXPECT(pipe(up) == 0 && pipe(a_go) == 0 && pipe(b_go) == 0);
+	if ((a = fork()) == 0)
+		pool_child(up[1], a_go[0], 1);
+	EXPECT(a > 0 && read(up[0], &c, 1) == 1);
+	if ((b = fork()) == 0)
+		pool_child(up[1], b_go[0], 0);
+	EXPECT(b > 0 && write(b_go[1], &c, 1) == 1);
+	EXPECT(read(up[0], &c, 1) == 1); /* B was refused */
+	EXPECT(kill(a, SIGKILL) == 0 && waitpid(a, &st, 0) == a);
+	EXPECT(write(b_go[1], &c, 1) == 1);
+	EXPECT(waitpid(b, &st, 0) == b && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	unsetenv("RGPU_EMU_POOL");
+	for (int i = 0; i < 2; i++) {
+		close(up[i]);
+		close(a_go[i]);
+		close(b_go[i]);
+	}
+}
+
 int main(void)
 {
 	double t0 = now_ms();
+
+	unsetenv("RGPU_EMU_DEVICES");
+	test_shared_pool();
 
 	/* A known configuration, whatever the caller's environment says. */
 	unsetenv("RGPU_EMU_DEVICES");

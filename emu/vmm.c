@@ -245,7 +245,6 @@ EMU_API CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 EMU_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 				     const CUmemAllocationProp *prop, unsigned long long flags)
 {
-	struct emu_device *d;
 	struct vmm_handle *h;
 	CUresult rc;
 
@@ -256,13 +255,11 @@ EMU_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_
 	rc = check_prop(prop);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	d = &emu_devices[prop->location.id];
 	emu_lock(&emu_glock);
-	if (d->total - d->used < size) {
+	if (emu_pool_take(prop->location.id, size) != 0) {
 		emu_unlock(&emu_glock);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	d->used += size;
 	emu_unlock(&emu_glock);
 
 	h = calloc(1, sizeof *h);
@@ -294,7 +291,7 @@ EMU_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_
 
 fail:
 	emu_lock(&emu_glock);
-	d->used -= size;
+	emu_pool_give(prop->location.id, size);
 	emu_unlock(&emu_glock);
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
@@ -324,7 +321,7 @@ static void handle_free(struct vmm_handle *h)
 	close(h->fd);
 	if (!h->imported) {
 		emu_lock(&emu_glock);
-		emu_devices[h->dev].used -= h->size;
+		emu_pool_give(h->dev, h->size);
 		emu_unlock(&emu_glock);
 	}
 	free(h);

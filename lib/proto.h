@@ -72,8 +72,9 @@ typedef uint64_t rgpu_handle;
  * runs in a context names it, so calls are replayable on their own.
  */
 #define RGPU_OPS(X)                                                            \
-	/* u32 proto, str client-name, bytes credential -> str server-id,      \
-	 * u32 ndev.  The reply to a version mismatch is status               \
+	/* u32 proto, str client-name, bytes credential [, bytes token: attach \
+	 * to a migrated session, see MOVED] -> str server-id, u32 ndev,      \
+	 * u32 checkpoint interval (seconds, 0: none; see SESSION_SAVE).  The reply to a version mismatch is status               \
 	 * RGPU_ERR_VERSION with str message naming both versions.            \
 	 * credential: empty, or a munge credential (its text, no NUL) whose  \
 	 * payload is "rgpu-job=<decimal Slurm job id, 0 if none>"            \
@@ -252,7 +253,46 @@ typedef uint64_t rgpu_handle;
 	X(SESSION_LIST, 200, "live sessions and their attained GPU time")      \
 	/* u32 share (percent 1..100) -> .  Lowers this session's compute     \
 	 * share below its lease's (or 100 without one); never raises it. */  \
-	X(SESSION_SHARE, 201, "lower this session's compute share")
+	X(SESSION_SHARE, 201, "lower this session's compute share") \
+	/* Migration and recovery (daemon/migrate/, docs/design.md).  A        \
+	 * session's state travels as the stream that                         \
+	 * daemon/migrate/snapshot.h defines.                                 \
+	 * -> reply frames (MORE on all but the last): the state stream; a     \
+	 * last frame with a failure status carries str message instead. */    \
+	X(SESSION_SAVE, 208, "capture the session's state (a checkpoint)")    \
+	/* u32 mode (0: this connection goes on with the restored session;    \
+	 * 1: the session waits for a client that attaches with the token),  \
+	 * i32 gpu (-1: each context on its own GPU), then state bytes to the \
+	 * end of the frame.  A longer stream goes on in further frames of     \
+	 * the same shape, all but the last flagged NOREPLY; only a fresh      \
+	 * session may be restored -> bytes token (16), u64 last_id (the last \
+	 * request the source served); on failure str message */             \
+	X(SESSION_RESTORE, 209, "restore a captured session")                 \
+	/* Admin (root or the SlurmUser), to rgpud: str target "host:port",   \
+	 * i32 gpu (-1: the same index), u64 session (a worker's pid, 0: every \
+	 * one), u64 job (0: any), u32 drain (1: refuse new sessions from now) \
+	 * -> u32 moved, u32 failed, str report (one line per session) */      \
+	X(MIGRATE, 210, "move sessions to another server or GPU")             \
+	/* Server to client only, unasked, id 0 (as OUTPUT): the session has   \
+	 * moved.  str address "host:port", u32 gpu (the server's index there),\
+	 * bytes token (16), u64 last_id; the connection then closes.  The     \
+	 * client connects there, sends HELLO with the token, and sends again  \
+	 * every request after last_id with its id. */                        \
+	X(MOVED, 211, "the session moved: reconnect")                         \
+	/* handle ctx, u64 dptr, u64 size -> : device memory at exactly dptr   \
+	 * (recovery replays a cuMemAlloc whose address the client has seen)  \
+	 * CUDA_ERROR_INVALID_VALUE if the address cannot be had here */       \
+	X(MEM_ALLOC_AT, 212, "allocate device memory at an address") \
+	/* Round trips saved (issue 13).  handle ctx, handle event, handle    \
+	 * stream, u64 seq -> (sent with RGPU_F_NOREPLY) records the event as \
+	 * EVENT_RECORD does; once that work has completed the server sends  \
+	 * EVENT_DONE, so that the client answers cuEventQuery itself. */     \
+	X(EVENT_RECORD_WATCH, 224, "record an event, say when it completes")  \
+	/* Server to client only, id 0, RGPU_F_REPLY: i32 status (0), handle  \
+	 * event, u64 seq of an EVENT_RECORD_WATCH whose work has completed   \
+	 * (and so has every earlier record of that event). */                \
+	X(EVENT_DONE, 225, "a watched event record has completed")
+
 
 /* Application memory (apimem, 160-191): the VMM API, stream-ordered pools,
  * shareable handles, 2D memsets, peers, GPU status for NVML.  Device

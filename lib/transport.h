@@ -86,6 +86,8 @@ int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms);
 int rgpu_tcp_keepalive(struct rgpu_conn *c, int seconds);
 /* The socket under a TCP connection (for poll and credentials). */
 int rgpu_tcp_fd(struct rgpu_conn *c);
+/* The socket under a TCP or same-host connection, to poll; -1 on others. */
+int rgpu_conn_fd(struct rgpu_conn *c);
 
 /* InfiniBand verbs (transport_verbs.c; only in builds with HAVE_VERBS from
  * config.h).  Both ends call rgpu_verbs_upgrade at the same point of the

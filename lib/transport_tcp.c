@@ -172,6 +172,13 @@ struct rgpu_conn *rgpu_tcp_from_fd(int fd)
 
 int rgpu_tcp_fd(struct rgpu_conn *c) { return ((struct tcp_conn *)c)->fd; }
 
+int rgpu_conn_fd(struct rgpu_conn *c)
+{
+	if (c->tp != &tcp_transport && c->tp != &unix_transport)
+		return -1;
+	return ((struct tcp_conn *)c)->fd;
+}
+
 int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms)
 {
 	if (c->tp != &tcp_transport && c->tp != &unix_transport)

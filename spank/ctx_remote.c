@@ -36,6 +36,13 @@ int rgpu_remote_user_init(spank_t sp)
 	}
 	char v[64], old[8192], ld[9300];
 	spank_setenv(sp, "RGPU_SERVERS", rec.servers, 1);
+	/* where a session may be recovered when its server dies (client/
+	 * standby.c): the job's own GPUs (a restarted rgpud takes its sessions
+	 * back), then the administrator's pool; a user's own setting stays */
+	char sb[sizeof(rec.servers) + sizeof(rgpu_cfg.standby) + 2];
+	snprintf(sb, sizeof(sb), "%s%s%s", rec.servers, rgpu_cfg.standby[0] ? "," : "",
+		 rgpu_cfg.standby);
+	spank_setenv(sp, "RGPU_STANDBY", sb, 0);
 	/* Slurm node names of the same devices, for `rgpu status`. */
 	spank_setenv(sp, "RGPU_NODES", rec.gpus, 1);
 	snprintf(v, sizeof(v), "%u", job);

@@ -3,7 +3,8 @@
  *
  *   required $spankdir/spank_rgpu.so \
  *       client_dir=$clientdir port=7420 state_dir=$localstatedir/lib/rgpu \
- *       policy=balanced ttl=30 timeout_ms=2000 parallel=64 grace=300
+ *       policy=balanced ttl=30 timeout_ms=2000 parallel=64 grace=300 \
+ *       [standby=host:port,...]
  */
 #include "plugin.h"
 #include "size.h"
@@ -184,6 +185,12 @@ int rgpu_cfg_parse(int ac, char **av)
 		int port;
 		if (k == 10 && !strncmp(a, "client_dir", k)) {
 			snprintf(c->client_dir, sizeof(c->client_dir), "%s", v);
+		} else if (k == 7 && !strncmp(a, "standby", k)) {
+			if (strlen(v) >= sizeof(c->standby)) {
+				slurm_error("rgpu: plugstack.conf: standby= is too long");
+				return -1;
+			}
+			snprintf(c->standby, sizeof(c->standby), "%s", v);
 		} else if (k == 9 && !strncmp(a, "state_dir", k)) {
 			snprintf(state_dir_arg, sizeof(state_dir_arg), "%s", v);
 		} else if (k == 4 && !strncmp(a, "port", k)) {

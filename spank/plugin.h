@@ -24,6 +24,7 @@
 
 struct rgpu_cfg {
 	char client_dir[1024]; /* prefixed to the tasks' LD_LIBRARY_PATH */
+	char standby[1024];    /* standby=: servers any job may recover on (RGPU_STANDBY) */
 	char state_dir[1024];  /* node-local: snapshot, job records */
 	unsigned port;         /* rgpud's port on every GPU node */
 	const struct rg_policy *policy;

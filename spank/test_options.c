@@ -52,6 +52,9 @@ int main(void)
 	is_u64(rgpu_cfg.parallel, 8, "parallel");
 	rgpu_cfg_set_node("gpu7");
 	ok(!strcmp(rgpu_cfg.state_dir, "/tmp/x/gpu7"), "%%n expanded: %s", rgpu_cfg.state_dir);
+	ok(!rgpu_cfg.standby[0], "no standby pool unless configured");
+	ok(parse("standby=gpu7:7420,gpu8:7421/1") == 0 &&
+	   !strcmp(rgpu_cfg.standby, "gpu7:7420,gpu8:7421/1"), "standby pool");
 
 	ok(parse("port=0") < 0 && strstr(last_error, "port=0"), "port 0 refused: %s", last_error);
 	ok(parse("port=http") < 0, "non-numeric port refused");

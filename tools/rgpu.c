@@ -15,6 +15,7 @@
 #include "size.h"
 #include "snapshot.h"
 #include "top.h"
+#include "rgpu_cmds.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -60,6 +61,8 @@ static void usage(FILE *f)
 	fprintf(f, "usage: rgpu status [--json]\n"
 		   "       rgpu servers [--json] [--state-dir DIR]\n"
 		   "       rgpu top [--server HOST[:PORT]]... [--json] [--interval SEC] [--count N]\n"
+		   "       rgpu migrate [--session ID | --job ID] --from HOST:PORT --to HOST:PORT[/GPU]\n"
+		   "       rgpu drain HOST:PORT --to HOST:PORT[/GPU] [--to ...]\n"
 		   "\n"
 		   "  status    the GPUs in RGPU_SERVERS (a job's remote GPUs): where they are,\n"
 		   "            their memory and, in a Slurm job, the job's lease and quota\n"
@@ -67,6 +70,8 @@ static void usage(FILE *f)
 		   "            snapshot (DIR/snapshot.json; default DIR %s)\n"
 		   "  top       live sessions of the job's servers (or of --server): job, uid,\n"
 		   "            GPU, memory, compute share and attained GPU time\n"
+		   "  migrate   move live sessions to another server or GPU (root or SlurmUser)\n"
+		   "  drain     move all of a server's sessions away; it then takes no new ones\n"
 		   "  --json    JSON instead of a table\n"
 		   "\n"
 		   "See rgpu(1).\n", RGPU_STATEDIR);
@@ -300,6 +305,10 @@ int main(int argc, char **argv)
 	const char *cmd = argv[1];
 	if (!strcmp(cmd, "top"))
 		return rgpu_top(argc - 1, argv + 1);
+	if (!strcmp(cmd, "migrate"))
+		return rgpu_cmd_migrate(argc - 1, argv + 1);
+	if (!strcmp(cmd, "drain"))
+		return rgpu_cmd_drain(argc - 1, argv + 1);
 	int json = 0;
 	const char *state_dir = RGPU_STATEDIR;
 	static const struct option opts[] = {

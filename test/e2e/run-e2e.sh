@@ -231,6 +231,27 @@ suite() {
 	run t_nvml_2srv "$TWO" -- T_NVML_LIB="$NVMLLIB" T_NVML_SAME=0 t_nvml
 	run t_nvml_peer "127.0.0.1:$P1/0,127.0.0.1:$P1/1" -- T_NVML_LIB="$NVMLLIB" T_NVML_SAME=1 t_nvml
 
+	# RGPU_STATS=1: the program checks the round trips of its calls; its
+	# own totals must be what the library prints at exit; off, nothing
+	if want t_stats; then
+		run t_stats "$ONE" -- RGPU_STATS=1 t_stats
+		if [ "$LAST_RC" -eq 0 ]; then
+			local o=$LOGDIR/t_stats$SUFFIX mine line
+			mine=$(sed -n 's/^COUNTERS //p' "$o.out")
+			line=$(sed -n 's/^rgpu stats: \(calls=.*\)/\1/p' "$o.err")
+			[ -n "$mine" ] && [ "$mine" = "$line" ] &&
+				grep -q "^rgpu stats:   CTX_SYNC count=[1-9][0-9]* wait_us=" "$o.err" &&
+				grep -q "^rgpu stats:   STREAM_SYNC answered locally=[1-9]" "$o.err"
+			verdict "t_stats_line$SUFFIX" $? "program counted '$mine', the library printed '$line'"
+		fi
+		run t_stats_nocoalesce "$ONE" -- RGPU_STATS=1 RGPU_COALESCE_US=0 t_stats
+		run t_stats_off "$ONE" -- T_STATS_OFF=1 t_stats
+		if [ "$LAST_RC" -eq 0 ]; then
+			! grep -q "rgpu stats" "$LOGDIR/t_stats_off$SUFFIX.err"
+			verdict "t_stats_off_silent$SUFFIX" $? "a stats line without RGPU_STATS"
+		fi
+	fi
+
 	# several clients at once on one daemon (and both daemons)
 	if want t_concurrent; then
 		local i pids=() bad=0 t0 ms

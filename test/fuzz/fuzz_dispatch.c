@@ -95,7 +95,7 @@ int clock_nanosleep(clockid_t clk, int flags, const struct timespec *req, struct
 
 static void *gate_main(void *arg)
 {
-	gate_serve(gate_fd[1], &parent_who, "fuzz");
+	gate_serve(gate_fd[1], &parent_who, "fuzz", getpid());
 	/* The parent stopped serving this worker: the worker would _exit(3)
 	 * at its next call, which libFuzzer cannot catch.  A crash here saves
 	 * the input that did it. */

@@ -6,7 +6,8 @@
 #
 #   OUT=DIR test/gpu/device-run.sh [gpu] [compat] [bench] [threads] [PATH.sh...]
 #   (default: gpu compat bench; PATH.sh: any script of the tree, run as
-#   `bash PATH.sh --out DIR` with RGPU_PART_TIMEOUT seconds, default 540)
+#   `bash PATH.sh --out DIR`; every part runs at most RGPU_PART_TIMEOUT
+#   seconds, default 540 for scripts, 900 for the GPU suite)
 #
 # rgpud runs as root there and its session workers drop to the served uid
 # (nobody for --open over TCP), so the tree is copied to a world-readable
@@ -65,7 +66,8 @@ for p in $parts; do
 	t0=$(date +%s)
 	case $p in
 	gpu)
-		RGPU_RESULTS_DIR=$L/gpu RGPU_GPU_LOGDIR=$L/gpu/logs bash test/gpu/run-gpu.sh >"$L/gpu.txt" 2>&1
+		RGPU_RESULTS_DIR=$L/gpu RGPU_GPU_LOGDIR=$L/gpu/logs timeout "${RGPU_PART_TIMEOUT:-900}" \
+			bash test/gpu/run-gpu.sh >"$L/gpu.txt" 2>&1
 		rc=$? ;;
 	compat)
 		bash test/compat/run-compat.sh --out "$L/compat" >"$L/compat.txt" 2>&1
@@ -95,4 +97,5 @@ for p in $parts; do
 	tail -25 "$L/$p.txt" >>"$S"
 done
 tar -C "$W" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
+cp "$S" "$OUT/summary.txt" 2>/dev/null
 cat "$S"

@@ -190,6 +190,30 @@ static void register_gpus(void)
 
 /* ---- lease table ---- */
 
+/* rgpud --memory-overcommit=1.5: slices may promise 1.5x a GPU's memory
+ * (the memory manager swaps the rest), one slice never more than the GPU */
+static void test_overcommit(void)
+{
+	char err[512], why[512];
+	time_t now = 1000000;
+	CHECK(rgpud_lease_init(NULL, now, err, sizeof(err)) == 0);
+	register_gpus();
+	rgpud_lease_set_overcommit(150);
+	/* GPU 0: 16 GiB, room for 24 GiB of slices and their reserve */
+	uint64_t s = 10 * GiB - RGPUD_LEASE_CTX_RESERVE;
+	CHECK(grant(31, 1000, 0, s, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(grant(32, 1000, 0, s, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(grant(33, 1000, 0, 4 * GiB - RGPUD_LEASE_CTX_RESERVE, 0, now, why, sizeof(why)) ==
+	      RGPUD_LEASE_OK);
+	CHECK(grant(34, 1000, 0, 1 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
+	/* a single slice still fits the GPU itself */
+	CHECK(grant(35, 1000, 1, 8 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
+	rgpud_lease_set_overcommit(100);
+	CHECK(grant(36, 1000, 1, 4 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_OK);
+	CHECK(grant(37, 1000, 1, 4 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
+	rgpud_lease_fini();
+}
+
 static void test_grant_conflicts(void)
 {
 	char err[512], why[512];
@@ -1222,6 +1246,7 @@ int main(void)
 #else
 	test_payload();
 	test_grant_conflicts();
+	test_overcommit();
 	test_expiry();
 	test_persistence();
 	test_corrupt();

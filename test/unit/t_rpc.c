@@ -9,7 +9,10 @@
  *  - many threads, replies shuffled: each call gets its own reply;
  *  - a foreign peer (HTTP garbage) is named as such, with no stale errno;
  *  - a silent peer: the handshake fails within RGPU_HANDSHAKE_TIMEOUT_MS;
- *  - reply fields read after a failed call read nothing. */
+ *  - reply fields read after a failed call read nothing;
+ *  - event notices (EVENT_DONE, id 0) reach rc_event_notice, read by
+ *    rc_poll without a call waiting and between a call's reply frames;
+ *    a malformed one drops the connection. */
 #include "tap.h"
 #include "client.h"
 #include "frame.h"
@@ -25,6 +28,10 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+/* the device table (client/init.c) that a moved session renumbers
+ * (replay.c): no device here */
+struct rc_dev rc_devs[RGPU_MAX_DEVICES];
 
 /* rpc.c's host-function gate (client/hostfn.c): none is ever out here */
 void rc_hostfn_gate(struct rc_conn *c, uint16_t op)
@@ -56,10 +63,19 @@ static void conn_open(struct rc_conn *c, int *srv_fd)
 	c->c = rgpu_stream_wrap(sv[0], "test");
 	if (!c->c)
 		BAIL("rgpu_stream_wrap");
+	/* replies read through the buffer, as after cuInit (every second
+	 * connection reads without it) */
+	static int n;
+	if (n++ % 2 == 0)
+		rc_rx_buffered(c);
 	*srv_fd = sv[1];
 }
 
-static void conn_close(struct rc_conn *c) { rgpu_conn_close(c->c); }
+static void conn_close(struct rc_conn *c)
+{
+	rgpu_conn_close(c->c);
+	free(c->rxbuf);
+}
 
 /* The server side: the next request, its fields in buf (at most cap). */
 static int srv_recv(struct rgpu_conn *s, struct rgpu_hdr *h, uint8_t *buf, size_t cap,
@@ -383,9 +399,76 @@ static void test_peer(int answer)
 	close(x.fd);
 }
 
+/* ------------------------------------------------------------ notices */
+
+/* rpc.c hands notices to stream.c's rc_event_notice: recorded here */
+static int n_notices;
+static int32_t last_st;
+static uint64_t last_h, last_seq;
+
+void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq)
+{
+	(void)c;
+	n_notices++;
+	last_st = status;
+	last_h = h;
+	last_seq = seq;
+}
+
+static int send_notice(struct rgpu_conn *s, int32_t st, uint64_t h, uint64_t seq, size_t len)
+{
+	uint8_t b[24];
+	for (int i = 0; i < 4; i++)
+		b[i] = (uint8_t)((uint32_t)st >> (8 * i));
+	for (int i = 0; i < 8; i++) {
+		b[4 + i] = (uint8_t)(h >> (8 * i));
+		b[12 + i] = (uint8_t)(seq >> (8 * i));
+	}
+	return rgpu_frame_send(s, RGPU_OP_EVENT_DONE, RGPU_F_REPLY, 0, b, len, NULL, 0);
+}
+
+static void test_notices(void)
+{
+	struct rc_conn c;
+	int fd;
+	conn_open(&c, &fd);
+	struct rgpu_conn *srv = rgpu_stream_wrap(fd, "server");
+	ok(rc_poll(&c) == 0 && n_notices == 0, "nothing sent: rc_poll returns at once");
+	send_notice(srv, 0, 0x100000007ull, 42, 20);
+	send_notice(srv, CUDA_ERROR_NOT_READY, 0x100000008ull, 43, 20);
+	usleep(20000);
+	ok(rc_poll(&c) == 0, "rc_poll reads what came");
+	ok(n_notices == 2 && last_st == CUDA_ERROR_NOT_READY && last_h == 0x100000008ull &&
+		   last_seq == 43, "both notices delivered, fields intact (%d)", n_notices);
+	/* a notice between a call's request and its reply */
+	struct wbuf *w = rc_req();
+	put_u64(w, 1);
+	uint64_t id = 0;
+	pthread_mutex_lock(&c.lock);
+	CUresult rc = rc_send_frame(&c, RGPU_OP_CTX_SYNC, 0, &id, w->data, w->len, NULL, 0);
+	pthread_mutex_unlock(&c.lock);
+	struct rgpu_hdr h;
+	uint8_t buf[64];
+	ok(!rc && srv_recv(srv, &h, buf, sizeof(buf), 2000) == 0, "a request goes out");
+	send_notice(srv, 0, 9, 1, 20);
+	srv_reply(srv, &h, 0, 0, NULL, 0);
+	struct rc_reply f;
+	rc = rc_reply_frame(&c, id, RGPU_OP_CTX_SYNC, &f, NULL, 0);
+	ok(!rc && f.st == 0 && n_notices == 3 && last_h == 9, "the reply after a notice");
+	/* a notice of the wrong length is a protocol error */
+	send_notice(srv, 0, 1, 1, 12);
+	usleep(20000);
+	ok(rc_poll(&c) < 0 && c.dead, "a malformed notice fails the connection");
+	rgpu_conn_close(srv);
+	conn_close(&c);
+}
+
 int main(void)
 {
 	setenv("RGPU_HANDSHAKE_TIMEOUT_MS", "300", 1);
+	/* each request at once: these connections live on the stack, and
+	 * coalescing runs end to end (e2e t_stats) */
+	setenv("RGPU_COALESCE_US", "0", 1);
 	unsetenv("SLURM_JOB_ID");
 	char err[256];
 	if (rc_settings_load(err, sizeof(err)) < 0)
@@ -396,5 +479,6 @@ int main(void)
 	test_stress();
 	test_peer(1);
 	test_peer(0);
+	test_notices();
 	return tap_done();
 }

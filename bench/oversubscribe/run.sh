@@ -1,0 +1,169 @@
+#!/bin/bash
+# More device memory than the GPU has (issue 9), measured on a real GPU.
+#
+#   bash bench/oversubscribe/run.sh --out DIR
+#
+# Needs the tree built (_build: rgpud, the client library), nvcc and the real
+# driver (/usr/local/nvidia/lib64, or RGPU_REAL_DRIVER_DIR).  Builds
+# tenant.cu, reads the GPU's memory (cudaMemGetInfo) and the pinned copy
+# bandwidth with the real driver, then runs tenants through one rgpud:
+#
+#   pair_swap   two tenants each holding 60% of the GPU at once, default
+#               policy (swap): both must finish with their data intact
+#   pair_wait   the same under --memory-policy=wait: the second waits for
+#               the first to finish and free
+#   alt2        two tenants of 75% (1.5x the GPU in all), alternating GPU
+#               and host phases: at once (swapping) against one after the
+#               other; the ratio should be at most 1.2
+#   alt4        four tenants of 30% (1.2x), the same comparison
+#
+# and, from rgpud's log, the swap-out and swap-in bandwidth of every
+# eviction (host memory prepared at that moment, or kept from an earlier
+# eviction) against the pinned copy bandwidth.  Writes DIR/summary.txt (the
+# numbers) and the logs; finishes in about 4 minutes on an H100.
+set -u
+OUT=""
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) OUT=$2; shift 2 ;;
+	--out=*) OUT=${1#--out=}; shift ;;
+	*) echo "usage: $0 --out DIR" >&2; exit 2 ;;
+	esac
+done
+[ -n "$OUT" ] || { echo "usage: $0 --out DIR" >&2; exit 2; }
+mkdir -p "$OUT"
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+B=${top_builddir:-$SRC/_build}
+R=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+S=$OUT/summary.txt
+: >"$S"
+say() { echo "$*" | tee -a "$S"; }
+T0=$(date +%s)
+
+[ -x "$B/daemon/rgpud" ] && [ -e "$B/client/.libs/libcuda.so.1" ] ||
+	{ say "SKIP: build the tree first ($B)"; exit 77; }
+"$NVCC" -O2 -arch=sm_90 -o "$OUT/tenant" "$SRC/bench/oversubscribe/tenant.cu" >"$OUT/nvcc.log" 2>&1 ||
+	{ say "FAIL: nvcc (see $OUT/nvcc.log)"; exit 1; }
+TEN=$OUT/tenant
+
+real() { LD_LIBRARY_PATH=$R:${LD_LIBRARY_PATH:-} timeout 60 "$TEN" "$@"; }
+info=$(real info) || { say "FAIL: no GPU ($info)"; exit 1; }
+TOTAL=$(echo "$info" | awk '/TOTAL/ {print $2}')
+TOTAL_MIB=$((TOTAL >> 20))
+say "gpu: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); cudaMemGetInfo total $TOTAL_MIB MiB"
+bwout=$(real bw)
+PIN_D2H=$(echo "$bwout" | awk '/PINNED_DTOH/ {print $2}')
+PIN_H2D=$(echo "$bwout" | awk '/PINNED_HTOD/ {print $2}')
+say "pinned copy bandwidth (real driver, 4 GiB, best of 3): device-to-host $PIN_D2H GB/s, host-to-device $PIN_H2D GB/s"
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+DPID=""
+start_rgpud() { # NAME ARGS...
+	local name=$1
+	shift
+	PORT=$(free_port)
+	LD_LIBRARY_PATH=$R:${LD_LIBRARY_PATH:-} "$B/daemon/rgpud" --open --listen "127.0.0.1:$PORT" "$@" \
+		>"$OUT/rgpud-$name.log" 2>&1 &
+	DPID=$!
+	for _ in $(seq 1 100); do
+		python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+stop_rgpud() { [ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null; DPID=""; }
+trap 'stop_rgpud; kill $(jobs -p) 2>/dev/null' EXIT
+
+# tenants NAME MIB ITERS PASSES HOST_MS N MODE(seq|conc): wall seconds in WALL,
+# failures in BAD
+tenants() {
+	local name=$1 mib=$2 it=$3 pa=$4 host=$5 n=$6 mode=$7 i pids="" t0 t1 st
+	BAD=0
+	t0=$(date +%s.%N)
+	for i in $(seq 1 "$n"); do
+		LD_LIBRARY_PATH=$B/client/.libs:${LD_LIBRARY_PATH:-} RGPU_SERVERS=127.0.0.1:$PORT/0 \
+			timeout 200 "$TEN" run "$mib" "$it" "$pa" "$host" >"$OUT/$name-$i.out" 2>&1 &
+		if [ "$mode" = seq ]; then
+			wait $! || BAD=$((BAD + 1))
+		else
+			pids="$pids $!"
+			sleep 0.5 # in order of arrival
+		fi
+	done
+	for p in $pids; do wait "$p" || BAD=$((BAD + 1)); done
+	t1=$(date +%s.%N)
+	WALL=$(python3 -c "print('%.2f' % ($t1 - $t0))")
+	for i in $(seq 1 "$n"); do
+		grep -q "RESULT ok" "$OUT/$name-$i.out" || { BAD=$((BAD + 1)); say "  $name-$i: $(tail -n 2 "$OUT/$name-$i.out" | tr '\n' ' ')"; }
+	done
+}
+
+pct() { echo $((TOTAL_MIB * $1 / 100)); }
+RC=0
+# host memory: an evicted session's whole copy, plus what a resident one
+# keeps for its next eviction
+export RGPUD_SWAP_KEEP=${RGPUD_SWAP_KEEP:-24G}
+
+# ---- two sessions of 60% each, swap and wait
+if start_rgpud pair_swap; then
+	tenants pair_swap "$(pct 60)" 2 20 1500 2 conc
+	say "pair_swap: two sessions x 60% under swap: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
+	[ $BAD = 0 ] || RC=1
+else
+	say "pair_swap: rgpud did not start"; RC=1
+fi
+stop_rgpud
+if start_rgpud pair_wait --memory-policy=wait --memory-wait=120; then
+	tenants pair_wait "$(pct 60)" 2 20 1500 2 conc
+	say "pair_wait: two sessions x 60% under wait: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
+	[ $BAD = 0 ] || RC=1
+else
+	say "pair_wait: rgpud did not start"; RC=1
+fi
+stop_rgpud
+
+# ---- alternating tenants: at once (swap) against one after another
+alt() { # NAME PCT N PASSES
+	local name=$1 p=$2 n=$3 pa=$4 seq conc
+	start_rgpud "$name" || { say "$name: rgpud did not start"; RC=1; return; }
+	tenants "$name-seq" "$(pct "$p")" 3 "$pa" 2000 "$n" seq
+	seq=$WALL; local bad=$BAD
+	tenants "$name-conc" "$(pct "$p")" 3 "$pa" 2000 "$n" conc
+	conc=$WALL; bad=$((bad + BAD))
+	stop_rgpud
+	local ratio
+	ratio=$(python3 -c "print('%.2f' % ($conc / $seq))")
+	say "$name: $n tenants x $p% ($((n * p))% of the GPU), 3 x (GPU phase, 2 s host phase): one after another $seq s, at once $conc s: ratio $ratio (target <= 1.20)$([ $bad = 0 ] && echo ', data intact' || echo ", $bad FAILED")"
+	[ $bad = 0 ] || RC=1
+}
+alt alt2 75 2 25
+alt alt4 30 4 40
+
+# ---- swap bandwidth from the logs
+python3 - "$OUT" "$PIN_D2H" "$PIN_H2D" <<'EOF' | tee -a "$S"
+import glob, re, sys, statistics
+out, d2h, h2d = sys.argv[1], float(sys.argv[2] or 0), float(sys.argv[3] or 0)
+outs = {"prepared now": [], "kept from before": []}
+ins = []
+for f in sorted(glob.glob(out + "/rgpud-*.log")):
+    for l in open(f, errors="replace"):
+        m = re.search(r"swapped out (\d+) bytes .* in ([0-9.]+) s \(([0-9.]+) GB/s, host memory (prepared now|kept from before)", l)
+        if m and int(m.group(1)) >= 1 << 30:
+            outs[m.group(4)].append(float(m.group(3)))
+        m = re.search(r"swapped in (\d+) bytes .*\(copy ([0-9.]+) s, ([0-9.]+) GB/s", l)
+        if m and int(m.group(1)) >= 1 << 30:
+            ins.append(float(m.group(3)))
+def show(what, v, ref):
+    if not v:
+        print("%s: no event of 1 GiB or more" % what)
+        return
+    med = statistics.median(v)
+    print("%s: %d events, median %.1f GB/s (min %.1f, max %.1f) = %.0f%% of pinned %.1f GB/s" %
+          (what, len(v), med, min(v), max(v), 100 * med / ref if ref else 0, ref))
+show("swap-out, host memory kept from an earlier eviction", outs["kept from before"], d2h)
+show("swap-out, host memory prepared at eviction", outs["prepared now"], d2h)
+show("swap-in (copy)", ins, h2d)
+EOF
+say "elapsed $(( $(date +%s) - T0 )) s"
+exit $RC

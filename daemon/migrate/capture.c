@@ -1,0 +1,247 @@
+/*
+ * Capture: a drained session written as one stream (snapshot.h).  Order:
+ * header; the contexts' CREATE records; cuMemAlloc'd memory (re-created
+ * at its address before anything else can take it); every other CREATE
+ * record in the order the source served it; fixed-address memory and
+ * globals (their objects exist by then); the handle table; END.
+ */
+#include "snapshot.h"
+#include "memif.h"
+#include "../rgpud.h"
+#include "../session.h"
+#include "../waiter.h"
+#include "log.h"
+#include "proto.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define D (&rgpud_server.drv)
+#define CHUNK (8u << 20)
+
+struct cap {
+	struct session *s;
+	const struct snap_io *io;
+	uint64_t nrec;
+	uint8_t *buf; /* CHUNK bytes: device memory on its way out */
+	int pinned;
+	char *why;
+	size_t whylen;
+	int phase; /* 0: contexts, 1: the other CREATE records */
+};
+
+static void le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static int rec_hdr(struct cap *c, uint32_t tag, uint64_t len)
+{
+	uint8_t h[SNAP_REC_HDR] = { 0 };
+	le(h, tag, 4);
+	le(h + 8, len, 8);
+	c->nrec++;
+	if (c->io->write(c->io->arg, h, sizeof(h)) < 0) {
+		snprintf(c->why, c->whylen, "the receiving end of the session's state went away");
+		return -1;
+	}
+	return 0;
+}
+
+static int put(struct cap *c, const void *p, size_t n)
+{
+	if (n && c->io->write(c->io->arg, p, n) < 0) {
+		snprintf(c->why, c->whylen, "the receiving end of the session's state went away");
+		return -1;
+	}
+	return 0;
+}
+
+static int create_rec(void *arg, const struct journal_rec *r)
+{
+	struct cap *c = arg;
+	if ((r->op == RGPU_OP_CTX_CREATE) != (c->phase == 0))
+		return 0;
+	uint8_t f[32];
+	le(f, r->op, 2);
+	le(f + 2, 0, 2);
+	le(f + 4, r->plen, 4);
+	le(f + 8, r->id, 8);
+	le(f + 16, r->result, 8);
+	le(f + 24, r->place, 8);
+	if (rec_hdr(c, SNAP_CREATE, sizeof(f) + r->plen) < 0 || put(c, f, sizeof(f)) < 0 ||
+	    put(c, r->payload, r->plen) < 0)
+		return -1;
+	return 0;
+}
+
+/* kinds to write in this pass (bit per MEMK_*) */
+struct mem_pass {
+	struct cap *c;
+	unsigned kinds;
+};
+
+static int mem_rec(void *arg, const struct memif_alloc *a)
+{
+	struct mem_pass *mp = arg;
+	struct cap *c = mp->c;
+	if (!(mp->kinds & (1u << a->kind)))
+		return 0;
+	struct hentry *e = ht_get(&c->s->ht, a->ctx, HK_CTX);
+	if (!e) {
+		snprintf(c->why, c->whylen, "memory at %#llx belongs to no live context",
+			 (unsigned long long)a->dptr);
+		return -1;
+	}
+	D->cuCtxSetCurrent(e->obj);
+	uint8_t f[32];
+	le(f, a->dptr, 8);
+	le(f + 8, a->size, 8);
+	le(f + 16, a->ctx, 8);
+	le(f + 24, a->dev, 4);
+	le(f + 28, (uint64_t)a->kind, 4);
+	if (rec_hdr(c, SNAP_MEMORY, sizeof(f) + a->size) < 0 || put(c, f, sizeof(f)) < 0)
+		return -1;
+	for (uint64_t off = 0; off < a->size;) {
+		size_t k = a->size - off < CHUNK ? (size_t)(a->size - off) : CHUNK;
+		int rc = D->cuMemcpyDtoH_v2(c->buf, a->dptr + off, k);
+		if (rc) {
+			snprintf(c->why, c->whylen, "reading device memory at %#llx: %s",
+				 (unsigned long long)(a->dptr + off), rgpud_cu_errname(D, rc));
+			return -1;
+		}
+		if (put(c, c->buf, k) < 0)
+			return -1;
+		off += k;
+	}
+	return 0;
+}
+
+/* Waits for everything the session queued; a context in a sticky error
+ * state cannot be moved (its memory may be unreadable). */
+static int drain(struct session *s, char *why, size_t whylen)
+{
+	waiter_drain(s);
+	for (uint32_t i = 0; i < s->ht.n; i++) {
+		struct hentry *e = &s->ht.e[i];
+		if (e->kind != HK_CTX)
+			continue;
+		int rc = D->cuCtxSetCurrent(e->obj);
+		if (!rc)
+			rc = D->cuCtxSynchronize();
+		if (rc) {
+			snprintf(why, whylen, "a context of the session failed: %s",
+				 rgpud_cu_errname(D, rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+static int header(struct cap *c, uint64_t last_id)
+{
+	struct session *s = c->s;
+	uint32_t gpus[SNAP_MAX_GPUS], ngpu = 0;
+	for (unsigned g = 0; g < SNAP_MAX_GPUS && g < RGPUD_MAX_GPUS; g++)
+		if (s->dev_admitted & (1ull << g))
+			gpus[ngpu++] = g;
+	uint8_t f[8 + 4 + 4 + 4 + 8 + 8 + 4 + 4 * SNAP_MAX_GPUS];
+	size_t n = 0;
+	memcpy(f, SNAP_MAGIC, 8);
+	n = 8;
+	le(f + n, SNAP_VERSION, 4), n += 4;
+	le(f + n, s->who.uid, 4), n += 4;
+	le(f + n, s->who.gid, 4), n += 4;
+	le(f + n, s->who.job_id, 8), n += 8;
+	le(f + n, last_id, 8), n += 8;
+	le(f + n, ngpu, 4), n += 4;
+	for (uint32_t i = 0; i < ngpu; i++)
+		le(f + n, gpus[i], 4), n += 4;
+	if (rec_hdr(c, SNAP_HEADER, n) < 0 || put(c, f, n) < 0)
+		return -1;
+	return 0;
+}
+
+static int table(struct cap *c)
+{
+	struct htable *t = &c->s->ht;
+	uint64_t len = 4 + 4ull * t->n + 4 + 4ull * t->nfree;
+	if (rec_hdr(c, SNAP_TABLE, len) < 0)
+		return -1;
+	uint8_t w[4];
+	le(w, t->n, 4);
+	if (put(c, w, 4) < 0)
+		return -1;
+	for (uint32_t i = 0; i < t->n; i++) {
+		le(w, t->e[i].gen, 4);
+		if (put(c, w, 4) < 0)
+			return -1;
+	}
+	le(w, t->nfree, 4);
+	if (put(c, w, 4) < 0)
+		return -1;
+	for (uint32_t i = 0; i < t->nfree; i++) {
+		le(w, t->freel[i], 4);
+		if (put(c, w, 4) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, char *why,
+		 size_t whylen)
+{
+	const char *no = journal_unmovable(s);
+	if (!no && s->shm)
+		no = "the session shares memory with a client on the same host (RGPU_TRANSPORT=tcp "
+		     "makes a session movable)";
+	if (no) {
+		snprintf(why, whylen, "%s", no);
+		return -1;
+	}
+	if (drain(s, why, whylen) < 0)
+		return -1;
+	struct cap c = { .s = s, .io = io, .why = why, .whylen = whylen };
+	if (s->nalloc) {
+		void *p = NULL;
+		for (uint32_t i = 0; i < s->ht.n && !p; i++)
+			if (s->ht.e[i].kind == HK_CTX && !D->cuCtxSetCurrent(s->ht.e[i].obj) &&
+			    !D->cuMemHostAlloc(&p, CHUNK, 0))
+				c.pinned = 1;
+		if (!p)
+			p = malloc(CHUNK);
+		if (!p) {
+			snprintf(why, whylen, "out of memory for a copy buffer");
+			return -1;
+		}
+		c.buf = p;
+	}
+	struct mem_pass first = { &c, 1u << MEMK_ALLOC };
+	struct mem_pass rest = { &c, (1u << MEMK_FIXED) | (1u << MEMK_GLOBAL) };
+	int rc = header(&c, last_id);
+	if (!rc)
+		rc = journal_each(s, create_rec, &c);
+	if (!rc)
+		rc = memif_each(s, mem_rec, &first);
+	c.phase = 1;
+	if (!rc)
+		rc = journal_each(s, create_rec, &c);
+	if (!rc)
+		rc = memif_each(s, mem_rec, &rest);
+	if (!rc)
+		rc = table(&c);
+	if (!rc) {
+		uint8_t n[8];
+		le(n, c.nrec, 8);
+		rc = rec_hdr(&c, SNAP_END, 8) < 0 || put(&c, n, 8) < 0 ? -1 : 0;
+	}
+	if (c.pinned)
+		D->cuMemFreeHost(c.buf);
+	else
+		free(c.buf);
+	D->cuCtxSetCurrent(NULL);
+	s->cur_ctx = 0;
+	return rc ? -1 : 0;
+}

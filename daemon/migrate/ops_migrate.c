@@ -1,0 +1,192 @@
+/*
+ * The session's side of migration and recovery: SESSION_SAVE (a
+ * checkpoint to the client), SESSION_RESTORE (a session rebuilt from a
+ * stream, sent by a client recovering on a standby or by another server's
+ * worker migrating it here) and MEM_ALLOC_AT (recovery replays).
+ */
+#include "migrate.h"
+#include "memif.h"
+#include "snapshot.h"
+#include "../gate.h"
+#include "../rgpud.h"
+#include "../session.h"
+#include "log.h"
+#include "proto.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#define D (&rgpud_server.drv)
+#define OUT_CHUNK (4u << 20)
+
+/* ---- SESSION_SAVE: the stream as reply frames ---- */
+
+struct save_out {
+	struct session *s;
+	const struct rgpu_hdr *h;
+	uint8_t *buf;
+	size_t n;
+};
+
+static int save_write(void *arg, const void *p, size_t n)
+{
+	struct save_out *o = arg;
+	while (n) {
+		size_t k = OUT_CHUNK - o->n < n ? OUT_CHUNK - o->n : n;
+		memcpy(o->buf + o->n, p, k);
+		o->n += k;
+		p = (const uint8_t *)p + k;
+		n -= k;
+		if (o->n == OUT_CHUNK) {
+			if (session_send_reply(o->s, o->h, RGPU_F_MORE, 0, o->buf, o->n) < 0)
+				return -1;
+			o->n = 0;
+		}
+	}
+	return 0;
+}
+
+int op_session_save(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	if (!rd_done(r))
+		return OP_DROP;
+	struct save_out o = { .s = s, .h = h, .buf = malloc(OUT_CHUNK) };
+	char why[300] = "";
+	if (!o.buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct snap_io io = { .write = save_write, .arg = &o };
+	int rc = snap_capture(s, h->id, &io, why, sizeof(why));
+	if (rc == 0) {
+		rc = session_send_reply(s, h, 0, 0, o.buf, o.n);
+		free(o.buf);
+		return rc < 0 ? (s->ended = 1, OP_REPLIED) : OP_REPLIED;
+	}
+	free(o.buf);
+	log_warn("%s: checkpoint refused: %s", s->name, why);
+	put_str(out, why);
+	session_send_reply(s, h, 0, CUDA_ERROR_NOT_SUPPORTED, out->data, out->len);
+	return OP_REPLIED;
+}
+
+/* ---- SESSION_RESTORE: the stream from request frames ---- */
+
+struct restore_in {
+	struct session *s;
+	struct rgpu_hdr last; /* the frame being read */
+	size_t left;          /* its stream bytes not read yet */
+	int done;             /* the last frame (no NOREPLY) has been started */
+};
+
+static int restore_read(void *arg, void *p, size_t n)
+{
+	struct restore_in *in = arg;
+	while (n) {
+		if (!in->left) {
+			if (in->done)
+				return -1;
+			uint8_t hb[RGPU_HDR_SIZE], f[8];
+			struct rgpu_hdr h;
+			if (session_recv(in->s, hb, sizeof(hb)) < 0)
+				return -1;
+			rgpu_hdr_decode(hb, &h);
+			if (h.magic != RGPU_PROTO_MAGIC || h.op != RGPU_OP_SESSION_RESTORE ||
+			    (h.flags & RGPU_F_REPLY) || h.len < 8 || h.len > RGPU_MAX_PAYLOAD ||
+			    session_recv(in->s, f, 8) < 0)
+				return -1;
+			in->last = h;
+			in->left = h.len - 8;
+			in->done = !(h.flags & RGPU_F_NOREPLY);
+			continue;
+		}
+		size_t k = in->left < n ? in->left : n;
+		if (session_recv(in->s, p, k) < 0)
+			return -1;
+		in->left -= k;
+		p = (uint8_t *)p + k;
+		n -= k;
+	}
+	return 0;
+}
+
+int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint32_t mode = get_u32(r);
+	int32_t gpu = (int32_t)get_u32(r);
+	if (r->bad || mode > 1 || h->len < 8)
+		return OP_DROP;
+	struct restore_in in = { .s = s, .last = *h, .left = h->len - 8,
+				 .done = !(h->flags & RGPU_F_NOREPLY) };
+	struct snap_io io = { .read = restore_read, .arg = &in };
+	struct snap_info info;
+	char why[300] = "";
+	int rc;
+	if (gpu >= 0 && gpu >= rgpud_server.ndev) {
+		snprintf(why, sizeof(why), "no GPU %d on this server", (int)gpu);
+		rc = CUDA_ERROR_INVALID_DEVICE;
+	} else {
+		rc = snap_restore(s, &io, gpu, &info, why, sizeof(why));
+		if (rc == 0 && (in.left || !in.done)) {
+			snprintf(why, sizeof(why), "data after the end of the session's state");
+			rc = -1;
+		}
+		/* the state is the user's own, or was sent by a server that
+		 * authenticated as that user: a stream naming someone else is
+		 * refused (it could name objects of another job) */
+		if (rc == 0 && s->who.authenticated &&
+		    (info.uid != s->who.uid || info.job != s->who.job_id)) {
+			snprintf(why, sizeof(why), "the state belongs to uid %u job %llu, not to this "
+				 "session's", info.uid, (unsigned long long)info.job);
+			rc = CUDA_ERROR_NOT_PERMITTED;
+		}
+	}
+	if (rc) {
+		log_warn("%s: restoring a session failed: %s", s->name, why);
+		put_str(out, why);
+		session_send_reply(s, &in.last, 0, rc > 0 ? rc : CUDA_ERROR_INVALID_VALUE, out->data,
+				   out->len);
+		s->ended = 1; /* half a session is no session */
+		return OP_REPLIED;
+	}
+	uint8_t token[MIGRATE_TOKEN_LEN];
+	if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
+		put_str(out, "no randomness for a session token");
+		session_send_reply(s, &in.last, 0, CUDA_ERROR_OPERATING_SYSTEM, out->data, out->len);
+		s->ended = 1;
+		return OP_REPLIED;
+	}
+	char gpus[200] = "";
+	for (uint32_t i = 0; i < info.ngpu; i++) {
+		size_t l = strlen(gpus);
+		snprintf(gpus + l, sizeof(gpus) - l, "%s%u", i ? "," : "",
+			 gpu >= 0 ? (unsigned)gpu : info.gpus[i]);
+	}
+	log_info("%s: session restored on GPU %s (uid %u job %llu, %s)", s->name,
+		 gpus[0] ? gpus : "-", info.uid, (unsigned long long)info.job,
+		 mode ? "waiting for its client" : "its client goes on");
+	put_bytes(out, token, sizeof(token));
+	put_u64(out, info.last_id);
+	if (session_send_reply(s, &in.last, 0, 0, out->data, out->len) < 0) {
+		s->ended = 1;
+		return OP_REPLIED;
+	}
+	if (mode == 1 && migrate_park(s, token) < 0)
+		s->ended = 1;
+	return OP_REPLIED;
+}
+
+/* ---- MEM_ALLOC_AT ---- */
+
+int op_mem_alloc_at(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct req q;
+	req_ids(r, &q, REQ_CTX);
+	uint64_t dptr = get_u64(r), size = get_u64(r);
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc)
+		return rc;
+	return memif_restore_at(s, q.ctx, q.cs->dev, dptr, size);
+}

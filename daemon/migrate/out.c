@@ -1,0 +1,303 @@
+/*
+ * A worker moves its session out (migrate.h says the steps), and a
+ * restored worker waits for its client.
+ *
+ * Orders come over the migration channel, a SOCK_SEQPACKET pair to the
+ * parent: i32 gpu, then the target "host:port" (no NUL); the worker
+ * answers i32 status, then a sentence.  Orders are taken only between
+ * requests: everything the client sent after the last request served is
+ * sent again by the client to the new server (MOVED's last_id).
+ */
+#include "migrate.h"
+#include "snapshot.h"
+#include "../rgpud.h"
+#include "../session.h"
+#include "frame.h"
+#include "log.h"
+#include "proto.h"
+#include "wire.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef HAVE_MUNGE
+#include <munge.h>
+#endif
+
+#define OUT_CHUNK (4u << 20)
+#define CONNECT_MS 10000
+
+static void answer(struct session *s, int32_t rc, const char *text)
+{
+	size_t n = strlen(text);
+	uint8_t *m = malloc(4 + n);
+	if (!m)
+		return;
+	memcpy(m, &rc, 4);
+	memcpy(m + 4, text, n);
+	if (send(s->mig_fd, m, 4 + n, MSG_NOSIGNAL) < 0)
+		log_warn("%s: cannot report a migration to the parent: %s", s->name, strerror(errno));
+	free(m);
+}
+
+/* The frames of SESSION_RESTORE: u32 mode 1, i32 gpu, state bytes. */
+struct out_stream {
+	struct rgpu_conn *c;
+	uint8_t *buf;
+	size_t n;
+	int32_t gpu;
+	uint64_t id;
+	uint64_t total; /* stream bytes sent */
+};
+
+static int flush(struct out_stream *o, int last)
+{
+	uint8_t f[8];
+	uint32_t mode = 1, g = (uint32_t)o->gpu;
+	for (int i = 0; i < 4; i++) {
+		f[i] = (uint8_t)(mode >> (8 * i));
+		f[4 + i] = (uint8_t)(g >> (8 * i));
+	}
+	if (rgpu_frame_send(o->c, RGPU_OP_SESSION_RESTORE, last ? 0 : RGPU_F_NOREPLY, ++o->id, f,
+			    sizeof(f), o->buf, o->n) < 0)
+		return -1;
+	o->n = 0;
+	return 0;
+}
+
+static int out_write(void *arg, const void *p, size_t n)
+{
+	struct out_stream *o = arg;
+	o->total += n;
+	while (n) {
+		size_t k = OUT_CHUNK - o->n < n ? OUT_CHUNK - o->n : n;
+		memcpy(o->buf + o->n, p, k);
+		o->n += k;
+		p = (const uint8_t *)p + k;
+		n -= k;
+		if (o->n == OUT_CHUNK && flush(o, 0) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The session's own credential: its user, its job. */
+static void credential(struct session *s, struct wbuf *w)
+{
+#ifdef HAVE_MUNGE
+	char payload[64];
+	char *cred = NULL;
+	snprintf(payload, sizeof(payload), "rgpu-job=%llu", (unsigned long long)s->who.job_id);
+	munge_ctx_t ctx = munge_ctx_create();
+	const char *sock = getenv("RGPU_MUNGE_SOCKET"); /* as the client's */
+	if (ctx && sock && sock[0])
+		munge_ctx_set(ctx, MUNGE_OPT_SOCKET, sock);
+	if (ctx && munge_encode(&cred, ctx, payload, (int)strlen(payload)) == EMUNGE_SUCCESS &&
+	    cred) {
+		put_bytes(w, cred, strlen(cred));
+		free(cred);
+		munge_ctx_destroy(ctx);
+		return;
+	}
+	free(cred);
+	if (ctx)
+		munge_ctx_destroy(ctx);
+#else
+	(void)s;
+#endif
+	put_bytes(w, NULL, 0); /* a server with --open needs none */
+}
+
+/* Reads one reply frame of op into w's buffer: the status, fields in *r. */
+static int read_reply(struct rgpu_conn *c, uint16_t op, uint8_t **buf, struct rd *r, int32_t *st)
+{
+	struct rgpu_hdr h;
+	if (rgpu_frame_recv_hdr(c, &h) != RGPU_HDR_OK || !(h.flags & RGPU_F_REPLY) || h.op != op ||
+	    h.len < 4 || h.len > (1u << 20))
+		return -1;
+	if (!(*buf = malloc(h.len)) || rgpu_recv(c, *buf, h.len) < 0)
+		return -1;
+	*st = (int32_t)((uint32_t)(*buf)[0] | (uint32_t)(*buf)[1] << 8 | (uint32_t)(*buf)[2] << 16 |
+			(uint32_t)(*buf)[3] << 24);
+	rd_init(r, *buf + 4, h.len - 4);
+	return 0;
+}
+
+static int split_target(const char *t, char *host, size_t hn, unsigned *port)
+{
+	const char *colon = strrchr(t, ':');
+	if (!colon || colon == t || (size_t)(colon - t) >= hn)
+		return -1;
+	char *end;
+	unsigned long p = strtoul(colon + 1, &end, 10);
+	if (*end || !p || p > 65535)
+		return -1;
+	size_t n = (size_t)(colon - t);
+	if (t[0] == '[' && n >= 2 && t[n - 1] == ']') {
+		t++;
+		n -= 2;
+	}
+	memcpy(host, t, n);
+	host[n] = '\0';
+	*port = (unsigned)p;
+	return 0;
+}
+
+/* Moves the session to target; 0 (the client has been told), or -1 with
+ * why[] (the session stays, unharmed: nothing was torn down). */
+static int move_out(struct session *s, const char *target, int32_t gpu, char *why, size_t wl)
+{
+	char host[256];
+	unsigned port;
+	if (split_target(target, host, sizeof(host), &port) < 0) {
+		snprintf(why, wl, "bad target address '%s' (HOST:PORT)", target);
+		return -1;
+	}
+	const char *no = journal_unmovable(s);
+	if (!no && s->shm)
+		no = "the session shares memory with a client on this host (RGPU_TRANSPORT=tcp makes a "
+		     "session movable)";
+	if (no) {
+		snprintf(why, wl, "%s", no);
+		return -1;
+	}
+	char err[256];
+	struct rgpu_conn *c = rgpu_tcp_connect(host, port, CONNECT_MS, err, sizeof(err));
+	if (!c) {
+		snprintf(why, wl, "cannot reach %s: %s", target, err);
+		return -1;
+	}
+	int rc = -1;
+	uint8_t *rbuf = NULL;
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u32(&w, RGPU_PROTO_VERSION);
+	put_str(&w, "rgpud worker moving a session");
+	credential(s, &w);
+	struct rd r;
+	int32_t st;
+	struct out_stream o = { .c = c, .gpu = gpu, .buf = malloc(OUT_CHUNK), .id = 1 };
+	if (w.oom || !o.buf ||
+	    rgpu_frame_send(c, RGPU_OP_HELLO, 0, 1, w.data, w.len, NULL, 0) < 0 ||
+	    read_reply(c, RGPU_OP_HELLO, &rbuf, &r, &st) < 0) {
+		snprintf(why, wl, "no handshake with %s", target);
+		goto out;
+	}
+	if (st) {
+		const char *m = get_str(&r, 1024);
+		snprintf(why, wl, "%s refused the session: %s", target, m ? m : "no reason given");
+		goto out;
+	}
+	free(rbuf);
+	rbuf = NULL;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct snap_io io = { .write = out_write, .arg = &o };
+	if (snap_capture(s, s->last_id, &io, why, wl) < 0 || flush(&o, 1) < 0) {
+		if (!why[0])
+			snprintf(why, wl, "sending the session's state to %s failed", target);
+		goto out;
+	}
+	if (read_reply(c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st) < 0) {
+		snprintf(why, wl, "%s did not answer the session's state", target);
+		goto out;
+	}
+	if (st) {
+		const char *m = get_str(&r, 1024);
+		snprintf(why, wl, "%s could not restore the session: %s", target, m ? m : "?");
+		goto out;
+	}
+	size_t tn;
+	const void *token = get_bytes(&r, &tn);
+	uint64_t last = get_u64(&r);
+	if (!rd_ok(&r) || tn != MIGRATE_TOKEN_LEN || last != s->last_id) {
+		snprintf(why, wl, "%s answered the session's state with a malformed reply", target);
+		goto out;
+	}
+	/* tell the client where its session is now; it sends again what
+	 * came after last_id */
+	wbuf_reset(&w);
+	put_str(&w, target);
+	put_u32(&w, gpu < 0 ? UINT32_MAX : (uint32_t)gpu);
+	put_bytes(&w, token, tn);
+	put_u64(&w, s->last_id);
+	pthread_mutex_lock(&s->send_lock);
+	int sent = w.oom ? -1 : rgpu_frame_send(s->conn, RGPU_OP_MOVED, RGPU_F_REPLY, 0, w.data, w.len,
+						 NULL, 0);
+	pthread_mutex_unlock(&s->send_lock);
+	if (sent < 0) {
+		/* the client is gone; the restored copy waits for it in vain */
+		snprintf(why, wl, "the client went away while its session moved");
+		rc = 0; /* either way this copy is over */
+		goto out;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	log_info("%s: session moved to %s%s: %llu bytes of state in %.3f s (%.2f GB/s)", s->name,
+		 target, gpu >= 0 ? " (another GPU)" : "", (unsigned long long)o.total, secs,
+		 secs > 0 ? o.total / secs / 1e9 : 0.0);
+	rc = 0;
+out:
+	free(rbuf);
+	free(o.buf);
+	wbuf_free(&w);
+	rgpu_conn_close(c);
+	return rc;
+}
+
+int migrate_serve_order(struct session *s)
+{
+	uint8_t m[600];
+	ssize_t n;
+	while ((n = recv(s->mig_fd, m, sizeof(m) - 1, 0)) < 0 && errno == EINTR)
+		;
+	if (n <= 0) {
+		close(s->mig_fd);
+		s->mig_fd = -1;
+		return 0;
+	}
+	if (n < 5) {
+		answer(s, -1, "malformed order");
+		return 0;
+	}
+	int32_t gpu;
+	memcpy(&gpu, m, 4);
+	m[n] = '\0';
+	char why[512] = "";
+	if (move_out(s, (const char *)m + 4, gpu, why, sizeof(why)) == 0) {
+		answer(s, 0, why[0] ? why : "moved");
+		return 1;
+	}
+	log_warn("%s: session not moved: %s", s->name, why);
+	answer(s, -1, why);
+	return 0;
+}
+
+int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN])
+{
+	int fd = gate_park(token);
+	if (fd < 0) {
+		log_warn("%s: the client of a restored session did not attach within %d s", s->name,
+			 MIGRATE_PARK_S);
+		return -1;
+	}
+	struct rgpu_conn *nc = rgpu_tcp_from_fd(fd);
+	if (!nc) {
+		close(fd);
+		return -1;
+	}
+	/* the server that sent the state is done with this connection (the
+	 * caller, a request handler, holds the send lock) */
+	rgpu_conn_close(s->conn);
+	s->conn = nc;
+	s->in_off = s->in_len = 0;
+	snprintf(s->name, sizeof(s->name), "client %s uid %u job %llu (moved here)", nc->peer,
+		 s->who.uid, (unsigned long long)s->who.job_id);
+	log_info("%s: client attached to its restored session", s->name);
+	return 0;
+}

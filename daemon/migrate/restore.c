@@ -1,0 +1,288 @@
+/*
+ * Restore: a stream (snapshot.h) rebuilt into a fresh session.  Every
+ * CREATE record is served again by its own request handler, with the
+ * handle table told the id to make, so the client's handles stay valid;
+ * memory is re-created at its address (memif.h) and its bytes copied in;
+ * the table's layout is set last, so that ids made afterwards are the
+ * ones the source would have made (recovery replays requests that
+ * create objects).
+ */
+#include "snapshot.h"
+#include "memif.h"
+#include "../rgpud.h"
+#include "../session.h"
+#include "log.h"
+#include "proto.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define D (&rgpud_server.drv)
+#define CHUNK (8u << 20)
+#define MAX_CREATE (RGPU_MAX_PAYLOAD + 64)
+
+struct rst {
+	struct session *s;
+	const struct snap_io *io;
+	int gpu_to;
+	char *why;
+	size_t whylen;
+	uint8_t *buf;
+	int pinned;
+};
+
+static uint64_t gl(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static int get(struct rst *r, void *p, size_t n)
+{
+	if (n && r->io->read(r->io->arg, p, n) < 0) {
+		snprintf(r->why, r->whylen, "the session's state ended early");
+		return -1;
+	}
+	return 0;
+}
+
+__attribute__((format(printf, 2, 3))) static int bad(struct rst *r, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->why, r->whylen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+#define BAD(...) bad(r, __VA_ARGS__)
+
+static int header(struct rst *r, uint64_t len, struct snap_info *info)
+{
+	uint8_t f[8 + 4 + 4 + 4 + 8 + 8 + 4 + 4 * SNAP_MAX_GPUS];
+	if (len < 40 || len > sizeof(f))
+		return BAD("malformed session state (header of %llu bytes)", (unsigned long long)len);
+	if (get(r, f, len) < 0)
+		return -1;
+	if (memcmp(f, SNAP_MAGIC, 8) || gl(f + 8, 4) != SNAP_VERSION)
+		return BAD("not a session state of this rgpud's format (version %u expected)",
+			   SNAP_VERSION);
+	info->uid = (uint32_t)gl(f + 12, 4);
+	info->gid = (uint32_t)gl(f + 16, 4);
+	info->job = gl(f + 20, 8);
+	info->last_id = gl(f + 28, 8);
+	info->ngpu = (uint32_t)gl(f + 36, 4);
+	if (info->ngpu > SNAP_MAX_GPUS || len != 40 + 4ull * info->ngpu)
+		return BAD("malformed session state (header)");
+	for (uint32_t i = 0; i < info->ngpu; i++)
+		info->gpus[i] = (uint32_t)gl(f + 40 + 4 * i, 4);
+	return 0;
+}
+
+/* One CREATE record served again by its handler. */
+static int create(struct rst *r, uint64_t len)
+{
+	struct session *s = r->s;
+	uint8_t f[32];
+	if (len < sizeof(f) || len > MAX_CREATE)
+		return BAD("malformed session state (a request of %llu bytes)", (unsigned long long)len);
+	if (get(r, f, sizeof(f)) < 0)
+		return -1;
+	uint16_t op = (uint16_t)gl(f, 2);
+	uint64_t plen = gl(f + 4, 4), id = gl(f + 8, 8), result = gl(f + 16, 8),
+		 place = gl(f + 24, 8);
+	if (plen != len - sizeof(f))
+		return BAD("malformed session state (request length)");
+	const struct op_desc *od = rgpud_op(op);
+	if (!od || op == RGPU_OP_HELLO || op >= 208)
+		return BAD("malformed session state (request %u)", op);
+	uint8_t *p = malloc(plen ? plen : 1);
+	if (!p)
+		return BAD("out of memory restoring a request of %llu bytes", (unsigned long long)plen);
+	if (get(r, p, plen) < 0) {
+		free(p);
+		return -1;
+	}
+	if (op == RGPU_OP_CTX_CREATE && r->gpu_to >= 0 && plen >= 4) {
+		p[0] = (uint8_t)r->gpu_to;
+		p[1] = (uint8_t)(r->gpu_to >> 8);
+		p[2] = p[3] = 0;
+	}
+	s->ht.force_id = id;
+	if (place)
+		migrate_place_next(place);
+	struct rgpu_hdr h = { .magic = RGPU_PROTO_MAGIC, .version = RGPU_PROTO_VERSION, .op = op,
+			      .len = (uint32_t)plen };
+	struct rd rd;
+	rd_init(&rd, p, plen);
+	wbuf_reset(&s->tx);
+	int st = od->fn(s, &h, &rd, &s->tx);
+	s->ht.force_id = 0;
+	if (place)
+		migrate_place_next(0);
+	int rc = 0;
+	uint64_t made = s->tx.len >= 8 ? gl(s->tx.data, 8) : 0;
+	if (st)
+		rc = BAD("re-creating an object (%s) failed: %s", rgpu_op_name(op),
+			 st > 0 ? rgpud_cu_errname(D, st) : "malformed request");
+	else if (id && made != id)
+		rc = BAD("re-creating an object (%s) gave handle %#llx, not %#llx", rgpu_op_name(op),
+			 (unsigned long long)made, (unsigned long long)id);
+	else if (result && made != result &&
+		 (op == RGPU_OP_MODULE_GET_GLOBAL || op == RGPU_OP_LIBRARY_GET_GLOBAL))
+		rc = BAD("a module global moved from %#llx to %#llx: this device does not place "
+			 "module data where the source had it", (unsigned long long)result,
+			 (unsigned long long)made);
+	if (!rc)
+		journal_note(s, op, p, plen, 0, s->tx.data, s->tx.len);
+	wbuf_reset(&s->tx);
+	free(p);
+	return rc;
+}
+
+static int memory(struct rst *r, uint64_t len)
+{
+	struct session *s = r->s;
+	uint8_t f[32];
+	if (len < sizeof(f) || get(r, f, sizeof(f)) < 0)
+		return len < sizeof(f) ? BAD("malformed session state (memory)") : -1;
+	uint64_t dptr = gl(f, 8), size = gl(f + 8, 8), ctx = gl(f + 16, 8);
+	unsigned dev = (unsigned)gl(f + 24, 4);
+	int kind = (int)gl(f + 28, 4);
+	if (size != len - sizeof(f) || kind < MEMK_ALLOC || kind > MEMK_GLOBAL)
+		return BAD("malformed session state (memory record)");
+	if (r->gpu_to >= 0)
+		dev = (unsigned)r->gpu_to;
+	struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
+	if (!e)
+		return BAD("memory at %#llx names no restored context", (unsigned long long)dptr);
+	D->cuCtxSetCurrent(e->obj);
+	s->cur_ctx = ctx;
+	if (kind == MEMK_ALLOC) {
+		int rc = memif_restore_at(s, ctx, dev, dptr, size);
+		if (rc)
+			return BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
+				   (unsigned long long)size, (unsigned long long)dptr,
+				   rgpud_cu_errname(D, rc));
+	} else if (!session_owns_range(s, dptr, size)) {
+		return BAD("memory at %#llx was not re-created by its object", (unsigned long long)dptr);
+	}
+	for (uint64_t off = 0; off < size;) {
+		size_t k = size - off < CHUNK ? (size_t)(size - off) : CHUNK;
+		if (get(r, r->buf, k) < 0)
+			return -1;
+		int rc = D->cuMemcpyHtoD_v2(dptr + off, r->buf, k);
+		if (rc)
+			return BAD("writing device memory at %#llx: %s", (unsigned long long)(dptr + off),
+				   rgpud_cu_errname(D, rc));
+		off += k;
+	}
+	return 0;
+}
+
+static int table(struct rst *r, uint64_t len)
+{
+	uint8_t w[4];
+	if (len < 8 || get(r, w, 4) < 0)
+		return len < 8 ? BAD("malformed session state (table)") : -1;
+	uint64_t n = gl(w, 4);
+	if (n > (1u << 28) || len < 8 + 4 * n)
+		return BAD("malformed session state (table of %llu)", (unsigned long long)n);
+	uint32_t *gens = malloc((n + 1) * 4);
+	uint32_t *freel = NULL;
+	int rc = -1;
+	if (!gens)
+		return BAD("out of memory for the handle table");
+	for (uint64_t i = 0; i < n; i++) {
+		if (get(r, w, 4) < 0)
+			goto out;
+		gens[i] = (uint32_t)gl(w, 4);
+	}
+	if (get(r, w, 4) < 0)
+		goto out;
+	uint64_t nf = gl(w, 4);
+	if (nf > n || len != 8 + 4 * n + 4 * nf) {
+		BAD("malformed session state (free list)");
+		goto out;
+	}
+	if (!(freel = malloc((nf + 1) * 4))) {
+		BAD("out of memory for the handle table");
+		goto out;
+	}
+	for (uint64_t i = 0; i < nf; i++) {
+		if (get(r, w, 4) < 0)
+			goto out;
+		freel[i] = (uint32_t)gl(w, 4);
+	}
+	if (ht_set_layout(&r->s->ht, (uint32_t)n, gens, freel, (uint32_t)nf) < 0)
+		BAD("the restored handle table disagrees with the source's");
+	else
+		rc = 0;
+out:
+	free(gens);
+	free(freel);
+	return rc;
+}
+
+int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct snap_info *info,
+		 char *why, size_t whylen)
+{
+	struct rst rr = { .s = s, .io = io, .gpu_to = gpu_to, .why = why, .whylen = whylen };
+	struct rst *r = &rr;
+	memset(info, 0, sizeof(*info));
+	if (s->ht.n)
+		return BAD("a session is restored only into a fresh one");
+	if (!(r->buf = malloc(CHUNK)))
+		return BAD("out of memory for a copy buffer");
+	uint64_t nrec = 0;
+	int rc = 0, ended = 0;
+	while (!rc && !ended) {
+		uint8_t h[SNAP_REC_HDR];
+		if (get(r, h, sizeof(h)) < 0) {
+			rc = -1;
+			break;
+		}
+		uint32_t tag = (uint32_t)gl(h, 4);
+		uint64_t len = gl(h + 8, 8);
+		if (nrec == 0 && tag != SNAP_HEADER) {
+			rc = BAD("not a session state (no header)");
+			break;
+		}
+		switch (tag) {
+		case SNAP_HEADER:
+			rc = nrec ? BAD("malformed session state (two headers)") : header(r, len, info);
+			break;
+		case SNAP_CREATE:
+			rc = create(r, len);
+			break;
+		case SNAP_MEMORY:
+			rc = memory(r, len);
+			break;
+		case SNAP_TABLE:
+			rc = table(r, len);
+			break;
+		case SNAP_END: {
+			uint8_t n[8];
+			if (len != 8 || get(r, n, 8) < 0)
+				rc = BAD("malformed session state (end)");
+			else if (gl(n, 8) != nrec)
+				rc = BAD("session state of %llu records, %llu received",
+					 (unsigned long long)gl(n, 8), (unsigned long long)nrec);
+			ended = 1;
+			break;
+		}
+		default:
+			rc = BAD("malformed session state (record %u)", tag);
+		}
+		nrec++;
+	}
+	free(r->buf);
+	D->cuCtxSetCurrent(NULL);
+	s->cur_ctx = 0;
+	if (rc && !why[0])
+		snprintf(why, whylen, "restoring the session failed");
+	return rc ? -1 : 0;
+}

@@ -1,0 +1,99 @@
+/*
+ * A session's state as one stream: what migration sends from server to
+ * server and what a checkpoint keeps for recovery.  This header is the one
+ * place the stream's format is defined (docs/design.md, "Migration").
+ *
+ *   stream  := record*            (the first is HEADER, the last END)
+ *   record  := u32 tag, u32 zero, u64 len, payload[len]   (little endian)
+ *
+ *   HEADER  bytes8 "RGPUSNAP", u32 version (1), u32 uid, u32 gid, u64 job,
+ *           u64 last_id (the last request id the source served),
+ *           u32 ngpu, then per GPU the session used: u32 gpu
+ *   TABLE   the handle table's layout: u32 n, u32 gen[n], u32 nfree,
+ *           u32 freel[nfree] (ids made after a restore are the source's)
+ *   CREATE  one request that made or changed an object, in the order the
+ *           source served them: u16 op, u16 zero, u32 plen, u64 id (the
+ *           handle it made, 0 if none), u64 result (a global's address),
+ *           u64 place (where the device placed that object's data, 0:
+ *           unknown), payload[plen] (the request as the client sent it:
+ *           module and library images included)
+ *   MEMORY  u64 dptr, u64 size, u64 ctx, u32 dev, u32 kind (MEMK_*),
+ *           then the size bytes of device memory
+ *   END     u64 records before it
+ *
+ * A reader refuses unknown tags, lengths that disagree with their fields,
+ * and a stream without END: a truncated stream restores nothing.
+ */
+#ifndef RGPUD_MIGRATE_SNAPSHOT_H
+#define RGPUD_MIGRATE_SNAPSHOT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SNAP_MAGIC "RGPUSNAP"
+#define SNAP_VERSION 1
+#define SNAP_REC_HDR 16
+#define SNAP_MAX_GPUS 64
+
+enum snap_tag {
+	SNAP_HEADER = 1,
+	SNAP_TABLE = 2,
+	SNAP_CREATE = 3,
+	SNAP_MEMORY = 4,
+	SNAP_END = 5,
+};
+
+/* MEMORY kinds */
+enum {
+	MEMK_ALLOC = 0,  /* cuMemAlloc'd: re-created at dptr */
+	MEMK_FIXED = 1,  /* at an address the client chose (VMEM_MAP): its
+			  * CREATE record re-maps it, the bytes follow */
+	MEMK_GLOBAL = 2, /* a module's or library's global */
+};
+
+struct session;
+
+/* Where a stream goes or comes from. */
+struct snap_io {
+	int (*write)(void *arg, const void *p, size_t n); /* 0 or -1 */
+	int (*read)(void *arg, void *p, size_t n);        /* all n bytes: 0, or -1 */
+	void *arg;
+};
+
+/* The session's state after draining its work (capture.c): 0, or -1 with
+ * why[] saying what cannot be moved or that the sink failed. */
+int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, char *why,
+		 size_t whylen);
+
+/* What a restore learnt from the header. */
+struct snap_info {
+	uint32_t uid, gid;
+	uint64_t job, last_id;
+	uint32_t ngpu;
+	uint32_t gpus[SNAP_MAX_GPUS];
+};
+
+/* Rebuilds a captured session into s, a fresh one (restore.c).  gpu_to:
+ * the GPU every context moves to, or -1 to keep each one's.  0, or a
+ * CUresult (or -1 for a malformed stream) with why[] set. */
+int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct snap_info *info,
+		 char *why, size_t whylen);
+
+/* journal.c: the requests that made the session's live objects, kept for
+ * capture.  Called after every request with its status (only successful
+ * ones that create, change or destroy an object are kept or acted on). */
+void journal_note(struct session *s, uint16_t op, const uint8_t *payload, size_t plen, int status,
+		  const uint8_t *reply, size_t rlen);
+void journal_free(struct session *s);
+/* Visits the kept records in order; stops at a nonzero return. */
+struct journal_rec {
+	uint16_t op;
+	uint64_t id, ctx, parent, result, place;
+	size_t plen;
+	uint8_t *payload;
+};
+int journal_each(struct session *s, int (*fn)(void *arg, const struct journal_rec *r), void *arg);
+/* Whether the session holds state that cannot be captured (graphs); why. */
+const char *journal_unmovable(struct session *s);
+
+#endif

@@ -1,0 +1,178 @@
+#!/bin/bash
+# Sessions that survive their server, on a real GPU (issue 8).
+#
+#   bash test/gpu/migrate.sh --out DIR        (about 4 minutes; root)
+#
+# A seeded PyTorch training run (test/gpu/migrate.py: an MLP, 1 GiB of data
+# on the GPU, a loss read back every step) through rgpu over TCP:
+#   local      the real driver, no rgpu (reference losses)
+#   plain      rgpu on server A, nothing happens (the baseline: losses L0,
+#              median step time)
+#   migrate    rgpu on A; at step MOVE_AT `rgpu migrate --from A --to B`,
+#              then A is killed: the losses must equal L0 step for step;
+#              the pause (the slowest step minus the median) and the state
+#              moved (from A's log) give the pause per GiB
+#   standby    A with --checkpoint-interval=CKPT_S, RGPU_STANDBY=B; at step
+#              KILL_AT A's parent and workers get SIGKILL: the run must end
+#              with L0's final loss; recovery time (the slowest step after
+#              the kill minus the median) and the checkpoint overhead on
+#              the median and mean step time are recorded
+#   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
+# Prints one line per result and "migrate.sh: N passed, N failed"; writes
+# DIR/migrate-summary.txt and the logs under DIR.
+set -u
+OUT=/tmp/rgpu-migrate-out
+while [ $# -gt 0 ]; do
+	case $1 in
+	--out) OUT=$2; shift 2 ;;
+	*) echo "usage: bash test/gpu/migrate.sh --out DIR"; exit 2 ;;
+	esac
+done
+mkdir -p "$OUT"
+src=$(cd "$(dirname "$0")/../.." && pwd)
+B=${top_builddir:-$src/_build}
+R=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+PY=${PYTHON:-python3}
+STEPS=${STEPS:-600}
+MOVE_AT=${MOVE_AT:-300}
+KILL_AT=${KILL_AT:-400}
+CKPT_S=${CKPT_S:-2}
+export DATA_MB=${DATA_MB:-1024}
+S=$OUT/migrate-summary.txt
+: >"$S"
+say() { echo "$*" | tee -a "$S"; }
+pass=0 fail=0
+result() { # name ok(0/1) text
+	if [ "$2" = 0 ]; then pass=$((pass + 1)); say "PASS $1: $3"; else fail=$((fail + 1)); say "FAIL $1: $3"; fi
+}
+[ -x "$B/daemon/rgpud" ] && [ -e "$B/client/.libs/libcuda.so.1" ] || { say "FAIL: rgpu not built in $B"; exit 1; }
+"$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
+	{ say "SKIP: no PyTorch with a GPU here"; exit 0; }
+say "date: $(date -u '+%F %T UTC'); $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1); steps $STEPS, data $DATA_MB MiB"
+
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PIDS=""
+cleanup() { for p in $PIDS; do kill -9 "$p" $(cat /proc/"$p"/task/*/children 2>/dev/null) 2>/dev/null; done; wait 2>/dev/null; }
+trap cleanup EXIT
+# start NAME [opts] -> PORT PID
+start() {
+	local name=$1
+	shift
+	PORT=$(free_port)
+	LD_LIBRARY_PATH=$R${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$B/daemon/rgpud" --open \
+		--listen "127.0.0.1:$PORT" "$@" >"$OUT/rgpud-$name.log" 2>&1 &
+	PID=$!
+	PIDS="$PIDS $PID"
+	for _ in $(seq 300); do
+		grep -q serving "$OUT/rgpud-$name.log" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	say "rgpud $name did not start: $(tail -3 "$OUT/rgpud-$name.log")"
+	return 1
+}
+kill_all() { kill -9 "$1" $(cat /proc/"$1"/task/*/children 2>/dev/null) 2>/dev/null; wait "$1" 2>/dev/null; }
+# train NAME SERVER (empty: the local driver) in the background -> TPID
+train() {
+	local name=$1 server=$2
+	if [ -z "$server" ]; then
+		LD_LIBRARY_PATH=$R:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+			timeout 150 "$PY" "$src/test/gpu/migrate.py" "$STEPS" >"$OUT/$name.out" 2>"$OUT/$name.err" &
+	else
+		RGPU_SERVERS=$server RGPU_TRANSPORT=tcp RGPU_LOG_LEVEL=info \
+			LD_LIBRARY_PATH=$B/client/.libs:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+			timeout 150 "$PY" "$src/test/gpu/migrate.py" "$STEPS" >"$OUT/$name.out" 2>"$OUT/$name.err" &
+	fi
+	TPID=$!
+}
+wait_step() { # NAME STEP: until the run printed that step (or ended)
+	for _ in $(seq 3000); do
+		grep -q "^step $2 " "$OUT/$1.out" 2>/dev/null && return 0
+		kill -0 "$TPID" 2>/dev/null || return 1
+		sleep 0.02
+	done
+	return 1
+}
+losses() { awk '$1 == "step" { print $2, $3 }' "$OUT/$1.out"; }
+val() { awk -v k="$2" '$1 == k { print $2 }' "$OUT/$1.out"; }
+steptimes() { awk '$1 == "step" { print $4 }' "$OUT/$1.out"; }
+# slowest step at or after step FROM, minus the median: the pause (ms)
+pause_ms() {
+	awk -v from="$2" -v med="$(val "$1" median_ms)" '$1 == "step" && $2 >= from && $4 > m { m = $4 } END { printf "%.1f", m - med }' "$OUT/$1.out"
+}
+mean_ms() { awk -v a="$2" -v b="$3" '$1 == "step" && $2 >= a && $2 < b { s += $4; n++ } END { printf "%.3f", n ? s / n : 0 }' "$OUT/$1.out"; }
+
+# ---- local and plain ----
+train local ""
+wait "$TPID"
+start plainA || exit 1
+A=$PORT AP=$PID
+train plain "127.0.0.1:$A"
+wait "$TPID"
+PRC=$?
+kill_all "$AP"
+L0=$(val plain final)
+result plain "$([ $PRC = 0 ] && [ -n "$L0" ] && echo 0 || echo 1)" \
+	"rgpu, nothing moved: final loss $L0 (local driver: $(val local final)), median step $(val plain median_ms) ms (local $(val local median_ms) ms), device memory reserved $(val plain reserved_bytes) bytes"
+[ -n "$L0" ] || { say "migrate.sh: $pass passed, $fail failed"; exit 1; }
+
+# ---- migrate mid-run ----
+start migA && A=$PORT AP=$PID
+start migB && BPORT=$PORT BP=$PID
+train migrate "127.0.0.1:$A"
+if wait_step migrate "$MOVE_AT"; then
+	t0=$(date +%s.%N)
+	"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$BPORT" >"$OUT/migrate.cmd" 2>&1
+	t1=$(date +%s.%N)
+	kill_all "$AP"
+fi
+wait "$TPID"
+MRC=$?
+same=$(diff <(losses plain) <(losses migrate) >/dev/null && echo 0 || echo 1)
+moved=$(grep -o "session moved to .*" "$OUT/rgpud-migA.log" | tail -1)
+bytes=$(echo "$moved" | sed -n 's/.*: \([0-9]*\) bytes of state in \([0-9.]*\) s.*/\1/p')
+secs=$(echo "$moved" | sed -n 's/.*bytes of state in \([0-9.]*\) s.*/\1/p')
+pause=$(pause_ms migrate "$MOVE_AT")
+per_gib=$(awk -v p="$pause" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.0f", p / (b / 1073741824); else print "?" }')
+result migrate "$([ $MRC = 0 ] && [ "$same" = 0 ] && grep -q "1 moved" "$OUT/migrate.cmd" && echo 0 || echo 1)" \
+	"moved at step $MOVE_AT to a second rgpud over TCP, old server killed; losses identical to plain: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/migrate.cmd"); state ${bytes:-?} bytes streamed in ${secs:-?} s; rgpu migrate took $(awk -v a="$t0" -v b="${t1:-$t0}" 'BEGIN{printf "%.2f", b-a}') s; pause seen by the run $pause ms = $per_gib ms per GiB"
+kill_all "$BP"
+
+# ---- standby, SIGKILL of the whole server ----
+start sbA --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID
+start sbB && BPORT=$PORT BP=$PID
+RGPU_STANDBY=127.0.0.1:$BPORT train standby "127.0.0.1:$A"
+if wait_step standby "$KILL_AT"; then
+	kill_all "$AP"
+fi
+wait "$TPID"
+SRC=$?
+final=$(val standby final)
+pre_mean=$(mean_ms standby 10 "$KILL_AT")
+base_mean=$(mean_ms plain 10 "$KILL_AT")
+ck=$(grep -c "checkpoint of" "$OUT/standby.err")
+cksz=$(grep -o "checkpoint of [0-9]* bytes in [0-9.]* s" "$OUT/standby.err" | tail -1)
+rec=$(pause_ms standby "$KILL_AT")
+result standby "$([ $SRC = 0 ] && [ "$final" = "$L0" ] && grep -q "recovered on" "$OUT/standby.err" && echo 0 || echo 1)" \
+	"SIGKILL of rgpud (parent and workers) at step $KILL_AT, standby took over: final loss $final (plain $L0); recovery pause $rec ms; $ck checkpoint(s) every ${CKPT_S}s, last: $cksz; mean step before the kill $pre_mean ms vs $base_mean ms without standby (overhead $(awk -v a="$pre_mean" -v b="$base_mean" 'BEGIN { if (b > 0) printf "%.1f%%", (a - b) / b * 100 }'))"
+kill_all "$BP"
+
+# ---- two GPUs of one server ----
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "$ngpu" -ge 2 ]; then
+	start twoA && A=$PORT AP=$PID
+	train twogpu "127.0.0.1:$A"
+	if wait_step twogpu "$MOVE_AT"; then
+		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$OUT/twogpu.cmd" 2>&1
+	fi
+	wait "$TPID"
+	TRC=$?
+	same=$(diff <(losses plain) <(losses twogpu) >/dev/null && echo 0 || echo 1)
+	result two-gpus "$([ $TRC = 0 ] && [ "$same" = 0 ] && echo 0 || echo 1)" \
+		"moved to GPU 1 of the same rgpud at step $MOVE_AT: losses identical: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/twogpu.cmd"); pause $(pause_ms twogpu "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-twoA.log" | tail -1)"
+	kill_all "$AP"
+else
+	say "SKIP two-gpus: this machine has $ngpu GPU(s); moving between two GPUs of one server needs two"
+fi
+say "migrate.sh: $pass passed, $fail failed"
+[ "$fail" = 0 ]

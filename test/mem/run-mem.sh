@@ -1,0 +1,280 @@
+#!/bin/bash
+# The memory manager against the emulated device (issue 9), as TAP.
+#
+# Each case starts its own `rgpud --emulated --open` with one 1 GiB device
+# (RGPU_EMU_MEM=1G: its workers share one pool, emu/pool.c) and drives
+# t_oversub tenants (test/mem/t_oversub.c) through FIFOs:
+#   fail       --memory-policy=fail: a second 600 MiB session is refused
+#              while the first holds its memory, which stays intact
+#   swap       the default policy: two 600 MiB sessions take turns on the
+#              GPU, each swapped out while idle, data and a pointer stored
+#              in device memory intact through several rounds
+#   wait       --memory-policy=wait: the second allocation proceeds once the
+#              first session frees its memory
+#   wait_bound --memory-wait=2: the second allocation times out with
+#              CUDA_ERROR_OUT_OF_MEMORY after about 2 s
+#   own_set    a session whose own working set exceeds the GPU still fails
+#   bad_policy a bad --memory-policy value is refused, naming it
+#   killed     a killed session worker's share of the pool comes back
+#   metrics    resident and swapped-out bytes reach the parent's /metrics
+#
+# Environment: top_builddir (set by make check), PYTHON, RGPU_MEM_LOGDIR.
+set -u
+: "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+: "${PYTHON:=python3}"
+RGPUD=$top_builddir/daemon/rgpud
+CLIENTDIR=$top_builddir/client/.libs
+EMULIB=$top_builddir/emu/.libs/librgpu-emu.so
+T=$top_builddir/test/mem/t_oversub
+LOGDIR=${RGPU_MEM_LOGDIR:-$PWD/mem-logs}
+
+for f in "$RGPUD" "$CLIENTDIR/libcuda.so.1" "$EMULIB" "$T"; do
+	if [ ! -e "$f" ]; then
+		echo "1..0 # SKIP not built: $f"
+		exit 0
+	fi
+done
+export RGPU_EMU_LIB=$EMULIB RGPU_EMU_MEM=1G RGPU_EMU_DEVICES=1
+unset RGPU_EMU_TAG RGPU_EMU_POOL
+mkdir -p "$LOGDIR"
+rm -f "$LOGDIR"/*
+
+NTAP=0
+FAIL=0
+ok() { NTAP=$((NTAP + 1)); echo "ok $NTAP - $1"; }
+notok() { NTAP=$((NTAP + 1)); FAIL=$((FAIL + 1)); echo "not ok $NTAP - $1${2:+ # $2}"; }
+check() { if [ "$2" = 0 ]; then ok "$1"; else notok "$1" "${3:-}"; fi; }
+
+free_port() {
+	"$PYTHON" -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+DPID=""
+PIDS=""
+cleanup() {
+	for p in $PIDS $DPID; do kill "$p" 2>/dev/null; done
+	for p in $PIDS $DPID; do wait "$p" 2>/dev/null; done
+	return 0
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_daemon NAME ARGS... -> PORT, DPID
+start_daemon() {
+	local name=$1
+	shift
+	PORT=$(free_port)
+	"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" "$@" >"$LOGDIR/$name.log" 2>&1 &
+	DPID=$!
+	for _ in $(seq 1 100); do
+		if "$PYTHON" -c "import socket,sys; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null; then
+			return 0
+		fi
+		kill -0 "$DPID" 2>/dev/null || return 1
+		sleep 0.1
+	done
+	return 1
+}
+
+stop_all() {
+	for p in $PIDS; do kill "$p" 2>/dev/null; done
+	for p in $PIDS; do wait "$p" 2>/dev/null; done
+	PIDS=""
+	for v in ${!FD_@}; do
+		eval "exec {$v}>&-" 2>/dev/null
+		unset "$v"
+	done
+	if [ -n "$DPID" ]; then
+		kill "$DPID" 2>/dev/null
+		wait "$DPID" 2>/dev/null
+	fi
+	DPID=""
+}
+
+# tenant NAME SIZES: starts t_oversub with its stdin on a FIFO
+tenant() {
+	local name=$1 fifo=$LOGDIR/$1.in
+	rm -f "$fifo"
+	mkfifo "$fifo"
+	LD_LIBRARY_PATH=$CLIENTDIR RGPU_SERVERS=127.0.0.1:$PORT/0 \
+		timeout 120 "$T" "$2" <"$fifo" >"$LOGDIR/$name.out" 2>"$LOGDIR/$name.err" &
+	eval "PID_$name=$!"
+	PIDS="$PIDS $!"
+	eval "exec {FD_$name}>\"$fifo\""
+}
+tell() { local v="FD_$1"; echo "$2" >&"${!v}"; }
+# wait_for NAME REGEX SECONDS: 0 once the tenant printed a matching line
+wait_for() {
+	local n=$(($3 * 10))
+	for _ in $(seq 1 "$n"); do
+		grep -qE "$2" "$LOGDIR/$1.out" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+# status_of NAME: ST = the tenant's exit status (waits for it)
+status_of() { local v="PID_$1"; wait "${!v}"; ST=$?; }
+
+# ---- fail: refused while the first holds its memory
+if start_daemon fail --memory-policy=fail; then
+	tenant fa 600
+	wait_for fa '^READY' 30
+	check "fail: first 600 MiB session allocates" $?
+	tenant fb 600
+	status_of fb; st=$ST
+	check "fail: second 600 MiB session is refused (CUDA_ERROR_OUT_OF_MEMORY)" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
+	tell fa go
+	wait_for fa '^OK 1' 60
+	check "fail: the first session's data is intact" $?
+	tell fa quit
+	status_of fa; st=$ST
+	check "fail: first session exits cleanly" "$st"
+else
+	notok "fail: rgpud starts" "see $LOGDIR/fail.log"
+fi
+stop_all
+
+# ---- swap: both complete, taking turns
+if start_daemon swap; then
+	tenant sa 600
+	wait_for sa '^READY' 30
+	check "swap: first 600 MiB session allocates" $?
+	tenant sb 600
+	wait_for sb '^READY' 60
+	check "swap: second 600 MiB session allocates (the idle first one is swapped out)" $?
+	r=0
+	for round in 1 2; do
+		tell sa go
+		wait_for sa "^OK $round" 60 || r=1
+		tell sb go
+		wait_for sb "^OK $round" 60 || r=1
+	done
+	check "swap: two rounds each, data and stored pointer intact" $r "$(tail -n 2 "$LOGDIR"/sa.err "$LOGDIR"/sb.err | tr '\n' ' ')"
+	grep -q "swapped out" "$LOGDIR/swap.log"
+	check "swap: rgpud logged the evictions" $?
+	tell sa quit
+	tell sb quit
+	status_of sa; sta=$ST
+	status_of sb; stb=$ST
+	check "swap: both sessions exit cleanly" "$([ "$sta$stb" = 00 ] && echo 0 || echo 1)" "exit $sta $stb"
+else
+	notok "swap: rgpud starts" "see $LOGDIR/swap.log"
+fi
+stop_all
+
+# ---- wait: proceeds once the first frees
+if start_daemon wait --memory-policy=wait --memory-wait=60; then
+	tenant wa 600
+	wait_for wa '^READY' 30
+	check "wait: first 600 MiB session allocates" $?
+	tenant wb 600
+	sleep 1.5
+	! grep -q READY "$LOGDIR/wb.out"
+	check "wait: the second allocation waits while the first holds its memory" $?
+	tell wa free
+	wait_for wa '^FREED' 30
+	wait_for wb '^READY' 30
+	check "wait: the second proceeds once the first frees" $?
+	tell wb go
+	wait_for wb '^OK 1' 60
+	check "wait: the second session's data is intact" $?
+	tell wa quit
+	tell wb quit
+	status_of wa; sta=$ST
+	status_of wb; stb=$ST
+	check "wait: both sessions exit cleanly" "$([ "$sta$stb" = 00 ] && echo 0 || echo 1)" "exit $sta $stb"
+else
+	notok "wait: rgpud starts" "see $LOGDIR/wait.log"
+fi
+stop_all
+
+# ---- bounded wait: times out
+if start_daemon wait_bound --memory-policy=wait --memory-wait=2; then
+	tenant ba 600
+	wait_for ba '^READY' 30
+	t0=$(date +%s.%N)
+	tenant bb 600
+	status_of bb; st=$ST
+	t1=$(date +%s.%N)
+	check "wait_bound: the waiting allocation fails with CUDA_ERROR_OUT_OF_MEMORY" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
+	"$PYTHON" -c "import sys; d = $t1 - $t0; sys.exit(0 if 1.9 <= d < 20 else 1)"
+	check "wait_bound: after the 2 s bound, not before" $?
+	tell ba quit
+	status_of ba
+else
+	notok "wait_bound: rgpud starts" "see $LOGDIR/wait_bound.log"
+fi
+stop_all
+
+# ---- a session's own working set larger than the GPU
+if start_daemon own_set; then
+	tenant oa 600+600
+	status_of oa; st=$ST
+	check "own_set: a session's own 1.2 GiB on a 1 GiB GPU fails under swap" "$([ "$st" = 3 ] && echo 0 || echo 1)" "exit $st"
+else
+	notok "own_set: rgpud starts" "see $LOGDIR/own_set.log"
+fi
+stop_all
+
+# ---- bad policy
+out=$("$RGPUD" --emulated --open --listen 127.0.0.1:1 --memory-policy=bogus 2>&1)
+st=$?
+[ "$st" = 2 ] && echo "$out" | grep -q "memory-policy.*'bogus'"
+check "bad_policy: --memory-policy=bogus is refused, naming it" $? "exit $st: $out"
+
+# ---- a killed session's pool share returns
+if start_daemon killed --memory-policy=fail; then
+	tenant ka 600
+	wait_for ka '^READY' 30
+	worker=$(pgrep -P "$DPID" -f -- --session-worker | head -1)
+	[ -n "$worker" ] && kill -9 "$worker"
+	check "killed: the holder's session worker is killed" $?
+	# (the tenant itself only notices at its next CUDA call)
+	kill "$PID_ka" 2>/dev/null
+	wait "$PID_ka" 2>/dev/null
+	r=1
+	for _ in 1 2 3 4 5 6 7 8 9 10; do
+		tenant kb 600
+		if wait_for kb '^READY' 10; then
+			r=0
+			tell kb quit
+			status_of kb
+			break
+		fi
+		status_of kb
+		sleep 0.5
+	done
+	check "killed: its 600 MiB come back to the pool" $r
+else
+	notok "killed: rgpud starts" "see $LOGDIR/killed.log"
+fi
+stop_all
+
+# ---- metrics: resident and swapped-out bytes
+MPORT=$(free_port)
+if start_daemon metrics --metrics=127.0.0.1:$MPORT && sleep 0.3 &&
+	"$PYTHON" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5)" 2>/dev/null; then
+	tenant ma 600
+	wait_for ma '^READY' 30
+	tenant mb 600
+	wait_for mb '^READY' 60
+	m=$("$PYTHON" -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$MPORT/metrics', timeout=5).read().decode())")
+	echo "$m" | grep -qE '^rgpud_memory_swapped_bytes\{slurm_job="0"\} 6[0-9]{8}$'
+	check "metrics: 600 MiB swapped out reported" $? "$(echo "$m" | grep rgpud_memory_)"
+	echo "$m" | grep -qE '^rgpud_memory_resident_bytes\{slurm_job="0"\} 6[0-9]{8}$'
+	check "metrics: 600 MiB resident reported" $?
+	tell ma quit
+	tell mb quit
+	status_of ma
+	status_of mb
+else
+	echo "# metrics endpoint not available (built without libmicrohttpd?): skipped"
+	ok "metrics: # SKIP no --metrics in this build"
+fi
+stop_all
+
+echo "1..$NTAP"
+[ "$FAIL" = 0 ]

@@ -1,0 +1,235 @@
+#!/bin/bash
+# Sessions that survive their server, on the emulated device (issue 8).
+#
+# Two (or three) `rgpud --emulated --open` on free loopback ports, a
+# private munged (rgpu migrate needs an admin credential), and
+# migrate/t_migrate as the application: it builds state, prints READY, and
+# checks all of it after the test has moved its session or killed its
+# server.  Each check is a TAP line:
+#   t_migrate_keeps_data        rgpu migrate A -> B, A killed, data and handles intact
+#   t_migrate_second_gpu        rgpu migrate A -> B/1 (another GPU), same checks
+#   t_standby_after_sigkill     RGPU_STANDBY=B, A's parent and workers SIGKILLed
+#   t_lost_without_standby_fails  no standby: a clear error, no hang
+#   t_migrate_needs_admin       a user's credential is refused
+#   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
+#   t_restart_keeps_jobs        rgpud restarted (SIGKILL) with standby: the job goes on
+# Environment: top_builddir, RGPU_MIGRATE_LOGDIR (default ./migrate-logs).
+set -u
+: "${top_builddir:=$(cd "$(dirname "$0")/../.." && pwd)}"
+RGPUD=$top_builddir/daemon/rgpud
+RGPU=$top_builddir/tools/rgpu
+PROG=$top_builddir/test/migrate/t_migrate
+EMULIB=$top_builddir/emu/.libs/librgpu-emu.so
+CLIENTDIR=$top_builddir/client/.libs
+LOGDIR=${RGPU_MIGRATE_LOGDIR:-$PWD/migrate-logs}
+for f in "$RGPUD" "$RGPU" "$PROG" "$EMULIB" "$CLIENTDIR/libcuda.so.1"; do
+	[ -e "$f" ] || { echo "1..0 # SKIP $f not built"; exit 0; }
+done
+export RGPU_EMU_LIB=$EMULIB
+mkdir -p "$LOGDIR"
+rm -f "$LOGDIR"/*
+TMP=$(mktemp -d /tmp/rgpu-migrate.XXXXXX)
+chmod 755 "$TMP"
+
+n=0 failed=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+ko() {
+	n=$((n + 1)); failed=$((failed + 1))
+	echo "not ok $n - $1"
+	[ -n "${2:-}" ] && printf '%s\n' "$2" | tail -15 | sed 's/^/#   /'
+}
+sk() { n=$((n + 1)); echo "ok $n - $1 # SKIP ${2:-}"; }
+check() { if eval "$2"; then ok "$1"; else ko "$1" "${3:-}"; fi; }
+
+free_port() {
+	python3 -c 'import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
+
+PIDS=""
+MUNGED_PID=""
+cleanup() {
+	for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+	[ -n "$MUNGED_PID" ] && kill "$MUNGED_PID" 2>/dev/null
+	wait 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+# a private munged: `rgpu migrate` authenticates as root
+MUNGED=$(command -v munged || ls /usr/sbin/munged 2>/dev/null)
+if [ -z "$MUNGED" ] || [ "$(id -u)" -ne 0 ]; then
+	echo "1..0 # SKIP needs root and munged (rgpu migrate needs an admin credential)"
+	exit 0
+fi
+dd if=/dev/urandom of="$TMP/munge.key" bs=1024 count=1 2>/dev/null
+chmod 600 "$TMP/munge.key"
+"$MUNGED" --foreground --key-file="$TMP/munge.key" --socket="$TMP/munge.socket" \
+	--pid-file="$TMP/munged.pid" --log-file="$TMP/munged.log" \
+	--seed-file="$TMP/munged.seed" >/dev/null 2>&1 &
+MUNGED_PID=$!
+for _ in $(seq 100); do [ -S "$TMP/munge.socket" ] && break; sleep 0.05; done
+[ -S "$TMP/munge.socket" ] || { echo "1..0 # SKIP munged did not start"; exit 0; }
+export RGPU_MUNGE_SOCKET=$TMP/munge.socket
+
+echo "1..7"
+
+# start_rgpud NAME [options] -> PORT, PID; log in $LOGDIR/NAME.log
+start_rgpud() {
+	local name=$1
+	shift
+	PORT=$(free_port)
+	"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" --log-level debug "$@" \
+		>"$LOGDIR/$name.log" 2>&1 &
+	PID=$!
+	PIDS="$PIDS $PID"
+	for _ in $(seq 200); do
+		grep -q "serving" "$LOGDIR/$name.log" 2>/dev/null && return 0
+		kill -0 "$PID" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+# a parent and its workers, all at once (a crash of the whole rgpud)
+kill_all() {
+	local kids
+	kids=$(cat /proc/"$1"/task/*/children 2>/dev/null)
+	kill -9 "$1" $kids 2>/dev/null
+	wait "$1" 2>/dev/null
+}
+
+# run_app NAME SERVER [args...]: t_migrate in the background, its stdin a
+# fifo held open on fd 3; waits for READY (0) or its end (1)
+run_app() {
+	local name=$1 server=$2
+	shift 2
+	rm -f "$TMP/go"
+	mkfifo "$TMP/go"
+	RGPU_SERVERS=$server RGPU_TRANSPORT=tcp RGPU_LOG_LEVEL=info LD_LIBRARY_PATH=$CLIENTDIR \
+		timeout 120 "$PROG" "$@" <"$TMP/go" >"$LOGDIR/$name.out" 2>"$LOGDIR/$name.err" &
+	APP=$!
+	exec 3>"$TMP/go"
+	for _ in $(seq 600); do
+		grep -q READY "$LOGDIR/$name.out" 2>/dev/null && return 0
+		kill -0 "$APP" 2>/dev/null || return 1
+		sleep 0.05
+	done
+	return 1
+}
+# go NAME: lets the application go on; its exit status in APP_RC
+go() {
+	echo go >&3
+	exec 3>&-
+	wait "$APP"
+	APP_RC=$?
+}
+detail() { cat "$LOGDIR/$1.out" "$LOGDIR/$1.err" 2>/dev/null; }
+
+# ---- rgpu migrate: to another server, then the old one dies ----
+start_rgpud a1 && A=$PORT AP=$PID
+start_rgpud b1 && B=$PORT BP=$PID
+if run_app migrate "127.0.0.1:$A"; then
+	# no munge: root on the same host is vouched for by the kernel (Unix socket)
+	env -u RGPU_MUNGE_SOCKET "$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B" \
+		>"$LOGDIR/migrate.cmd" 2>&1
+	kill_all "$AP"
+	go migrate
+	check t_migrate_keeps_data \
+		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/migrate.out" && grep -q "1 moved, 0 failed" "$LOGDIR/migrate.cmd" && grep -q "client attached" "$LOGDIR/b1.log"' \
+		"$(cat "$LOGDIR/migrate.cmd"; detail migrate; tail -5 "$LOGDIR/b1.log")"
+else
+	ko t_migrate_keeps_data "$(detail migrate)"
+fi
+kill_all "$BP"
+
+# ---- to the second GPU of another server ----
+start_rgpud a2 && A=$PORT AP=$PID
+start_rgpud b2 && B=$PORT BP=$PID
+if run_app gpu1 "127.0.0.1:$A"; then
+	"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B/1" >"$LOGDIR/gpu1.cmd" 2>&1
+	kill_all "$AP"
+	go gpu1
+	check t_migrate_second_gpu \
+		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/gpu1.out" && grep -q "session restored on GPU 1 " "$LOGDIR/b2.log"' \
+		"$(cat "$LOGDIR/gpu1.cmd"; detail gpu1; grep restored "$LOGDIR/b2.log")"
+else
+	ko t_migrate_second_gpu "$(detail gpu1)"
+fi
+kill_all "$BP"
+
+# ---- a standby: the whole server SIGKILLed ----
+start_rgpud a3 --checkpoint-interval=3600 && A=$PORT AP=$PID
+start_rgpud b3 && B=$PORT BP=$PID
+export RGPU_STANDBY=127.0.0.1:$B
+if run_app standby "127.0.0.1:$A" standby; then
+	kill_all "$AP"
+	go standby
+	check t_standby_after_sigkill \
+		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/standby.out" && grep -q "recovered on" "$LOGDIR/standby.err"' \
+		"$(detail standby; tail -5 "$LOGDIR/b3.log")"
+else
+	ko t_standby_after_sigkill "$(detail standby)"
+fi
+unset RGPU_STANDBY
+
+# ---- no standby: a clear error, never a hang ----
+start_rgpud a4 && A=$PORT AP=$PID
+if run_app lost "127.0.0.1:$A"; then
+	kill_all "$AP"
+	go lost
+	check t_lost_without_standby_fails \
+		'[ "$APP_RC" != 0 ] && [ "$APP_RC" != 124 ] && grep -q "CUDA_ERROR_DEVICE_UNAVAILABLE\|lost connection" "$LOGDIR/lost.err"' \
+		"rc $APP_RC; $(detail lost)"
+else
+	ko t_lost_without_standby_fails "$(detail lost)"
+fi
+
+# ---- only root or the SlurmUser moves sessions ----
+if command -v setpriv >/dev/null; then
+	setpriv --reuid=4242 --regid=4242 --clear-groups \
+		"$RGPU" migrate --from "127.0.0.1:$B" --to "127.0.0.1:$B" >"$LOGDIR/user.cmd" 2>&1
+	URC=$?
+	check t_migrate_needs_admin '[ "$URC" = 2 ] && grep -q "needs root or the SlurmUser" "$LOGDIR/user.cmd"' \
+		"$(cat "$LOGDIR/user.cmd")"
+else
+	sk t_migrate_needs_admin "no setpriv"
+fi
+
+# ---- rgpu drain: the session moves, new ones are refused ----
+start_rgpud a5 && A=$PORT AP=$PID
+if run_app drain "127.0.0.1:$A"; then
+	"$RGPU" drain "127.0.0.1:$A" --to "127.0.0.1:$B" >"$LOGDIR/drain.cmd" 2>&1
+	DRC=$?
+	go drain
+	setpriv --reuid=4242 --regid=4242 --clear-groups env RGPU_SERVERS="127.0.0.1:$A" \
+		RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR timeout 30 "$PROG" \
+		</dev/null >"$LOGDIR/drain2.out" 2>"$LOGDIR/drain2.err"
+	check t_drain \
+		'[ "$DRC" = 0 ] && [ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/drain.out" && grep -q "draining" "$LOGDIR/drain2.err"' \
+		"drain rc $DRC; $(cat "$LOGDIR/drain.cmd"; detail drain; detail drain2)"
+else
+	ko t_drain "$(detail drain)"
+fi
+kill_all "$AP"
+
+# ---- a restart (the service manager's SIGKILL included) with a standby ----
+# The restarted rgpud is the standby: the job reconnects to the same port.
+start_rgpud a6 --checkpoint-interval=3600 && A=$PORT AP=$PID
+export RGPU_STANDBY=127.0.0.1:$A
+if run_app restart "127.0.0.1:$A" standby; then
+	kill_all "$AP"
+	"$RGPUD" --emulated --open --listen "127.0.0.1:$A" --log-level debug \
+		--checkpoint-interval=3600 >"$LOGDIR/a6-restarted.log" 2>&1 &
+	PIDS="$PIDS $!"
+	for _ in $(seq 200); do grep -q serving "$LOGDIR/a6-restarted.log" 2>/dev/null && break; sleep 0.05; done
+	go restart
+	check t_restart_keeps_jobs '[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/restart.out"' \
+		"$(detail restart; tail -5 "$LOGDIR/a6-restarted.log")"
+else
+	ko t_restart_keeps_jobs "$(detail restart)"
+fi
+unset RGPU_STANDBY
+kill_all "$BP"
+exit $((failed > 0))

@@ -1,0 +1,150 @@
+/*
+ * A session that outlives its server (test/migrate/run-migrate.sh).
+ *
+ * Phase 1 builds state of every kind that moves: a module (a function and
+ * its globals), device memory written by copies and by kernels, a stream
+ * and an event.  With "standby" it then does more after the first
+ * synchronisation (the checkpoint): memory allocated and written and a
+ * kernel launched, which recovery must replay.  It prints READY and waits
+ * for a line on stdin; meanwhile the test moves the session or kills its
+ * server.  Phase 2 checks every byte and every handle: the data, the
+ * globals, launches on the old stream, the old event, then creates and
+ * destroys objects.  It prints OK on success.
+ */
+#include "../e2e/common.h"
+
+#define N (1 << 18)           /* floats per vector */
+#define BIG (8u << 20)        /* u32 words in the big buffer (32 MiB) */
+#define PATTERN 0xabcd1234u
+
+static void wait_go(void)
+{
+	char line[64];
+	printf("READY\n");
+	fflush(stdout);
+	if (!fgets(line, sizeof(line), stdin))
+		fail("no go-ahead on stdin");
+}
+
+int main(int argc, char **argv)
+{
+	e2e_init(argv[0]);
+	int standby = argc > 1 && !strcmp(argv[1], "standby");
+	(void)primary_ctx(0, NULL);
+	CUmodule mod = load_test_module();
+	CUfunction f_add = get_func(mod, "vec_add");
+	CUfunction f_glob = get_func(mod, "scale_by_global");
+	CUfunction f_fill = get_func(mod, "fill_u32");
+	CUfunction f_inc = get_func(mod, "inc_i32");
+	CUdeviceptr gscale, gcount;
+	CK(cuModuleGetGlobal(&gscale, NULL, mod, "g_scale"));
+	CK(cuModuleGetGlobal(&gcount, NULL, mod, "g_counter"));
+
+	float *a = xmalloc(N * sizeof(float)), *b = xmalloc(N * sizeof(float));
+	float *c = xmalloc(N * sizeof(float));
+	for (int i = 0; i < N; i++) {
+		a[i] = (float)i * 0.25f;
+		b[i] = (float)(N - i);
+	}
+	CUdeviceptr da, db, dc, dbig;
+	CK(cuMemAlloc(&da, N * sizeof(float)));
+	CK(cuMemAlloc(&db, N * sizeof(float)));
+	CK(cuMemAlloc(&dc, N * sizeof(float)));
+	CK(cuMemAlloc(&dbig, (size_t)BIG * 4));
+	CUstream s;
+	CUevent ev;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CK(cuEventCreate(&ev, CU_EVENT_DEFAULT));
+
+	float scale = 3.0f;
+	int zero = 0, n = N;
+	CK(cuMemcpyHtoD(gscale, &scale, sizeof(scale)));
+	CK(cuMemcpyHtoD(gcount, &zero, sizeof(zero)));
+	CK(cuMemcpyHtoD(da, a, N * sizeof(float)));
+	CK(cuMemcpyHtoD(db, b, N * sizeof(float)));
+	void *add_args[] = { &da, &db, &dc, &n };
+	launch1d(f_add, N, s, add_args);
+	void *glob_args[] = { &dc, &n };
+	launch1d(f_glob, N, s, glob_args);
+	unsigned pat = PATTERN;
+	unsigned long long big = BIG;
+	void *fill_args[] = { &dbig, &pat, &big };
+	launch1d(f_fill, BIG, s, fill_args);
+	CK(cuEventRecord(ev, s));
+	CK(cuEventSynchronize(ev));
+	CK(cuCtxSynchronize()); /* with a standby: the checkpoint */
+
+	CUdeviceptr dd = 0;
+	int *d = xmalloc(N * sizeof(int));
+	if (standby) {
+		/* after the checkpoint: replayed on the standby */
+		for (int i = 0; i < N; i++)
+			d[i] = i;
+		CK(cuMemAlloc(&dd, N * sizeof(int)));
+		CK(cuMemcpyHtoD(dd, d, N * sizeof(int)));
+		void *inc_args[] = { &dd, &n };
+		launch1d(f_inc, N, s, inc_args);
+		launch1d(f_inc, N, s, inc_args);
+		scale = 0.5f;
+		CK(cuMemcpyHtoD(gscale, &scale, sizeof(scale)));
+		CK(cuStreamSynchronize(s));
+	}
+	wait_go();
+
+	/* ---- after the move: everything as it was ---- */
+	CK(cuMemcpyDtoH(c, dc, N * sizeof(float)));
+	for (int i = 0; i < N; i++)
+		CHECK(c[i] == (a[i] + b[i]) * 3.0f, "c[%d] = %g, want %g", i, c[i], (a[i] + b[i]) * 3.0f);
+	int counter = -1;
+	CK(cuMemcpyDtoH(&counter, gcount, sizeof(counter)));
+	CHECK(counter == N, "g_counter = %d, want %d", counter, N);
+	unsigned *bigh = xmalloc((size_t)BIG * 4);
+	CK(cuMemcpyDtoH(bigh, dbig, (size_t)BIG * 4));
+	for (unsigned i = 0; i < BIG; i++)
+		CHECK(bigh[i] == PATTERN, "big[%u] = %#x", i, bigh[i]);
+	if (standby) {
+		CK(cuMemcpyDtoH(d, dd, N * sizeof(int)));
+		for (int i = 0; i < N; i++)
+			CHECK(d[i] == i + 2, "d[%d] = %d, want %d", i, d[i], i + 2);
+		float back = 0;
+		CK(cuMemcpyDtoH(&back, gscale, sizeof(back)));
+		CHECK(back == 0.5f, "g_scale = %g, want 0.5", back);
+	}
+	/* the old stream, event and functions still work */
+	CK(cuMemsetD32(dc, 0, N));
+	launch1d(f_add, N, s, add_args);
+	CK(cuEventRecord(ev, s));
+	CK(cuEventSynchronize(ev));
+	CK(cuEventQuery(ev));
+	CK(cuStreamQuery(s));
+	CK(cuMemcpyDtoH(c, dc, N * sizeof(float)));
+	for (int i = 0; i < N; i++)
+		CHECK(c[i] == a[i] + b[i], "after the move c[%d] = %g, want %g", i, c[i], a[i] + b[i]);
+	float one = 1.0f;
+	CK(cuMemcpyHtoD(gscale, &one, sizeof(one)));
+	launch1d(f_glob, N, s, glob_args);
+	CK(cuStreamSynchronize(s));
+	CK(cuMemcpyDtoH(&counter, gcount, sizeof(counter)));
+	CHECK(counter == 2 * N, "g_counter = %d after another launch, want %d", counter, 2 * N);
+	/* new objects next to the old ones, then everything goes */
+	CUdeviceptr dn;
+	CUstream s2;
+	CK(cuMemAlloc(&dn, 4096));
+	CK(cuStreamCreate(&s2, 0));
+	CK(cuMemsetD32Async(dn, 7, 1024, s2));
+	CK(cuStreamSynchronize(s2));
+	unsigned seven = 0;
+	CK(cuMemcpyDtoH(&seven, dn + 4092, 4));
+	CHECK(seven == 7, "a new allocation reads %u", seven);
+	CK(cuStreamDestroy(s2));
+	CK(cuMemFree(dn));
+	CK(cuEventDestroy(ev));
+	CK(cuStreamDestroy(s));
+	CK(cuMemFree(da));
+	CK(cuMemFree(dbig));
+	if (dd)
+		CK(cuMemFree(dd));
+	CK(cuModuleUnload(mod));
+	printf("OK\n");
+	return 0;
+}
