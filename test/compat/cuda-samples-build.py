@@ -199,7 +199,8 @@ def main():
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--tar")
     ap.add_argument("--export-src", help="write the sources (Common/, Samples/ but the skipped "
-                    "categories, files up to 4 MiB) to this tar.xz and stop")
+                    "categories, files up to --max-file bytes) to this tar.xz and stop")
+    ap.add_argument("--max-file", type=int, default=512 << 10)
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc"))
     a = ap.parse_args()
     if not a.src and not a.git:
@@ -207,10 +208,10 @@ def main():
     tree = Tree(a.src, a.git)
     if a.export_src:
         os.makedirs(os.path.dirname(os.path.abspath(a.export_src)), exist_ok=True)
-        with tarfile.open(a.export_src, "w:xz", preset=9) as t:
+        with tarfile.open(a.export_src, "w:xz", preset=6) as t:
             for path, size in sorted(tree.files.items()):
                 top = path.split("/")
-                if size > DATA_MAX or top[0] not in ("Common", "Samples") or \
+                if size > a.max_file or top[0] not in ("Common", "Samples") or \
                         (top[0] == "Samples" and len(top) > 1 and top[1] in SKIP_DIRS):
                     continue
                 data = tree.read(path)
