@@ -1,58 +1,14 @@
-/* Stream attributes, the profiler switch and the capture mode of a
- * thread. */
+/* Copying stream attributes, the old profiler initialisation and the
+ * capture mode of a thread. */
 #include "client.h"
 #include "log.h"
 
 #include <string.h>
 
+/* get and set: generated from driver-api.calls (plain.c) */
 static CUresult stream_attr(CUstream s, CUstreamAttrID attr, CUstreamAttrValue *v, int set)
 {
-	struct rc_ctx *c;
-	uint64_t h;
-	CUresult rc = rc_stream_resolve(s, &c, &h);
-	if (rc)
-		return rc;
-	if (!v)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	put_u64(w, h);
-	put_u32(w, (uint32_t)attr);
-	put_u32(w, (uint32_t)set);
-	put_bytes(w, v, sizeof(*v));
-	struct rd r;
-	if ((rc = rc_call(c->dev->conn, RGPU_OP_STREAM_ATTR, w, &r)))
-		return rc;
-	size_t n;
-	const void *p = get_bytes(&r, &n);
-	if (!rd_ok(&r) || n != sizeof(*v))
-		return CUDA_ERROR_UNKNOWN;
-	if (!set)
-		memcpy(v, p, sizeof(*v));
-	return CUDA_SUCCESS;
-}
-
-RC_EXPORT CUresult cuStreamGetAttribute(CUstream s, CUstreamAttrID attr, CUstreamAttrValue *v)
-{
-	return stream_attr(s, attr, v, 0);
-}
-
-RC_EXPORT CUresult cuStreamSetAttribute(CUstream s, CUstreamAttrID attr, const CUstreamAttrValue *v)
-{
-	if (!v)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUstreamAttrValue copy = *v;
-	return stream_attr(s, attr, &copy, 1);
-}
-
-RC_EXPORT CUresult cuStreamGetAttribute_ptsz(CUstream s, CUstreamAttrID attr, CUstreamAttrValue *v)
-{
-	return cuStreamGetAttribute(s ? s : CU_STREAM_PER_THREAD, attr, v);
-}
-
-RC_EXPORT CUresult cuStreamSetAttribute_ptsz(CUstream s, CUstreamAttrID attr, const CUstreamAttrValue *v)
-{
-	return cuStreamSetAttribute(s ? s : CU_STREAM_PER_THREAD, attr, v);
+	return set ? cuStreamSetAttribute(s, attr, v) : cuStreamGetAttribute(s, attr, v);
 }
 
 /* Every attribute a stream has, read from src and set on dst. */
@@ -82,22 +38,8 @@ RC_EXPORT CUresult cuStreamCopyAttributes_ptsz(CUstream dst, CUstream src)
 				      src ? src : CU_STREAM_PER_THREAD);
 }
 
-/* The profiler runs where the GPU is: the current context's server. */
-static CUresult profiler(uint32_t start)
-{
-	struct rc_ctx *c;
-	CUresult rc = rc_need_ctx(&c);
-	if (rc)
-		return rc;
-	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	put_u32(w, start);
-	struct rd r;
-	return rc_call(c->dev->conn, RGPU_OP_PROFILER, w, &r);
-}
-
-RC_EXPORT CUresult cuProfilerStart(void) { return profiler(1); }
-RC_EXPORT CUresult cuProfilerStop(void) { return profiler(0); }
+/* cuProfilerStart and cuProfilerStop are plain calls (driver-api.calls):
+ * the profiler runs where the GPU is. */
 
 /* Deprecated since CUDA 11 (the driver itself answers this way). */
 RC_EXPORT CUresult cuProfilerInitialize(const char *config, const char *out, CUoutput_mode mode)

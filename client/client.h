@@ -177,6 +177,7 @@ struct rc_stream {
 	int priority;
 	uint64_t capture_id; /* non-zero while capturing (graph.c) */
 	uint64_t capture_hosts; /* host functions captured so far */
+	void *capture_graph;    /* cuStreamBeginCaptureToGraph's graph, or NULL */
 	uint64_t idle_at;    /* stream.c: seen idle (rc_idle_mark), atomic */
 };
 
@@ -377,6 +378,12 @@ void rc_capture_host_node(CUstream s);
 /* gnode.c: the graph a capturing stream builds and its current ends */
 CUresult rc_capture_info(CUstream s, struct rc_ctx *c, uint64_t sh, CUgraph *graph,
 			 const CUgraphNode **deps, size_t *ndeps);
+
+/* link.c: PTX compiled with JIT options by the server's linker: the cubin
+ * (malloc'ed) and the logs in the options' buffers; NOT_SUPPORTED when the
+ * image is not PTX or no option asks for anything (load it as it is) */
+CUresult rc_jit_image(const void *image, unsigned nopt, CUjit_option *opts, void **vals,
+		      void **cubin, size_t *size);
 
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */

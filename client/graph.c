@@ -47,7 +47,12 @@ static CUresult graph_call(struct rc_ctx *c, uint16_t op, uint64_t a, uint64_t b
 	return rc_call(c->dev->conn, op, w, r);
 }
 
-static CUresult begin(CUstream s, CUstreamCaptureMode mode)
+static __thread struct rc_graph *per_thread_target;
+
+/* Begins a capture of s: into a new graph, or into graph `into` after
+ * nodes deps (cuStreamBeginCaptureToGraph). */
+static CUresult begin_into(CUstream s, CUstreamCaptureMode mode, struct rc_graph *into,
+			   const CUgraphNode *deps, size_t nd)
 {
 	struct rc_ctx *c;
 	uint64_t h;
@@ -59,18 +64,73 @@ static CUresult begin(CUstream s, CUstreamCaptureMode mode)
 	if (rc_stream_capture_id(s))
 		return CUDA_ERROR_ILLEGAL_STATE;
 	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	put_u64(w, h);
-	put_u32(w, (uint32_t)mode);
 	struct rd r;
-	if ((rc = rc_call(c->dev->conn, RGPU_OP_CAPTURE_BEGIN, w, &r)))
+	if (into) {
+		if (into->ctx->dev->conn != c->dev->conn)
+			return CUDA_ERROR_INVALID_VALUE;
+		put_u64(w, c->h);
+		put_u32(w, RGPU_G_CAPTURE_TO_GRAPH);
+		put_u64(w, h);
+		put_u64(w, into->h);
+		put_u32(w, (uint32_t)mode);
+		put_u32(w, (uint32_t)nd);
+		for (size_t i = 0; i < nd; i++) {
+			const struct rc_gnode *d = (const struct rc_gnode *)deps[i];
+			if (!d || d->magic != RC_GNODE || d->g != into)
+				return CUDA_ERROR_INVALID_VALUE;
+			put_u64(w, d->h);
+		}
+		rc = rc_call(c->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+	} else {
+		put_u64(w, c->h);
+		put_u64(w, h);
+		put_u32(w, (uint32_t)mode);
+		rc = rc_call(c->dev->conn, RGPU_OP_CAPTURE_BEGIN, w, &r);
+	}
+	if (rc)
 		return rc;
 	uint64_t id = __atomic_fetch_add(&next_capture, 1, __ATOMIC_RELAXED);
-	if (s == CU_STREAM_PER_THREAD)
+	if (s == CU_STREAM_PER_THREAD) {
 		per_thread_capture = id;
-	else
+		per_thread_target = into;
+	} else {
 		((struct rc_stream *)s)->capture_id = id;
+		((struct rc_stream *)s)->capture_graph = into;
+	}
 	return CUDA_SUCCESS;
+}
+
+static CUresult begin(CUstream s, CUstreamCaptureMode mode)
+{
+	return begin_into(s, mode, NULL, NULL, 0);
+}
+
+static CUresult begin_to_graph(CUstream s, CUgraph hg, const CUgraphNode *deps, const CUgraphEdgeData *ed,
+			       size_t nd, CUstreamCaptureMode mode)
+{
+	struct rc_graph *g;
+	CUresult rc = rc_obj(hg, RC_GRAPH, &g);
+	if (rc)
+		return rc;
+	if (nd && !deps)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; ed && i < nd; i++)
+		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed[i].from_port || ed[i].to_port)
+			return CUDA_ERROR_NOT_SUPPORTED;
+	return begin_into(s, mode, g, deps, nd);
+}
+
+RC_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+					       const CUgraphEdgeData *ed, size_t nd, CUstreamCaptureMode mode)
+{
+	return begin_to_graph(s, g, deps, ed, nd, mode);
+}
+
+RC_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+						    const CUgraphEdgeData *ed, size_t nd,
+						    CUstreamCaptureMode mode)
+{
+	return begin_to_graph(s ? s : CU_STREAM_PER_THREAD, g, deps, ed, nd, mode);
 }
 
 RC_EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) { return begin(s, mode); }
@@ -88,14 +148,20 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 	if (!rc_stream_capture_id(s))
 		return CUDA_ERROR_ILLEGAL_STATE;
 	uint64_t hosts;
+	struct rc_graph *into;
 	if (s == CU_STREAM_PER_THREAD) {
 		per_thread_capture = 0;
 		hosts = per_thread_hosts;
 		per_thread_hosts = 0;
+		into = per_thread_target;
+		per_thread_target = NULL;
 	} else {
-		((struct rc_stream *)s)->capture_id = 0;
-		hosts = ((struct rc_stream *)s)->capture_hosts;
-		((struct rc_stream *)s)->capture_hosts = 0;
+		struct rc_stream *st = (struct rc_stream *)s;
+		st->capture_id = 0;
+		hosts = st->capture_hosts;
+		st->capture_hosts = 0;
+		into = st->capture_graph;
+		st->capture_graph = NULL;
 	}
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
@@ -103,10 +169,11 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 	struct rd r;
 	if ((rc = rc_call(c->dev->conn, RGPU_OP_CAPTURE_END, w, &r)))
 		return rc;
-	struct rc_graph *g = rc_graph_new(c, get_u64(&r));
+	/* captured into an existing graph: that graph, grown */
+	struct rc_graph *g = into ? into : rc_graph_new(c, get_u64(&r));
 	if (!g)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	g->nhost = hosts;
+	g->nhost += hosts;
 	*pg = (CUgraph)g;
 	return CUDA_SUCCESS;
 }
@@ -172,6 +239,23 @@ RC_EXPORT CUresult cuGraphLaunch(CUgraphExec exec, CUstream s)
 	if ((rc = rc_call(c->dev->conn, RGPU_OP_GRAPH_LAUNCH, w, &r)))
 		rc_hostfn_back(c->dev->conn, e->nhost);
 	return rc;
+}
+
+RC_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec *pe, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* uploading is an optimisation: the first launch uploads anyway */
+	CUresult rc = cuGraphInstantiateWithFlags(pe, graph, p->flags & ~(cuuint64_t)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
+	p->hErrNode_out = NULL;
+	p->result_out = rc ? CUDA_GRAPH_INSTANTIATE_ERROR : CUDA_GRAPH_INSTANTIATE_SUCCESS;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *pe, CUgraph graph,
+						     CUDA_GRAPH_INSTANTIATE_PARAMS *p)
+{
+	return cuGraphInstantiateWithParams(pe, graph, p);
 }
 
 RC_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s)

@@ -239,7 +239,7 @@ static int never_waits(uint16_t op)
 	case RGPU_OP_HOSTFN_LAUNCH:
 	case RGPU_OP_HOSTFN_WAIT:
 	case RGPU_OP_HOSTFN_DONE:
-	case RGPU_OP_STREAM_ATTR:
+	case RGPU_OP_CALL:
 		return 1;
 	}
 	return 0;
@@ -290,6 +290,13 @@ static CUresult launch(CUstream s, const struct call *cl)
 		rc_hostfn_forget(id);
 		return rc;
 	}
+	/* a stream that joined another's capture (through an event) captures
+	 * too, unknown here: not due now after all */
+	int known = capture != 0;
+	if (!known && get_u32(&r)) {
+		rc_hostfn_back(c->dev->conn, 1);
+		capture = 1;
+	}
 	if (capture) {
 		/* a node of the capture's graph: kept, not one-shot */
 		pthread_mutex_lock(&lock);
@@ -297,7 +304,11 @@ static CUresult launch(CUstream s, const struct call *cl)
 		if (p)
 			p->oneshot = 0;
 		pthread_mutex_unlock(&lock);
-		rc_capture_host_node(s);
+		/* counted for the capture's graph when it is this stream's own
+		 * (a joined stream's host nodes go uncounted: hostfn.c's gate
+		 * may then let a blocking call by while the graph runs) */
+		if (known)
+			rc_capture_host_node(s);
 	}
 	return CUDA_SUCCESS;
 }

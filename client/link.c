@@ -277,3 +277,32 @@ RC_EXPORT CUresult cuLinkDestroy(CUlinkState s)
 	link_free(l);
 	return CUDA_SUCCESS;
 }
+
+CUresult rc_jit_image(const void *image, unsigned nopt, CUjit_option *opts, void **vals,
+		      void **cubin, size_t *size)
+{
+	size_t n;
+	uint32_t kind;
+	const void *start;
+	CUresult rc = rc_image_size(image, &n, &kind, &start);
+	if (rc)
+		return rc;
+	if (kind != RGPU_IMAGE_PTX || !nopt || !opts || !vals)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUlinkState ls;
+	if ((rc = cuLinkCreate_v2(nopt, opts, vals, &ls)))
+		return rc;
+	void *out = NULL;
+	size_t k = 0;
+	rc = cuLinkAddData_v2(ls, CU_JIT_INPUT_PTX, (void *)start, n, "module", 0, NULL, NULL);
+	if (!rc)
+		rc = cuLinkComplete(ls, &out, &k);
+	if (!rc && !(*cubin = malloc(k)))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!rc) {
+		memcpy(*cubin, out, k);
+		*size = k;
+	}
+	cuLinkDestroy(ls);
+	return rc;
+}

@@ -145,11 +145,18 @@ RC_EXPORT CUresult cuModuleLoadFatBinary(CUmodule *pm, const void *fatbin) { ret
 RC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *pm, const void *image, unsigned int nopt,
 				      CUjit_option *opts, void **vals)
 {
-	/* JIT options tune the server's compile; logs stay empty here */
-	for (unsigned i = 0; opts && vals && i < nopt; i++)
-		if ((opts[i] == CU_JIT_INFO_LOG_BUFFER || opts[i] == CU_JIT_ERROR_LOG_BUFFER) && vals[i])
-			((char *)vals[i])[0] = '\0';
-	return module_load(pm, image);
+	/* PTX with JIT options: compiled by the server's linker with them,
+	 * its logs in the caller's buffers (link.c); anything else loads */
+	void *cubin;
+	size_t n;
+	CUresult rc = rc_jit_image(image, nopt, opts, vals, &cubin, &n);
+	if (rc == CUDA_ERROR_NOT_SUPPORTED)
+		return module_load(pm, image);
+	if (rc)
+		return rc;
+	rc = module_load(pm, cubin);
+	free(cubin);
+	return rc;
 }
 
 static void *read_file(const char *path, size_t *len)

@@ -191,7 +191,8 @@
 	X(cuDeviceGraphMemTrim)                  \
 	X(cuStreamGetCaptureInfo_v3)             \
 	X(cuStreamUpdateCaptureDependencies_v2)  \
-	X(cuThreadExchangeStreamCaptureMode)
+	X(cuThreadExchangeStreamCaptureMode)     \
+	X(cuStreamBeginCaptureToGraph)
 
 struct rgpud_driver {
 	void *dl;

@@ -63,7 +63,11 @@ int op_capture_end(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		D->cuGraphDestroy(g);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	ht_get(&s->ht, id, HK_GRAPH)->parent = 0; /* the client's now */
+	/* the client's now, unless it belongs to a graph (a capture into a
+	 * conditional body) */
+	struct hentry *ge = ht_get(&s->ht, id, HK_GRAPH);
+	if (ge->parent == CAPTURING)
+		ge->parent = 0;
 	put_u64(out, id);
 	return CUDA_SUCCESS;
 }
@@ -787,6 +791,25 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 		if ((rc = ids_to_nodes(s, &q, raw, n, 0, &deps)))
 			return rc;
 		rc = D->cuStreamUpdateCaptureDependencies_v2(st, deps, NULL, n, flags);
+		free(deps);
+		return rc;
+	}
+	case RGPU_G_CAPTURE_TO_GRAPH: {
+		uint64_t sid = get_u64(r);
+		q.id = get_u64(r);
+		uint32_t mode = get_u32(r), n = get_u32(r);
+		const uint64_t *raw = get_ids(r, n);
+		if ((rc = req_enter(s, r, &q, HK_GRAPH)))
+			return rc;
+		CUstream st;
+		if ((rc = req_stream(s, sid, &st)))
+			return rc;
+		NEED(cuStreamBeginCaptureToGraph);
+		CUgraphNode *deps;
+		if ((rc = ids_to_nodes(s, &q, raw, n, q.id, &deps)))
+			return rc;
+		rc = D->cuStreamBeginCaptureToGraph(st, q.e->obj, n ? deps : NULL, NULL, n,
+						    (CUstreamCaptureMode)mode);
 		free(deps);
 		return rc;
 	}

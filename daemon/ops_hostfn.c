@@ -199,6 +199,10 @@ int op_hostfn_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct hostfn *hf = c->hf;
 	rc = D->cuLaunchHostFunc(st, trampoline, c);
+	/* captured (the stream may have joined a capture through an event
+	 * the client does not know of): a graph node, not due now */
+	if (!rc)
+		put_u32(out, cs != CU_STREAM_CAPTURE_STATUS_NONE);
 	if (rc) {
 		pthread_mutex_lock(&hf->mu);
 		unlink_call(hf, c);

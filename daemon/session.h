@@ -251,8 +251,8 @@ DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_def
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
 DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
 DECL_OP(mem_refused)
-DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(stream_attr)
-DECL_OP(profiler) DECL_OP(graph_op) DECL_OP(link)
+DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
+DECL_OP(graph_op) DECL_OP(link)
 DECL_OP(event_record_watch)
 #undef DECL_OP
 

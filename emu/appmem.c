@@ -569,6 +569,9 @@ EMU_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!dptr || bytes == 0 || bytes > SIZE_MAX - GRAN)
 		return CUDA_ERROR_INVALID_VALUE;
+	/* a capturing stream: a memory alloc node of its graph (graph.c) */
+	if (emu_capture_mem(s, bytes, dptr, &rc))
+		return rc;
 	size_t size = (bytes + GRAN - 1) / GRAN * GRAN;
 	emu_lock(&pool_lock);
 	struct emu_pool *p = pool_find(pool);
@@ -641,6 +644,9 @@ EMU_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 
 	if (!emu_initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
+	/* a capturing stream: a memory free node of its graph (graph.c) */
+	if (emu_capture_mem(s, 0, &dptr, &rc))
+		return rc;
 	/* stream order: the block is free once the stream's earlier work is
 	 * done (with no current context, at once: nothing can be queued) */
 	if (emu_ctx_current_handle() && (rc = cuStreamSynchronize(s)) != CUDA_SUCCESS)

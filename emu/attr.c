@@ -122,3 +122,20 @@ EMU_API CUresult CUDAAPI cuProfilerStop(void)
 {
 	return emu_initialized() ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
+
+EMU_API CUresult CUDAAPI cuStreamGetId(CUstream h, unsigned long long *id)
+{
+	if (!id)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct emu_ctx *ctx;
+	CUresult rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_lock(&ctx->lock);
+	struct emu_stream *s = emu_stream_find(ctx, h);
+	if (s)
+		*id = s->id;
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
+	return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}

@@ -206,6 +206,11 @@ void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
  * graph (taken, *rc the result) and 1 is returned; else 0.  Caller holds
  * ctx->lock (graph.c's lock comes after it). */
 int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc);
+/* cuMemAllocAsync (bytes > 0: *dptr gets the address) or cuMemFreeAsync
+ * (bytes 0, *dptr the address) on stream h: while h captures, a memory
+ * alloc or free node of the capture's graph; returns 1 then (*rc the
+ * result), else 0.  No lock held by the caller. */
+int emu_capture_mem(CUstream h, size_t bytes, CUdeviceptr *dptr, CUresult *rc);
 
 /* ---- attr.c: a destroyed stream's attributes go */
 void emu_attr_forget(CUstream h);

@@ -19,7 +19,8 @@
  * handle's value when the graph is launched: kernels cannot set it here,
  * so IF and SWITCH take the default value and a WHILE whose value is set
  * fails the launch (it would never end).  Capture records one stream;
- * events recorded or waited for during a capture become nodes of it.
+ * events recorded or waited for in it make no node (in CUDA they join
+ * other streams into the capture, which is not emulated).
  *
  * Locking: graph_lock covers every graph, node, exec and capture (graph
  * calls are not performance-critical).  It is taken after a context's
@@ -79,7 +80,9 @@ struct emu_exec {
 struct condh {
 	uint32_t magic;
 	unsigned value, def, flags;
+	struct condh *next;  /* every handle: kept for the process's life */
 };
+static struct condh *condhs;
 #define COND_MAGIC 0x45676368u
 
 static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -639,8 +642,13 @@ EMU_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle
 	struct condh *c = calloc(1, sizeof(*c));
 	if (!c)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	/* freed with the process: the handle outlives graphs and clones */
-	*c = (struct condh){ COND_MAGIC, def, def, flags };
+	/* kept for the process: executables and clones use it after the
+	 * graph it was made for is gone */
+	*c = (struct condh){ COND_MAGIC, def, def, flags, NULL };
+	emu_lock(&graph_lock);
+	c->next = condhs;
+	condhs = c;
+	emu_unlock(&graph_lock);
 	*out = (CUgraphConditionalHandle)(uintptr_t)c;
 	return CUDA_SUCCESS;
 }
@@ -1231,6 +1239,7 @@ struct capture {
 	struct gnode *last;
 	uint64_t id;
 	int failed;
+	int fresh;  /* its graph was made for it (not cuStreamBeginCaptureToGraph's) */
 };
 
 static struct capture *captures;
@@ -1255,6 +1264,16 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 		emu_unlock(&graph_lock);
 		return 0;
 	}
+	if (op->kind == EMU_OP_RECORD || op->kind == EMU_OP_WAIT) {
+		/* as in CUDA, an event recorded or waited for in a capture is no
+		 * node (it joins streams into the capture; one stream here) */
+		if (op->kind == EMU_OP_RECORD)
+			op->event->recorded--; /* the record did not happen */
+		emu_unlock(&graph_lock);
+		emu_op_free(s->ctx, op); /* ctx->lock held: drops the event's count */
+		*rc = CUDA_SUCCESS;
+		return 1;
+	}
 	struct gnode *n = node_new(CU_GRAPH_NODE_TYPE_EMPTY);
 	CUgraphNode dep = (CUgraphNode)c->last;
 	*rc = n ? node_add(c->g, n, dep ? &dep : NULL, dep ? 1 : 0) : CUDA_ERROR_OUT_OF_MEMORY;
@@ -1266,17 +1285,6 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 		return 1;
 	}
 	c->last = n;
-	if (op->kind == EMU_OP_RECORD || op->kind == EMU_OP_WAIT) {
-		/* an event node: the event is named, not held (as in CUDA) */
-		n->type = op->kind == EMU_OP_RECORD ? CU_GRAPH_NODE_TYPE_EVENT_RECORD
-						    : CU_GRAPH_NODE_TYPE_WAIT_EVENT;
-		n->event = (CUevent)op->event;
-		if (op->kind == EMU_OP_RECORD)
-			op->event->recorded--; /* the record did not happen */
-		emu_unlock(&graph_lock);
-		emu_op_free(s->ctx, op); /* ctx->lock held: drops the event's count */
-		return 1;
-	}
 	switch (op->kind) {
 	case EMU_OP_LAUNCH: n->type = CU_GRAPH_NODE_TYPE_KERNEL; break;
 	case EMU_OP_MEMSET: n->type = CU_GRAPH_NODE_TYPE_MEMSET; break;
@@ -1289,7 +1297,52 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 	return 1;
 }
 
-EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
+int emu_capture_mem(CUstream h, size_t bytes, CUdeviceptr *dptr, CUresult *rc)
+{
+	struct emu_ctx *ctx;
+	if (!h || emu_ctx_enter(&ctx) != CUDA_SUCCESS)
+		return 0;
+	emu_lock(&ctx->lock);
+	emu_lock(&graph_lock);
+	struct emu_stream *s = emu_stream_find(ctx, h);
+	struct capture *c = s && captures ? capture_of(s) : NULL;
+	emu_unlock(&graph_lock);
+	emu_unlock(&ctx->lock);
+	if (!c) {
+		emu_ctx_leave(ctx);
+		return 0;
+	}
+	/* the memory of an alloc node is the graph's from now on (as in
+	 * CUDA, its address is fixed when the node is made) */
+	CUdeviceptr d = *dptr;
+	*rc = bytes ? emu_mem_alloc(ctx, bytes, 1, &d) : CUDA_SUCCESS;
+	emu_ctx_leave(ctx);
+	if (*rc)
+		return 1;
+	struct gnode *n = node_new(bytes ? CU_GRAPH_NODE_TYPE_MEM_ALLOC : CU_GRAPH_NODE_TYPE_MEM_FREE);
+	emu_lock(&ctx->lock);
+	emu_lock(&graph_lock);
+	/* the capture may have ended meanwhile: then the node has no home */
+	struct capture *c2 = captures ? capture_of(s) : NULL;
+	CUgraphNode dep = c2 ? (CUgraphNode)c2->last : NULL;
+	*rc = !n ? CUDA_ERROR_OUT_OF_MEMORY : c2 != c ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+		  : node_add(c->g, n, dep ? &dep : NULL, dep ? 1 : 0);
+	if (!*rc) {
+		n->dptr = d;
+		n->bytesize = bytes;
+		c->last = n;
+		*dptr = d;
+	}
+	emu_unlock(&graph_lock);
+	emu_unlock(&ctx->lock);
+	if (*rc)
+		free(n);
+	return 1;
+}
+
+/* A capture of h into graph `into` after node `after` (both may be NULL:
+ * a new graph). */
+static CUresult begin(CUstream h, CUstreamCaptureMode mode, struct emu_graph *into, struct gnode *after)
 {
 	if (mode > CU_STREAM_CAPTURE_MODE_RELAXED)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -1300,7 +1353,7 @@ EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode
 	if (rc)
 		return rc;
 	struct capture *c = calloc(1, sizeof(*c));
-	struct emu_graph *g = graph_new();
+	struct emu_graph *g = into ? into : graph_new();
 	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
@@ -1313,6 +1366,8 @@ EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode
 	if (!rc) {
 		c->s = s;
 		c->g = g;
+		c->last = after;
+		c->fresh = !into;
 		c->id = next_capture_id++;
 		c->next = captures;
 		captures = c;
@@ -1321,10 +1376,31 @@ EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode
 	emu_unlock(&ctx->lock);
 	if (rc) {
 		free(c);
-		free(g);
+		if (!into)
+			free(g);
 	}
 	emu_ctx_leave(ctx);
 	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream h, CUstreamCaptureMode mode)
+{
+	return begin(h, mode, NULL, NULL);
+}
+
+/* Into an existing graph, after at most one node (one dependency is all
+ * a capture here tracks). */
+EMU_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream h, CUgraph hg, const CUgraphNode *deps,
+						     const CUgraphEdgeData *ed, size_t n, CUstreamCaptureMode mode)
+{
+	if (ed || n > 1 || (n && !deps))
+		return n > 1 || ed ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
+	emu_lock(&graph_lock);
+	struct emu_graph *g = graph_get(hg);
+	struct gnode *d = n ? node_get(deps[0]) : NULL;
+	int ok = g && (!n || (d && d->g == g));
+	emu_unlock(&graph_lock);
+	return ok ? begin(h, mode, g, d) : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
@@ -1348,7 +1424,8 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 				break;
 			}
 		if (c->failed) {
-			graph_free(c->g);
+			if (c->fresh)
+				graph_free(c->g);
 			rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 		} else {
 			*out = (CUgraph)c->g;

@@ -107,10 +107,11 @@ static void *worker(void *arg)
 				/* its time on the device (devclock.c) */
 				if (rc == CUDA_SUCCESS)
 					emu_devclock_run(ctx->dev, emu_devclock_kernel_ns());
-			} else if (op->kind == EMU_OP_HOST)
+			} else if (op->kind == EMU_OP_HOST) {
 				op->hostfn(op->hostdata);
-			else
+			} else {
 				rc = emu_mem_exec(ctx, op);
+			}
 			if (rc != CUDA_SUCCESS)
 				emu_ctx_fault(ctx, rc);
 			emu_lock(&ctx->lock);

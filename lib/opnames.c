@@ -6,6 +6,7 @@ const char *rgpu_op_name(unsigned op)
 #define RGPU_OP_NAME(name, num, doc) case num: return #name;
 	RGPU_OPS(RGPU_OP_NAME)
 	RGPU_OPS_APPMEM(RGPU_OP_NAME)
+	RGPU_OPS_GRAPHS(RGPU_OP_NAME)
 #undef RGPU_OP_NAME
 	}
 	return "UNKNOWN";

@@ -256,32 +256,6 @@ typedef uint64_t rgpu_handle;
 	/* u32 share (percent 1..100) -> .  Lowers this session's compute     \
 	 * share below its lease's (or 100 without one); never raises it. */  \
 	X(SESSION_SHARE, 201, "lower this session's compute share") \
-	/* Host functions (cuLaunchHostFunc, cuStreamAddCallback, graph host  \
-	 * nodes) run on the client in stream order: the server queues a host \
-	 * function of its own that tells the client (a reply to its pending  \
-	 * HOSTFN_WAIT) and holds the stream until HOSTFN_DONE.                \
-	 * handle ctx, handle stream, u64 client id -> (queued) */            \
-	X(HOSTFN_LAUNCH, 128, "queue a client host function on a stream")     \
-	/* -> u32 n, (u64 seq, u64 client id)[n]: host functions the streams  \
-	 * have reached; answered only once there is at least one (a long    \
-	 * poll; the client keeps one pending while host functions are out). */ \
-	X(HOSTFN_WAIT, 129, "wait for reached host functions")                \
-	/* u64 seq -> (sent without a reply) */                               \
-	X(HOSTFN_DONE, 130, "a host function returned: the stream goes on")   \
-	/* handle ctx, handle stream, u32 attr, u32 set, bytes value          \
-	 * (CUstreamAttrValue, no handles) -> bytes value */                   \
-	X(STREAM_ATTR, 131, "get or set a stream attribute")                  \
-	/* u32 start (1 start, 0 stop) -> */                                  \
-	X(PROFILER, 132, "cuProfilerStart / cuProfilerStop")                  \
-	/* Explicit graphs: one opcode, a sub-operation and its arguments     \
-	 * (daemon/ops_graph.c documents each).  handle ctx, u32 sub, ... ->  \
-	 * per sub. */                                                         \
-	X(GRAPH_OP, 133, "explicit graph construction, update and queries")   \
-	/* handle ctx, u32 nopts, (u32 opt, u64 value)[nopts] (options whose  \
-	 * values are numbers), u32 ninputs, (u32 type, str name, bytes       \
-	 * data)[ninputs] -> bytes cubin, str info log, str error log (the   \
-	 * logs also on failure, after the status) */                         \
-	X(LINK, 134, "link images with the JIT linker: the linked cubin") \
 	/* Migration and recovery (daemon/migrate/, docs/design.md).  A        \
 	 * session's state travels as the stream that                         \
 	 * daemon/migrate/snapshot.h defines.                                 \
@@ -390,6 +364,38 @@ typedef uint64_t rgpu_handle;
 	/* handle pool, u32 n, (u32 gpu, u32 flags)[n] -> */                   \
 	X(POOL_ACCESS, 180, "set access to a memory pool")
 
+/* Graphs, host functions, attributes, the linker (graphs, 128-159). */
+#define RGPU_OPS_GRAPHS(X)                                                     \
+	/* Host functions (cuLaunchHostFunc, cuStreamAddCallback, graph host  \
+	 * nodes) run on the client in stream order: the server queues a host \
+	 * function of its own that tells the client (a reply to its pending  \
+	 * HOSTFN_WAIT) and holds the stream until HOSTFN_DONE.                \
+	 * handle ctx, handle stream, u64 client id -> u32 captured (1: it  \
+	 * became a node of a graph being captured, not due now) */           \
+	X(HOSTFN_LAUNCH, 128, "queue a client host function on a stream")     \
+	/* -> u32 n, (u64 seq, u64 client id)[n]: host functions the streams  \
+	 * have reached; answered only once there is at least one (a long    \
+	 * poll; the client keeps one pending while host functions are out). */ \
+	X(HOSTFN_WAIT, 129, "wait for reached host functions")                \
+	/* u64 seq -> (sent without a reply) */                               \
+	X(HOSTFN_DONE, 130, "a host function returned: the stream goes on")   \
+	/* Explicit graphs: one opcode, a sub-operation and its arguments     \
+	 * (daemon/ops_graph.c documents each).  handle ctx, u32 sub, ... ->  \
+	 * per sub. */                                                         \
+	X(GRAPH_OP, 133, "explicit graph construction, update and queries")   \
+	/* handle ctx, u32 nopts, (u32 opt, u64 value)[nopts] (options whose  \
+	 * values are numbers), u32 ninputs, (u32 type, str name, bytes       \
+	 * data)[ninputs] -> bytes cubin, str info log, str error log (the   \
+	 * logs also on failure, after the status) */                         \
+	X(LINK, 134, "link images with the JIT linker: the linked cubin")     \
+	/* A plain driver call (client/driver-api.calls): handle ctx, str     \
+	 * name, u32 nargs, per argument u32 kind (enum rgpu_arg) then: VAL,  \
+	 * DEVICE u64; STREAM, EVENT, FUNC handle; IN, INOUT bytes; OUT u64   \
+	 * size -> per OUT and INOUT argument, in order: bytes.  The server    \
+	 * refuses a call it does not list or whose kinds or sizes differ     \
+	 * from its own table (CUDA_ERROR_NOT_SUPPORTED, INVALID_VALUE). */    \
+	X(CALL, 135, "a plain driver call, described by a table")
+
 /* Opcode ranges reserved per area (append inside your range; never renumber):
  *   98-127 general, 128-159 graphs, host functions, attributes, linker,
  *   160-191 pools, VMM for applications, IPC, peers, registered memory,
@@ -400,9 +406,23 @@ enum rgpu_op {
 #define RGPU_OP_ENUM(name, num, doc) RGPU_OP_##name = num,
 	RGPU_OPS(RGPU_OP_ENUM)
 	RGPU_OPS_APPMEM(RGPU_OP_ENUM)
+	RGPU_OPS_GRAPHS(RGPU_OP_ENUM)
 #undef RGPU_OP_ENUM
 	RGPU_OP_MAX = 256,
 };
+
+/* Argument kinds of CALL. */
+enum rgpu_arg {
+	RGPU_ARG_VAL = 1,   /* an integer or enum, by value */
+	RGPU_ARG_STREAM,    /* handles: the session's ids */
+	RGPU_ARG_EVENT,
+	RGPU_ARG_FUNC,
+	RGPU_ARG_DEVICE,    /* a GPU index on the server */
+	RGPU_ARG_IN,        /* bytes sent */
+	RGPU_ARG_OUT,       /* bytes returned */
+	RGPU_ARG_INOUT,     /* both */
+};
+#define RGPU_CALL_MAX_ARGS 16
 
 /* GRAPH_OP sub-operations.  Every one starts "handle ctx, u32 sub".
  * Node parameters ("params" below, by node type):
@@ -450,6 +470,9 @@ enum rgpu_graph_sub {
 	/* handle stream, u32 flags, u32 n, handle dep[n] -> */
 	RGPU_G_CAPTURE_DEPS = 13,
 	RGPU_G_MEM_TRIM = 14,    /* -> (the context's device) */
+	/* handle stream, handle graph, u32 mode, u32 n, handle dep[n] -> :
+	 * the capture adds to that graph after those nodes */
+	RGPU_G_CAPTURE_TO_GRAPH = 15,
 };
 
 /* Module image kinds in MODULE_LOAD, from what the client could size. */

@@ -3,6 +3,7 @@
 
   cuda-samples-build.py (--src DIR | --git GITDIR) --out DIR [--only REGEX]
                         [--jobs N] [--arch sm_90] [--tar FILE]
+  cuda-samples-build.py --git GITDIR --out DIR --export-src FILE.tar.xz
 
 --src: a cuda-samples checkout; --git: a git directory of one (files are
 taken from HEAD one by one; files missing from a partial snapshot are
@@ -197,11 +198,32 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--arch", default="sm_90")
     ap.add_argument("--tar")
+    ap.add_argument("--export-src", help="write the sources (Common/, Samples/ but the skipped "
+                    "categories, files up to --max-file bytes) to this tar.xz and stop")
+    ap.add_argument("--max-file", type=int, default=512 << 10)
     ap.add_argument("--nvcc", default=os.environ.get("NVCC", "/usr/local/cuda/bin/nvcc"))
     a = ap.parse_args()
     if not a.src and not a.git:
         sys.exit("cuda-samples-build.py: --src or --git is needed")
     tree = Tree(a.src, a.git)
+    if a.export_src:
+        os.makedirs(os.path.dirname(os.path.abspath(a.export_src)), exist_ok=True)
+        with tarfile.open(a.export_src, "w:xz", preset=6) as t:
+            for path, size in sorted(tree.files.items()):
+                top = path.split("/")
+                if size > a.max_file or top[0] not in ("Common", "Samples") or \
+                        (top[0] == "Samples" and len(top) > 1 and top[1] in SKIP_DIRS):
+                    continue
+                data = tree.read(path)
+                if data is None:
+                    continue
+                info = tarfile.TarInfo("cuda-samples-src/" + path)
+                info.size = len(data)
+                info.mode = 0o644
+                import io
+                t.addfile(info, io.BytesIO(data))
+        print("sources in %s (%d bytes)" % (a.export_src, os.path.getsize(a.export_src)))
+        return
     out = os.path.abspath(a.out)
     os.makedirs(out, exist_ok=True)
     common = os.path.join(out, ".src", "Common")

@@ -14,10 +14,12 @@
 #   --bin DIR   built samples (test/compat/cuda-samples-build.py --out DIR);
 #               default: $CUDA_SAMPLES_BIN, else the tarball
 #               .devcarry/cuda-samples/samples.tar.xz (unpacked under the out
-#               dir), else built from $CUDA_SAMPLES_SRC (a checkout) here
+#               dir), else built here from $CUDA_SAMPLES_SRC (a checkout) or
+#               from .devcarry/cuda-samples/src.tar.xz (the sources,
+#               cuda-samples-build.py --export-src)
 #   --only RE   samples whose name matches RE
 # Environment: top_builddir (default _build), RGPU_REAL_DRIVER_DIR
-#   (/usr/local/nvidia/lib64), SAMPLE_TIMEOUT (seconds per run, 30),
+#   (/usr/local/nvidia/lib64), CUDA_HOME (/usr/local/cuda), SAMPLE_TIMEOUT (seconds per run, 30),
 #   SAMPLES_DEADLINE (seconds for all, 450: later samples are reported as
 #   not run).
 # Writes DIR/cuda-samples-results.md (the table and the counts), and
@@ -29,6 +31,7 @@ top_srcdir=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$top_srcdir/_build}"
 : "${SAMPLE_TIMEOUT:=30}"
 : "${SAMPLES_DEADLINE:=450}"
+: "${CUDA_HOME:=/usr/local/cuda}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
 RGPUD=$top_builddir/daemon/rgpud
 CLIENTDIR=$top_builddir/client/.libs
@@ -56,16 +59,25 @@ if [ ! -e "$REAL/libcuda.so.1" ] || ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 if [ -z "$BIN" ]; then
 	tarball=$top_srcdir/.devcarry/cuda-samples/samples.tar.xz
+	srcball=$top_srcdir/.devcarry/cuda-samples/src.tar.xz
 	if [ -f "$tarball" ]; then
 		mkdir -p "$OUT/bin" && tar -C "$OUT/bin" -xJf "$tarball" || exit 1
 		BIN=$OUT/bin/cuda-samples
-	elif [ -n "${CUDA_SAMPLES_SRC:-}" ]; then
+	elif [ -f "$srcball" ] || [ -n "${CUDA_SAMPLES_SRC:-}" ]; then
+		# the sources carried (cuda-samples-build.py --export-src): built
+		# here, on every core
+		if [ -z "${CUDA_SAMPLES_SRC:-}" ]; then
+			mkdir -p "$OUT/src" && tar -C "$OUT/src" -xJf "$srcball" || exit 1
+			CUDA_SAMPLES_SRC=$OUT/src/cuda-samples-src
+		fi
+		t0b=$(date +%s)
 		python3 "$here/cuda-samples-build.py" --src "$CUDA_SAMPLES_SRC" --out "$OUT/bin" \
 			${ONLY:+--only "$ONLY"} --jobs "$(nproc)" >"$L/build.txt" 2>&1 || exit 1
+		echo "built: $(tail -1 "$L/build.txt") in $(( $(date +%s) - t0b )) s"
 		BIN=$OUT/bin
 	else
 		echo "cuda-samples.sh: no samples: give --bin, CUDA_SAMPLES_BIN, CUDA_SAMPLES_SRC," \
-			"or put samples.tar.xz in .devcarry/cuda-samples/"
+			"or put samples.tar.xz or src.tar.xz in .devcarry/cuda-samples/"
 		exit 77
 	fi
 fi
@@ -87,12 +99,12 @@ done
 # run NAME MODE: exit status of the sample run that way, output in the log
 run() {
 	local name=$1 mode=$2 dir=$BIN/$1 log=$L/$1.$2
-	local env=(env)
+	local env=(env) libs=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	case $mode in
-	direct) env+=(LD_LIBRARY_PATH=$REAL) ;;
-	tcp) env+=(RGPU_SERVERS=127.0.0.1:$port/0 RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$REAL
+	direct) env+=(LD_LIBRARY_PATH=$REAL:$libs) ;;
+	tcp) env+=(RGPU_SERVERS=127.0.0.1:$port/0 RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$libs
 		   RGPU_LOG_LEVEL=warn) ;;
-	local) env+=(RGPU_SERVERS=127.0.0.1:$port/0 LD_LIBRARY_PATH=$CLIENTDIR:$REAL RGPU_LOG_LEVEL=warn) ;;
+	local) env+=(RGPU_SERVERS=127.0.0.1:$port/0 LD_LIBRARY_PATH=$CLIENTDIR:$libs RGPU_LOG_LEVEL=warn) ;;
 	esac
 	(cd "$dir" && "${env[@]}" timeout -k 5 "$SAMPLE_TIMEOUT" "./$name" </dev/null >"$log.out" 2>&1)
 }

@@ -213,6 +213,7 @@ suite() {
 	run t_hostfn "$ONE" -- t_hostfn
 	run t_attrs "$ONE" -- t_attrs
 	run t_graph_nodes "$ONE" -- t_graph_nodes
+	run t_link "$ONE" -- t_link
 	run t_shm_parallel "$TWO" -- t_shm_parallel
 	# many threads on one connection (fewer rounds under valgrind: its
 	# threads run one at a time); one thread's long synchronisation does

@@ -4,7 +4,8 @@
  *    atomics; the emulated device reports the first two present, as an
  *    H100 with HMM does), while the others pass through unchanged;
  *  - stream attributes: a synchronisation policy set on a stream reads
- *    back, the priority attribute is the stream's, a bad stream fails;
+ *    back and copies to another stream, the priority attribute is the
+ *    stream's, a NULL value fails; stream ids are distinct and stable;
  *  - function attributes: max dynamic shared memory set reads back;
  *  - cuProfilerStart/Stop succeed (no profiler attached: a no-op);
  *  - cuThreadExchangeStreamCaptureMode swaps the thread's mode. */
@@ -57,8 +58,16 @@ int main(int argc, char **argv)
 	memset(&a, 0, sizeof(a));
 	CK(cuStreamGetAttribute(other, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, &a));
 	CHECK(a.syncPolicy == CU_SYNC_POLICY_YIELD, "copied sync policy reads %d", (int)a.syncPolicy);
+	/* stream ids: distinct, stable (a plain call: driver-api.calls) */
+	unsigned long long id1 = 0, id2 = 0, id1b = 0;
+	CK(cuStreamGetId(s, &id1));
+	CK(cuStreamGetId(other, &id2));
+	CK(cuStreamGetId(s, &id1b));
+	CHECK(id1 != id2 && id1 == id1b, "stream ids %llu, %llu, %llu", id1, id2, id1b);
 	CK(cuStreamDestroy(other));
-	say("stream attributes set, read back and copied");
+	CUresult bad = cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, NULL);
+	CHECK(bad == CUDA_ERROR_INVALID_VALUE, "a NULL attribute value gave %s", cu_name(bad));
+	say("stream attributes set, read back and copied; stream ids");
 
 	CUmodule mod = load_test_module();
 	CUfunction f = get_func(mod, "vec_add");

@@ -99,6 +99,7 @@ int main(int argc, char **argv)
 #define RGPU_OP_LIST(name, num, doc) num,
 		RGPU_OPS(RGPU_OP_LIST)
 		RGPU_OPS_APPMEM(RGPU_OP_LIST)
+		RGPU_OPS_GRAPHS(RGPU_OP_LIST)
 #undef RGPU_OP_LIST
 	};
 	const size_t nops = sizeof(ops) / sizeof(ops[0]);
@@ -108,7 +109,12 @@ int main(int argc, char **argv)
 	uint8_t payload[512];
 	for (long i = 0; i < iters; i++) {
 		uint16_t op = ops[rnd() % nops];
-		if (op == RGPU_OP_HELLO || op == RGPU_OP_OUTPUT)
+		/* HOSTFN_WAIT is a long poll, answered once a host function is
+		 * due; a host function HOSTFN_LAUNCH queues holds its stream until
+		 * the client has run it, which this client never does (a stalled
+		 * stream of its own session: later waits on it are not answered) */
+		if (op == RGPU_OP_HELLO || op == RGPU_OP_OUTPUT || op == RGPU_OP_HOSTFN_WAIT ||
+		    op == RGPU_OP_HOSTFN_LAUNCH)
 			continue;
 		size_t len = rnd() % (rnd() % 4 ? 64 : sizeof(payload));
 		for (size_t k = 0; k < len; k++)

@@ -6,7 +6,8 @@
  *    the old ones), set on the executable, and taken by an exec update
  *    from a clone; an update with a changed topology fails as such;
  *  - a child graph node; memory alloc/free nodes; a conditional IF node
- *    taking its default value; destroying a node; the dot print.
+ *    taking its default value; a capture into an existing graph after one
+ *    of its nodes; destroying a node; the dot print.
  * Exits non-zero on any mismatch. */
 #include "common.h"
 
@@ -262,6 +263,29 @@ int main(int argc, char **argv)
 		say("conditional IF node");
 	}
 	CK(cuGraphDestroy(CG));
+
+	/* a capture into an existing graph, after one of its nodes */
+	CUgraph CT;
+	CK(cuGraphCreate(&CT, 0));
+	CUgraphNode first;
+	ms = msparams(g, 60, n);
+	CK(cuGraphAddMemsetNode(&first, CT, NULL, 0, &ms, ctx));
+	CK(cuStreamBeginCaptureToGraph(s, CT, &first, NULL, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	void *gargs[] = { &g, &nn };
+	launch1d(inc, (unsigned)n, s, gargs);
+	CUgraph got_g;
+	CK(cuStreamEndCapture(s, &got_g));
+	CHECK(got_g == CT, "capture into a graph returned another graph");
+	CK(cuGraphGetNodes(CT, NULL, &cnt));
+	CHECK(cnt == 2, "graph captured into has %zu nodes, want 2", cnt);
+	CUgraphExec ctx_x;
+	CK(cuGraphInstantiate(&ctx_x, CT, 0));
+	CK(cuGraphLaunch(ctx_x, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(g, n, 61, "memset node then the captured increment");
+	CK(cuGraphExecDestroy(ctx_x));
+	CK(cuGraphDestroy(CT));
+	say("capture into an existing graph");
 
 	/* destroying a node; the dot print */
 	CK(cuGraphDestroyNode(F));
