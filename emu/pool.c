@@ -134,8 +134,13 @@ static struct pool_shm *attach(int ndev, size_t total)
 {
 	struct pool_shm *s;
 	int created = 1;
-	int fd = shm_open(seg_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	/* Every process using the emulated device shares it, whatever uid it
+	 * runs as (rgpud probes as root, its workers drop to the served uid):
+	 * readable and writable by all, as the emulated device is for tests. */
+	int fd = shm_open(seg_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 
+	if (fd >= 0)
+		(void)fchmod(fd, 0666); /* past the umask */
 	if (fd < 0 && errno == EEXIST) {
 		created = 0;
 		fd = shm_open(seg_name, O_RDWR | O_CLOEXEC, 0600);
