@@ -8,7 +8,9 @@
 #   FUZZ_CPU_SECONDS  if set, run each harness until its workers have used
 #                 this much CPU time (measured, so a loaded machine still
 #                 gets the full budget): rounds of FUZZ_SECONDS wall time
-#                 each (default 600) on the same corpus
+#                 each (default 600) on the same corpus; a run into the
+#                 same FUZZ_RESULTS carries on where an earlier one stopped
+#                 (FUZZ_RESULTS/<harness>/progress)
 #   FUZZ_RESULTS  results directory (default ./fuzz-results/DATE-HOST)
 #   FUZZ_NICE     nice level of the fuzzers (default 10)
 #   FUZZ_BIN, FUZZ_SRC  where the harnesses and test/fuzz sources are
@@ -93,8 +95,15 @@ for t in $FUZZ_TARGETS; do
 	start=$(date +%s)
 	children_cpu_now
 	cpu0=$(children_cpu)
-	cpu=0 round=0 execs=0 edges=0
-	while :; do
+	cpu=0 round=0 execs=0 edges=0 base_cpu=0 base_wall=0
+	# a CPU budget carries on where an earlier run into the same results
+	# directory stopped (the machine went away, the session ended)
+	if [ -n "${FUZZ_CPU_SECONDS:-}" ] && [ -s "$out/progress" ]; then
+		read -r base_cpu round execs edges base_wall < "$out/progress"
+		cpu=$base_cpu
+		echo "   resuming after round $round: $base_cpu CPU seconds, $execs runs so far"
+	fi
+	while [ -z "${FUZZ_CPU_SECONDS:-}" ] || [ "$cpu" -lt "$FUZZ_CPU_SECONDS" ]; do
 		round=$((round + 1))
 		secs=$FUZZ_SECONDS
 		dir=$out
@@ -111,7 +120,7 @@ for t in $FUZZ_TARGETS; do
 			-print_final_stats=1 -artifact_prefix="$out/artifacts/" \
 			"$out/corpus" > run.log 2>&1 )
 		children_cpu_now
-		cpu=$(( $(children_cpu) - cpu0 ))
+		cpu=$(( base_cpu + $(children_cpu) - cpu0 ))
 		for log in "$dir"/fuzz-*.log; do
 			[ -f "$log" ] || continue
 			e=$(grep -a 'stat::number_of_executed_units' "$log" | tail -1 | awk '{print $2}')
@@ -120,11 +129,11 @@ for t in $FUZZ_TARGETS; do
 			[ "${c:-0}" -gt "$edges" ] && edges=$c
 		done
 		[ -z "${FUZZ_CPU_SECONDS:-}" ] && break
-		[ "$cpu" -ge "$FUZZ_CPU_SECONDS" ] && break
+		echo "$cpu $round $execs $edges $((base_wall + $(date +%s) - start))" > "$out/progress"
 		# a crash ends a round early: stop rather than fuzz on past it
 		ls "$out/artifacts" | grep -q -E '^(crash|leak|oom)-' && break
 	done
-	wall=$(( $(date +%s) - start ))
+	wall=$(( base_wall + $(date +%s) - start ))
 	ncorpus=$(ls "$out/corpus" | wc -l)
 	nart=$(ls "$out/artifacts" | wc -l)
 	{
