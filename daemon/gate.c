@@ -340,57 +340,15 @@ static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbu
 	return 0;
 }
 
-/* A reply without payload carrying fd (when >= 0) as SCM_RIGHTS. */
-static int send_reply_fd(int sock, struct gate_rep *p, int fd)
-{
-	struct iovec iov = { p, sizeof(*p) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	p->len = 0;
-	if (fd >= 0) {
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	}
-	return sendmsg(sock, &mh, MSG_NOSIGNAL) < 0 ? -1 : 0;
-}
-
 int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN])
 {
-	uint8_t m[sizeof(struct gate_req) + MIGRATE_TOKEN_LEN];
+	/* an exchange like any other: the memory manager's questions that come
+	 * while the parent waits for the client are answered meanwhile */
 	struct gate_req q = { .op = G_PARK, .len = MIGRATE_TOKEN_LEN };
-	memcpy(m, &q, sizeof(q));
-	memcpy(m + sizeof(q), token, MIGRATE_TOKEN_LEN);
-	ssize_t n;
-	while ((n = send(ctl, m, sizeof(m), MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	if (n < 0)
-		lost();
 	struct gate_rep p;
-	struct iovec iov = { &p, sizeof(p) };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	while ((n = recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
-	if (n < (ssize_t)sizeof(p))
-		lost();
 	int fd = -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len == CMSG_LEN(sizeof(int)))
-			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	if (gate_call_fd(&q, token, &p, NULL, NULL, -1, &fd) < 0)
+		lost();
 	if (p.rc && fd >= 0) {
 		close(fd);
 		fd = -1;
@@ -505,21 +463,12 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 				continue;
 			}
 			break;
-		case G_PARK: {
-			/* a restored session waits for its client (migrate.h) */
-			if (fd_in >= 0)
-				close(fd_in);
-			int cfd = migrate_parent_park(who, msg + sizeof(q), q.len, name);
-			p.rc = cfd < 0 ? -1 : 0;
-			if (send_reply_fd(fd, &p, cfd) < 0) {
-				if (cfd >= 0)
-					close(cfd);
-				goto done;
-			}
-			if (cfd >= 0)
-				close(cfd);
-			continue;
-		}
+		case G_PARK:
+			/* a restored session waits for its client (migrate.h),
+			 * whose socket goes back with the reply */
+			fd_out = migrate_parent_park(who, msg + sizeof(q), q.len, name);
+			p.rc = fd_out < 0 ? -1 : 0;
+			break;
 		default:
 			p.rc = -1;
 		}
@@ -542,7 +491,6 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 		if (sent < 0)
 			break;
 	}
-done:
 	share_drop_owner(msg);
 	free(msg);
 	wbuf_free(&out);
