@@ -392,6 +392,9 @@ int rc_alloc_lookup(CUdeviceptr p, struct rc_ctx **ctx, CUdeviceptr *base, size_
  * owner is the context copies of it run in (never NULL). */
 int rc_devrange_add(struct rc_conn *conn, CUdeviceptr base, size_t size, struct rc_ctx *owner);
 void rc_devrange_del(struct rc_conn *conn, CUdeviceptr base);
+/* A destroyed context's memory went with it: its ranges go too (a range
+ * naming a freed context would be used after free). */
+void rc_devranges_drop_owner(struct rc_conn *conn, struct rc_ctx *owner);
 
 /* vmm.c, pool.c, peer.c */
 /* A context on the device's server to run copies of its memory in: the

@@ -97,6 +97,8 @@ static CUresult ctx_free(struct rc_ctx *c)
 			depth--;
 			i--;
 		}
+	if (c->dev && c->dev->conn)
+		rc_devranges_drop_owner(c->dev->conn, c);
 	c->magic = 0;
 	free(c);
 	return rc;

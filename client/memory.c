@@ -791,3 +791,15 @@ void rc_devrange_del(struct rc_conn *conn, CUdeviceptr base)
 {
 	rt_del(&dev_ranges[rc_conn_index(conn)], base, NULL);
 }
+
+void rc_devranges_drop_owner(struct rc_conn *conn, struct rc_ctx *owner)
+{
+	struct rtable *t = &dev_ranges[rc_conn_index(conn)];
+	pthread_rwlock_wrlock(&t->lock);
+	size_t k = 0;
+	for (size_t i = 0; i < t->n; i++)
+		if (t->r[i].owner != owner)
+			t->r[k++] = t->r[i];
+	t->n = k;
+	pthread_rwlock_unlock(&t->lock);
+}

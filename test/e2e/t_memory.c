@@ -112,6 +112,12 @@ int main(int argc, char **argv)
 	say("explicit context: free %zu -> %zu -> %zu MiB", fr1 >> 20, fr2 >> 20, fr3 >> 20);
 	CHECK(fr3 >= fr2 + big * 3 / 4, "free only went from %zu to %zu when the context holding %zu was destroyed",
 	      fr2, fr3, big);
+	/* its memory went with it: no context owns that address any more (the
+	 * client once kept the range, naming the freed context) */
+	CUcontext owner = NULL;
+	CUresult prc = cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, cp);
+	CHECK(prc != CUDA_SUCCESS, "cuPointerGetAttribute(CONTEXT) of memory of a destroyed context "
+	      "succeeded (context %p)", (void *)owner);
 	/* the primary context still works */
 	CK(cuMemAlloc(&q, 64));
 	CK(cuMemFree(q));
