@@ -7,6 +7,7 @@
  */
 #include "client.h"
 #include "log.h"
+#include "jit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,29 +33,6 @@ struct link {
 	size_t nin, capin;
 	void *cubin;
 };
-
-static int numeric(CUjit_option o)
-{
-	switch (o) {
-	case CU_JIT_MAX_REGISTERS:
-	case CU_JIT_THREADS_PER_BLOCK:
-	case CU_JIT_OPTIMIZATION_LEVEL:
-	case CU_JIT_TARGET_FROM_CUCONTEXT:
-	case CU_JIT_TARGET:
-	case CU_JIT_FALLBACK_STRATEGY:
-	case CU_JIT_GENERATE_DEBUG_INFO:
-	case CU_JIT_LOG_VERBOSE:
-	case CU_JIT_GENERATE_LINE_INFO:
-	case CU_JIT_CACHE_MODE:
-	case CU_JIT_POSITION_INDEPENDENT_CODE:
-	case CU_JIT_MIN_CTA_PER_SM:
-	case CU_JIT_MAX_THREADS_PER_BLOCK:
-	case CU_JIT_OVERRIDE_DIRECTIVE_VALUES:
-		return 1;
-	default:
-		return 0;
-	}
-}
 
 static void link_free(struct link *l)
 {
@@ -88,7 +66,7 @@ RC_EXPORT CUresult cuLinkCreate_v2(unsigned int n, CUjit_option *opts, void **va
 		case CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: l->err_size = (uintptr_t)vals[i]; break;
 		case CU_JIT_WALL_TIME: break; /* an output: not measured here */
 		default:
-			if (!numeric(opts[i]) || l->nopts == 64) {
+			if (!rgpu_jit_option_numeric(opts[i]) || l->nopts == 64) {
 				log_warn("cuLinkCreate: JIT option %d is not passed to the server",
 					 (int)opts[i]);
 				break;

@@ -3,6 +3,7 @@
  * linked cubin comes back, which the client then loads as any image. */
 #include "rgpud.h"
 #include "session.h"
+#include "jit.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,28 +15,6 @@
 #define LINK_LOG_MAX (1u << 20)
 
 /* Options whose value is a number (passed in the pointer-sized slot). */
-static int numeric_option(uint32_t o)
-{
-	switch (o) {
-	case CU_JIT_MAX_REGISTERS:
-	case CU_JIT_THREADS_PER_BLOCK:
-	case CU_JIT_OPTIMIZATION_LEVEL:
-	case CU_JIT_TARGET_FROM_CUCONTEXT:
-	case CU_JIT_TARGET:
-	case CU_JIT_FALLBACK_STRATEGY:
-	case CU_JIT_GENERATE_DEBUG_INFO:
-	case CU_JIT_LOG_VERBOSE:
-	case CU_JIT_GENERATE_LINE_INFO:
-	case CU_JIT_CACHE_MODE:
-	case CU_JIT_POSITION_INDEPENDENT_CODE:
-	case CU_JIT_MIN_CTA_PER_SM:
-	case CU_JIT_MAX_THREADS_PER_BLOCK:
-	case CU_JIT_OVERRIDE_DIRECTIVE_VALUES:
-		return 1;
-	}
-	return 0;
-}
-
 int op_link(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;
@@ -49,7 +28,7 @@ int op_link(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wb
 	for (uint32_t i = 0; i < nopts; i++) {
 		uint32_t o = get_u32(r);
 		uint64_t v = get_u64(r);
-		if (!numeric_option(o))
+		if (!rgpu_jit_option_numeric(o))
 			return rd_ok(r) ? CUDA_ERROR_INVALID_VALUE : OP_DROP;
 		opts[n] = (CUjit_option)o;
 		vals[n++] = (void *)(uintptr_t)v;
