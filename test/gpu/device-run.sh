@@ -95,7 +95,9 @@ for p in $parts; do
 	esac
 	echo "== $p: exit $rc in $(( $(date +%s) - t0 )) s" >>"$S"
 	tail -25 "$L/$p.txt" >>"$S"
+	# after every part, so that a run cut off later still brings back
+	# the logs of the parts it finished
+	tar -C "$W" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
+	cp "$S" "$OUT/summary.txt" 2>/dev/null
 done
-tar -C "$W" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
-cp "$S" "$OUT/summary.txt" 2>/dev/null
 cat "$S"
