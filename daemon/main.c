@@ -88,6 +88,10 @@ static void usage(FILE *f)
 "                            wait (until memory is freed), or fail\n"
 "      --memory-wait=SEC     how long an allocation may wait for room under swap\n"
 "                            or wait (default 60; 0: not at all)\n"
+"      --memory-quantum=SEC  under swap, the least time a session keeps its memory\n"
+"                            on a GPU once it got it, before it may be evicted\n"
+"                            (default 1; longer where swapping it costs more:\n"
+"                            rgpud(8); 0: no protection)\n"
 "      --memory-overcommit=RATIO  with --leases: slices of a GPU may together\n"
 "                            promise up to RATIO times its memory (1 to 10,\n"
 "                            default 1; above 1 needs swap or wait)\n"
@@ -105,6 +109,7 @@ static void usage(FILE *f)
 /* long options without a short form */
 enum { OPT_METRICS = 256, OPT_SCHED, OPT_QUANTUM, OPT_MPS, OPT_MPS_DIR, OPT_MPS_CONTROL,
        OPT_MPS_SHARE, OPT_WORKER_SCHED, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT,
+       OPT_MEM_QUANTUM,
        OPT_CTX_RESERVE };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
@@ -399,6 +404,7 @@ int main(int argc, char **argv)
 		{ "worker-sched", required_argument, NULL, OPT_WORKER_SCHED },
 		{ "memory-policy", required_argument, NULL, OPT_MEM_POLICY },
 		{ "memory-wait", required_argument, NULL, OPT_MEM_WAIT },
+		{ "memory-quantum", required_argument, NULL, OPT_MEM_QUANTUM },
 		{ "memory-overcommit", required_argument, NULL, OPT_MEM_OVERCOMMIT },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
@@ -437,7 +443,7 @@ int main(int argc, char **argv)
 				     .mps_control = "", /* found in PATH */
 				     .mps_default_share = 100 };
 	enum mem_policy mem_policy = MEM_POLICY_SWAP;
-	unsigned mem_wait = 60, mem_overcommit_pct = 100;
+	unsigned mem_wait = 60, mem_overcommit_pct = 100, mem_quantum_ms = MEM_QUANTUM_DEFAULT_MS;
 	int c;
 	while ((c = getopt_long(argc, argv, "l:edsv:hV", opts, NULL)) != -1) {
 		switch (c) {
@@ -527,6 +533,18 @@ int main(int argc, char **argv)
 			}
 			break;
 		case OPT_MEM_WAIT: mem_wait = (unsigned)num_opt("memory-wait", optarg, 0, 86400); break;
+		case OPT_MEM_QUANTUM: {
+			char *end;
+			errno = 0;
+			double q = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(q >= 0.0 && q <= 3600.0)) {
+				fprintf(stderr, "rgpud: --memory-quantum: '%s' is not a number of seconds "
+					"from 0 to 3600\n", optarg);
+				return 2;
+			}
+			mem_quantum_ms = (unsigned)(q * 1000 + 0.5);
+			break;
+		}
 		case OPT_MEM_OVERCOMMIT: {
 			char *end;
 			errno = 0;
@@ -578,7 +596,7 @@ int main(int argc, char **argv)
 		return worker_main(worker_fds, worker_who, worker_runas, worker_name, driver);
 	}
 
-	mem_parent_config(mem_policy, mem_wait);
+	mem_parent_config(mem_policy, mem_wait, mem_quantum_ms);
 	if (mem_overcommit_pct > 100 && mem_policy == MEM_POLICY_FAIL) {
 		fprintf(stderr, "rgpud: --memory-overcommit above 1 needs --memory-policy=swap or wait\n");
 		return 2;

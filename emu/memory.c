@@ -312,12 +312,29 @@ EMU_API CUresult CUDAAPI cuMemFreeHost(void *p)
 }
 
 /* Registration pins nothing here: host memory is already what the
- * emulated device copies from.  Tracked so unregistering checks. */
+ * emulated device copies from.  Tracked so unregistering checks, and so
+ * an asynchronous copy from registered memory reads it when it runs, as
+ * a GPU's does (no staging copy: rgpud's swap restores copy gigabytes
+ * from registered memory, and staging them doubled the work). */
 struct host_reg {
 	struct host_reg *next;
 	void *p;
+	size_t len;
 };
 static struct host_reg *host_regs;
+
+/* [p, p+n) lies in one registered range. */
+static int host_registered(const void *p, size_t n)
+{
+	int in = 0;
+	uintptr_t a = (uintptr_t)p;
+
+	emu_lock(&host_lock);
+	for (struct host_reg *r = host_regs; r && !in; r = r->next)
+		in = a >= (uintptr_t)r->p && n <= r->len && a - (uintptr_t)r->p <= r->len - n;
+	emu_unlock(&host_lock);
+	return in;
+}
 
 EMU_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
 {
@@ -330,6 +347,7 @@ EMU_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned
 	if (!r)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	r->p = p;
+	r->len = bytesize;
 	emu_lock(&host_lock);
 	for (struct host_reg *x = host_regs; x; x = x->next)
 		if (x->p == p) {
@@ -495,7 +513,7 @@ static CUresult copy(CUdeviceptr dst, CUdeviceptr src, void *host, const void *c
 	op->dptr = dst;
 	op->dsrc = src;
 	op->bytes = n;
-	if (kind == EMU_OP_HTOD && !sync) {
+	if (kind == EMU_OP_HTOD && !sync && !host_registered(chost, n)) {
 		/* Pageable-memory semantics: the caller may reuse its buffer
 		 * as soon as we return. */
 		op->host = malloc(n);

@@ -15,8 +15,10 @@
  *
  * When physical memory runs out, the worker asks the rgpud parent for room
  * over the gate (room.c); the parent (arbiter.c) applies the policy:
- * `swap` evicts idle sessions (least recently used first, as much as is
- * needed) to host memory,
+ * `swap` evicts idle sessions whole (least recently used first, until
+ * enough is free) to host memory, but never a session within its quantum
+ * (a time on the GPU proportional to what swapping it costs, so swapping
+ * cannot take most of the time: see arbiter.c),
  * `wait` queues the request in arrival order until memory is freed, `fail`
  * refuses.  A session that was evicted is restored before its next request
  * that may touch the GPU (mem_before_request).  Quotas are not this
@@ -73,8 +75,14 @@ void mem_cleanup(struct session *s);
  * The caller has checked that no work of the session is queued or running.
  * *freed: device bytes given back.  A CUresult. */
 int mem_evict(struct session *s, uint64_t *freed);
-/* Maps and refills every evicted chunk (asking the parent for room). */
+/* Maps and refills every evicted chunk (asking the parent for room); all
+ * of them or none: a restore waiting for room holds nothing it restores. */
 int mem_restore(struct session *s);
+/* Prepares host copies of the session's resident chunks on dev in the
+ * background (up to RGPUD_SWAP_KEEP, and up to limit more bytes unless 0),
+ * so that an eviction expected soon copies at pinned speed instead of
+ * first faulting in host memory. */
+void mem_prepare_start(struct session *s, unsigned dev, uint64_t limit);
 /* Bytes resident on the GPU and held in host memory, over all devices. */
 void mem_usage(struct session *s, uint64_t *resident, uint64_t *swapped);
 /* Swap statistics of this session: bytes and seconds of each direction. */
@@ -102,9 +110,16 @@ void mem_ctl_busy(const void *msg, size_t len);
 /* Physical memory ran out on dev: asks the parent for room.  1: try again,
  * 0: give up (CUDA_ERROR_OUT_OF_MEMORY). */
 int mem_ask_room(struct session *s, unsigned dev, uint64_t bytes);
+/* A restore asks to come back with bytes on dev, the GPU having free
+ * bytes free: memory just freed for another session's request (in its
+ * quantum) is not free for it.  0: go ahead; 1: look at the free memory
+ * and ask again; -1: give up (CUDA_ERROR_OUT_OF_MEMORY). */
+int mem_admit(struct session *s, unsigned dev, uint64_t bytes, uint64_t free);
 /* The parent's answer to a request for room from a worker that holds
  * memory an older waiting request needs (mem_ask_room evicts itself). */
 #define MEM_ROOM_YIELD 1
+/* MEMQ_ADMIT: not yet, look again */
+#define MEM_ROOM_RETRY 2
 
 /* The allocation that asked for room got it (or gave up). */
 void mem_room_done(struct session *s, unsigned dev);
@@ -120,14 +135,24 @@ enum mem_gate_op {
 	MEMQ_ROOM,       /* struct mem_q_room -> rc 0: retry, else give up */
 	MEMQ_ROOM_DONE,  /* struct mem_q_room -> rc 0 */
 	MEMQ_ANSWER,     /* struct mem_q_answer, no reply */
+	MEMQ_ADMIT,      /* struct mem_q_admit -> 0: go, MEM_ROOM_RETRY,
+			  * MEM_ROOM_YIELD, else give up (MEMQ_ROOM_DONE
+			  * ends it, as a room request) */
 };
 
 struct mem_q_report {
 	uint64_t resident[8], swapped[8]; /* per GPU, the first 8 */
 	uint64_t resident_all, swapped_all;
+	uint64_t ready[8];   /* resident bytes whose host copy is ready */
+	/* this worker's latest measurements, bytes/s (0: none yet): copies
+	 * out with host memory ready, host memory prepared, copies in */
+	uint64_t out_bps, prep_bps, in_bps;
 };
 struct mem_q_room {
 	uint64_t bytes;
+};
+struct mem_q_admit {
+	uint64_t bytes, free;
 };
 struct mem_q_answer {
 	uint64_t seq;
@@ -140,13 +165,16 @@ struct mem_q_answer {
 /* A request of the parent to a worker travels as a gate reply whose rc is
  * MEM_PARENT_MAGIC: limit = op << 32 | (seq & 0xffffffff)... see below. */
 #define MEM_PARENT_MAGIC 0x4d454d50 /* "MEMP" */
-enum mem_parent_op { MEMP_STATE = 1, MEMP_EVICT = 2 };
+/* STATE and EVICT are answered (MEMQ_ANSWER); PREPARE is not (it starts
+ * mem_prepare_start; the next report says how far it got). */
+enum mem_parent_op { MEMP_STATE = 1, MEMP_EVICT = 2, MEMP_PREPARE = 3 };
 struct mem_parent_msg {
 	int32_t rc;      /* MEM_PARENT_MAGIC */
 	uint32_t op;
 	uint64_t seq;
 	uint64_t gpu;
-	uint64_t bytes;  /* EVICT: how much is wanted (0: all of it) */
+	uint64_t bytes;  /* EVICT: how much is wanted (0: all of it);
+			  * PREPARE: at most this much more (0: up to the cap) */
 };
 
 /* ---- parent side (arbiter.c) ---- */
@@ -157,8 +185,11 @@ enum mem_policy { MEM_POLICY_SWAP = 0, MEM_POLICY_WAIT, MEM_POLICY_FAIL };
 int mem_policy_parse(const char *s, enum mem_policy *p);
 const char *mem_policy_name(enum mem_policy p);
 /* Set once at start-up, before any worker. wait_s: how long an allocation
- * may wait for room (0: not at all). */
-void mem_parent_config(enum mem_policy p, unsigned wait_s);
+ * may wait for room (0: not at all); quantum_ms: the least time a session
+ * keeps its memory on a GPU once it got it (--memory-quantum; 0: no
+ * protection at all). */
+void mem_parent_config(enum mem_policy p, unsigned wait_s, unsigned quantum_ms);
+#define MEM_QUANTUM_DEFAULT_MS 1000
 
 struct mem_worker;
 /* One record per worker, from gate_serve's start to its end. */

@@ -48,20 +48,40 @@ struct mem_state {
 	} range[RGPUD_MAX_GPUS];
 	size_t evicted;            /* blocks not resident */
 	uint64_t last_active_ns;
-	uint64_t reported[2];      /* resident, swapped: as the parent knows */
+	uint64_t reported[3];      /* resident, swapped, ready: as the parent knows */
 	double out_bytes, out_s, in_bytes, in_s;
+	uint64_t on_gpu_since_ns;  /* it last came (back) on the GPU */
+	/* the latest measurements, bytes/s (0: none yet; reported to the
+	 * parent for its quantum): copies out with host memory ready,
+	 * host memory prepared, copies in */
+	uint64_t out_bps, prep_bps, in_bps;
+	uint64_t reported_bps[3];  /* what the parent got of them */
+	unsigned room_asked;       /* devices an allocation asked room on */
+	struct mem_prep *prep;     /* host copies prepared in the background */
 };
 
 struct mem_state *mem_state(struct session *s);
 uint64_t mem_now_ns(void);
 int mem_enter_ctx(struct session *s, uint64_t ctx);
-int mem_phys_map(struct session *s, struct mem_block *b);
+/* ask: ask the parent for room while the GPU has none (else
+ * CUDA_ERROR_OUT_OF_MEMORY at once) */
+int mem_phys_map(struct session *s, struct mem_block *b, int ask);
+/* The block starting at va, or NULL (space.c). */
+struct mem_block *mem_block_at(struct mem_state *m, uint64_t va);
 void mem_phys_unmap(struct mem_block *b);
 /* Evicts resident chunks on dev (-1: all devices) in address order until
  * want bytes (0: all) are queued (swap.c). */
 int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed);
 /* Frees b's host copy (swap.c). */
 void mem_shadow_drop(struct mem_state *m, struct mem_block *b);
+/* Ends the background preparation, taking over what it prepared (before
+ * an eviction, a context's end, the session's end; swap.c). */
+void mem_prepare_stop(struct session *s);
+/* Takes over what the background prepared so far, reporting it when that
+ * changed what is ready (between requests). */
+void mem_prepare_poll(struct session *s);
+/* Bytes of resident chunks on dev (-1: all) whose host copy is ready. */
+uint64_t mem_ready_bytes(struct mem_state *m, int dev);
 /* Reports usage to the parent: always with force, else only changes of
  * 64 MiB or more (room.c). */
 void mem_report_if(struct session *s, int force);

@@ -69,8 +69,11 @@ int mem_before_request(struct session *s, unsigned op)
 
 void mem_after_request(struct session *s)
 {
-	if (s->mem)
+	if (s->mem) {
 		s->mem->last_active_ns = mem_now_ns();
+		if (s->mem->prep)
+			mem_prepare_poll(s);
+	}
 }
 
 int mem_session_idle(struct session *s)
@@ -113,7 +116,8 @@ void mem_ctl_busy(const void *msg, size_t len)
 	if (len != sizeof(q))
 		return;
 	memcpy(&q, msg, sizeof(q));
-	answer(q.seq, (unsigned)q.gpu, 0, 0, 0);
+	if (q.op != MEMP_PREPARE) /* not answered (the parent asks again) */
+		answer(q.seq, (unsigned)q.gpu, 0, 0, 0);
 }
 
 static uint64_t resident_on(struct session *s, unsigned gpu)
@@ -140,6 +144,13 @@ static void parent_request(struct session *s)
 	if (q.rc != MEM_PARENT_MAGIC || q.gpu >= RGPUD_MAX_GPUS)
 		return;
 	struct mem_state *m = s->mem;
+	if (q.op == MEMP_PREPARE) {
+		/* an eviction is expected: host copies ahead, no answer */
+		mem_prepare_start(s, (unsigned)q.gpu, q.bytes);
+		return;
+	}
+	if (m && m->prep)
+		mem_prepare_poll(s);
 	int idle = mem_session_idle(s);
 	uint64_t idle_ms = m ? (mem_now_ns() - m->last_active_ns) / 1000000 : 0;
 	if (q.op == MEMP_STATE) {
@@ -178,21 +189,37 @@ void mem_parent_input(struct session *s)
 	parent_request(s);
 }
 
+/* A request that outranks ours waits for this session's memory while
+ * this one waits for its: give ours back if nothing runs on it (the
+ * allocation in progress is not mapped yet; a restore maps nothing before
+ * it is admitted), and try again. */
+static void give_way(struct session *s, unsigned dev)
+{
+	uint64_t freed = 0;
+	if (mem_session_idle(s))
+		mem_evict_some(s, (int)dev, 0, &freed);
+}
+
 int mem_ask_room(struct session *s, unsigned dev, uint64_t bytes)
 {
 	struct mem_q_room q = { .bytes = bytes };
 	int rc = gate_mem_call(MEMQ_ROOM, dev, &q, sizeof(q));
 	if (rc == MEM_ROOM_YIELD) {
-		/* an older request waits for this session's memory while this
-		 * one waits for its: give ours back if nothing runs on it (the
-		 * allocation in progress is not mapped yet; a restore's chunks
-		 * mapped but not refilled stay), and try again */
-		uint64_t freed = 0;
-		if (mem_session_idle(s))
-			mem_evict_some(s, (int)dev, 0, &freed);
+		give_way(s, dev);
 		return 1;
 	}
 	return rc == 0;
+}
+
+int mem_admit(struct session *s, unsigned dev, uint64_t bytes, uint64_t free)
+{
+	struct mem_q_admit q = { .bytes = bytes, .free = free };
+	int rc = gate_mem_call(MEMQ_ADMIT, dev, &q, sizeof(q));
+	if (rc == MEM_ROOM_YIELD) {
+		give_way(s, dev);
+		return 1;
+	}
+	return rc == 0 ? 0 : rc == MEM_ROOM_RETRY ? 1 : -1;
 }
 
 void mem_room_done(struct session *s, unsigned dev)
@@ -214,6 +241,7 @@ void mem_report_if(struct session *s, int force)
 {
 	struct mem_state *m = s->mem;
 	struct mem_q_report r = { 0 };
+	uint64_t ready_all = 0;
 	for (size_t i = 0; m && i < m->nblocks; i++) {
 		const struct mem_block *b = m->blocks[i];
 		uint64_t *v = b->resident ? r.resident : r.swapped;
@@ -223,14 +251,35 @@ void mem_report_if(struct session *s, int force)
 			r.resident_all += b->len;
 		else
 			r.swapped_all += b->len;
+		if (b->resident && !b->plain && b->shadow) {
+			ready_all += b->len;
+			if (b->dev < 8)
+				r.ready[b->dev] += b->len;
+		}
 	}
-	if (m && !force && absdiff(r.resident_all, m->reported[0]) < REPORT_STEP &&
+	/* each measurement once: the parent averages them */
+	int fresh_rate = 0;
+	if (m) {
+		uint64_t now[3] = { m->out_bps, m->prep_bps, m->in_bps };
+		uint64_t *to[3] = { &r.out_bps, &r.prep_bps, &r.in_bps };
+		for (int k = 0; k < 3; k++)
+			if (now[k] != m->reported_bps[k]) {
+				*to[k] = now[k];
+				fresh_rate = 1;
+			}
+	}
+	if (m && !force && !fresh_rate && absdiff(r.resident_all, m->reported[0]) < REPORT_STEP &&
 	    absdiff(r.swapped_all, m->reported[1]) < REPORT_STEP &&
+	    absdiff(ready_all, m->reported[2]) < REPORT_STEP &&
 	    (r.resident_all == 0) == (m->reported[0] == 0))
 		return;
 	if (m) {
 		m->reported[0] = r.resident_all;
 		m->reported[1] = r.swapped_all;
+		m->reported[2] = ready_all;
+		m->reported_bps[0] = m->out_bps;
+		m->reported_bps[1] = m->prep_bps;
+		m->reported_bps[2] = m->in_bps;
 	}
 	gate_mem_call(MEMQ_REPORT, 0, &r, sizeof(r));
 }

@@ -50,6 +50,12 @@ static size_t block_upper(const struct mem_state *m, uint64_t va)
 	return lo;
 }
 
+struct mem_block *mem_block_at(struct mem_state *m, uint64_t va)
+{
+	size_t i = block_upper(m, va);
+	return i && m->blocks[i - 1]->va == va ? m->blocks[i - 1] : NULL;
+}
+
 static int block_insert(struct mem_state *m, struct mem_block *b)
 {
 	if (m->nblocks == m->capblocks) {
@@ -237,8 +243,8 @@ static int range_free(struct mem_state *m, unsigned dev, uint64_t va, uint64_t l
 /* ---- physical memory ---- */
 
 /* Maps fresh physical memory under b (b->va, b->len), asking the parent for
- * room while the GPU has none.  A CUresult. */
-int mem_phys_map(struct session *s, struct mem_block *b)
+ * room while the GPU has none (with ask).  A CUresult. */
+int mem_phys_map(struct session *s, struct mem_block *b, int ask)
 {
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
 				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
@@ -247,14 +253,19 @@ int mem_phys_map(struct session *s, struct mem_block *b)
 	CUmemGenericAllocationHandle h = 0;
 	for (;;) {
 		rc = D->cuMemCreate(&h, b->len, &prop, 0);
-		if (rc != CUDA_ERROR_OUT_OF_MEMORY)
+		if (rc != CUDA_ERROR_OUT_OF_MEMORY || !ask)
 			break;
-		asked = 1;
+		if (!asked) {
+			/* the parent weighs what each session holds: it must
+			 * know ours exactly before it decides */
+			mem_report_if(s, 1);
+			asked = 1;
+		}
 		if (!mem_ask_room(s, b->dev, b->len))
 			break;
 	}
 	if (asked)
-		mem_room_done(s, b->dev);
+		s->mem->room_asked |= 1u << b->dev; /* done once reported: room_finish */
 	if (rc)
 		return rc;
 	rc = D->cuMemMap(b->va, b->len, 0, h, 0);
@@ -298,7 +309,7 @@ static int plain_alloc(struct session *s, unsigned dev, uint64_t size, uint64_t 
 			break;
 	}
 	if (asked)
-		mem_room_done(s, dev);
+		s->mem->room_asked |= 1u << dev;
 	*p = d;
 	return rc;
 }
@@ -378,7 +389,7 @@ static int small_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 	}
 	*b = (struct mem_block){ .va = va, .len = MEM_CHUNK, .dev = dev, .ctx = ctx, .small = 1,
 				 .bitmap = bm };
-	int rc = mem_phys_map(s, b);
+	int rc = mem_phys_map(s, b, 1);
 	if (!rc && block_insert(m, b) < 0) {
 		mem_phys_unmap(b);
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -412,7 +423,7 @@ static int block_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 	if (!b)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*b = (struct mem_block){ .va = va, .len = len, .dev = dev, .ctx = ctx };
-	int rc = mem_phys_map(s, b);
+	int rc = mem_phys_map(s, b, 1);
 	if (!rc && block_insert(m, b) < 0) {
 		mem_phys_unmap(b);
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -430,7 +441,31 @@ static int block_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 	return CUDA_SUCCESS;
 }
 
+/* An allocation that asked for room is over: the parent learns what the
+ * session now holds, then that its request is done (until then the
+ * request marks the session as one that is getting memory: arbiter.c). */
+static void room_finish(struct session *s)
+{
+	struct mem_state *m = s->mem;
+	if (!m || !m->room_asked)
+		return;
+	mem_report_if(s, 1);
+	for (unsigned d = 0; d < RGPUD_MAX_GPUS && d < 32; d++)
+		if (m->room_asked & (1u << d))
+			mem_room_done(s, d);
+	m->room_asked = 0;
+}
+
+static int alloc_in(struct session *s, uint64_t ctx, unsigned dev, uint64_t size, uint64_t *addr);
+
 int mem_alloc(struct session *s, uint64_t ctx, unsigned dev, uint64_t size, uint64_t *addr)
+{
+	int rc = alloc_in(s, ctx, dev, size, addr);
+	room_finish(s);
+	return rc;
+}
+
+static int alloc_in(struct session *s, uint64_t ctx, unsigned dev, uint64_t size, uint64_t *addr)
 {
 	struct mem_state *m = mem_state(s);
 	if (!m || !size || dev >= RGPUD_MAX_GPUS)
@@ -463,10 +498,14 @@ int mem_alloc(struct session *s, uint64_t ctx, unsigned dev, uint64_t size, uint
 	} else {
 		if ((rc = range_reserve(s, m, dev)))
 			return rc;
+		uint64_t before = 0, swapped;
+		mem_usage(s, &before, &swapped);
 		rc = size <= MEM_SMALL_MAX ? small_alloc(s, m, ctx, dev, size, addr)
 					   : block_alloc(s, m, ctx, dev, 0, size, addr);
 		if (rc)
 			return rc;
+		if (!before)
+			m->on_gpu_since_ns = mem_now_ns(); /* its first memory there */
 	}
 	mem_report(s);
 	return CUDA_SUCCESS;
@@ -536,7 +575,7 @@ static struct mem_block *small_block_at(struct session *s, struct mem_state *m, 
 	}
 	*b = (struct mem_block){ .va = va, .len = MEM_CHUNK, .dev = dev, .ctx = ctx, .small = 1,
 				 .bitmap = bm };
-	if ((*rc = mem_phys_map(s, b)) == 0 && block_insert(m, b) < 0) {
+	if ((*rc = mem_phys_map(s, b, 1)) == 0 && block_insert(m, b) < 0) {
 		mem_phys_unmap(b);
 		*rc = CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -548,8 +587,19 @@ static struct mem_block *small_block_at(struct session *s, struct mem_state *m, 
 	return b;
 }
 
+static int restore_at_in(struct session *s, uint64_t ctx, unsigned dev, uint64_t addr,
+			 uint64_t size, const void *bytes);
+
 int mem_restore_at(struct session *s, uint64_t ctx, unsigned dev, uint64_t addr, uint64_t size,
 		   const void *bytes)
+{
+	int rc = restore_at_in(s, ctx, dev, addr, size, bytes);
+	room_finish(s);
+	return rc;
+}
+
+static int restore_at_in(struct session *s, uint64_t ctx, unsigned dev, uint64_t addr,
+			 uint64_t size, const void *bytes)
 {
 	struct mem_state *m = mem_state(s);
 	if (!m || !size || dev >= RGPUD_MAX_GPUS)
@@ -586,7 +636,7 @@ int mem_restore_at(struct session *s, uint64_t ctx, unsigned dev, uint64_t addr,
 		if (!b)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		*b = (struct mem_block){ .va = va, .len = len, .dev = dev, .ctx = ctx };
-		if ((rc = mem_phys_map(s, b)) == 0 && (block_insert(m, b) < 0 ||
+		if ((rc = mem_phys_map(s, b, 1)) == 0 && (block_insert(m, b) < 0 ||
 						       alloc_insert(m, addr, size, b) < 0)) {
 			block_remove(m, b);
 			mem_phys_unmap(b);
@@ -635,6 +685,7 @@ void mem_forget_ctx(struct session *s, uint64_t ctx)
 	struct mem_state *m = s->mem;
 	if (!m)
 		return;
+	mem_prepare_stop(s); /* its thread may use the context */
 	quiesce(s, m, ctx);
 	size_t j = 0;
 	for (size_t i = 0; i < m->nallocs; i++)
@@ -659,6 +710,7 @@ void mem_cleanup(struct session *s)
 	struct mem_state *m = s->mem;
 	if (!m)
 		return;
+	mem_prepare_stop(s);
 	quiesce(s, m, 0);
 	while (m->nblocks)
 		block_free(m, m->blocks[m->nblocks - 1]);

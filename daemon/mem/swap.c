@@ -1,17 +1,29 @@
 /*
- * Eviction and restore of a session's memory (see mem.h): all of it, or
- * as much as the parent asks for, in address order.
+ * Eviction and restore of a session's memory (see mem.h): all of it on a
+ * device (the parent evicts whole sessions), or as much as asked for, in
+ * address order.
  *
  * The host copy of a chunk ("shadow") is anonymous memory on transparent
  * huge pages, faulted in by several threads and registered (pinned) with
  * the driver, so the GPU copies at pinned bandwidth.  Fresh host
  * memory is slow to fault in (measured on the H100 host: 2 GB/s on 4 KiB
  * pages with one thread, 22 GB/s on huge pages with 8 threads, then 48
- * GB/s to pin), so a session keeps its shadows after a restore, up to
- * RGPUD_SWAP_KEEP bytes (default a quarter of the node's memory), and the
- * next eviction copies at the GPU's pinned copy speed.  Copies are queued
- * asynchronously block after block: the host work of preparing the next
- * shadow overlaps the GPU's copy of the previous one.
+ * GB/s to pin; an eviction into fresh memory ran at 10 GB/s, one into
+ * memory ready beforehand at 52 GB/s, 95% of pinned), so
+ *  - a session keeps its shadows after a restore, up to RGPUD_SWAP_KEEP
+ *    bytes (default a quarter of the node's memory), and the next eviction
+ *    copies at the GPU's pinned copy speed;
+ *  - when the parent expects to evict a session soon (someone waits for
+ *    its memory and its quantum is nearly over, or over while it is
+ *    busy: arbiter.c), it asks for its shadows ahead (MEMP_PREPARE): a
+ *    thread prepares them in the background, within the same cap, and
+ *    the eviction takes what is ready (mem_prepare_start);
+ *  - what is still missing is prepared during the eviction, copies queued
+ *    asynchronously block after block, so the host work of preparing the
+ *    next shadow overlaps the GPU's copy of the previous one.
+ * A restore asks for room for all it brings back before it maps anything
+ * and maps all of it or nothing: a restore waiting for room holds no
+ * memory another waiting session needs.
  */
 #include "mem_int.h"
 
@@ -19,6 +31,7 @@
 #include "size.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -90,24 +103,37 @@ static void touch_parallel(char *p, size_t len)
 		pthread_join(tid[i], NULL);
 }
 
+/* Fresh host memory of len bytes, faulted in and pinned (where the driver
+ * lets it): *p, *pinned.  -1: no memory. */
+static int host_prepare(size_t len, void **p, int *pinned)
+{
+	void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (q == MAP_FAILED)
+		return -1;
+#ifdef MADV_HUGEPAGE
+	madvise(q, len, MADV_HUGEPAGE);
+#endif
+	touch_parallel(q, len);
+	/* one registration per chunk: a copy must lie within one to go at
+	 * pinned speed; unpinned, copies still work (slower) */
+	*pinned = D->cuMemHostRegister_v2(q, len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
+	*p = q;
+	return 0;
+}
+
+static void host_release(void *p, size_t len, int pinned)
+{
+	if (pinned)
+		D->cuMemHostUnregister(p);
+	munmap(p, len);
+}
+
 static int shadow_get(struct mem_state *m, struct mem_block *b)
 {
 	(void)m;
 	if (b->shadow)
 		return 0;
-	void *p = mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED)
-		return -1;
-#ifdef MADV_HUGEPAGE
-	madvise(p, b->len, MADV_HUGEPAGE);
-#endif
-	touch_parallel(p, b->len);
-	/* one registration per chunk: a copy must lie within one to go at
-	 * pinned speed; unpinned, copies still work (slower) */
-	int pinned = D->cuMemHostRegister_v2(p, b->len, CU_MEMHOSTREGISTER_PORTABLE) == CUDA_SUCCESS;
-	b->shadow = p;
-	b->shadow_pinned = pinned;
-	return 0;
+	return host_prepare(b->len, &b->shadow, &b->shadow_pinned);
 }
 
 void mem_shadow_drop(struct mem_state *m, struct mem_block *b)
@@ -115,11 +141,184 @@ void mem_shadow_drop(struct mem_state *m, struct mem_block *b)
 	(void)m;
 	if (!b->shadow)
 		return;
-	if (b->shadow_pinned)
-		D->cuMemHostUnregister(b->shadow);
-	munmap(b->shadow, b->len);
+	host_release(b->shadow, b->len, b->shadow_pinned);
 	b->shadow = NULL;
 	b->shadow_pinned = 0;
+}
+
+uint64_t mem_ready_bytes(struct mem_state *m, int dev)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; m && i < m->nblocks; i++) {
+		const struct mem_block *b = m->blocks[i];
+		if (b->resident && !b->plain && b->shadow && (dev < 0 || b->dev == (unsigned)dev))
+			n += b->len;
+	}
+	return n;
+}
+
+static uint64_t shadow_bytes(struct mem_state *m)
+{
+	uint64_t n = 0;
+	for (size_t i = 0; i < m->nblocks; i++)
+		if (m->blocks[i]->resident && m->blocks[i]->shadow)
+			n += m->blocks[i]->len;
+	return n;
+}
+
+static uint64_t bps(uint64_t bytes, uint64_t ns)
+{
+	return ns ? (uint64_t)((double)bytes / ((double)ns / 1e9)) : 0;
+}
+
+/* ---- host copies prepared in the background ---- */
+
+struct prep_job {
+	uint64_t va, len;
+	void *p;
+	int pinned;
+};
+
+struct mem_prep {
+	pthread_t tid;
+	CUcontext ctx;        /* current in the thread (registration needs one) */
+	struct prep_job *jobs;
+	size_t n, adopted;    /* jobs; how many the main thread took over */
+	atomic_size_t done;   /* how many the thread finished */
+	atomic_int stop, ended;
+	/* the thread's measurement so far (the parent's quantum wants it
+	 * before the preparation ends) */
+	_Atomic uint64_t bytes, ns;
+};
+
+static void *prep_main(void *arg)
+{
+	struct mem_prep *p = arg;
+	if (p->ctx)
+		(void)D->cuCtxSetCurrent(p->ctx);
+	uint64_t t0 = mem_now_ns();
+	for (size_t i = 0; i < p->n && !atomic_load(&p->stop); i++) {
+		if (host_prepare(p->jobs[i].len, &p->jobs[i].p, &p->jobs[i].pinned) < 0)
+			break;
+		atomic_store(&p->ns, mem_now_ns() - t0);
+		atomic_store(&p->bytes, atomic_load(&p->bytes) + p->jobs[i].len);
+		atomic_store(&p->done, i + 1);
+	}
+	atomic_store(&p->ended, 1);
+	return NULL;
+}
+
+/* Gives each finished job's memory to its block (still resident, same
+ * size, no copy yet), else back to the system. */
+static void prep_adopt(struct mem_state *m, struct mem_prep *p)
+{
+	size_t done = atomic_load(&p->done);
+	if (done > p->adopted)
+		m->prep_bps = bps(atomic_load(&p->bytes), atomic_load(&p->ns));
+	for (; p->adopted < done; p->adopted++) {
+		struct prep_job *j = &p->jobs[p->adopted];
+		struct mem_block *b = mem_block_at(m, j->va);
+		if (b && b->len == j->len && b->resident == 1 && !b->plain && !b->shadow) {
+			b->shadow = j->p;
+			b->shadow_pinned = j->pinned;
+		} else {
+			host_release(j->p, j->len, j->pinned);
+		}
+	}
+}
+
+static void prep_end(struct mem_state *m)
+{
+	struct mem_prep *p = m->prep;
+	pthread_join(p->tid, NULL);
+	prep_adopt(m, p);
+	free(p->jobs);
+	free(p);
+	m->prep = NULL;
+}
+
+/* Takes over what the background prepared so far; 1 when that changed
+ * the bytes ready. */
+static int prep_poll(struct mem_state *m)
+{
+	struct mem_prep *p = m->prep;
+	if (!p)
+		return 0;
+	size_t before = p->adopted;
+	if (atomic_load(&p->ended))
+		prep_end(m);
+	else
+		prep_adopt(m, p);
+	return m->prep ? m->prep->adopted != before : 1;
+}
+
+void mem_prepare_stop(struct session *s)
+{
+	struct mem_state *m = s->mem;
+	if (!m || !m->prep)
+		return;
+	atomic_store(&m->prep->stop, 1);
+	prep_end(m);
+}
+
+void mem_prepare_poll(struct session *s)
+{
+	if (s->mem && prep_poll(s->mem))
+		mem_report_if(s, 0);
+}
+
+void mem_prepare_start(struct session *s, unsigned dev, uint64_t limit)
+{
+	struct mem_state *m = s->mem;
+	if (!m || !D->have_vmm)
+		return;
+	mem_prepare_poll(s);
+	if (m->prep)
+		return; /* still under way */
+	uint64_t kept = shadow_bytes(m), cap = keep_cap(), add = 0;
+	size_t n = 0;
+	/* (a limit takes whole chunks: the one that crosses it too) */
+	for (size_t i = 0; i < m->nblocks && (!limit || add < limit); i++) {
+		const struct mem_block *b = m->blocks[i];
+		if (b->resident == 1 && !b->plain && !b->shadow && b->dev == dev &&
+		    kept + add + b->len <= cap) {
+			add += b->len;
+			n++;
+		}
+	}
+	if (!n)
+		return;
+	struct mem_prep *p = calloc(1, sizeof(*p));
+	struct prep_job *jobs = calloc(n, sizeof(*jobs));
+	if (!p || !jobs) {
+		free(p);
+		free(jobs);
+		return;
+	}
+	size_t k = 0;
+	add = 0;
+	for (size_t i = 0; i < m->nblocks && k < n && (!limit || add < limit); i++) {
+		const struct mem_block *b = m->blocks[i];
+		if (b->resident == 1 && !b->plain && !b->shadow && b->dev == dev &&
+		    kept + add + b->len <= cap) {
+			add += b->len;
+			jobs[k++] = (struct prep_job){ .va = b->va, .len = b->len };
+			if (!p->ctx) {
+				struct hentry *e = ht_get(&s->ht, b->ctx, HK_CTX);
+				p->ctx = e ? e->obj : NULL;
+			}
+		}
+	}
+	p->jobs = jobs;
+	p->n = k;
+	if (pthread_create(&p->tid, NULL, prep_main, p) != 0) {
+		free(jobs);
+		free(p);
+		return;
+	}
+	m->prep = p;
+	log_info("%s: preparing host memory for %llu bytes in the background (an eviction is "
+		 "expected) [t=%.3f]", s->name, (unsigned long long)add, (double)mem_now_ns() / 1e9);
 }
 
 /* Synchronises every context that owns movable blocks of m (those the
@@ -162,8 +361,11 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 	*freed = 0;
 	if (!m)
 		return CUDA_SUCCESS;
-	uint64_t t0 = mem_now_ns(), bytes = 0, queued = 0;
-	int rc = 0, fresh = 0;
+	/* what the background prepared is ready; what it was preparing is
+	 * finished first (it is half done) */
+	mem_prepare_stop(s);
+	uint64_t t0 = mem_now_ns(), bytes = 0, queued = 0, ready = 0, fresh = 0, prep_ns = 0;
+	int rc = 0;
 	/* queue every copy: preparing the next shadow overlaps this copy.
 	 * Chunks go in address order, so a session evicted again in part
 	 * loses the same chunks, whose host copies it kept. */
@@ -175,12 +377,18 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 			continue;
 		b->evicting = 1;
 		queued += b->len;
-		fresh |= !b->shadow;
-		if (shadow_get(m, b) < 0) {
-			log_warn("%s: no host memory to swap %llu bytes out to", s->name,
-				 (unsigned long long)b->len);
-			rc = CUDA_ERROR_OUT_OF_MEMORY;
-			break;
+		if (b->shadow) {
+			ready += b->len;
+		} else {
+			uint64_t p0 = mem_now_ns();
+			if (shadow_get(m, b) < 0) {
+				log_warn("%s: no host memory to swap %llu bytes out to", s->name,
+					 (unsigned long long)b->len);
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+				break;
+			}
+			prep_ns += mem_now_ns() - p0;
+			fresh += b->len;
 		}
 		if ((rc = mem_enter_ctx(s, b->ctx)) == 0)
 			rc = D->cuMemcpyDtoHAsync_v2(b->shadow, b->va, b->len, NULL);
@@ -201,13 +409,25 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 		m->evicted++;
 		bytes += b->len;
 	}
+	uint64_t t1 = mem_now_ns();
 	m->out_bytes += (double)bytes;
-	m->out_s += secs(t0, mem_now_ns());
+	m->out_s += secs(t0, t1);
+	/* measurements for the parent's quantum: the copy alone where all
+	 * host memory was ready, the preparation where some was not */
+	if (bytes && !fresh)
+		m->out_bps = bps(bytes, t1 - t0);
+	if (fresh && prep_ns)
+		m->prep_bps = bps(fresh, prep_ns);
+	uint64_t res = 0, sw;
+	mem_usage(s, &res, &sw);
+	log_info("%s: swapped out %llu bytes of device memory in %.3f s (%.1f GB/s; host memory: "
+		 "%llu bytes ready, %llu prepared now; on the GPU for %.3f s) [t=%.3f]", s->name,
+		 (unsigned long long)bytes, secs(t0, t1), (double)bytes / 1e9 / (secs(t0, t1) + 1e-9),
+		 (unsigned long long)ready, (unsigned long long)fresh,
+		 m->on_gpu_since_ns ? secs(m->on_gpu_since_ns, t1) : 0.0, (double)t1 / 1e9);
+	if (!res)
+		m->on_gpu_since_ns = 0;
 	*freed = bytes;
-	log_info("%s: swapped out %llu bytes of device memory in %.3f s (%.1f GB/s, %s)", s->name,
-		 (unsigned long long)bytes, secs(t0, mem_now_ns()),
-		 (double)bytes / 1e9 / (secs(t0, mem_now_ns()) + 1e-9),
-		 fresh ? "host memory prepared now" : "host memory kept from before");
 	mem_report_if(s, 1);
 	return CUDA_SUCCESS;
 }
@@ -223,6 +443,19 @@ int mem_restore(struct session *s)
 	return rc;
 }
 
+/* Unmaps the blocks a failed pass mapped (their bytes are still in their
+ * host copies: they are evicted again, as they were). */
+static void unmap_pass(struct mem_state *m)
+{
+	for (size_t i = 0; i < m->nblocks; i++) {
+		struct mem_block *b = m->blocks[i];
+		if (b->resident == 2) {
+			b->resident = 1;
+			mem_phys_unmap(b);
+		}
+	}
+}
+
 static int restore_pass(struct session *s)
 {
 	struct mem_state *m = s->mem;
@@ -232,10 +465,13 @@ static int restore_pass(struct session *s)
 	int rc = 0;
 	/* room first (the parent may have to evict others meanwhile), then
 	 * every copy queued at once.  Room for all of it is asked for before
-	 * anything is mapped: two sessions each holding half of what they
-	 * need while waiting for the other would wait for nothing. */
+	 * anything is mapped, and all is mapped or nothing: two sessions each
+	 * holding half of what they need while waiting for the other would
+	 * wait for nothing.  The request keeps its place in line (and its
+	 * bound) until the restore is done: no mem_room_done before. */
 	uint64_t need[RGPUD_MAX_GPUS] = { 0 };
 	uint64_t ctx_of[RGPUD_MAX_GPUS] = { 0 };
+	int asked[RGPUD_MAX_GPUS] = { 0 };
 	for (size_t i = 0; i < m->nblocks; i++) {
 		struct mem_block *b = m->blocks[i];
 		if (!b->plain && !b->resident) {
@@ -243,39 +479,50 @@ static int restore_pass(struct session *s)
 			ctx_of[b->dev] = b->ctx;
 		}
 	}
-	for (unsigned d = 0; d < RGPUD_MAX_GPUS; d++) {
-		size_t fr = 0, tot = 0;
-		int asked = 0;
-		while (need[d] && mem_enter_ctx(s, ctx_of[d]) == 0 &&
-		       D->cuMemGetInfo_v2(&fr, &tot) == 0 && fr < need[d] + MEM_CHUNK) {
-			asked = 1;
-			if (!mem_ask_room(s, d, need[d] + MEM_CHUNK - fr))
-				break;
+	for (int pass = 0;; pass++) {
+		int gave_up = 0;
+		for (unsigned d = 0; d < RGPUD_MAX_GPUS && !gave_up; d++) {
+			while (need[d]) {
+				size_t fr = 0, tot = 0;
+				if (mem_enter_ctx(s, ctx_of[d]) || D->cuMemGetInfo_v2(&fr, &tot)) {
+					gave_up = 1;
+					break;
+				}
+				if (!asked[d])
+					mem_report_if(s, 1); /* the parent must know what we hold */
+				asked[d] = 1;
+				int a = mem_admit(s, d, need[d] + MEM_CHUNK, fr);
+				if (a == 0)
+					break;
+				if (a < 0) {
+					gave_up = 1;
+					break;
+				}
+			}
 		}
-		if (asked)
-			mem_room_done(s, d);
-	}
-	size_t mapped = 0;
-	for (size_t i = 0; i < m->nblocks; i++) {
-		struct mem_block *b = m->blocks[i];
-		if (b->plain || b->resident)
-			continue;
-		if ((rc = mem_phys_map(s, b)))
+		rc = 0;
+		for (size_t i = 0; i < m->nblocks && !rc; i++) {
+			struct mem_block *b = m->blocks[i];
+			if (b->plain || b->resident)
+				continue;
+			if ((rc = mem_phys_map(s, b, 0)) == 0)
+				b->resident = 2; /* mapped, bytes not back yet */
+		}
+		if (!rc)
 			break;
-		b->resident = 2; /* mapped, bytes not back yet */
-		mapped++;
+		unmap_pass(m);
+		/* the room went to someone else meanwhile (an allocation is not
+		 * admitted: it takes what is free): ask again, a while */
+		if (rc != CUDA_ERROR_OUT_OF_MEMORY || gave_up || pass >= 100)
+			break;
+		struct timespec nap = { 0, 20 * 1000000 };
+		nanosleep(&nap, NULL);
 	}
 	uint64_t t1 = mem_now_ns();
-	for (size_t i = 0; i < m->nblocks; i++) {
+	for (size_t i = 0; !rc && i < m->nblocks; i++) {
 		struct mem_block *b = m->blocks[i];
 		if (b->resident != 2)
 			continue;
-		if (rc) {
-			/* not all of it fits: give back what was mapped */
-			b->resident = 1;
-			mem_phys_unmap(b);
-			continue;
-		}
 		b->resident = 1;
 		m->evicted--;
 		bytes += b->len;
@@ -285,8 +532,7 @@ static int restore_pass(struct session *s)
 		if (r && !rc)
 			rc = r;
 	}
-	(void)mapped;
-	int src = sync_ctxs(s, m);
+	int src = rc ? 0 : sync_ctxs(s, m);
 	if (!rc)
 		rc = src;
 	/* keep shadows for the next eviction, up to the cap */
@@ -303,12 +549,20 @@ static int restore_pass(struct session *s)
 	uint64_t t2 = mem_now_ns();
 	m->in_bytes += (double)bytes;
 	m->in_s += secs(t1, t2);
-	if (bytes)
+	if (bytes) {
+		m->in_bps = bps(bytes, t2 - t1);
+		m->on_gpu_since_ns = t2;
 		log_info("%s: swapped in %llu bytes of device memory in %.3f s (copy %.3f s, "
-			 "%.1f GB/s; waiting for room %.3f s)", s->name, (unsigned long long)bytes,
-			 secs(t0, t2), secs(t1, t2), (double)bytes / 1e9 / (secs(t1, t2) + 1e-9),
-			 secs(t0, t1));
+			 "%.1f GB/s; waiting for room %.3f s) [t=%.3f]", s->name,
+			 (unsigned long long)bytes, secs(t0, t2), secs(t1, t2),
+			 (double)bytes / 1e9 / (secs(t1, t2) + 1e-9), secs(t0, t1), (double)t2 / 1e9);
+	}
 	mem_report_if(s, 1);
+	/* only now: until the parent knows what we hold, the request marks
+	 * this session as one coming back (arbiter.c) */
+	for (unsigned d = 0; d < RGPUD_MAX_GPUS; d++)
+		if (asked[d])
+			mem_room_done(s, d);
 	return rc;
 }
 

@@ -4,6 +4,7 @@
  * the GPU and back.
  *
  * usage: t_oversub MiB[+MiB...]
+ *        t_oversub alt MiB PIECES ITERS KERNELS HOST_MS
  *
  * Allocates each size in turn (exit 3 with "OOM" when one is refused with
  * CUDA_ERROR_OUT_OF_MEMORY), fills the first allocation with a pattern and
@@ -16,6 +17,15 @@
  *         exit 3 when refused
  *   quit  exits 0
  * Any mismatch or other CUDA error exits 1.
+ *
+ * alt: an alternating tenant (bench/oversubscribe/emu.sh, the alt case of
+ * run-mem.sh), the emulated twin of bench/oversubscribe/tenant.cu: allocates
+ * MiB in PIECES allocations whose addresses it keeps in device memory, fills
+ * them, then ITERS times a GPU phase (KERNELS rounds of a kernel adding 1 to
+ * every word of every piece, then a synchronisation) and a host phase
+ * (HOST_MS ms asleep, touching no GPU); then reads the addresses back from
+ * device memory and checks every word.  Prints READY s, PHASE i gpu s,
+ * RESULT ok|bad, TIME s; exit 0, 1 (mismatch or CUDA error), 3 (OOM).
  */
 #include "../e2e/common.h"
 
@@ -26,9 +36,96 @@
 
 static uint32_t pattern(uint64_t i) { return (uint32_t)(i * 2654435761u) ^ 0x5a5a5a5au; }
 
+static double now_s(void) { return now_ms() / 1e3; }
+
+static uint32_t alt_pattern(unsigned j, uint64_t i)
+{
+	return (uint32_t)(i * 2654435761u) ^ (0x9e3779b9u * (j + 1));
+}
+
+#define ALT_MAX 64
+
+static int alt(int argc, char **argv)
+{
+	if (argc != 7)
+		fail("usage: t_oversub alt MiB PIECES ITERS KERNELS HOST_MS");
+	uint64_t mib = strtoull(argv[2], NULL, 10);
+	unsigned npiece = (unsigned)atoi(argv[3]), iters = (unsigned)atoi(argv[4]);
+	unsigned kernels = (unsigned)atoi(argv[5]), host_ms = (unsigned)atoi(argv[6]);
+	if (!mib || !npiece || npiece > ALT_MAX)
+		fail("alt: MiB > 0 and 1 <= PIECES <= %d", ALT_MAX);
+	double t0 = now_s();
+	CK(cuInit(0));
+	CUdevice dev;
+	primary_ctx(0, &dev);
+	CUmodule mod = load_test_module();
+	CUfunction inc = get_func(mod, "inc_i32");
+	uint64_t per = mib * MiB / npiece / 4 * 4, words = per / 4;
+	if (words > 0x7fffffff)
+		fail("alt: pieces too large for the test kernel");
+	CUdeviceptr piece[ALT_MAX], tab;
+	for (unsigned j = 0; j < npiece; j++) {
+		CUresult rc = cuMemAlloc(&piece[j], per);
+		if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+			printf("OOM\n");
+			return 3;
+		}
+		if (rc)
+			cu_die(__FILE__, __LINE__, "cuMemAlloc", rc);
+	}
+	CK(cuMemAlloc(&tab, sizeof(piece)));
+	CK(cuMemcpyHtoD(tab, piece, sizeof(piece)));
+	uint32_t *buf = xmalloc(CHUNK);
+	for (unsigned j = 0; j < npiece; j++)
+		for (uint64_t off = 0; off < per; off += CHUNK) {
+			uint64_t n = per - off < CHUNK ? per - off : CHUNK;
+			for (uint64_t i = 0; i < n / 4; i++)
+				buf[i] = alt_pattern(j, off / 4 + i);
+			CK(cuMemcpyHtoD(piece[j] + off, buf, n));
+		}
+	printf("READY %.3f\n", now_s() - t0);
+	for (unsigned it = 0; it < iters; it++) {
+		double g = now_s();
+		int n = (int)words;
+		for (unsigned k = 0; k < kernels; k++)
+			for (unsigned j = 0; j < npiece; j++) {
+				void *args[] = { &piece[j], &n };
+				CK(cuLaunchKernel(inc, (unsigned)((words + 255) / 256), 1, 1, 256, 1, 1, 0,
+						  NULL, args, NULL));
+			}
+		CK(cuCtxSynchronize());
+		printf("PHASE %u gpu %.3f\n", it, now_s() - g);
+		usleep(host_ms * 1000u);
+	}
+	/* the addresses as device memory kept them, then every word */
+	CUdeviceptr back[ALT_MAX];
+	CK(cuMemcpyDtoH(back, tab, sizeof(back)));
+	uint64_t bad = 0;
+	uint32_t add = iters * kernels;
+	for (unsigned j = 0; j < npiece; j++) {
+		CHECK(back[j] == piece[j], "piece %u's address in device memory reads %#llx, not %#llx",
+		      j, (unsigned long long)back[j], (unsigned long long)piece[j]);
+		for (uint64_t off = 0; off < per; off += CHUNK) {
+			uint64_t n = per - off < CHUNK ? per - off : CHUNK;
+			CK(cuMemcpyDtoH(buf, back[j] + off, n));
+			for (uint64_t i = 0; i < n / 4; i++)
+				bad += buf[i] != alt_pattern(j, off / 4 + i) + add;
+		}
+	}
+	printf("RESULT %s %llu\n", bad ? "bad" : "ok", (unsigned long long)bad);
+	for (unsigned j = 0; j < npiece; j++)
+		CK(cuMemFree(piece[j]));
+	CK(cuMemFree(tab));
+	free(buf);
+	printf("TIME %.3f\n", now_s() - t0);
+	return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	e2e_init(argv[0]);
+	if (argc >= 2 && !strcmp(argv[1], "alt"))
+		return alt(argc, argv);
 	if (argc != 2)
 		fail("usage: t_oversub MiB[+MiB...]");
 	CUdevice dev;
