@@ -20,6 +20,17 @@
 #   bad_policy a bad --memory-policy value is refused, naming it
 #   killed     a killed session worker's share of the pool comes back
 #   metrics    resident and swapped-out bytes reach the parent's /metrics
+#   alt        two alternating tenants (t_oversub alt, 1.5x the device
+#              together, kernels that take time on a shared device clock):
+#              both finish with their data intact; sessions are swapped
+#              whole (no more evictions than restores plus sessions: no
+#              piece-by-piece eviction); no session is evicted before it
+#              had the GPU for the least quantum (--memory-quantum=1)
+#              unless it gave way in a cycle; no restore waits longer than
+#              the largest quantum (--memory-wait / 2) plus a GPU phase and
+#              some slack; and they did take turns (each runs longer than
+#              the largest quantum).  bench/oversubscribe/emu.sh measures
+#              the time against running them one after the other.
 #
 # Environment: top_builddir (set by make check), PYTHON, RGPU_MEM_LOGDIR.
 set -u
@@ -311,6 +322,67 @@ else
 	ok "metrics: # SKIP no --metrics in this build"
 fi
 stop_all
+
+# ---- alternating tenants: no thrashing (whole-session swaps, quanta)
+DMEM=512M
+export RGPU_EMU_KERNEL_NS=20000000 RGPU_EMU_CLOCK=$LOGDIR/devclock
+rm -f "$RGPU_EMU_CLOCK"
+# (--memory-wait=10: no quantum exceeds 5 s, shorter than a tenant's run,
+# so the tenants must take turns)
+if start_daemon alt --memory-quantum=1 --memory-wait=10; then
+	alt_tenant() {
+		LD_LIBRARY_PATH=$CLIENTDIR RGPU_SERVERS=127.0.0.1:$PORT/0 \
+			timeout 120 "$T" alt 320 8 6 2 600 >"$LOGDIR/$1.out" 2>"$LOGDIR/$1.err" &
+		eval "PID_$1=$!"
+		PIDS="$PIDS $!"
+	}
+	alt_tenant aa
+	sleep 0.3
+	alt_tenant ab
+	status_of aa; sta=$ST
+	status_of ab; stb=$ST
+	r=1
+	[ "$sta$stb" = 00 ] && grep -q 'RESULT ok' "$LOGDIR/aa.out" && grep -q 'RESULT ok' "$LOGDIR/ab.out" && r=0
+	check "alt: two alternating 320 MiB tenants on 512 MiB finish, data and stored addresses intact" \
+		$r "exit $sta $stb: $(tail -n 1 "$LOGDIR"/aa.err "$LOGDIR"/ab.err | tr '\n' ' ')"
+	stop_all
+	# what the memory manager did, from its log
+	out=$("$PYTHON" - "$LOGDIR/alt.log" <<'EOF'
+import re, sys
+ev, rs, early, slow, gave = 0, 0, [], [], 0
+sess = set()
+for l in open(sys.argv[1], errors="replace"):
+    gave += "gives way" in l
+    m = re.search(r"\]: info: (.*): swapped out \d+ bytes .*on the GPU for ([0-9.]+) s", l)
+    if m:
+        ev += 1
+        sess.add(m.group(1))
+        if float(m.group(2)) < 1.0 and not gave:
+            early.append(m.group(2))
+    m = re.search(r"\]: info: (.*): swapped in \d+ bytes .*waiting for room ([0-9.]+) s", l)
+    if m:
+        rs += 1
+        sess.add(m.group(1))
+        if float(m.group(2)) > 5 + 2 + 5:
+            slow.append(m.group(2))
+print(ev, rs, len(sess), "early:" + ",".join(early), "slow:" + ",".join(slow))
+EOF
+)
+	set -- $out
+	echo "# alt: $out"
+	check "alt: whole-session swaps (${1:-?} evictions, ${2:-?} restores, ${3:-?} sessions)" \
+		"$([ "${1:-99}" -le $((${2:-0} + ${3:-0})) ] && echo 0 || echo 1)"
+	check "alt: nobody evicted before it had the GPU for its quantum" \
+		"$([ "${4:-}" = early: ] && echo 0 || echo 1)" "${4:-}"
+	check "alt: no restore waited longer than a largest quantum plus a phase" \
+		"$([ "${5:-}" = slow: ] && echo 0 || echo 1)" "${5:-}"
+	grep -q "swapped out" "$LOGDIR/alt.log"
+	check "alt: the tenants did take turns (an eviction happened)" $?
+else
+	notok "alt: rgpud starts" "see $LOGDIR/alt.log"
+fi
+stop_all
+unset RGPU_EMU_KERNEL_NS RGPU_EMU_CLOCK
 
 echo "1..$NTAP"
 [ "$FAIL" = 0 ]
