@@ -9,7 +9,9 @@
 # bandwidth with the real driver, then runs tenants through one rgpud:
 #
 #   pair_swap   two tenants each holding 60% of the GPU at once, default
-#               policy (swap): both must finish with their data intact
+#               policy (swap) with --memory-wait=20 (so no quantum exceeds
+#               10 s) and tenants that run longer than that: they must
+#               take turns; both must finish with their data intact
 #   pair_wait   the same under --memory-policy=wait: the second waits for
 #               the first to finish and free
 #   alt2        two tenants of 75% (1.5x the GPU in all), alternating GPU
@@ -18,9 +20,13 @@
 #   alt4        four tenants of 30% (1.2x), the same comparison
 #
 # and, from rgpud's log, the swap-out and swap-in bandwidth of every
-# eviction (host memory prepared at that moment, or kept from an earlier
-# eviction) against the pinned copy bandwidth.  Writes DIR/summary.txt (the
-# numbers) and the logs; finishes in about 4 minutes on an H100.
+# eviction (host memory ready beforehand: kept from an earlier eviction or
+# prepared ahead; or prepared during the eviction) against the pinned copy
+# bandwidth, and per case what the memory manager did (switches.py:
+# evictions, restores and their waits, how long each session had the GPU
+# before its eviction, and a timeline of the switches).  Writes
+# DIR/summary.txt (the numbers) and the logs; finishes in about 4 minutes on
+# an H100.
 set -u
 OUT=""
 while [ $# -gt 0 ]; do
@@ -64,8 +70,10 @@ start_rgpud() { # NAME ARGS...
 	LAST=$name
 	shift
 	PORT=$(free_port)
+	: >"$OUT/rgpud-$name.log"
+	# appending: the marker written before the tenants at once stays
 	RGPUD_SWAP_KEEP=${KEEP:-24G} LD_LIBRARY_PATH=$R:${LD_LIBRARY_PATH:-} "$B/daemon/rgpud" --open --listen "127.0.0.1:$PORT" "$@" \
-		>"$OUT/rgpud-$name.log" 2>&1 &
+		>>"$OUT/rgpud-$name.log" 2>&1 &
 	DPID=$!
 	for _ in $(seq 1 100); do
 		python3 -c "import socket; socket.create_connection(('127.0.0.1', $PORT), 1)" 2>/dev/null && return 0
@@ -80,7 +88,10 @@ stop_rgpud() {
 	local f=$OUT/rgpud-$LAST.log
 	[ -f "$f" ] || return 0
 	say "  $LAST: $(grep -c 'swapped out' "$f") evictions, $(grep -c 'swapped in' "$f") restores, $(grep -c 'eviction asked by rgpud failed' "$f") failed evictions"
-	grep -m 4 -E 'memory: |eviction asked|swapped (out|in)' "$f" | sed 's/^/    /' | tee -a "$S"
+	# per switch: what each eviction and restore cost, and why requests
+	# waited (the part after the marker: the tenants at once)
+	python3 "$SRC/bench/oversubscribe/switches.py" --after "---- at once" --timeline 24 "$f" 2>&1 |
+		sed 's/^/    /' | tee -a "$S"
 }
 trap 'stop_rgpud; kill $(jobs -p) 2>/dev/null' EXIT
 
@@ -89,6 +100,7 @@ trap 'stop_rgpud; kill $(jobs -p) 2>/dev/null' EXIT
 tenants() {
 	local name=$1 mib=$2 it=$3 pa=$4 host=$5 n=$6 mode=$7 i p pids="" t0 t1 st
 	BAD=0
+	[ "$mode" = conc ] && echo "---- at once" >>"$OUT/rgpud-$LAST.log"
 	t0=$(date +%s.%N)
 	for i in $(seq 1 "$n"); do
 		LD_LIBRARY_PATH=$B/client/.libs:${LD_LIBRARY_PATH:-} RGPU_SERVERS=127.0.0.1:$PORT/0 \
@@ -116,8 +128,8 @@ RC=0
 
 # ---- two sessions of 60% each, swap and wait
 KEEP=24G
-if start_rgpud pair_swap; then
-	tenants pair_swap "$(pct 60)" 2 20 1500 2 conc
+if start_rgpud pair_swap --memory-wait=20; then
+	tenants pair_swap "$(pct 60)" 6 20 1500 2 conc
 	say "pair_swap: two sessions x 60% under swap: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
 	[ $BAD = 0 ] || RC=1
 else
@@ -162,6 +174,10 @@ for f in sorted(glob.glob(out + "/rgpud-*.log")):
         m = re.search(r"swapped out (\d+) bytes .* in ([0-9.]+) s \(([0-9.]+) GB/s, host memory (prepared now|kept from before)", l)
         if m and int(m.group(1)) >= 1 << 30:
             outs[m.group(4)].append(float(m.group(3)))
+        # this build's lines: how much host memory was ready beforehand
+        m = re.search(r"swapped out (\d+) bytes .* in ([0-9.]+) s \(([0-9.]+) GB/s; host memory: (\d+) bytes ready, (\d+) prepared now", l)
+        if m and int(m.group(1)) >= 1 << 30:
+            outs["prepared now" if int(m.group(5)) else "kept from before"].append(float(m.group(3)))
         m = re.search(r"swapped in (\d+) bytes .*\(copy ([0-9.]+) s, ([0-9.]+) GB/s", l)
         if m and int(m.group(1)) >= 1 << 30:
             ins.append(float(m.group(3)))
@@ -172,8 +188,8 @@ def show(what, v, ref):
     med = statistics.median(v)
     print("%s: %d events, median %.1f GB/s (min %.1f, max %.1f) = %.0f%% of pinned %.1f GB/s" %
           (what, len(v), med, min(v), max(v), 100 * med / ref if ref else 0, ref))
-show("swap-out, host memory kept from an earlier eviction", outs["kept from before"], d2h)
-show("swap-out, host memory prepared at eviction", outs["prepared now"], d2h)
+show("swap-out, host memory all ready beforehand (kept or prepared ahead)", outs["kept from before"], d2h)
+show("swap-out, some host memory prepared during the eviction", outs["prepared now"], d2h)
 show("swap-in (copy)", ins, h2d)
 EOF
 say "elapsed $(( $(date +%s) - T0 )) s"

@@ -29,7 +29,7 @@
  *     (default 1 s) and COST_FACTOR times what swapping it out and back
  *     would cost (its resident bytes at the copy bandwidths measured, plus
  *     preparing the host memory it has no copy in yet), at most half of
- *     --memory-wait.  Swapping then takes at most about a fifth of the time
+ *     --memory-wait.  Swapping then takes at most about a ninth of the time
  *     while sessions take turns, and a session whose whole run is shorter
  *     than its quantum is simply waited for (alt2: cheaper than swapping
  *     64 GB out and back).
@@ -40,7 +40,11 @@
  *   - Host memory ahead: a holder whose quantum ends soon (or is over, the
  *     holder busy) while someone waits is asked to prepare its host copies
  *     in the background (MEMP_PREPARE), so its eviction copies at pinned
- *     speed (faulting in fresh host memory ran at a fifth of it).
+ *     speed (faulting in fresh host memory ran at a fifth of it), within
+ *     RGPUD_SWAP_KEEP per session and HOST_PREPARE_PCT of the node's
+ *     memory for all host copies; until a worker measured how fast host
+ *     memory is prepared here, the first holder waited for prepares
+ *     PROBE_BYTES to measure it (the default guess may be 40x off).
  *   - Cycles: two requests each waiting for memory the other holds (two
  *     restores, or a restore and a growing session): the lower ranked gives
  *     its memory back (MEM_ROOM_YIELD).  A session within its quantum
@@ -66,12 +70,13 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define STATE_TIMEOUT_MS 500
 #define EVICT_TIMEOUT_MS (600 * 1000)
 #define POLL_MS 20
 /* A quantum is at least this many times a session's swap cost. */
-#define COST_FACTOR 4
+#define COST_FACTOR 8
 /* Bandwidths assumed before a worker measured any (bytes/s): below what an
  * H100 host does (pinned copies ~50 GB/s, fresh host memory ~10-20 GB/s),
  * so a first quantum errs long. */
@@ -85,6 +90,10 @@
  * for prepares this much ahead to measure it. */
 #define PROBE_BYTES (256ull << 20)
 #define PROBE_EVERY_NS 5000000000ull
+/* Host copies prepared ahead are optional: they may take the node's memory
+ * only while all host copies together (sessions swapped out, copies kept
+ * or prepared) stay below this part of it (percent). */
+#define HOST_PREPARE_PCT 60
 
 struct mem_worker {
 	struct mem_worker *next;
@@ -124,6 +133,7 @@ static unsigned quantum_ms = MEM_QUANTUM_DEFAULT_MS;
 /* the latest measurements any worker reported (0: none yet) */
 static double out_bps, prep_bps, in_bps;
 static uint64_t probe_ns; /* when a holder was last asked to measure */
+static int probes;        /* how many times (the first one is waited for) */
 
 int mem_policy_parse(const char *s, enum mem_policy *p)
 {
@@ -294,6 +304,22 @@ static uint64_t reserved_left(const struct mem_worker *t, unsigned gpu, uint64_t
 	return t->resv_bytes[gpu] > grown ? t->resv_bytes[gpu] - grown : 0;
 }
 
+/* How much more host memory preparation ahead may take (lock held). */
+static uint64_t host_room(void)
+{
+	static uint64_t budget;
+	if (!budget) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 100 * HOST_PREPARE_PCT
+					      : 1ull << 30;
+	}
+	uint64_t used = 0;
+	for (const struct mem_worker *t = workers; t; t = t->next)
+		for (unsigned g = 0; !t->dead && g < 8; g++)
+			used += t->swapped[g] + t->ready[g];
+	return used < budget ? budget - used : 0;
+}
+
 /* Logs what request w (wanting bytes on gpu) does, when it changed. */
 static void note(struct mem_worker *w, unsigned gpu, uint64_t bytes, const char *why)
 {
@@ -358,6 +384,7 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	char why[200] = "";
 	size_t wl = 0;
 	uint64_t now = now_ns();
+	uint64_t hroom = host_room(); /* for host copies prepared ahead */
 	*others = 0;
 #define WHY(...)                                                                             \
 	do {                                                                                 \
@@ -386,10 +413,12 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 			uint64_t lim = 0;
 			int due = prepare_due(t, gpu, now);
 			if (!due && prep_bps <= 0 && t->ready[gpu] < t->resident[gpu] &&
-			    now - probe_ns >= PROBE_EVERY_NS) {
+			    now - probe_ns >= PROBE_EVERY_NS && hroom >= PROBE_BYTES) {
 				due = 1; /* its quantum rests on a guess: measure */
 				lim = PROBE_BYTES;
 				probe_ns = now;
+				probes++;
+				hroom -= PROBE_BYTES;
 			}
 			if (due && np < MAXC) {
 				t->refs++;
@@ -402,6 +431,17 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 			continue;
 		}
 		if (n < MAXC) {
+			if (prep_bps <= 0 && t->ready[gpu] < t->resident[gpu] &&
+			    now - probe_ns >= PROBE_EVERY_NS && hroom >= PROBE_BYTES && np < MAXC) {
+				/* past its quantum, but the quantum rested on a
+				 * guess: measure before evicting (below) */
+				probe_ns = now;
+				probes++;
+				hroom -= PROBE_BYTES;
+				t->refs++;
+				plim[np] = PROBE_BYTES;
+				prep[np++] = t;
+			}
 			t->refs++;
 			c[n++] = (struct cand){ t, 0 };
 		}
@@ -411,6 +451,15 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	for (size_t i = 0; i < n; i++) {
 		struct mem_q_answer a;
 		int got = ask(c[i].w, MEMP_STATE, gpu, 0, STATE_TIMEOUT_MS, &a);
+		if (got == 0 && prep_bps <= 0 && c[i].w->ready[gpu] < c[i].w->resident[gpu] &&
+		    probes == 1 && now_ns() - probe_ns < PROBE_EVERY_NS) {
+			/* (the first probe only: one that cannot measure, its
+			 * cap reached, holds nobody up twice) */
+			WHY("%swaiting: measuring how fast host memory is prepared here",
+			    wl ? "; " : "");
+			c[i].w->refs--;
+			continue;
+		}
 		if (got == 0 && is_protected(c[i].w, gpu, now_ns())) {
 			/* its answer came after a report of what it measured
 			 * meanwhile (its preparation ahead): a longer quantum */
@@ -436,12 +485,23 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 			c[i].w->refs--;
 	}
 	/* host copies for the evictions to come (no answer awaited; an
-	 * eviction that comes meanwhile takes what is ready) */
+	 * eviction that comes meanwhile takes what is ready), within what the
+	 * node's memory allows */
 	for (size_t i = 0; i < np; i++) {
 		struct mem_q_answer none;
-		prep[i]->prep_sent_ns[gpu] = now;
-		ask(prep[i], MEMP_PREPARE, gpu, plim[i], 0, &none);
-		prep[i]->refs--;
+		struct mem_worker *t = prep[i];
+		uint64_t want = t->resident[gpu] > t->ready[gpu] ? t->resident[gpu] - t->ready[gpu] : 0;
+		if (plim[i] && plim[i] < want)
+			want = plim[i]; /* a probe: its room taken above */
+		else if (want > hroom)
+			want = hroom;
+		if (!plim[i])
+			hroom -= want;
+		if (want) {
+			t->prep_sent_ns[gpu] = now;
+			ask(t, MEMP_PREPARE, gpu, want, 0, &none);
+		}
+		t->refs--;
 	}
 	qsort(c, k, sizeof(c[0]), by_idle);
 	uint64_t freed = 0;
