@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 
 #define D (&rgpud_server.drv)
 #define CHUNK (8u << 20)
@@ -134,8 +135,12 @@ static int create(struct rst *r, uint64_t len)
 	else if (result && made != result &&
 		 (op == RGPU_OP_MODULE_GET_GLOBAL || op == RGPU_OP_LIBRARY_GET_GLOBAL))
 		rc = BAD("a module global moved from %#llx to %#llx: this device does not place "
-			 "module data where the source had it", (unsigned long long)result,
-			 (unsigned long long)made);
+			 "module data where the source had it%s", (unsigned long long)result,
+			 (unsigned long long)made,
+			 personality(0xffffffff) & ADDR_NO_RANDOMIZE
+				 ? " (another driver version or GPU model?)"
+				 : " (this worker's address space is randomised: rgpud "
+				   "--worker-layout=random, or the system refused to turn it off)");
 	if (!rc)
 		journal_note(s, op, p, plen, 0, s->tx.data, s->tx.len);
 	wbuf_reset(&s->tx);
