@@ -95,7 +95,7 @@ static void usage(FILE *f)
 "      --memory-quantum=SEC  under swap, the least time a session keeps its memory\n"
 "                            on a GPU once it got it, before it may be evicted\n"
 "                            (default 1; longer where swapping it costs more:\n"
-"                            rgpud(8); 0: no protection)\n"
+"                            rgpud(8))\n"
 "      --memory-overcommit=RATIO  with --leases: slices of a GPU may together\n"
 "                            promise up to RATIO times its memory (1 to 10,\n"
 "                            default 1; above 1 needs swap or wait)\n"

@@ -9,9 +9,10 @@
 # bandwidth with the real driver, then runs tenants through one rgpud:
 #
 #   pair_swap   two tenants each holding 60% of the GPU at once, default
-#               policy (swap) with --memory-wait=20 (so no quantum exceeds
-#               10 s) and tenants that run longer than that: they must
-#               take turns; both must finish with their data intact
+#               policy (swap) with --memory-wait=30 (so no quantum exceeds
+#               15 s) and tenants that run about 20 s: they must take
+#               turns (the swap bandwidth numbers come from here); both
+#               must finish with their data intact
 #   pair_wait   the same under --memory-policy=wait: the second waits for
 #               the first to finish and free
 #   alt2        two tenants of 75% (1.5x the GPU in all), alternating GPU
@@ -128,8 +129,8 @@ RC=0
 
 # ---- two sessions of 60% each, swap and wait
 KEEP=24G
-if start_rgpud pair_swap --memory-wait=20; then
-	tenants pair_swap "$(pct 60)" 6 20 1500 2 conc
+if start_rgpud pair_swap --memory-wait=30; then
+	tenants pair_swap "$(pct 60)" 8 20 1500 2 conc
 	say "pair_swap: two sessions x 60% under swap: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
 	[ $BAD = 0 ] || RC=1
 else

@@ -186,8 +186,8 @@ int mem_policy_parse(const char *s, enum mem_policy *p);
 const char *mem_policy_name(enum mem_policy p);
 /* Set once at start-up, before any worker. wait_s: how long an allocation
  * may wait for room (0: not at all); quantum_ms: the least time a session
- * keeps its memory on a GPU once it got it (--memory-quantum; 0: no
- * protection at all). */
+ * keeps its memory on a GPU once it got it (--memory-quantum; the quantum
+ * is longer where swapping the session costs more: arbiter.c). */
 void mem_parent_config(enum mem_policy p, unsigned wait_s, unsigned quantum_ms);
 #define MEM_QUANTUM_DEFAULT_MS 1000
 
