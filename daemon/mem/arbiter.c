@@ -103,6 +103,7 @@ struct mem_worker {
 	uint64_t resident[RGPUD_MAX_GPUS], swapped[RGPUD_MAX_GPUS], charged[RGPUD_MAX_GPUS];
 	uint64_t ready[RGPUD_MAX_GPUS];      /* resident with a host copy ready */
 	uint64_t granted_ns[RGPUD_MAX_GPUS]; /* its current stay began (0: none) */
+	uint64_t qkeep[RGPUD_MAX_GPUS];      /* the longest quantum of this stay */
 	uint64_t prep_sent_ns[RGPUD_MAX_GPUS];
 	/* memory freed for it by evictions, kept for it during its quantum
 	 * (less what it has mapped since: resident above resv_base) */
@@ -261,7 +262,7 @@ static double swap_cost_s(const struct mem_worker *t, unsigned gpu)
 /* (--memory-quantum=0 drops only the least quantum: without the part
  * that follows the cost two sessions evicted each other 205 times in one
  * emulated alt2 run, each right after its restore) */
-static uint64_t quantum_ns(const struct mem_worker *t, unsigned gpu)
+static uint64_t quantum_now(const struct mem_worker *t, unsigned gpu)
 {
 	double q = (double)quantum_ms / 1e3, c = COST_FACTOR * swap_cost_s(t, gpu);
 	if (c > q)
@@ -271,6 +272,24 @@ static uint64_t quantum_ns(const struct mem_worker *t, unsigned gpu)
 	if (q > wait_s / 2.0)
 		q = wait_s / 2.0;
 	return (uint64_t)(q * 1e9);
+}
+
+/* A stay's quantum only grows (with the session's memory, or a slower
+ * measurement): host copies prepared ahead make its eviction cheaper, not
+ * earlier (else preparing for an eviction would bring it on). */
+static uint64_t quantum_ns(const struct mem_worker *t, unsigned gpu)
+{
+	uint64_t q = quantum_now(t, gpu);
+	return q > t->qkeep[gpu] ? q : t->qkeep[gpu];
+}
+
+/* Keeps each stay's longest quantum on gpu so far (lock held; before and
+ * after what the estimate rests on changes). */
+static void keep_quanta(unsigned gpu)
+{
+	for (struct mem_worker *t = workers; t; t = t->next)
+		if (t->granted_ns[gpu])
+			t->qkeep[gpu] = quantum_ns(t, gpu);
 }
 
 /* When t's quantum on gpu ends (0: not protected; lock held). */
@@ -609,6 +628,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 				 * and the room is kept for it meanwhile */
 				w->seen_gen = gen[gpu];
 				w->granted_ns[gpu] = now_ns();
+				w->qkeep[gpu] = 0;
 				w->resv_bytes[gpu] = freed;
 				w->resv_base[gpu] = w->resident[gpu];
 				rc = 0;
@@ -677,6 +697,8 @@ int mem_parent_request(struct mem_worker *w, unsigned op, unsigned gpu, const vo
 		}
 		memcpy(&r, payload, sizeof(r));
 		uint64_t now = now_ns();
+		for (unsigned g = 0; g < 8; g++)
+			keep_quanta(g);
 		for (unsigned g = 0; g < 8; g++) {
 			if (r.resident[g] < w->resident[g]) {
 				gen[g]++;
@@ -684,8 +706,10 @@ int mem_parent_request(struct mem_worker *w, unsigned op, unsigned gpu, const vo
 			}
 			/* on the GPU again (a restore, or its first memory there):
 			 * its quantum starts */
-			if (r.resident[g] && !w->resident[g])
+			if (r.resident[g] && !w->resident[g]) {
 				w->granted_ns[g] = now;
+				w->qkeep[g] = 0;
+			}
 			if (!r.resident[g])
 				w->granted_ns[g] = 0;
 			w->resident[g] = r.resident[g];
@@ -695,6 +719,8 @@ int mem_parent_request(struct mem_worker *w, unsigned op, unsigned gpu, const vo
 		take_rate(&out_bps, r.out_bps);
 		take_rate(&prep_bps, r.prep_bps);
 		take_rate(&in_bps, r.in_bps);
+		for (unsigned g = 0; g < 8; g++)
+			keep_quanta(g);
 		metrics_session_memory(w->ms, r.resident_all, r.swapped_all);
 		break;
 	}
