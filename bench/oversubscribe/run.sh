@@ -83,7 +83,8 @@ start_rgpud() { # NAME ARGS...
 	return 1
 }
 stop_rgpud() {
-	[ -n "$DPID" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
+	[ -n "$DPID" ] || return 0 # (once per case, not again at exit)
+	kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null
 	DPID=""
 	# what the memory manager did, in the summary (the logs may not come back)
 	local f=$OUT/rgpud-$LAST.log
@@ -121,6 +122,16 @@ tenants() {
 	done
 }
 
+# phases NAME N: each tenant's start (READY: its allocations done), GPU
+# phases and end, times from its own start: a GPU phase much longer than
+# alone waited for its memory to come back
+phases() {
+	local i
+	for i in $(seq 1 "$2"); do
+		say "  $1-$i: $(awk '/^READY/ {printf "ready at %s s; GPU phases", $2} /^PHASE/ {printf " %s", $4} /^TIME/ {printf "; done at %s s", $2}' "$OUT/$1-$i.out" 2>/dev/null)"
+	done
+}
+
 pct() { echo $((TOTAL_MIB * $1 / 100)); }
 RC=0
 # Host memory (128 GiB on the H100 machine) bounds what may be swapped out
@@ -132,6 +143,7 @@ KEEP=24G
 if start_rgpud pair_swap --memory-wait=30; then
 	tenants pair_swap "$(pct 60)" 8 20 1500 2 conc
 	say "pair_swap: two sessions x 60% under swap: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
+	phases pair_swap 2
 	[ $BAD = 0 ] || RC=1
 else
 	say "pair_swap: rgpud did not start"; RC=1
@@ -159,6 +171,7 @@ alt() { # NAME PCT N PASSES KEEP
 	local ratio
 	ratio=$(python3 -c "print('%.2f' % ($conc / $seq))")
 	say "$name: $n tenants x $p% ($((n * p))% of the GPU), 3 x (GPU phase, 2 s host phase): one after another $seq s, at once $conc s: ratio $ratio (target <= 1.20)$([ $bad = 0 ] && echo ', data intact' || echo ", $bad FAILED")"
+	phases "$name-conc" "$n"
 	[ $bad = 0 ] || RC=1
 }
 alt alt2 75 2 25 40G
