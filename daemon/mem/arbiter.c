@@ -32,7 +32,9 @@
  *     --memory-wait.  Swapping then takes at most about a ninth of the time
  *     while sessions take turns, and a session whose whole run is shorter
  *     than its quantum is simply waited for (alt2: cheaper than swapping
- *     64 GB out and back).
+ *     64 GB out and back).  A holder idle for longer than swapping it
+ *     costs (and on the GPU as long) may go before its quantum ends (ski
+ *     rental: idle_limit_ns).
  *   - Whole sessions: an evicted session restores all of its memory at its
  *     next GPU work anyway, and a tenant that allocates usually goes on
  *     allocating; evicting piece by piece paid a round of questions, a
@@ -292,6 +294,23 @@ static void keep_quanta(unsigned gpu)
 			t->qkeep[gpu] = quantum_ns(t, gpu);
 }
 
+/* A holder within its quantum that has been idle this long (and on the
+ * GPU as long) may be evicted all the same: what swapping it out and back
+ * costs, at least --memory-quantum.  Waiting that long before giving up on
+ * an idle holder costs at most twice what evicting it at once would have
+ * (ski rental), while the host phases of a tenant that alternates (shorter
+ * than its swap cost) do not lose it the GPU; an interactive session that
+ * sits idle does not hold a waiting one up for a whole quantum. */
+static uint64_t idle_limit_ns(const struct mem_worker *t, unsigned gpu)
+{
+	double q = (double)quantum_ms / 1e3, c = swap_cost_s(t, gpu);
+	if (c > q)
+		q = c;
+	if (q > wait_s / 2.0)
+		q = wait_s / 2.0;
+	return (uint64_t)(q * 1e9);
+}
+
 /* When t's quantum on gpu ends (0: not protected; lock held). */
 static uint64_t protected_until(const struct mem_worker *t, unsigned gpu)
 {
@@ -382,6 +401,7 @@ static int ask(struct mem_worker *t, unsigned op, unsigned gpu, uint64_t bytes,
 struct cand {
 	struct mem_worker *w;
 	uint64_t idle_ms;
+	int prot; /* within its quantum: evicted only if idle long enough */
 };
 
 static int by_idle(const void *a, const void *b)
@@ -445,6 +465,13 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 				plim[np] = lim;
 				prep[np++] = t;
 			}
+			if (now - t->granted_ns[gpu] >= idle_limit_ns(t, gpu) && n < MAXC) {
+				/* long enough on the GPU to be evicted if it has
+				 * been idle as long: ask */
+				t->refs++;
+				c[n++] = (struct cand){ t, 0, 1 };
+				continue;
+			}
 			WHY("%swaiting: a session with %llu bytes there is within its quantum "
 			    "(%.1f s)", wl ? "; " : "", (unsigned long long)t->resident[gpu],
 			    secs(quantum_ns(t, gpu)));
@@ -463,7 +490,7 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 				prep[np++] = t;
 			}
 			t->refs++;
-			c[n++] = (struct cand){ t, 0 };
+			c[n++] = (struct cand){ t, 0, 0 };
 		}
 	}
 	/* who is idle, and since when */
@@ -480,9 +507,12 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 			c[i].w->refs--;
 			continue;
 		}
-		if (got == 0 && is_protected(c[i].w, gpu, now_ns())) {
-			/* its answer came after a report of what it measured
-			 * meanwhile (its preparation ahead): a longer quantum */
+		if (got == 0 && is_protected(c[i].w, gpu, now_ns()) &&
+		    !(a.idle && a.bytes && a.idle_ms * 1000000ull >= idle_limit_ns(c[i].w, gpu) &&
+		      now_ns() - c[i].w->granted_ns[gpu] >= idle_limit_ns(c[i].w, gpu))) {
+			/* within its quantum (its answer may have come after a
+			 * report of what it measured meanwhile: a longer one),
+			 * and not idle for long */
 			WHY("%swaiting: a session with %llu bytes there is within its quantum "
 			    "(%.1f s)", wl ? "; " : "", (unsigned long long)c[i].w->resident[gpu],
 			    secs(quantum_ns(c[i].w, gpu)));
@@ -497,7 +527,7 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 		WHY("%swaiting: a session with %llu bytes there %s", wl ? "; " : "",
 		    (unsigned long long)c[i].w->resident[gpu], got ? "did not answer" : "is busy");
 		/* past its quantum: evicted as soon as it is idle */
-		if (c[i].w->ready[gpu] < c[i].w->resident[gpu] &&
+		if (!c[i].prot && c[i].w->ready[gpu] < c[i].w->resident[gpu] &&
 		    now - c[i].w->prep_sent_ns[gpu] >= PREPARE_EVERY_NS && np < MAXC) {
 			plim[np] = 0;
 			prep[np++] = c[i].w; /* its reference goes with it */
@@ -531,12 +561,13 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 			char e[200];
 			uint64_t since = c[i].w->granted_ns[gpu];
 			snprintf(e, sizeof(e), "evicting a session with %llu bytes there, %llu ready "
-				 "(idle %llu ms, on the GPU %.1f s, quantum %.1f s)",
+				 "(idle %llu ms, on the GPU %.1f s, quantum %.1f s%s)",
 				 (unsigned long long)c[i].w->resident[gpu],
 				 (unsigned long long)(c[i].w->ready[gpu] < c[i].w->resident[gpu]
 						      ? c[i].w->ready[gpu] : c[i].w->resident[gpu]),
 				 (unsigned long long)c[i].idle_ms, since ? secs(now_ns() - since) : 0.0,
-				 secs(quantum_ns(c[i].w, gpu)));
+				 secs(quantum_ns(c[i].w, gpu)),
+				 c[i].prot ? ": idle longer than swapping it costs" : "");
 			w->why[0] = 0; /* each eviction is logged */
 			note(w, gpu, bytes, e);
 			if (ask(c[i].w, MEMP_EVICT, gpu, 0, EVICT_TIMEOUT_MS, &a) == 0 && a.idle)
