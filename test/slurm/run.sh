@@ -402,9 +402,40 @@ t_accounting() {
 	fi
 }
 
+# 11. accounting in slurmdbd: sacct lists a finished job's rgpu allocation
+#     (the license TRES) and its AdminComment with peak memory and GPU time
+t_sacct() {
+	local name=sacct_after_the_job
+	need_stack $name || return
+	if [ "$RC_DBD_ON" != 1 ]; then skipped $name "no slurmdbd/mariadbd in this cluster (apt: slurmdbd mariadb-server)"; return; fi
+	local j t line tres ac peak gs
+	j=$(submit -s --rgpu-mem=1G --wrap "$PROBE --alloc $((300 << 20)) --hold 2") || { fail $name "sbatch refused"; return; }
+	wait_gone "$j" 90 || { fail $name "job $j did not finish"; return; }
+	# slurmctld sends the job's end to slurmdbd on its own schedule
+	for t in $(seq 1 60); do
+		line=$(sacct -n -P -j "$j" -X -o jobid,state,alloctres,admincomment 2>/dev/null | head -n1)
+		echo "$line" | grep -q "|COMPLETED|.*gpu_s=" && break
+		sleep 0.5
+	done
+	echo "      sacct -j $j -X -o jobid,state,alloctres,admincomment -P:"
+	echo "        $line"
+	tres=$(echo "$line" | cut -d'|' -f3)
+	ac=$(echo "$line" | cut -d'|' -f4-)
+	peak=$(echo "$ac" | sed -n 's/.*;peak=\([0-9]*\).*/\1/p')
+	gs=$(echo "$ac" | sed -n 's/.*;gpu_s=\([0-9.]*\).*/\1/p')
+	if [ -z "$line" ]; then fail $name "sacct does not know job $j: $(sacct -j "$j" -P 2>&1 | tr '\n' '|')"
+	elif ! echo "$line" | grep -q "|COMPLETED|"; then fail $name "job $j not COMPLETED in sacct: $line"
+	elif ! echo ",$tres," | grep -q ",license/rgpu=$(job_field "$j" Licenses | sed -n 's/^rgpu:\([0-9]*\).*/\1/p'),"; then
+		fail $name "AllocTRES has not the job's rgpu license ($(job_field "$j" Licenses)): $tres"
+	elif [ -z "$peak" ] || [ "$peak" -lt $((300 << 20)) ]; then fail $name "no peak memory of 300 MiB or more in sacct's AdminComment: $ac"
+	elif [ -z "$gs" ] || ! awk "BEGIN{exit !($gs >= 1.5)}"; then fail $name "GPU time '$gs' s in sacct for a job that held its GPU 2 s"
+	else pass $name
+	fi
+}
+
 # RGPU_SLURM_ONLY="t_burst t_pack_slices" runs only those (while iterating)
 for t in ${RGPU_SLURM_ONLY:-t_bad_options t_no_lease t_two_gpus t_quota t_share t_scancel t_busy \
-	t_accounting t_pack_slices t_burst}; do
+	t_accounting t_sacct t_pack_slices t_burst}; do
 	$t
 	drain_jobs
 done
