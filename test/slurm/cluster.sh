@@ -224,7 +224,7 @@ rc_dbd_wanted() {
 # slurm.conf's accounting lines.  The license TRES make sacct show each
 # job's rgpu allocation (AllocTRES); slurmctld refuses them without slurmdbd.
 rc_acct_conf() {
-	if [ "$RC_DBD_ON" = 1 ]; then
+	if [ "${RC_DBD_ON:-0}" = 1 ]; then
 		cat <<EOF
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$RC_NET.1
