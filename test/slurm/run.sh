@@ -1,7 +1,8 @@
 #!/bin/bash
 # Slurm integration tests on a real Slurm (Debian's slurmctld, slurmd,
 # munge): three nodes in network namespaces, two of them GPU nodes running
-# `rgpud --emulated --leases` (see cluster.sh).  Exits 0 only if every
+# `rgpud --emulated --leases`, and slurmdbd over MariaDB for sacct (see
+# cluster.sh; RC_DBD=0 leaves the database out).  Exits 0 only if every
 # scenario passed; 77 (skip) without root, iproute2 or Slurm.  Everything
 # is torn down on exit, and the run is bounded (RGPU_SLURM_TIMEOUT, 540 s).
 #
@@ -46,7 +47,7 @@ finish() {
 	fi
 	if [ "$FAILED" -gt 0 ] && [ -n "${RC_DIR:-}" ]; then
 		echo "---- logs (last lines) ----"
-		tail -n 15 "$RC_DIR"/slurmctld.log "$RC_DIR"/*/slurmd.log "$RC_DIR"/*/rgpud.log 2>/dev/null
+		tail -n 15 "$RC_DIR"/slurmctld.log "$RC_DIR"/slurmdbd.log "$RC_DIR"/*/slurmd.log "$RC_DIR"/*/rgpud.log 2>/dev/null
 	fi
 	rc_down
 	echo "----"
