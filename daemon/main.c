@@ -60,6 +60,10 @@ static void usage(FILE *f)
 "                            address (128); more are closed at once\n"
 "      --checkpoint-interval=S  clients with standby servers checkpoint their\n"
 "                               sessions every S seconds (0: never, the default)\n"
+"      --worker-layout=fixed|random  session workers without (fixed, the default)\n"
+"                            or with address-space randomisation; fixed lets a\n"
+"                            moved or recovered session find the driver's\n"
+"                            module data at the same device addresses\n"
 "      --max-sessions-per-user=N  sessions one user (other than root) may hold\n"
 "                            at once (default: no limit)\n"
 "      --state-dir=DIR       where leases persist across restarts (default %s)\n"
@@ -105,7 +109,7 @@ static void usage(FILE *f)
 /* long options without a short form */
 enum { OPT_METRICS = 256, OPT_SCHED, OPT_QUANTUM, OPT_MPS, OPT_MPS_DIR, OPT_MPS_CONTROL,
        OPT_MPS_SHARE, OPT_WORKER_SCHED, OPT_MEM_POLICY, OPT_MEM_WAIT, OPT_MEM_OVERCOMMIT,
-       OPT_CTX_RESERVE };
+       OPT_CTX_RESERVE, OPT_WORKER_LAYOUT };
 
 /* Parses a non-negative integer option in [lo, hi]; exits on error. */
 static long num_opt(const char *name, const char *v, long lo, long hi)
@@ -400,6 +404,7 @@ int main(int argc, char **argv)
 		{ "memory-policy", required_argument, NULL, OPT_MEM_POLICY },
 		{ "memory-wait", required_argument, NULL, OPT_MEM_WAIT },
 		{ "memory-overcommit", required_argument, NULL, OPT_MEM_OVERCOMMIT },
+		{ "worker-layout", required_argument, NULL, OPT_WORKER_LAYOUT },
 		{ "daemon", no_argument, NULL, 'd' },
 		{ "pidfile", required_argument, NULL, 'P' },
 		{ "syslog", no_argument, NULL, 's' },
@@ -522,6 +527,15 @@ int main(int argc, char **argv)
 		case OPT_MEM_POLICY:
 			if (mem_policy_parse(optarg, &mem_policy) < 0) {
 				fprintf(stderr, "rgpud: --memory-policy: '%s' is not one of swap, wait, fail\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_WORKER_LAYOUT:
+			if (!strcmp(optarg, "fixed") || !strcmp(optarg, "random")) {
+				srv->worker_random_layout = !strcmp(optarg, "random");
+			} else {
+				fprintf(stderr, "rgpud: --worker-layout: '%s' is not one of fixed, random\n",
 					optarg);
 				return 2;
 			}

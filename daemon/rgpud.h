@@ -29,6 +29,7 @@ struct rgpud {
 	/* after it */
 	int max_sessions_per_user; /* --max-sessions-per-user (0: no limit) */
 	/* migration and recovery (daemon/migrate/) */
+	int worker_random_layout;  /* --worker-layout=random: workers keep ASLR */
 	int checkpoint_s;          /* --checkpoint-interval: told to clients (0: none) */
 	volatile int draining;     /* `rgpu drain`: new sessions are refused */
 };

