@@ -336,10 +336,18 @@ int rgpu_job_prolog(spank_t sp)
 		 * `wait` seconds, polling afresh. */
 		time_t t0 = time(NULL);
 		int pause = 1, published = 0, fresh = 0;
+		/* A slice packs by the GPUs' current fill, which this node's
+		 * snapshot does not have (other nodes' grants and releases):
+		 * by a view 30 s old, two slices took two idle GPUs each
+		 * believed shared and left no GPU whole.  So a slice decides by
+		 * a view of this second (one poll of the servers, shared by the
+		 * prologs of this node in that second); a whole GPU needs no
+		 * fill and keeps the ttl (a stale view costs it a refusal). */
+		int first_age = rec.mem ? 0 : rgpu_cfg.ttl;
 		struct claim cl = { 0 };
 		for (;;) {
 			int rc = allocate(job, &q, rec.mem, me,
-					  fresh ? 0 : published ? pause : rgpu_cfg.ttl, &cl, &rec);
+					  fresh ? 0 : published ? pause : first_age, &cl, &rec);
 			if (rc == ALLOC_STALE && !fresh) {
 				fresh = 1; /* again at once, polling every server */
 				continue;
