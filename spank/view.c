@@ -1,6 +1,7 @@
 /* The cluster view behind every decision: the snapshot file in state_dir,
  * refreshed by polling every server when older than the TTL (so a job start
- * contacts only the servers it reserves on, except once per TTL). */
+ * contacts only the servers it reserves on, except once per TTL; a slice's
+ * prolog asks for a view of the current second, ctx_job_script.c). */
 #include "plugin.h"
 
 #include <errno.h>
