@@ -41,6 +41,8 @@ done
 exec 9>/run/rgpu-slurm-test.lock
 flock -n 9 || { echo "demo.sh: a test/slurm run is in progress"; exit 1; }
 
+# the demo needs no accounting database (test/slurm/run.sh starts one)
+: "${RC_DBD:=0}"
 . "$SRC/test/slurm/cluster.sh"
 trap 'rc_down' EXIT
 trap 'exit 1' INT TERM

@@ -16,7 +16,7 @@ What a job is charged, per GPU it asks for:
   - a whole GPU: the GPU's memory (and a share of 100);
   - a slice of SIZE: the part of a GPU it takes when slices of that size
     fill a GPU: GPU / floor(GPU / (SIZE + CTX_RESERVE_MIB)), e.g. on a 4 GiB
-    GPU with a 512 MiB reserve a 1 GiB slice costs 2048 (two fit), a 3 GiB
+    GPU with a 526 MiB reserve a 1 GiB slice costs 2048 (two fit), a 3 GiB
     slice 4096 (one fits).  A GPU whose charges sum to its memory holds
     them all, so what Slurm admits fits; only fragmentation across GPUs
     can leave an admitted job without one GPU with room, and then the
@@ -25,8 +25,9 @@ What a job is charged, per GPU it asks for:
 ]]
 
 -- Device memory rgpud sets aside per slice for its context, in MiB: rgpud's
--- --ctx-reserve (default 512M).  Keep the two equal.
-local CTX_RESERVE_MIB = 512
+-- --ctx-reserve (default 526M: a context with a kernel run on an H100,
+-- driver 580, test/gpu/context-cost.sh).  Keep the two equal.
+local CTX_RESERVE_MIB = 526
 -- One GPU's memory in MiB.  nil: the rgpu license total divided by the GPUs
 -- slurm.conf declares (Gres=rgpu:N on NodeName lines): GPUs of one size.
 local GPU_MIB = nil

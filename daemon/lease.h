@@ -40,7 +40,7 @@
  * its lease, and a slice may hold up to mem_limit + the reserve: the first
  * context comes out of the reserve, every further one (another session of
  * the job, or another context of one session) out of the quota. */
-#define RGPUD_LEASE_CTX_RESERVE (512ull << 20)
+#define RGPUD_LEASE_CTX_RESERVE (526ull << 20)
 /* How often access.c looks for expired leases. */
 #define RGPUD_LEASE_CHECK_INTERVAL_S 15
 #define RGPUD_LEASE_FILE "leases.json"

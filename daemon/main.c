@@ -72,7 +72,7 @@ static void usage(FILE *f)
 "                            (ADDR 127.0.0.1 when only a port is given)\n"
 "      --lease-check-interval=SEC  how often expired leases end (default 15)\n"
 "      --ctx-reserve=SIZE    device memory set aside per slice for its context,\n"
-"                            and charged for every context (default 512M)\n"
+"                            and charged for every context (default 526M)\n"
 "      --sched=POLICY        how the sessions of one GPU share it: fair (weighted\n"
 "                            by --rgpu-share, with history; the default), las\n"
 "                            (least attained service first) or fifo (no gate)\n"

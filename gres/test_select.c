@@ -103,6 +103,26 @@ int main(void)
 	ok(c.gpu[out[0]].server != c.gpu[first].server, "least-loaded goes to the idle node");
 	rg_cluster_free(&c);
 
+	/* A slice from a GPU node joins a shared GPU elsewhere rather than
+	 * opening its own node's idle GPU; with all GPUs idle, slices from
+	 * different nodes choose the same GPU (cluster order, not their own). */
+	mk(&c, 2);
+	rg_cluster_apply(&c, &c.gpu[0], &(struct rg_request){ .count = 1, .mem = GiB });
+	r = (struct rg_request){ .count = 1, .mem = GiB, .local_node = "gpu2", .job_id = 17 };
+	ok(rg_reserve(&c, &r, bal, &b, out, why, sizeof(why)) == 0, "slice from gpu2");
+	is_u64(out[0], 0, "joins gpu1's shared GPU, not an idle one of gpu2");
+	rg_cluster_free(&c);
+	mk(&c, 2);
+	r = (struct rg_request){ .count = 1, .mem = GiB, .local_node = "gpu2", .job_id = 18 };
+	ok(rg_reserve(&c, &r, bal, &b, out, why, sizeof(why)) == 0, "slice from gpu2, all idle");
+	uint32_t from2 = out[0];
+	rg_cluster_free(&c);
+	mk(&c, 2);
+	r = (struct rg_request){ .count = 1, .mem = GiB, .local_node = "gpu1", .job_id = 19 };
+	ok(rg_reserve(&c, &r, bal, &b, out, why, sizeof(why)) == 0, "slice from gpu1, all idle");
+	is_u64(out[0], from2, "the same GPU from either node");
+	rg_cluster_free(&c);
+
 	/* Whole GPU never lands on a shared one; too-big slice never fits. */
 	mk(&c, 1);
 	rg_cluster_apply(&c, &c.gpu[0], &(struct rg_request){ .count = 1, .mem = GiB });

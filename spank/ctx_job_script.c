@@ -114,7 +114,9 @@ static void rpc_release(void *ctx, const struct rg_server *s, uint64_t job)
 }
 
 /* What one attempt at choosing and leasing the job's GPUs gave. */
-enum { ALLOC_OK, ALLOC_WAIT, ALLOC_NEVER };
+/* ALLOC_STALE: no room in a snapshot that was not polled just now; the
+ * caller asks again at once with a fresh view before it waits. */
+enum { ALLOC_OK, ALLOC_WAIT, ALLOC_NEVER, ALLOC_STALE };
 
 /* The GPU a waiting one-GPU job claims (LEASE_CLAIM), renewed at each try,
  * so the GPU drains for it rather than going to jobs that started later. */
@@ -239,6 +241,14 @@ static int allocate(uint32_t job, const struct job_req *q, uint64_t mem, const c
 			/* a request no GPU of the cluster could ever take fails
 			 * at once; anything else waits for room */
 			rc = could_ever_fit(&c, &r) < q->count ? ALLOC_NEVER : ALLOC_WAIT;
+			/* The snapshot is this node's: a job started on another
+			 * node that released its GPUs a moment ago is still in
+			 * it, so "no room" there is often wrong.  Ask the servers
+			 * before waiting (a stale refusal cost each such job a
+			 * second or more with the room idle, and claimed a GPU by
+			 * a view that was out of date). */
+			if (rc == ALLOC_WAIT && !rgpu_view_polled())
+				rc = ALLOC_STALE;
 			/* one GPU: claim the one closest to having room (several
 			 * GPUs claimed piecemeal by two jobs could hold each
 			 * other up, so those only poll) */
@@ -325,11 +335,26 @@ int rgpu_job_prolog(spank_t sp)
 		 * (the job shows CONFIGURING, its AdminComment says why), up to
 		 * `wait` seconds, polling afresh. */
 		time_t t0 = time(NULL);
-		int pause = 1, published = 0;
+		int pause = 1, published = 0, fresh = 0;
+		/* A slice packs by the GPUs' current fill, which this node's
+		 * snapshot does not have (other nodes' grants and releases):
+		 * by a view 30 s old, two slices took two idle GPUs each
+		 * believed shared and left no GPU whole.  So a slice decides by
+		 * a view of this second (one poll of the servers, shared by the
+		 * prologs of this node in that second); a whole GPU needs no
+		 * fill and keeps the ttl (a stale view costs it a refusal). */
+		int first_age = rec.mem ? 0 : rgpu_cfg.ttl;
 		struct claim cl = { 0 };
 		for (;;) {
-			int rc = allocate(job, &q, rec.mem, me, published ? pause : rgpu_cfg.ttl, &cl,
-					  &rec);
+			int rc = allocate(job, &q, rec.mem, me,
+					  fresh ? 0 : published ? pause : first_age, &cl, &rec);
+			if (rc == ALLOC_STALE && !fresh) {
+				fresh = 1; /* again at once, polling every server */
+				continue;
+			}
+			fresh = 0;
+			if (rc == ALLOC_STALE)
+				rc = ALLOC_WAIT; /* no server answered afresh: wait */
 			if (rc != ALLOC_WAIT)
 				break;
 			long waited = (long)(time(NULL) - t0);

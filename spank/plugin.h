@@ -78,6 +78,9 @@ int rgpu_discover(struct rg_server_addr **out, size_t *n, char *err, size_t errl
  * locked (flock) until rgpu_view_release, so grants from this node are
  * serialised and recorded.  0 or -1 with err. */
 int rgpu_view_get(struct rg_cluster *c, int max_age, int lock, char *err, size_t errlen);
+/* Whether the last rgpu_view_get polled the servers (1) or used the
+ * snapshot file, which other nodes' grants and releases do not update (0). */
+int rgpu_view_polled(void);
 void rgpu_view_release(struct rg_cluster *c, int save);
 
 /* jobrec.c */

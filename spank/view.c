@@ -1,6 +1,7 @@
 /* The cluster view behind every decision: the snapshot file in state_dir,
  * refreshed by polling every server when older than the TTL (so a job start
- * contacts only the servers it reserves on, except once per TTL). */
+ * contacts only the servers it reserves on, except once per TTL; a slice's
+ * prolog asks for a view of the current second, ctx_job_script.c). */
 #include "plugin.h"
 
 #include <errno.h>
@@ -14,6 +15,12 @@
 #include <unistd.h>
 
 static int lock_fd = -1;
+static int view_polled;
+
+int rgpu_view_polled(void)
+{
+	return view_polled;
+}
 
 static void path_of(char *buf, size_t len, const char *name)
 {
@@ -46,6 +53,7 @@ int rgpu_view_get(struct rg_cluster *c, int max_age, int lock, char *err, size_t
 	char snap[1100];
 	path_of(snap, sizeof(snap), "snapshot.json");
 	rg_cluster_init(c);
+	view_polled = 0;
 	if (lock) {
 		char lk[1100];
 		(void)rgpu_state_dir_ensure();
@@ -76,6 +84,7 @@ int rgpu_view_get(struct rg_cluster *c, int max_age, int lock, char *err, size_t
 	}
 	rg_cluster_free(c);
 	*c = fresh;
+	view_polled = 1;
 	/* Anyone may read it (sbatch validates sizes); only root writes. */
 	char e2[256];
 	if (geteuid() == 0 && (rgpu_state_dir_ensure(), rg_snapshot_save(snap, c, e2, sizeof(e2))))

@@ -29,15 +29,25 @@ fi
 if [ -z "${RGPU_NO_APT:-}" ] && command -v apt-get >/dev/null; then
 	pkgs="build-essential autoconf automake libtool pkg-config python3
 	      libjson-c-dev libmunge-dev munge libibverbs-dev libslurm-dev
-	      slurmctld slurmd slurm-client iproute2 valgrind libmicrohttpd-dev curl
-	      clang libclang-rt-14-dev"
+	      slurmctld slurmd slurm-client slurmdbd mariadb-server iproute2 valgrind
+	      libmicrohttpd-dev curl clang libclang-rt-14-dev"
 	missing=$(dpkg-query -W -f='${Package} ${Status}\n' $pkgs 2>/dev/null |
 		  awk '$NF != "installed" {print $1}'; for p in $pkgs; do
 		  dpkg-query -W "$p" >/dev/null 2>&1 || echo "$p"; done)
 	if [ -n "$(echo $missing)" ]; then
 		echo "== installing: $(echo $missing | tr ' ' '\n' | sort -u | tr '\n' ' ')"
 		apt-get update -qq
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(echo $missing | tr ' ' '\n' | sort -u) >/dev/null
+		# the packages' services stay stopped (a policy-rc.d of our own where
+		# the machine has none): the Slurm tests start munge, MariaDB and the
+		# Slurm daemons themselves, in a scratch directory
+		own_policy=
+		if [ ! -e /usr/sbin/policy-rc.d ]; then
+			printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && own_policy=1
+		fi
+		arc=0
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(echo $missing | tr ' ' '\n' | sort -u) >/dev/null || arc=$?
+		[ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+		[ $arc -eq 0 ] || exit $arc
 	fi
 fi
 if [ ! -e /usr/local/cuda/include/cuda.h ] && [ -z "${CUDA_HOME:-}" ]; then

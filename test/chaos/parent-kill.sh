@@ -61,7 +61,7 @@ else
 	ST=$LOGDIR/state
 	unset KEEP_PORT
 	MPORT=$(free_port)
-	start_rgpud leases --leases --state-dir="$ST" --metrics="127.0.0.1:$MPORT"
+	start_rgpud leases --leases --ctx-reserve=512M --state-dir="$ST" --metrics="127.0.0.1:$MPORT"
 	D=$RGPUD_PID
 	RGPU_SESSIONS_CRED=1 "$SESS" grant 127.0.0.1 "$PORT" 77 0 0 $((64 * MIB)) >"$LOGDIR/grant.out" 2>&1
 	t_check "leases: job 77 gets a 64 MiB lease" grep -q "status 0" "$LOGDIR/grant.out"
@@ -69,7 +69,7 @@ else
 	W=$(children "$D")
 	kill -9 "$D"
 	{ wait "$D"; } 2>/dev/null
-	KEEP_PORT=1 start_rgpud leases --leases --state-dir="$ST" --metrics="127.0.0.1:$MPORT"
+	KEEP_PORT=1 start_rgpud leases --leases --ctx-reserve=512M --state-dir="$ST" --metrics="127.0.0.1:$MPORT"
 	D=$RGPUD_PID
 	t_check "leases: the lease survives the restart" [ "$(metric rgpud_leases)" = 1 ]
 	t_check "leases: the old worker is gone (its 48 MiB freed)" wait_until 10 all_gone $W

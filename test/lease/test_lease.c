@@ -239,10 +239,12 @@ static void test_grant_conflicts(void)
 	/* whole GPU 0 is not available any more */
 	CHECK(grant(3, 1002, 0, 0, 0, now, why, sizeof(why)) == RGPUD_LEASE_BUSY);
 	CHECK_STR(why, "2 other job(s) hold slices");
-	/* capacity: 16 GiB - 2 * (4 GiB + reserve) = 7 GiB left */
-	CHECK(grant(4, 1003, 0, 7 * GiB, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
+	/* capacity: 16 GiB - 2 * (4 GiB + reserve) left, which holds a slice
+	 * of that less its own reserve */
+	const uint64_t left = 8 * GiB - 2 * RGPUD_LEASE_CTX_RESERVE;
+	CHECK(grant(4, 1003, 0, left, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
 	CHECK_STR(why, "no room");
-	CHECK(grant(4, 1003, 0, 7 * GiB - RGPUD_LEASE_CTX_RESERVE, 0, now, why, sizeof(why)) ==
+	CHECK(grant(4, 1003, 0, left - RGPUD_LEASE_CTX_RESERVE, 0, now, why, sizeof(why)) ==
 	      RGPUD_LEASE_OK);
 	CHECK(grant(5, 1003, 0, 1, 0, now, why, sizeof(why)) == RGPUD_LEASE_NOSPACE);
 	/* a slice larger than the GPU */

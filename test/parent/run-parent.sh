@@ -162,7 +162,7 @@ fi
 if [ "$HAVE_MUNGE" = 1 ]; then
 	export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 	mkdir -p "$TMP/state"
-	if start_rgpud leases --leases --state-dir="$TMP/state" --slurm-user="$(id -u)"; then
+	if start_rgpud leases --leases --ctx-reserve=512M --state-dir="$TMP/state" --slurm-user="$(id -u)"; then
 		LPORT=$PORT LPID=$PID
 		"$TP" grant 127.0.0.1 "$PORT" 4242 "$(id -u)" 0 $((1 << 30)) 0 >"$LOGDIR/grant.out" 2>&1
 		check t_lease_granted '[ "$(val status "$LOGDIR/grant.out")" = 0 ]' "$(cat "$LOGDIR/grant.out")"
@@ -197,7 +197,7 @@ if [ "$HAVE_MUNGE" = 1 ]; then
 		wait "$HOLD" 2>/dev/null
 		check t_sigkill_parent_closes_sessions 'grep -q "^closed$" "$LOGDIR/hold.out"'
 		PIDS="$PIDS"
-		"$RGPUD" --emulated --listen "127.0.0.1:$LPORT" --leases --state-dir="$TMP/state" \
+		"$RGPUD" --emulated --listen "127.0.0.1:$LPORT" --leases --ctx-reserve=512M --state-dir="$TMP/state" \
 			--slurm-user="$(id -u)" >"$LOGDIR/leases-restarted.log" 2>&1 &
 		LPID=$!
 		PIDS="$PIDS $LPID"

@@ -7,6 +7,10 @@
 #   gpu1  10.77.0.12  rgpud, 2 emulated GPUs
 #   gpu2  10.77.0.13  rgpud, 2 emulated GPUs
 #   slurmctld on the bridge address 10.77.0.1 (root namespace)
+#   slurmdbd beside it (port 16819) over MariaDB on 127.0.0.1:16820, both
+#   plain processes whose data lives in the scratch directory; when
+#   slurmdbd or mariadbd is not installed the cluster keeps no accounting
+#   (RC_DBD=auto, the default; 1 requires it, 0 never starts it)
 #
 # Traffic stays on the bridge: nothing is routed out of it.
 
@@ -17,6 +21,9 @@ RC_GPU_NODES="gpu1 gpu2"
 RC_CTLD_PORT=16817
 RC_SLURMD_PORT=16818
 RC_RGPU_PORT=7420
+RC_DBD_PORT=16819
+RC_DB_PORT=16820
+: "${RC_DBD:=auto}"
 : "${RC_EMU_DEVICES:=2}"
 : "${RC_EMU_MEM:=4G}"
 # Hooks for a machine whose Slurm is not installed in the usual places
@@ -69,7 +76,9 @@ rc_up() {
 	export SLURM_CONF=$RC_DIR/slurm.conf
 	rc_net_up || return 1
 	rc_munge_up || return 1
+	rc_dbd_wanted || return 1
 	rc_write_conf || return 1
+	if [ "$RC_DBD_ON" = 1 ]; then rc_dbd_up || return 1; fi
 	rc_rgpud_up || return 1
 	rc_slurm_up || return 1
 }
@@ -162,7 +171,7 @@ SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(rc_acct_conf)
 SwitchType=switch/none
 MpiDefault=none
 ReturnToService=2
@@ -195,6 +204,102 @@ EOF
 required $RC_BUILD/spank/.libs/spank_rgpu.so client_dir=$RC_BUILD/client/.libs port=$RC_RGPU_PORT state_dir=$RC_DIR/rgpu-state/%n ttl=30
 EOF
 	for n in $RC_NODES; do mkdir -p "$RC_DIR/$n/spool"; done
+}
+
+# Accounting: RC_DBD_ON=1 when slurmdbd and MariaDB are to run (RC_DBD=1,
+# or auto and both installed).
+rc_dbd_wanted() {
+	RC_DBD_ON=0
+	[ "$RC_DBD" = 0 ] && return 0
+	if command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null &&
+	   command -v mariadb-install-db >/dev/null && command -v sacctmgr >/dev/null; then
+		RC_DBD_ON=1
+		return 0
+	fi
+	[ "$RC_DBD" = auto ] && { rc_log "no slurmdbd or mariadbd: no accounting database"; return 0; }
+	rc_log "RC_DBD=1 but slurmdbd, sacctmgr, mariadbd or mariadb-install-db is missing"
+	return 1
+}
+
+# slurm.conf's accounting lines.  The license TRES make sacct show each
+# job's rgpu allocation (AllocTRES); slurmctld refuses them without slurmdbd.
+rc_acct_conf() {
+	if [ "${RC_DBD_ON:-0}" = 1 ]; then
+		cat <<EOF
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$RC_NET.1
+AccountingStoragePort=$RC_DBD_PORT
+AccountingStorageTRES=license/rgpu,license/rgpushare
+EOF
+	else
+		echo "AccountingStorageType=accounting_storage/none"
+	fi
+}
+
+# MariaDB and slurmdbd, as plain processes of this run (no systemd, no
+# /etc/mysql: --no-defaults everywhere): the data directory, socket and
+# logs are in $RC_DIR/db, and the server listens on 127.0.0.1 only, on its
+# own port, so a MariaDB the machine already runs is left alone.  mariadbd
+# runs as root (--user=root) like every daemon of this cluster.
+rc_dbd_up() {
+	local db=$RC_DIR/db t
+	mkdir -p "$db"
+	# small InnoDB logs: the default 96 MiB file is written out in full
+	mariadb-install-db --no-defaults --datadir="$db/data" --user=root \
+		--auth-root-authentication-method=socket --skip-test-db \
+		--innodb-log-file-size=8M >"$db/install.log" 2>&1 ||
+		{ rc_log "mariadb-install-db failed:"; tail -n 5 "$db/install.log" >&2; return 1; }
+	( rc_nofds; exec mariadbd --no-defaults --datadir="$db/data" --user=root \
+		--socket="$db/mysql.sock" --pid-file="$db/mariadbd.pid" \
+		--bind-address=127.0.0.1 --port=$RC_DB_PORT --skip-name-resolve \
+		--innodb-log-file-size=8M --innodb-lock-wait-timeout=900 \
+		--log-error="$db/mariadbd.log" ) >/dev/null 2>&1 &
+	echo $! >"$db/mariadbd.dpid"
+	for t in $(seq 1 60); do
+		mariadb --no-defaults --socket="$db/mysql.sock" -u root -e 'select 1' >/dev/null 2>&1 && break
+		kill -0 "$(cat "$db/mariadbd.dpid")" 2>/dev/null ||
+			{ rc_log "mariadbd exited:"; tail -n 5 "$db/mariadbd.log" >&2; return 1; }
+		sleep 0.5
+	done
+	# root logs in through the socket as the OS user; slurmdbd over TCP,
+	# with a password of this run
+	RC_DB_PASS=rgpu$$$RANDOM
+	mariadb --no-defaults --socket="$db/mysql.sock" -u root -e "
+		CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$RC_DB_PASS';
+		GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" 2>"$db/grant.err" ||
+		{ rc_log "mariadb: cannot create the slurm user: $(cat "$db/grant.err")"; return 1; }
+	# slurmdbd reads slurmdbd.conf beside $SLURM_CONF; it must be 0600 and
+	# owned by SlurmUser (root)
+	cat >"$RC_DIR/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+DbdHost=localhost
+DbdPort=$RC_DBD_PORT
+SlurmUser=root
+LogFile=$RC_DIR/slurmdbd.log
+PidFile=$RC_DIR/slurmdbd.pid
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$RC_DB_PORT
+StorageUser=slurm
+StoragePass=$RC_DB_PASS
+StorageLoc=slurm_acct_db
+EOF
+	chmod 600 "$RC_DIR/slurmdbd.conf"
+	( rc_nofds; exec slurmdbd -D ) >"$RC_DIR/slurmdbd.out" 2>&1 &
+	echo $! >"$RC_DIR/slurmdbd.dpid"
+	# ready once it answers; then the cluster, an account and the test's
+	# users, so every job has an association
+	for t in $(seq 1 60); do
+		sacctmgr -n -P show cluster >/dev/null 2>&1 && break
+		kill -0 "$(cat "$RC_DIR/slurmdbd.dpid")" 2>/dev/null ||
+			{ rc_log "slurmdbd exited:"; tail -n 5 "$RC_DIR/slurmdbd.out" >&2; return 1; }
+		sleep 0.5
+	done
+	sacctmgr -i add cluster rgputest >"$RC_DIR/sacctmgr.out" 2>&1 &&
+	sacctmgr -i add account rgputest cluster=rgputest >>"$RC_DIR/sacctmgr.out" 2>&1 &&
+	sacctmgr -i add user root,nobody account=rgputest cluster=rgputest >>"$RC_DIR/sacctmgr.out" 2>&1 ||
+		{ rc_log "sacctmgr failed:"; tail -n 5 "$RC_DIR/sacctmgr.out" >&2; return 1; }
 }
 
 rc_rgpud_up() {
@@ -272,6 +377,8 @@ rc_down() {
 		rc_kill_pidfile "$RC_DIR/$n/rgpud.pid"
 	done
 	rc_kill_pidfile "$RC_DIR/slurmctld.dpid"
+	rc_kill_pidfile "$RC_DIR/slurmdbd.dpid"
+	rc_kill_pidfile "$RC_DIR/db/mariadbd.dpid"
 	rc_munge_down
 	rc_net_down
 	if [ -z "${RC_KEEP:-}" ]; then

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Slurm integration tests on a real Slurm (Debian's slurmctld, slurmd,
 # munge): three nodes in network namespaces, two of them GPU nodes running
-# `rgpud --emulated --leases` (see cluster.sh).  Exits 0 only if every
+# `rgpud --emulated --leases`, and slurmdbd over MariaDB for sacct (see
+# cluster.sh; RC_DBD=0 leaves the database out).  Exits 0 only if every
 # scenario passed; 77 (skip) without root, iproute2 or Slurm.  Everything
 # is torn down on exit, and the run is bounded (RGPU_SLURM_TIMEOUT, 540 s).
 #
@@ -46,7 +47,7 @@ finish() {
 	fi
 	if [ "$FAILED" -gt 0 ] && [ -n "${RC_DIR:-}" ]; then
 		echo "---- logs (last lines) ----"
-		tail -n 15 "$RC_DIR"/slurmctld.log "$RC_DIR"/*/slurmd.log "$RC_DIR"/*/rgpud.log 2>/dev/null
+		tail -n 15 "$RC_DIR"/slurmctld.log "$RC_DIR"/slurmdbd.log "$RC_DIR"/*/slurmd.log "$RC_DIR"/*/rgpud.log 2>/dev/null
 	fi
 	rc_down
 	echo "----"
@@ -315,12 +316,20 @@ t_pack_slices() {
 }
 
 # 9. a burst of 40 jobs (whole GPUs, 1 GiB and 3 GiB slices, random order):
-#    none fails, and the GPUs' reserved memory while jobs wait is recorded
+#    none fails, and the GPUs' reserved memory is above 80% on average
+#    whenever jobs wait for room.  A sample counts when a job of the burst
+#    is pending with a reason (Slurm looked at it and found no room or a
+#    higher-priority job ahead: Licenses, Priority, Resources) or is in its
+#    prolog (CONFIGURING, or RUNNING with reason Prolog: it may wait there
+#    for a GPU).  Samples before the first job of the burst left the queue
+#    (Slurm had not looked at the burst yet: nothing admitted, nothing
+#    placed) are left out and counted apart.  Reserved: what rgpud has granted (slices plus their
+#    context reserves, whole GPUs) over the four GPUs' memory.
 t_burst() {
 	local name=mixed_burst_40
 	need_stack $name || return
-	local ids=() kinds=() i j k t bad="" samples=0 high=0 sum=0 min=100 pend r res tot pct
-	local lsum=0 lmin=100 lic lpct all=""
+	local ids=() kinds=() i j k t bad="" samples=0 high=0 min=100 pend r res tot pct
+	local lmin=100 lic lpct all="" lall="" st unlooked=0 started=
 	RANDOM=12
 	# 10 whole GPUs, 20 slices of 1 GiB, 10 of 3 GiB, shuffled (seeded)
 	for i in $(seq 1 10); do kinds+=(whole); done
@@ -336,16 +345,21 @@ t_burst() {
 	done
 	: >"$RC_DIR/burst-samples.txt"
 	for t in $(seq 1 600); do
-		pend=$(squeue -h -j "$(IFS=,; echo "${ids[*]}")" -t PD -o %i 2>/dev/null | wc -l)
-		[ -z "$(squeue -h -j "$(IFS=,; echo "${ids[*]}")" -o %i 2>/dev/null)" ] && break
-		if [ "$pend" -gt 0 ] && r=$(gpu_load); then
+		st=$(squeue -h -j "$(IFS=,; echo "${ids[*]}")" -o '%T %r' 2>/dev/null)
+		[ -z "$st" ] && break
+		# waiting for room: pending with a reason, or in the prolog
+		pend=$(echo "$st" | grep -E '^(PENDING|CONFIGURING) |^RUNNING Prolog$' | grep -vc '^PENDING None$')
+		[ "$(echo "$st" | grep -vc '^PENDING ')" -gt 0 ] && started=1
+		if [ -z "$started" ]; then
+			unlooked=$((unlooked + 1))
+		elif [ "$pend" -gt 0 ] && r=$(gpu_load); then
 			res=$(echo "$r" | awk '{print $2}') tot=$(echo "$r" | awk '{print $4}')
 			pct=$(( res * 100 / tot ))
 			# what Slurm has admitted: the rgpu license's use
 			lic=$(scontrol show lic rgpu 2>/dev/null | tr ' ' '\n' | sed -n 's/^Used=//p;s/^Total=//p' | tr '\n' ' ')
 			lpct=$(echo "$lic" | awk '{ if ($1 > 0) print int($2 * 100 / $1); else print 0 }')
-			echo "$(( $(date +%s) - t0 )) pending=$pend reserved=$pct% license=$lpct%" >>"$RC_DIR/burst-samples.txt"
-			samples=$((samples + 1)) sum=$((sum + pct)) lsum=$((lsum + lpct)) all="$all $pct"
+			echo "$(( $(date +%s) - t0 )) waiting=$pend reserved=$pct% license=$lpct% ($(echo "$st" | awk '{print $1 "/" $2}' | sort | uniq -c | awk '{printf "%s %s, ", $1, $2}'))" >>"$RC_DIR/burst-samples.txt"
+			samples=$((samples + 1)) all="$all $pct" lall="$lall $lpct"
 			[ $pct -ge 80 ] && high=$((high + 1))
 			[ $pct -lt $min ] && min=$pct
 			[ $lpct -lt $lmin ] && lmin=$lpct
@@ -362,15 +376,16 @@ t_burst() {
 	done
 	local mean=0 lmean=0 median=0
 	if [ $samples -gt 0 ]; then
-		mean=$((sum / samples)) lmean=$((lsum / samples))
+		mean=$(echo $all | tr ' ' '\n' | awk '{s += $1} END {printf "%.1f", s / NR}')
+		lmean=$(echo $lall | tr ' ' '\n' | awk '{s += $1} END {printf "%.1f", s / NR}')
 		median=$(echo $all | tr ' ' '\n' | sort -n | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}')
 	fi
-	BURST="40 jobs in ${took} s; while jobs waited ($samples samples): GPU memory reserved mean ${mean}%, median ${median}%, min ${min}%, >= 80% in $high; rgpu license used mean ${lmean}%, min ${lmin}%; $waited job(s) waited in the prolog (longest ${maxw} s)"
+	BURST="40 jobs in ${took} s; while jobs waited for room ($samples samples; $unlooked before the first job started left out): GPU memory reserved mean ${mean}%, median ${median}%, min ${min}%, >= 80% in $high; rgpu license used mean ${lmean}%, min ${lmin}%; $waited job(s) waited in the prolog (longest ${maxw} s)"
 	echo "      $BURST"
 	cp "$RC_DIR/burst-samples.txt" "${RGPU_SLURM_SAMPLES:-/dev/null}" 2>/dev/null
 	if [ -n "$bad" ]; then fail $name "jobs failed:$bad"
 	elif [ $samples -eq 0 ]; then fail $name "no job ever waited: the burst did not fill the GPUs"
-	elif [ $lmean -lt 80 ]; then fail $name "admitted (license) while jobs waited: mean ${lmean}% < 80%"
+	elif ! awk "BEGIN{exit !($mean > 80)}"; then fail $name "GPU memory reserved while jobs waited: mean ${mean}%, not above 80% (min ${min}%)"
 	elif [ $maxw -gt 60 ]; then fail $name "a job waited ${maxw} s in its prolog"
 	else pass $name
 	fi
@@ -402,9 +417,40 @@ t_accounting() {
 	fi
 }
 
+# 11. accounting in slurmdbd: sacct lists a finished job's rgpu allocation
+#     (the license TRES) and its AdminComment with peak memory and GPU time
+t_sacct() {
+	local name=sacct_after_the_job
+	need_stack $name || return
+	if [ "$RC_DBD_ON" != 1 ]; then skipped $name "no slurmdbd/mariadbd in this cluster (apt: slurmdbd mariadb-server)"; return; fi
+	local j t line tres ac peak gs
+	j=$(submit -s --rgpu-mem=1G --wrap "$PROBE --alloc $((300 << 20)) --hold 2") || { fail $name "sbatch refused"; return; }
+	wait_gone "$j" 90 || { fail $name "job $j did not finish"; return; }
+	# slurmctld sends the job's end to slurmdbd on its own schedule
+	for t in $(seq 1 60); do
+		line=$(sacct -n -P -j "$j" -X -o jobid,state,alloctres,admincomment 2>/dev/null | head -n1)
+		echo "$line" | grep -q "|COMPLETED|.*gpu_s=" && break
+		sleep 0.5
+	done
+	echo "      sacct -j $j -X -o jobid,state,alloctres,admincomment -P:"
+	echo "        $line"
+	tres=$(echo "$line" | cut -d'|' -f3)
+	ac=$(echo "$line" | cut -d'|' -f4-)
+	peak=$(echo "$ac" | sed -n 's/.*;peak=\([0-9]*\).*/\1/p')
+	gs=$(echo "$ac" | sed -n 's/.*;gpu_s=\([0-9.]*\).*/\1/p')
+	if [ -z "$line" ]; then fail $name "sacct does not know job $j: $(sacct -j "$j" -P 2>&1 | tr '\n' '|')"
+	elif ! echo "$line" | grep -q "|COMPLETED|"; then fail $name "job $j not COMPLETED in sacct: $line"
+	elif ! echo ",$tres," | grep -q ",license/rgpu=$(job_field "$j" Licenses | sed -n 's/^rgpu:\([0-9]*\).*/\1/p'),"; then
+		fail $name "AllocTRES has not the job's rgpu license ($(job_field "$j" Licenses)): $tres"
+	elif [ -z "$peak" ] || [ "$peak" -lt $((300 << 20)) ]; then fail $name "no peak memory of 300 MiB or more in sacct's AdminComment: $ac"
+	elif [ -z "$gs" ] || ! awk "BEGIN{exit !($gs >= 1.5)}"; then fail $name "GPU time '$gs' s in sacct for a job that held its GPU 2 s"
+	else pass $name
+	fi
+}
+
 # RGPU_SLURM_ONLY="t_burst t_pack_slices" runs only those (while iterating)
 for t in ${RGPU_SLURM_ONLY:-t_bad_options t_no_lease t_two_gpus t_quota t_share t_scancel t_busy \
-	t_accounting t_pack_slices t_burst}; do
+	t_accounting t_sacct t_pack_slices t_burst}; do
 	$t
 	drain_jobs
 done
