@@ -211,6 +211,15 @@ done
 	echo
 	awk -F'\t' '$3 != "built" { printf "- %s (%s): %s %s\n", $1, $2, $3, $4 }' "$BIN/manifest.tsv"
 } >"$R"
+# the samples that pass directly but not through rgpud, last (where a
+# summary that keeps only the tail of the output still has them)
+for name in "${names[@]}"; do
+	[ -s "$RES/$name" ] || continue
+	IFS=$'\t' read -r vd vt vl cat w <"$RES/$name"
+	if [ "$vd" = pass ] && { [ "$vt" != pass ] || [ "$vl" != pass ]; }; then
+		echo "THROUGH RGPU FAILS: $name: tcp $vt, same host $vl${w:+ ($w)}"
+	fi
+done
 echo "cuda-samples: $ran run; direct ${n[direct]}, tcp ${n[tcp]}, local ${n[local]};" \
 	"$both of $eligible direct passes pass both ways through rgpud; table: $R"
 exit 0

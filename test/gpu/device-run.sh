@@ -99,5 +99,12 @@ for p in $parts; do
 	# the logs of the parts it finished
 	tar -C "$W" -czf "$OUT/logs.tar.gz" logs 2>/dev/null
 	cp "$S" "$OUT/summary.txt" 2>/dev/null
+	# the part's tables and summaries on their own as well: a log tarball
+	# over the transfer limit does not come back (the cuda-samples table
+	# was lost that way)
+	if [ -d "$L/$p" ]; then
+		find "$L/$p" -maxdepth 2 -type f \( -name '*.md' -o -name '*summary*.txt' \) -size -2M |
+			tar -czf "$OUT/$p-results.tar.gz" -T - 2>/dev/null
+	fi
 done
 cat "$S"
