@@ -24,10 +24,13 @@ int op_memset2d(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if ((esz != 1 && esz != 2 && esz != 4) || width > UINT64_MAX / esz)
 		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t row = width * esz, span = 0;
-	if (height && (pitch < row || (height - 1) > (UINT64_MAX - row) / pitch))
-		return CUDA_ERROR_INVALID_VALUE;
-	if (height && width)
+	/* an empty rectangle touches nothing, whatever its pitch (0 too: the
+	 * bound below divides by it; found by fuzz_dispatch_lease) */
+	if (height && width) {
+		if (pitch < row || (height - 1) > (UINT64_MAX - row) / pitch)
+			return CUDA_ERROR_INVALID_VALUE;
 		span = (height - 1) * pitch + row;
+	}
 	void *st;
 	int rc = stage_check(s, ctx, sid, dst, span, &st);
 	if (rc)
