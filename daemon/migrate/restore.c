@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/personality.h>
+#include <time.h>
 
 #define D (&rgpud_server.drv)
 #define CHUNK (8u << 20)
@@ -150,6 +151,13 @@ static int create(struct rst *r, uint64_t len)
 	wbuf_reset(&s->tx);
 	free(p);
 	return rc;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 static void pin_free(struct rst *r)
@@ -301,12 +309,19 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		case SNAP_HEADER:
 			rc = nrec ? BAD("malformed session state (two headers)") : header(r, len, info);
 			break;
-		case SNAP_CREATE:
+		case SNAP_CREATE: {
+			uint64_t t0 = now_ns();
 			rc = create(r, len);
+			info->create_ns += now_ns() - t0;
 			break;
-		case SNAP_MEMORY:
+		}
+		case SNAP_MEMORY: {
+			uint64_t t0 = now_ns();
 			rc = memory(r, len);
+			info->mem_ns += now_ns() - t0;
+			info->mem_bytes += len;
 			break;
+		}
 		case SNAP_TABLE:
 			rc = table(r, len);
 			break;

@@ -71,6 +71,9 @@ struct snap_info {
 	uint64_t job, last_id;
 	uint32_t ngpu;
 	uint32_t gpus[SNAP_MAX_GPUS];
+	/* where the restore's time went (the log says it): objects re-created
+	 * (modules loaded again, contexts) and device memory copied in */
+	uint64_t create_ns, mem_ns, mem_bytes;
 };
 
 /* Rebuilds a captured session into s, a fresh one (restore.c).  gpu_to:

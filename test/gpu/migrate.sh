@@ -137,6 +137,8 @@ per_gib=$(awk -v p="$pause" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.0f"
 result migrate "$([ $MRC = 0 ] && [ "$same" = 0 ] && grep -q "1 moved" "$OUT/migrate.cmd" && echo 0 || echo 1)" \
 	"moved at step $MOVE_AT to a second rgpud over TCP, old server killed; losses identical to plain: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/migrate.cmd"); state ${bytes:-?} bytes streamed in ${secs:-?} s; rgpu migrate took $(awk -v a="$t0" -v b="${t1:-$t0}" 'BEGIN{printf "%.2f", b-a}') s; pause seen by the run $pause ms = $per_gib ms per GiB"
 kill_all "$BP"
+# where the target's time went (objects re-created, memory copied in)
+grep -o "objects re-created in .*" "$OUT/rgpud-migB.log" 2>/dev/null | tail -1 | sed 's/^/migrate target: /' | tee -a "$S"
 # the path's own copy bandwidth, measured here: plain TCP over loopback
 # (bench/raw_tcp, 256 MiB, the faster of its two modes) against the pause
 if [ -x "$B/bench/raw_tcp" ] && [ -n "${bytes:-}" ]; then
