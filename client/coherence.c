@@ -508,3 +508,31 @@ void rc_coh_device_use(uint64_t p)
 	}
 	pthread_mutex_unlock(&coh_lock);
 }
+
+/* Attaching managed memory to a stream tells a device without concurrent
+ * managed access which stream's work may touch it, so that the host may
+ * use it while other streams run.  Here the host and the device copies
+ * meet only at coherence points (a launch releases, a synchronisation
+ * acquires), whatever the attachment, and work that does not touch the
+ * memory never holds the host up: there is nothing to change.  The call
+ * checks what CUDA checks and succeeds. */
+RC_EXPORT CUresult cuStreamAttachMemAsync(CUstream s, CUdeviceptr dptr, size_t length,
+					  unsigned int flags)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	if (rc)
+		return rc;
+	if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
+	    flags != CU_MEM_ATTACH_SINGLE)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* one stream's own memory needs a stream of its own */
+	if (flags == CU_MEM_ATTACH_SINGLE &&
+	    (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!rc_managed((const void *)(uintptr_t)dptr))
+		return CUDA_ERROR_INVALID_VALUE;
+	(void)length; /* 0 or the allocation: either way all of it */
+	return CUDA_SUCCESS;
+}

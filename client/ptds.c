@@ -127,6 +127,12 @@ RC_EXPORT CUresult cuStreamQuery_ptsz(CUstream s)
 	return cuStreamQuery(pt(s));
 }
 
+RC_EXPORT CUresult cuStreamAttachMemAsync_ptsz(CUstream s, CUdeviceptr dptr, size_t length,
+					       unsigned int flags)
+{
+	return cuStreamAttachMemAsync(pt(s), dptr, length, flags);
+}
+
 RC_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned int flags)
 {
 	return cuStreamWaitEvent(pt(s), e, flags);

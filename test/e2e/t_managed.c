@@ -60,6 +60,26 @@ int main(int argc, char **argv)
 		if (c[i] != 2.0f * (float)i)
 			fail("after cuMemcpy into managed memory: c[%d] = %g, want %g", i, c[i], 2.0f * i);
 	result("managed", c, bytes);
+	/* attaching managed memory to a stream (UnifiedMemoryPerf does) */
+	CUstream st;
+	CK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+	CK(cuStreamAttachMemAsync(st, mb, 0, CU_MEM_ATTACH_SINGLE));
+	CK(cuStreamAttachMemAsync(st, mb, 0, CU_MEM_ATTACH_HOST));
+	CK(cuStreamAttachMemAsync(NULL, mb, 0, CU_MEM_ATTACH_GLOBAL));
+	CK(cuStreamSynchronize(st));
+	EXPECT_RC(cuStreamAttachMemAsync(st, mb, 0, 0x7), CUDA_ERROR_INVALID_VALUE);
+	EXPECT_RC(cuStreamAttachMemAsync(NULL, mb, 0, CU_MEM_ATTACH_SINGLE), CUDA_ERROR_INVALID_VALUE);
+	CUdeviceptr plain;
+	CK(cuMemAlloc(&plain, 4096));
+	EXPECT_RC(cuStreamAttachMemAsync(st, plain, 0, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_INVALID_VALUE);
+	CK(cuMemFree(plain));
+	/* the memory is still the kernels' and the host's after it */
+	launch1d(add, (unsigned)n, st, args);
+	CK(cuStreamSynchronize(st));
+	for (int i = 0; i < n; i++)
+		if (c[i] != 2.0f * (float)i)
+			fail("after cuStreamAttachMemAsync: c[%d] = %g, want %g", i, c[i], 2.0f * i);
+	CK(cuStreamDestroy(st));
 	CK(cuMemFree(ma));
 	CK(cuMemFree(mb));
 	CK(cuMemFree(mc));
