@@ -115,10 +115,8 @@ static struct rg_conn *connect_hello(const char *host, unsigned port, uint64_t j
 	/* a user's tool on the server's own host goes through the Unix
 	 * socket, where the kernel says who it is (rgpu top then shows a
 	 * user their sessions, root all of them, without munge) */
-	if (optional && rgpu_host_is_local(host))
-		c->io = rgpu_unix_connect(port, err, errlen);
-	if (!c->io)
-		c->io = rgpu_tcp_connect(host, port, timeout_ms, err, errlen);
+	c->io = optional ? rgpu_connect_local_first(host, port, timeout_ms, err, errlen)
+			 : rgpu_tcp_connect(host, port, timeout_ms, err, errlen);
 	if (!c->io) {
 		free(c);
 		return NULL;

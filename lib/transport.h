@@ -72,6 +72,10 @@ struct rgpu_conn *rgpu_unix_accept(int listen_fd);
 /* True if host names an address of this machine (in this network
  * namespace): then the Unix socket is worth trying. */
 int rgpu_host_is_local(const char *host);
+/* The server's Unix socket when host is this machine (the kernel then
+ * vouches for who connects), else, or if that fails, TCP. */
+struct rgpu_conn *rgpu_connect_local_first(const char *host, unsigned port, int timeout_ms,
+					   char *err, size_t errlen);
 /* The peer's pid and uid on a Unix connection; -1 on others. */
 int rgpu_unix_peer(struct rgpu_conn *c, int *pid, unsigned *uid);
 /* internal: a connected stream socket as a "unix" transport connection */

@@ -144,3 +144,12 @@ int rgpu_host_is_local(const char *host)
 	freeaddrinfo(res);
 	return local;
 }
+
+struct rgpu_conn *rgpu_connect_local_first(const char *host, unsigned port, int timeout_ms,
+					   char *err, size_t errlen)
+{
+	struct rgpu_conn *c = NULL;
+	if (rgpu_host_is_local(host))
+		c = rgpu_unix_connect(port, err, errlen);
+	return c ? c : rgpu_tcp_connect(host, port, timeout_ms, err, errlen);
+}

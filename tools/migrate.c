@@ -68,10 +68,8 @@ static struct rgpu_conn *admin_connect(const char *spec)
 		fprintf(stderr, "rgpu: '%s': %s\n", spec, err);
 		return NULL;
 	}
-	struct rgpu_conn *c = NULL;
-	if (rgpu_host_is_local(e.host))
-		c = rgpu_unix_connect(e.port, err, sizeof(err));
-	if (!c && !(c = rgpu_tcp_connect(e.host, e.port, TIMEOUT_MS, err, sizeof(err)))) {
+	struct rgpu_conn *c = rgpu_connect_local_first(e.host, e.port, TIMEOUT_MS, err, sizeof(err));
+	if (!c) {
 		fprintf(stderr, "rgpu: %s: %s\n", spec, err);
 		return NULL;
 	}
