@@ -31,12 +31,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define POOL_MAGIC 0x72706f6f6c310000ULL /* "rpool1" */
+#define POOL_MAGIC 0x72706f6f6c320000ULL /* "rpool2" */
 #define POOL_RECS 256
 
 struct pool_rec {
 	int32_t pid;        /* 0: free */
 	uint32_t pad;
+	uint64_t start;     /* the process's start time: tells a reused pid */
 	uint64_t used[EMU_MAX_DEVICES];
 };
 
@@ -72,13 +73,53 @@ static void seg_unlock(void)
 		abort();
 }
 
+/* When pid started (clock ticks after boot, /proc/PID/stat field 22); 0 when
+ * unknown.  Pids wrap (pid_max is 32768 on many machines) and a killed
+ * worker leaves its record behind, so a live pid alone does not say the
+ * record's owner is alive. */
+static uint64_t proc_start(pid_t pid)
+{
+	char path[64], buf[1024];
+	unsigned long long start = 0;
+	const char *c;
+	ssize_t n;
+	int fd, field = 2;
+
+	snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	c = strrchr(buf, ')'); /* the command name may hold spaces */
+	if (!c)
+		return 0;
+	for (c++; *c && field < 22; c++)
+		if (*c == ' ')
+			field++;
+	if (field != 22 || sscanf(c, "%llu", &start) != 1)
+		return 0;
+	return start;
+}
+
 /* Clears the records of processes that are gone (segment locked). */
 static void reap(void)
 {
 	for (int i = 0; i < POOL_RECS; i++) {
 		pid_t p = seg->rec[i].pid;
+		uint64_t now;
 
-		if (p && p != my_pid && kill(p, 0) != 0 && errno == ESRCH)
+		if (!p || p == my_pid)
+			continue;
+		if (kill(p, 0) != 0 && errno == ESRCH) {
+			memset(&seg->rec[i], 0, sizeof seg->rec[i]);
+			continue;
+		}
+		now = seg->rec[i].start ? proc_start(p) : 0;
+		if (now && now != seg->rec[i].start)
 			memset(&seg->rec[i], 0, sizeof seg->rec[i]);
 	}
 }
@@ -112,7 +153,7 @@ static void name_segment(void)
 				    ? *c
 				    : '_');
 	clean[k] = '\0';
-	snprintf(seg_name, sizeof seg_name, "/rgpu-emu-pool-%ld-%s", (long)getuid(), clean);
+	snprintf(seg_name, sizeof seg_name, "/rgpu-emu-pool2-%ld-%s", (long)getuid(), clean);
 }
 
 static int init_mutex(pthread_mutex_t *m)
@@ -220,13 +261,20 @@ int emu_pool_init(int ndev, size_t total)
 			for (int i = 0; i < EMU_MAX_DEVICES; i++)
 				seg->total[i] = i < ndev ? total : 0;
 		} else {
-			rc = -1; /* one device, two sizes: refuse */
+			/* one device, two sizes: refuse, and say why (cuInit
+			 * can only return INVALID_VALUE) */
+			fprintf(stderr,
+				"rgpu-emu: shared pool %s is in use with %u device(s) of %llu bytes; "
+				"asked for %d of %zu (set RGPU_EMU_POOL to use another)\n",
+				seg_name, seg->ndev, (unsigned long long)seg->total[0], ndev, total);
+			rc = -1;
 		}
 	}
 	for (int i = 0; rc == 0 && i < POOL_RECS; i++)
 		if (seg->rec[i].pid == 0) {
 			memset(&seg->rec[i], 0, sizeof seg->rec[i]);
 			seg->rec[i].pid = my_pid;
+			seg->rec[i].start = proc_start(my_pid);
 			my_rec = i;
 			break;
 		}
