@@ -76,6 +76,9 @@ static int dtoh_stage(void *arg, struct xfer_chunk *c)
 	int rc;
 	if ((c->buf = xfer_pool_get(j->pool, j->ctx, &rc)) < 0)
 		return rc;
+	/* read again when the chunk is sent, after the next one is staged:
+	 * not free for that one once its copy is done */
+	xfer_pool_keep(j->pool, c->buf);
 	rc = D->cuMemcpyDtoHAsync_v2(j->pool->b[c->buf].p, j->src + c->off, c->len, j->st);
 	if (rc)
 		return rc;
@@ -89,7 +92,10 @@ static int dtoh_emit(void *arg, struct xfer_chunk *c, int last)
 	int rc = xfer_pool_wait(j->pool, c->buf);
 	if (rc)
 		return rc;
-	return j->send(j->s, j->h, j->pool, c->buf, c->len, !last) < 0 ? XFER_LOST : 0;
+	if (j->send(j->s, j->h, j->pool, c->buf, c->len, !last) < 0)
+		return XFER_LOST;
+	xfer_pool_unkeep(j->pool, c->buf);
+	return 0;
 }
 
 static void dtoh_abandon(void *arg, struct xfer_chunk *c)

@@ -14,7 +14,8 @@
  *  - struct xfer_pool, the one buffer-plus-event pool.  A buffer is busy
  *    from the moment work on it is queued on a stream until the event
  *    recorded behind that work fires; it is then free for reuse without the
- *    stream ever being waited for.  A private pool (socket staging) owns
+ *    stream ever being waited for, unless its owner keeps it (a
+ *    device-to-host chunk is read after its copy, when it is sent).  A private pool (socket staging) owns
  *    pinned host memory and grows on demand; a shared pool (the same-host
  *    staging ring) lays its buffers over memory the client maps too, with a
  *    per-buffer flag in that memory saying which side holds it.
@@ -87,6 +88,7 @@ struct xfer_buf {
 	uint64_t ctx;  /* the context ev belongs to */
 	uint64_t seq;  /* 0: no work in flight; else the order it was queued */
 	int release;   /* shared pools: hand back to the peer when done */
+	int kept;      /* its owner still reads it: not free when work is done */
 	int owned;     /* 1 pinned, 2 plain memory (private pools) */
 };
 
@@ -121,6 +123,11 @@ int xfer_pool_claim(struct xfer_pool *p, int i, uint64_t ctx);
 /* Buffer i is busy until the work queued so far on stream is done; with
  * release, a shared buffer goes back to the peer then. */
 int xfer_pool_put(struct xfer_pool *p, int i, void *stream, int release);
+/* Buffer i stays taken after its work is done, until xfer_pool_unkeep or
+ * xfer_pool_drop: the data a device-to-host copy left there is still to be
+ * sent while later chunks take buffers. */
+void xfer_pool_keep(struct xfer_pool *p, int i);
+void xfer_pool_unkeep(struct xfer_pool *p, int i);
 /* Waits until buffer i has no work in flight. */
 int xfer_pool_wait(struct xfer_pool *p, int i);
 /* Frees every buffer whose work is done. */

@@ -41,14 +41,15 @@ static int is_free(struct xfer_pool *p, int i)
 	struct xfer_buf *b = &p->b[i];
 	if (b->seq && p->dev->event_query(b->ev) == 0)
 		done(p, i);
-	return !b->seq && (!p->shared || __atomic_load_n(&p->shared[i], __ATOMIC_ACQUIRE) == 0);
+	return !b->seq && !b->kept &&
+	       (!p->shared || __atomic_load_n(&p->shared[i], __ATOMIC_ACQUIRE) == 0);
 }
 
 static int oldest(const struct xfer_pool *p)
 {
 	int o = -1;
 	for (int i = 0; i < p->n; i++)
-		if (p->b[i].seq && (o < 0 || p->b[i].seq < p->b[o].seq))
+		if (p->b[i].seq && !p->b[i].kept && (o < 0 || p->b[i].seq < p->b[o].seq))
 			o = i;
 	return o;
 }
@@ -93,9 +94,14 @@ static int pick(struct xfer_pool *p, int *rc)
 		if (!p->shared) {
 			if (p->n < p->max)
 				return grow(p, rc);
-			/* all in flight: wait for the oldest */
+			/* all in flight: wait for the oldest (kept ones are
+			 * their owner's until it lets go) */
 			int o = oldest(p);
-			if (o < 0 || (*rc = xfer_pool_wait(p, o)))
+			if (o < 0) {
+				*rc = XFER_ERR_NOMEM;
+				return -1;
+			}
+			if ((*rc = xfer_pool_wait(p, o)))
 				return -1;
 			return o;
 		}
@@ -152,6 +158,10 @@ int xfer_pool_put(struct xfer_pool *p, int i, void *stream, int release)
 	return 0;
 }
 
+void xfer_pool_keep(struct xfer_pool *p, int i) { p->b[i].kept = 1; }
+
+void xfer_pool_unkeep(struct xfer_pool *p, int i) { p->b[i].kept = 0; }
+
 int xfer_pool_wait(struct xfer_pool *p, int i)
 {
 	struct xfer_buf *b = &p->b[i];
@@ -182,6 +192,7 @@ void xfer_pool_drop(struct xfer_pool *p, int i)
 	if (i < 0 || i >= p->n)
 		return;
 	(void)xfer_pool_wait(p, i);
+	p->b[i].kept = 0;
 	if (p->shared)
 		__atomic_store_n(&p->shared[i], 0, __ATOMIC_RELEASE);
 }

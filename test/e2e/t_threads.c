@@ -36,13 +36,24 @@ struct tstate {
 
 static pthread_barrier_t start;
 
+/* On a mismatch, says how far it goes (a race shows as a whole run of
+ * another copy's data, not one element). */
 static void check_ints(const int *got, size_t n, int base, int add, const char *what, int id,
 		       int it)
 {
+	size_t first = n, last = 0, bad = 0;
 	for (size_t i = 0; i < n; i++)
-		if (got[i] != base + (int)i + add)
-			fail("thread %d iteration %d: %s[%zu] = %d, want %d", id, it, what, i, got[i],
-			     base + (int)i + add);
+		if (got[i] != base + (int)i + add) {
+			if (first == n)
+				first = i;
+			last = i;
+			bad++;
+		}
+	if (bad)
+		fail("thread %d iteration %d: %s[%zu] = %d, want %d (%zu of %zu elements wrong, "
+		     "[%zu..%zu]; [%zu] = %d)",
+		     id, it, what, first, got[first], base + (int)first + add, bad, n, first, last,
+		     last, got[last]);
 }
 
 static void *worker(void *arg)

@@ -165,6 +165,42 @@ static void test_private_pool(void)
 	   "a failed record leaves the buffer free");
 	xfer_pool_free(&p);
 	ok(nev == 0, "freeing the pool destroys every event");
+
+	/* a device-to-host chunk is sent after the next one is staged: its
+	 * buffer stays its own when the copy into it is done (a reuse sent
+	 * the next chunk's data in its place: t_threads_helgrind) */
+	xfer_pool_init(&p, &fdev, 3, 64);
+	int k0 = xfer_pool_get(&p, 1, &rc);
+	xfer_pool_keep(&p, k0);
+	xfer_pool_put(&p, k0, NULL, 0);
+	int busy = xfer_pool_get(&p, 1, &rc);
+	xfer_pool_put(&p, busy, NULL, 0);
+	fire(&p, k0);
+	p.next = k0; /* the scan would come to it first */
+	int k1 = xfer_pool_get(&p, 1, &rc);
+	ok(k1 >= 0 && k1 != k0 && k1 != busy && host_allocs == 2 + 3,
+	   "a kept buffer whose copy is done is not handed out: the pool grows");
+	xfer_pool_put(&p, k1, NULL, 0);
+	s0 = syncs;
+	p.next = k0;
+	int k2 = xfer_pool_get(&p, 1, &rc);
+	ok(k2 == busy && syncs == s0 + 1,
+	   "at the cap, the oldest work that is not kept is waited for (%d)", k2);
+	xfer_pool_put(&p, k2, NULL, 0);
+	xfer_pool_unkeep(&p, k0);
+	p.next = k0;
+	ok(xfer_pool_get(&p, 1, &rc) == k0, "once sent, the buffer is reused");
+	xfer_pool_keep(&p, k0);
+	xfer_pool_drop(&p, k0);
+	p.next = k0;
+	ok(xfer_pool_get(&p, 1, &rc) == k0, "a dropped buffer is no longer kept");
+	xfer_pool_free(&p);
+	xfer_pool_init(&p, &fdev, 1, 64);
+	k0 = xfer_pool_get(&p, 1, &rc);
+	xfer_pool_keep(&p, k0);
+	ok(xfer_pool_get(&p, 1, &rc) < 0 && rc == XFER_ERR_NOMEM,
+	   "every buffer kept: an error, not a buffer still in use");
+	xfer_pool_free(&p);
 	fail_alloc = 1;
 	xfer_pool_init(&p, &fdev, 2, 64);
 	ok(xfer_pool_get(&p, 1, &rc) == 0 && p.b[0].owned == 2,
