@@ -128,25 +128,29 @@ def main(argv):
             print()
 
     print("=== latency, microseconds, median per call")
-    print("%-12s %9s %9s %12s %10s %10s %9s %9s" % (
-        "call", "local", "rgpud", "TCP rtt 4B", "rgpud/TCP", "rgpud/loc", "shm", "shm/loc"))
+    print("%-12s %9s %9s %12s %10s %10s %9s %9s %9s" % (
+        "call", "local", "rgpud", "TCP rtt 4B", "rgpud/TCP", "rgpud/loc", "shm", "shm/loc",
+        "shm sock"))
     tcp_rtt = lat.get(("raw_tcp", "rtt_4B"))
     for op in ("ctx_sync", "null_call", "htod_4B", "dtoh_4B", "launch_sync", "launch_async"):
         loc = lat.get(("local", op))
         rg = lat.get(("rgpud", op))
         sm = lat.get(("rgpud_shm", op))
+        ss = lat.get(("rgpud_shmsock", op))
         if loc is None and rg is None:
             continue
         c = {"kind": "cmp_lat", "op": op, "local_us": loc, "rgpud_us": rg,
              "raw_tcp_rtt_us": tcp_rtt, "rgpud_over_raw_tcp": ratio(rg, tcp_rtt),
              "rgpud_over_local": ratio(rg, loc), "shm_us": sm,
-             "shm_over_local": ratio(sm, loc)}
+             "shm_over_local": ratio(sm, loc), "shm_socket_us": ss}
         out.append(c)
-        print("%-12s %9s %9s %12s %10s %10s %9s %9s" % (
+        print("%-12s %9s %9s %12s %10s %10s %9s %9s %9s" % (
             op, f(loc, ".1f"), f(rg, ".1f"), f(tcp_rtt, ".1f"),
             f(c["rgpud_over_raw_tcp"], ".2f"),
-            f(c["rgpud_over_local"], ".2f"), f(sm, ".1f"), f(c["shm_over_local"], ".2f")))
-    print("(ratios are rgpud time / other time: 1.00 = as fast)")
+            f(c["rgpud_over_local"], ".2f"), f(sm, ".1f"), f(c["shm_over_local"], ".2f"),
+            f(ss, ".1f")))
+    print("(ratios are rgpud time / other time: 1.00 = as fast; shm: same host, calls"
+          " through the shared-memory queues; shm sock: the same through the Unix socket)")
     la_loc, la_rg = lat.get(("local", "launch_async")), lat.get(("rgpud", "launch_async"))
     if la_loc and la_rg:
         rate = la_loc / la_rg
@@ -154,6 +158,12 @@ def main(argv):
               "rgpud %.0f/s: rgpud = %.0f%% of local" % (1e6 / la_loc, 1e6 / la_rg, rate * 100))
         out.append({"kind": "launch_rate", "local_per_s": 1e6 / la_loc,
                     "rgpud_per_s": 1e6 / la_rg, "rgpud_over_local": rate})
+    la_sm = lat.get(("rgpud_shm", "launch_async"))
+    if la_loc and la_sm:
+        print("launch rate, same host: rgpud %.0f/s = %.0f%% of local" % (
+            1e6 / la_sm, la_loc / la_sm * 100))
+        out.append({"kind": "launch_rate_shm", "local_per_s": 1e6 / la_loc,
+                    "rgpud_per_s": 1e6 / la_sm, "rgpud_over_local": la_loc / la_sm})
     if not have_local:
         print("(no local column: %s)" % meta.get("local_skipped", "not measured"))
 

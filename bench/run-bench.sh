@@ -191,6 +191,16 @@ if start_daemon; then
 		echo "FAIL: bw_lat through rgpud (same host):"; tail -5 "$LOGDIR/rgpud_shm.err"
 		STATUS=1
 	fi
+	# the calls through the socket instead of the shared-memory queues:
+	# what the queues save, in the same run
+	echo "--- the same host, calls through the Unix socket (RGPU_SHM_CALLS=0; latency only)"
+	if ! RGPU_TRANSPORT=local RGPU_SHM_CALLS=0 RGPU_SERVERS="127.0.0.1:$PORT/$DEVICE" \
+		LD_LIBRARY_PATH=$CLIENTDIR "$BW_LAT" --target rgpud_shmsock --no-bw \
+		--min-time "$MIN_TIME" --json "$LOGDIR/rgpud_shmsock.jsonl" \
+		2>"$LOGDIR/rgpud_shmsock.err" | tee "$LOGDIR/rgpud_shmsock.out"; then
+		echo "FAIL: bw_lat through rgpud (same host, socket):"; tail -5 "$LOGDIR/rgpud_shmsock.err"
+		STATUS=1
+	fi
 	if ! kill -0 "$DAEMON_PID" 2>/dev/null; then
 		echo "FAIL: rgpud exited during the run (see $LOGDIR/rgpud.log)"
 		STATUS=1
@@ -223,7 +233,7 @@ cat >"$LOGDIR/meta.json" <<EOF
  "local_skipped": $(json_str "$LOCAL_SKIPPED")}
 EOF
 inputs=()
-for t in local rgpud rgpud_shm raw_tcp; do
+for t in local rgpud rgpud_shm rgpud_shmsock raw_tcp; do
 	[ -s "$LOGDIR/$t.jsonl" ] && inputs+=("$LOGDIR/$t.jsonl")
 done
 if ! "$PYTHON" "$here/combine.py" "$LOGDIR/meta.json" "$OUT_DIR/bench.json" "${inputs[@]}"; then

@@ -75,6 +75,7 @@ struct rc_conn {
 	size_t ring_size;
 	uint32_t nslots, next_slot;
 	uint32_t *slot_state;
+	int shmq;                 /* calls go through shared-memory queues (shm.c) */
 };
 
 struct rc_ctx;
@@ -302,6 +303,9 @@ CUresult rc_conn_failed(struct rc_conn *c, const char *what);
 
 /* shm.c: the same-host data path (copies: xfer_client.h) */
 void rc_shm_setup(struct rc_conn *c);
+/* Moves c's calls onto shared-memory queues with a doorbell (RGPU_SHM_CALLS;
+ * transport_shmq.c); they stay on the socket if that cannot be done. */
+void rc_shmq_setup(struct rc_conn *c);
 CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
 		       uint32_t nslots);
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);

@@ -199,8 +199,10 @@ static void do_init(void)
 		}
 		rc_replay_gpu_moved = gpu_moved;
 		rc_replay_setup(c);
-		if (c->local)
+		if (c->local) {
 			rc_shm_setup(c);
+			rc_shmq_setup(c);
+		}
 		else if (tp == RS_TP_VERBS || tp == RS_TP_AUTO) {
 			rc = verbs_upgrade(c, tp == RS_TP_VERBS);
 			if (rc) {
@@ -209,7 +211,12 @@ static void do_init(void)
 			}
 		}
 		log_info("connected to %s at %s:%u (%d GPUs, %s)", c->server_id, c->host, c->port,
-			 c->ndev, c->ring ? "same host, shared memory" : c->local ? "same host" : "TCP");
+			 c->ndev,
+			 c->ring && c->shmq ? "same host, shared memory for calls and copies"
+			 : c->ring	    ? "same host, shared memory for copies"
+			 : c->shmq	    ? "same host, shared memory for calls"
+			 : c->local	    ? "same host"
+					    : "TCP");
 	}
 	for (int i = 0; i < n; i++) {
 		struct rc_dev *d = &rc_devs[i];

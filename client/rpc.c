@@ -21,7 +21,6 @@
 #include "stats.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <signal.h>
 #include <time.h>
 #include <stdio.h>
@@ -331,7 +330,9 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 	 * (queued requests too: recovery drops the queue, replay.c) */
 	rc_replay_log(c, id, op, flags, a, alen, b, blen);
 	rc_stats_request(op, w != NULL, RGPU_HDR_SIZE + alen + blen);
-	if (queue && rc_setting(RS_COALESCE_US) && !blen) {
+	/* through shared memory a frame costs a copy, not a system call:
+	 * nothing to save by waiting */
+	if (queue && !c->shmq && rc_setting(RS_COALESCE_US) && !blen) {
 		size_t before = c->txq.len;
 		put_raw(&c->txq, hb, sizeof(hb));
 		put_raw(&c->txq, a, alen);
@@ -618,8 +619,7 @@ static CUresult wait_frame(struct rc_conn *c, struct rc_waiter *w)
 
 int rc_poll(struct rc_conn *c)
 {
-	int fd = c->c ? rgpu_conn_fd(c->c) : -1;
-	if (fd < 0)
+	if (!c->c || rgpu_conn_fd(c->c) < 0)
 		return -1;
 	/* what is asked about may still be queued here */
 	rc_flush(c);
@@ -635,10 +635,8 @@ int rc_poll(struct rc_conn *c)
 	c->reading = 1;
 	pthread_mutex_unlock(&c->rx_lock);
 	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
 		/* bytes in the buffer: a frame at least begun there */
-		if (c->rx_off == c->rx_len &&
-		    (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLHUP | POLLERR))))
+		if (c->rx_off == c->rx_len && rgpu_conn_ready(c->c) <= 0)
 			break;
 		if (read_one(c))
 			break; /* the connection is marked dead */

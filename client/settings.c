@@ -49,6 +49,12 @@ static const struct setting table[RS_COUNT] = {
 	[RS_COALESCE_US] = { "RGPU_COALESCE_US", K_INT, 50, 0, 10000, NULL,
 			     "microseconds a request without a reply (a launch, an asynchronous "
 			     "copy) may wait to go out with others; 0: each goes out at once" },
+	[RS_SHM_CALLS] = { "RGPU_SHM_CALLS", K_INT, 1, 0, 1, NULL,
+			   "1: on the same host, calls go through shared-memory queues with a "
+			   "doorbell; 0: through the Unix socket" },
+	[RS_SPIN_US] = { "RGPU_SPIN_US", K_INT, 50, 0, 100000, NULL,
+			 "microseconds a thread waiting for a same-host server's reply spins "
+			 "before it sleeps (0: sleeps at once)" },
 };
 
 static unsigned long long value[RS_COUNT];

@@ -18,6 +18,8 @@ enum rc_setting {
 	RS_WRITE_TRACKING,       /* 0 or 1 */
 	RS_STATS,                /* 0 or 1: call statistics at exit (stats.c) */
 	RS_COALESCE_US,          /* requests without a reply wait at most this (rpc.c) */
+	RS_SHM_CALLS,            /* 0 or 1: calls through shared memory on the same host */
+	RS_SPIN_US,              /* a reader spins this long before it sleeps (shmq) */
 	RS_COUNT
 };
 

@@ -8,6 +8,7 @@
 #include "xfer_client.h"
 #include "frame.h"
 #include "log.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -156,6 +157,47 @@ void rc_shm_setup(struct rc_conn *c)
 	c->ring_size = size;
 	c->nslots = RING_SLOTS;
 	c->slot_state = p;
+}
+
+/* Calls through shared memory: a 1 MiB queue each way is many small
+ * calls deep; larger frames (module images) stream through it. */
+#define SHMQ_RING (1u << 20)
+
+void rc_shmq_setup(struct rc_conn *c)
+{
+	char err[256];
+	int fd;
+	void *mem;
+	if (!rc_setting(RS_SHM_CALLS))
+		return;
+	if (rgpu_shmq_make(SHMQ_RING, &fd, &mem, err, sizeof(err)) < 0) {
+		log_info("%s:%u: %s; calls go through the socket", c->host, c->port, err);
+		return;
+	}
+	struct wbuf *w = rc_req();
+	put_u32(w, 2);
+	put_u32(w, (uint32_t)fd);
+	put_u64(w, SHMQ_RING);
+	struct rd r;
+	CUresult rc = rc_call(c, RGPU_OP_TRANSPORT, w, &r);
+	close(fd); /* the server has its own mapping now */
+	if (rc) {
+		const char *why = get_str(&r, 255);
+		log_info("%s:%u: calls go through the socket: %s", c->host, c->port,
+			 why ? why : "the server did not take the shared queues");
+		munmap(mem, rgpu_shmq_size(SHMQ_RING));
+		return;
+	}
+	/* the server moved on as it answered: so do we, with nothing in
+	 * flight (cuInit's one thread) */
+	struct rgpu_conn *q = rgpu_shmq_wrap(c->c, mem, SHMQ_RING, 0, (unsigned)rc_setting(RS_SPIN_US));
+	if (!q) {
+		munmap(mem, rgpu_shmq_size(SHMQ_RING));
+		rc_conn_fail(c, RGPU_E_SYSTEM, "out of memory for the shared call queues");
+		return;
+	}
+	c->c = q;
+	c->shmq = 1;
 }
 
 static int slot_free(struct rc_conn *c)

@@ -134,37 +134,3 @@ int op_device_info(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	}
 	return CUDA_SUCCESS;
 }
-
-/* Switch to InfiniBand verbs: answered first, then both ends upgrade. */
-int op_transport(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
-{
-	uint32_t kind = get_u32(r);
-	if (!rd_done(r))
-		return OP_DROP;
-	const char *why = "unknown transport";
-#ifdef HAVE_VERBS
-	char buf[256];
-	const char *mode = getenv("RGPU_TRANSPORT");
-	if (kind == 1 && mode && !strcmp(mode, "tcp"))
-		why = "this server runs with RGPU_TRANSPORT=tcp";
-	else if (kind == 1 && !rgpu_verbs_available(buf, sizeof(buf)))
-		why = buf;
-	else if (kind == 1 && s->in_len != s->in_off)
-		why = "requests are in flight";
-	else if (kind == 1) {
-		if (session_send_reply(s, h, 0, 0, NULL, 0) < 0)
-			return OP_DROP;
-		struct rgpu_error err;
-		struct rgpu_conn *v = rgpu_verbs_upgrade(s->conn, 1, &err);
-		if (v) {
-			s->conn = v;
-			log_info("%s: now on InfiniBand verbs", s->name);
-		} else {
-			log_warn("%s: staying on TCP: %s", s->name, err.text);
-		}
-		return OP_REPLIED;
-	}
-#endif
-	put_str(out, why);
-	return CUDA_ERROR_NOT_SUPPORTED;
-}

@@ -86,7 +86,7 @@ void shm_cleanup(struct session *s)
 static int shm_idle(void *arg, unsigned waited_ms)
 {
 	struct session *s = arg;
-	struct pollfd p = { .fd = rgpu_tcp_fd(s->conn), .events = POLLRDHUP };
+	struct pollfd p = { .fd = rgpu_conn_fd(s->conn), .events = POLLRDHUP };
 	if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
 		log_info("%s: the client went away during a copy", s->name);
 		return XFER_LOST;
@@ -98,6 +98,27 @@ static int shm_idle(void *arg, unsigned waited_ms)
 	struct timespec ts = { 0, 20 * 1000 };
 	nanosleep(&ts, NULL);
 	return 0;
+}
+
+int shm_client_fd(struct session *s, uint32_t fd, uint64_t size)
+{
+	int pid;
+	unsigned uid;
+	if (rgpu_unix_peer(s->conn, &pid, &uid) < 0)
+		return -1;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd/%u", pid, fd);
+	int mfd = open(path, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (mfd < 0 || fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
+	    (uint64_t)st.st_size < size) {
+		log_warn("%s: cannot share the client's memory %s: %s", s->name, path,
+			 mfd < 0 ? strerror(errno) : "not the client's memory file of that size");
+		if (mfd >= 0)
+			close(mfd);
+		return -1;
+	}
+	return mfd;
 }
 
 int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -132,18 +153,9 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 			 "the cap is %s (RGPUD_MAX_PINNED)", s->name, a, b, c);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/fd/%u", pid, fd);
-	int mfd = open(path, O_RDWR | O_CLOEXEC);
-	struct stat st;
-	if (mfd < 0 || fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
-	    (uint64_t)st.st_size < size) {
-		log_warn("%s: cannot share the client's memory %s: %s", s->name, path,
-			 mfd < 0 ? strerror(errno) : "not the client's memory file of that size");
-		if (mfd >= 0)
-			close(mfd);
+	int mfd = shm_client_fd(s, fd, size);
+	if (mfd < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	}
 	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	close(mfd);
 	if (p == MAP_FAILED)

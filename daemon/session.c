@@ -428,15 +428,21 @@ static int read_payload(struct session *s, size_t n)
  * failed: the next read or gate call finds out). */
 static int session_wait_client(struct session *s)
 {
-	int cfd = s->conn ? rgpu_tcp_fd(s->conn) : -1;
+	int cfd = s->conn ? rgpu_conn_fd(s->conn) : -1;
 	int ctl = mem_parent_fd(s);
 	if (cfd < 0 || (ctl < 0 && s->mig_fd <= 0))
 		return 0;
 	for (;;) {
+		/* shared-memory call queues: input may be there without the
+		 * socket saying so (transport.h) */
+		int armed = rgpu_conn_arm(s->conn);
+		if (armed)
+			return 0;
 		struct pollfd pf[3] = { { .fd = cfd, .events = POLLIN },
 					{ .fd = ctl, .events = POLLIN },
 					{ .fd = s->mig_fd > 0 ? s->mig_fd : -1, .events = POLLIN } };
 		int n = poll(pf, 3, -1);
+		rgpu_conn_disarm(s->conn);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
@@ -452,7 +458,9 @@ static int session_wait_client(struct session *s)
 			mem_parent_input(s);
 		else if (pf[1].revents & (POLLHUP | POLLERR))
 			return 0;
-		if (pf[0].revents)
+		/* a late doorbell is no input: wait on */
+		if (pf[0].revents &&
+		    ((pf[0].revents & (POLLHUP | POLLERR)) || rgpu_conn_ready(s->conn) != 0))
 			return 0;
 		if (s->mig_fd <= 0 && ctl < 0)
 			return 0;

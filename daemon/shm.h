@@ -35,6 +35,11 @@ struct shm_state {
  * RGPUD_MAX_PINNED, default a quarter of this machine's memory. */
 uint64_t shm_pin_cap(void);
 
+/* The same-host client's open file fd (by its number in the client),
+ * opened here if it is the client's own regular file of at least size
+ * bytes: a descriptor, or -1 (logged). */
+int shm_client_fd(struct session *s, uint32_t fd, uint64_t size);
+
 void shm_cleanup(struct session *s);
 /* A context is going away: its slot events go with it. */
 void shm_forget_ctx(struct session *s, uint64_t ctx);

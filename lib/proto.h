@@ -196,9 +196,11 @@ typedef uint64_t rgpu_handle;
 	X(VMEM_MAP, 76, "device memory at a fixed address")                   \
 	/* handle ctx, u64 addr -> */                                          \
 	X(VMEM_UNMAP, 77, "release fixed-address device memory")             \
-	/* u32 kind (1: InfiniBand verbs) -> ; on success both ends switch the \
-	 * connection to that transport right after this reply (nothing else  \
-	 * may be in flight) */                                                \
+	/* u32 kind (1: InfiniBand verbs; 2: same-host shared-memory call      \
+	 * queues, then u32 the client's memfd number, u64 queue bytes) ->     \
+	 * (on failure: str why); on success both ends switch the connection  \
+	 * to that transport right after this reply (nothing else may be in   \
+	 * flight) */                                                          \
 	X(TRANSPORT, 78, "switch the connection to another transport")        \
 	/* CUDA graphs, captured on the server from the stream's work.         \
 	 * handle ctx, handle stream, u32 mode -> */                          \

@@ -25,6 +25,18 @@ struct rgpu_transport {
 	/* Wakes a thread blocked in recv on this connection (it then fails). */
 	void (*shutdown)(struct rgpu_conn *c);
 	void (*close)(struct rgpu_conn *c);
+	/* Optional (NULL where a transport has none): */
+	/* the socket underneath, to poll for hang-up or take credentials */
+	int (*fd)(struct rgpu_conn *c);
+	/* 1 if a receive would find bytes now, 0 if not, -1 on error */
+	int (*ready)(struct rgpu_conn *c);
+	/* before polling fd() for input together with other descriptors: 1
+	 * if input is there already (do not poll), 0 to poll, -1 on error;
+	 * disarm after the poll.  Without them, fd() polls for input. */
+	int (*arm)(struct rgpu_conn *c);
+	void (*disarm)(struct rgpu_conn *c);
+	/* the connection this one is layered over */
+	struct rgpu_conn *(*under)(struct rgpu_conn *c);
 };
 
 struct rgpu_conn {
@@ -53,6 +65,21 @@ static inline void rgpu_conn_close(struct rgpu_conn *c)
 	if (c)
 		c->tp->close(c);
 }
+
+/* Waiting for input together with other descriptors (see arm above):
+ * rgpu_conn_arm 1: input is there; 0: poll rgpu_conn_fd for POLLIN, then
+ * rgpu_conn_disarm. */
+static inline int rgpu_conn_arm(struct rgpu_conn *c)
+{
+	return c->tp->arm ? c->tp->arm(c) : 0;
+}
+static inline void rgpu_conn_disarm(struct rgpu_conn *c)
+{
+	if (c->tp->disarm)
+		c->tp->disarm(c);
+}
+/* 1 if a receive would find bytes now, 0 if not, -1 if it cannot tell. */
+int rgpu_conn_ready(struct rgpu_conn *c);
 
 /* TCP (transport_tcp.c).  Errors are written to err as a sentence. */
 struct rgpu_conn *rgpu_tcp_connect(const char *host, unsigned port,
@@ -90,8 +117,26 @@ int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms);
 int rgpu_tcp_keepalive(struct rgpu_conn *c, int seconds);
 /* The socket under a TCP connection (for poll and credentials). */
 int rgpu_tcp_fd(struct rgpu_conn *c);
-/* The socket under a TCP or same-host connection, to poll; -1 on others. */
+/* The socket under a TCP or same-host connection (shared-memory queues
+ * included), to poll; -1 on others. */
 int rgpu_conn_fd(struct rgpu_conn *c);
+
+/* Same host, calls through shared memory (transport_shmq.c): two byte
+ * queues of ring bytes each (a power of two, 4 KiB to RGPU_SHMQ_RING_MAX)
+ * in a sealed memfd, layered over a same-host connection that stays as
+ * the doorbell for a sleeping reader and to notice the peer's end.  The
+ * client makes the memory (rgpu_shmq_make: *fd to hand over, *mem its
+ * mapping) and the server maps it (rgpu_shmq_map); both then wrap their
+ * socket at the same point of the protocol, with nothing in flight.  A
+ * reader spins spin_us before it sleeps.  The new connection owns sock and
+ * mem (closing it unmaps and closes them); NULL on failure (nothing
+ * taken). */
+#define RGPU_SHMQ_RING_MAX (16u << 20)
+size_t rgpu_shmq_size(size_t ring);
+int rgpu_shmq_make(size_t ring, int *fd, void **mem, char *err, size_t errlen);
+int rgpu_shmq_map(int fd, size_t ring, void **mem, char *err, size_t errlen);
+struct rgpu_conn *rgpu_shmq_wrap(struct rgpu_conn *sock, void *mem, size_t ring, int is_server,
+				 unsigned spin_us);
 
 /* InfiniBand verbs (transport_verbs.c; only in builds with HAVE_VERBS from
  * config.h).  Both ends call rgpu_verbs_upgrade at the same point of the

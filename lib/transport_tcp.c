@@ -99,6 +99,8 @@ static void tcp_close(struct rgpu_conn *c)
 	free(t);
 }
 
+static int tcp_fd(struct rgpu_conn *c) { return ((struct tcp_conn *)c)->fd; }
+
 static const struct rgpu_transport tcp_transport = {
 	.name = "tcp",
 	.sendv = tcp_sendv,
@@ -106,6 +108,7 @@ static const struct rgpu_transport tcp_transport = {
 	.recv_some = tcp_recv_some,
 	.shutdown = tcp_shutdown,
 	.close = tcp_close,
+	.fd = tcp_fd,
 };
 
 static void tcp_tune(int fd)
@@ -126,6 +129,7 @@ static const struct rgpu_transport unix_transport = {
 	.recv_some = tcp_recv_some,
 	.shutdown = tcp_shutdown,
 	.close = tcp_close,
+	.fd = tcp_fd,
 };
 
 struct rgpu_conn *rgpu_stream_wrap(int fd, const char *peer)
@@ -172,11 +176,18 @@ struct rgpu_conn *rgpu_tcp_from_fd(int fd)
 
 int rgpu_tcp_fd(struct rgpu_conn *c) { return ((struct tcp_conn *)c)->fd; }
 
-int rgpu_conn_fd(struct rgpu_conn *c)
+int rgpu_conn_fd(struct rgpu_conn *c) { return c->tp->fd ? c->tp->fd(c) : -1; }
+
+int rgpu_conn_ready(struct rgpu_conn *c)
 {
-	if (c->tp != &tcp_transport && c->tp != &unix_transport)
+	if (c->tp->ready)
+		return c->tp->ready(c);
+	int fd = rgpu_conn_fd(c);
+	if (fd < 0)
 		return -1;
-	return ((struct tcp_conn *)c)->fd;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int n = poll(&p, 1, 0);
+	return n < 0 ? -1 : n > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
 }
 
 int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms)

@@ -177,10 +177,11 @@ static void parent_request(struct session *s)
 int mem_parent_fd(struct session *s)
 {
 	int ctl = gate_ctl_fd();
-	if (ctl < 0 || !s->mem || !s->conn || !s->conn->tp ||
-	    (strcmp(s->conn->tp->name, "tcp") && strcmp(s->conn->tp->name, "unix")))
+	if (ctl < 0 || !s->mem || !s->conn || !s->conn->tp || rgpu_conn_fd(s->conn) < 0)
 		return -1; /* verbs: not a descriptor to wait on; the parent's
-			    * questions then time out and the session counts as busy */
+			    * questions then time out and the session counts as busy
+			    * (TCP, the Unix socket and the shared-memory queues over
+			    * it have one: session_wait_client) */
 	return ctl;
 }
 

@@ -272,7 +272,7 @@ out:
  * connection whose notice the client has not read yet. */
 static void let_go(struct session *s)
 {
-	int fd = rgpu_tcp_fd(s->conn);
+	int fd = rgpu_conn_fd(s->conn);
 	if (fd < 0 || shutdown(fd, SHUT_WR) < 0)
 		return;
 	char buf[65536];

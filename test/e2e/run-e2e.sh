@@ -234,7 +234,9 @@ suite() {
 	# RGPU_STATS=1: the program checks the round trips of its calls; its
 	# own totals must be what the library prints at exit; off, nothing
 	if want t_stats; then
-		run t_stats "$ONE" -- RGPU_STATS=1 t_stats
+		# (requests are coalesced on sockets; through the same-host
+		# shared-memory queues each goes at once: t_stats_shmq)
+		run t_stats "$ONE" -- RGPU_STATS=1 RGPU_SHM_CALLS=0 t_stats
 		if [ "$LAST_RC" -eq 0 ]; then
 			local o=$LOGDIR/t_stats$SUFFIX mine line
 			mine=$(sed -n 's/^COUNTERS //p' "$o.out")
@@ -244,7 +246,8 @@ suite() {
 				grep -q "^rgpu stats:   STREAM_SYNC answered locally=[1-9]" "$o.err"
 			verdict "t_stats_line$SUFFIX" $? "program counted '$mine', the library printed '$line'"
 		fi
-		run t_stats_nocoalesce "$ONE" -- RGPU_STATS=1 RGPU_COALESCE_US=0 t_stats
+		run t_stats_nocoalesce "$ONE" -- RGPU_STATS=1 RGPU_COALESCE_US=0 RGPU_SHM_CALLS=0 t_stats
+		run t_stats_shmq "$ONE" -- RGPU_STATS=1 RGPU_TRANSPORT=local RGPU_SHM_CALLS=1 T_COALESCED=0 t_stats
 		run t_stats_off "$ONE" -- T_STATS_OFF=1 t_stats
 		if [ "$LAST_RC" -eq 0 ]; then
 			! grep -q "rgpu stats" "$LOGDIR/t_stats_off$SUFFIX.err"

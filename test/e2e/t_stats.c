@@ -157,8 +157,9 @@ int main(int argc, char **argv)
 
 	/* requests without a reply go out together: 100 launches and the
 	 * synchronisation after them in a few writes (RGPU_COALESCE_US=0:
-	 * one write each); the data says they all ran, in order */
-	int coalesce = env_long("RGPU_COALESCE_US", 50) != 0;
+	 * one write each; T_COALESCED=0: the shared-memory call queues, which
+	 * send each at once); the data says they all ran, in order */
+	int coalesce = (int)env_long("T_COALESCED", env_long("RGPU_COALESCE_US", 50) != 0);
 	CK(cuMemsetD32(d, 0, n));
 	unsigned long long w0 = counter("writes");
 	for (int i = 0; i < 100; i++)
