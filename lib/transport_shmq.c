@@ -5,8 +5,13 @@
  *
  * A synchronous call over the Unix socket costs two system calls and two
  * wake-ups each way; here a request is a copy into the queue, and a reader
- * that is still spinning (for RGPU_SPIN_US / RGPUD_SPIN_US) sees it without
- * any.  A reader that has spun long enough says so in the queue (sleeping)
+ * that is still spinning (for up to RGPU_SPIN_US / RGPUD_SPIN_US) sees it
+ * without any.  Spinning pays only while the other end has a core to run
+ * on: a spin that ends without input halves the next one (down to none,
+ * with a full one tried every SPIN_PROBE waits), one that finds input
+ * restores the full time, and the spinner yields its core now and then,
+ * so that on a machine with fewer cores than busy threads the queues cost
+ * no more than the socket.  A reader that has spun long enough says so in the queue (sleeping)
  * and waits in poll() on the socket; the writer that finds it asleep sends
  * one byte there: the doorbell.  The socket also tells either end that the
  * other is gone (hang-up), and keeps the peer's credentials.
@@ -23,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,8 +68,12 @@ struct shmq_conn {
 	uint8_t *txq, *rxq;
 	uint64_t tx_tail, rx_head; /* this end's own positions */
 	unsigned spin_us;
+	uint64_t spin_ns;          /* the next spin's length (the reader's own) */
+	unsigned waits;
 	int shut;                  /* atomic: shutdown was called */
 };
+
+#define SPIN_PROBE 32
 
 static uint64_t now_ns(void)
 {
@@ -159,23 +169,44 @@ static int arm(struct shmq_conn *q)
 	return n < 0 ? -1 : n > 0;
 }
 
+/* Spins for input as long as the adaptive budget says: 1 input came, 0
+ * none (sleep now), -1 error. */
+static int spin(struct shmq_conn *q)
+{
+	uint64_t full = (uint64_t)q->spin_us * 1000u;
+	uint64_t len = ++q->waits % SPIN_PROBE == 0 ? full : q->spin_ns;
+	int64_t n = rx_avail(q);
+	if (n != 0 || !len)
+		return n < 0 ? -1 : n > 0;
+	uint64_t until = now_ns() + len;
+	for (unsigned i = 1;; i++) {
+		if ((n = rx_avail(q)) != 0) {
+			if (n > 0)
+				q->spin_ns = full;
+			return n < 0 ? -1 : 1;
+		}
+		if (is_shut(q))
+			return 0;
+		if (i % 16 == 0) {
+			if (now_ns() >= until)
+				break;
+			sched_yield(); /* the writer may be waiting for this core */
+		} else {
+			cpu_relax();
+		}
+	}
+	q->spin_ns = len / 2 < 1000 ? 0 : len / 2;
+	return 0;
+}
+
 /* Waits until the receive queue has bytes: spins, then sleeps on the
  * socket.  0, or -1 (errno 0: the peer closed and nothing is left). */
 static int wait_input(struct shmq_conn *q)
 {
 	int64_t n;
-	uint64_t until = q->spin_us ? now_ns() + (uint64_t)q->spin_us * 1000u : 0;
-	for (unsigned i = 0;; i++) {
-		if ((n = rx_avail(q)) != 0)
-			return n < 0 ? -1 : 0;
-		if (is_shut(q)) {
-			errno = ESHUTDOWN;
-			return -1;
-		}
-		if (!until || ((i & 63) == 0 && now_ns() >= until))
-			break;
-		cpu_relax();
-	}
+	int sp = spin(q);
+	if (sp)
+		return sp < 0 ? -1 : 0;
 	for (;;) {
 		int a = arm(q);
 		if (a)
@@ -318,21 +349,13 @@ static int shmq_ready(struct rgpu_conn *c)
 	return n < 0 ? -1 : n > 0;
 }
 
-/* Before a poll of the socket with other descriptors: spin a little
- * first, as a reader does. */
+/* Before a poll of the socket with other descriptors: spin first, as a
+ * reader does. */
 static int shmq_arm(struct rgpu_conn *c)
 {
 	struct shmq_conn *q = (struct shmq_conn *)c;
-	uint64_t until = now_ns() + (uint64_t)q->spin_us * 1000u;
-	for (unsigned i = 0; q->spin_us; i++) {
-		int64_t n = rx_avail(q);
-		if (n != 0)
-			return n < 0 ? -1 : 1;
-		if ((i & 63) == 0 && now_ns() >= until)
-			break;
-		cpu_relax();
-	}
-	return arm(q);
+	int sp = spin(q);
+	return sp ? sp : arm(q);
 }
 
 static void shmq_disarm(struct rgpu_conn *c)
@@ -441,5 +464,6 @@ struct rgpu_conn *rgpu_shmq_wrap(struct rgpu_conn *sock, void *mem, size_t ring,
 	q->tx_tail = __atomic_load_n(&q->tx->tail, __ATOMIC_ACQUIRE);
 	q->rx_head = __atomic_load_n(&q->rx->head, __ATOMIC_ACQUIRE);
 	q->spin_us = spin_us;
+	q->spin_ns = (uint64_t)spin_us * 1000u;
 	return &q->base;
 }
