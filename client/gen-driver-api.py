@@ -82,16 +82,24 @@ def classify(name, args, notes):
         note = notes.get(n)
         base = t.replace("const", "").replace("*", "").strip()
         ptr = t.count("*")
-        if note and note.split(":")[0] in ("in", "out"):
-            kind, size = note.split(":")
-            out.append(("RGPU_ARG_IN" if kind == "in" else "RGPU_ARG_OUT", t, n, size))
+        if note == "val":
+            # a pointer that is a value: a device address (the same on
+            # client and server)
+            out.append(("RGPU_ARG_VAL", t, n, "0", None))
+        elif note and note.split(":")[0] in ("in", "out"):
+            parts = note.split(":")
+            kind, size = parts[0], parts[1]
+            # in:EXPR:MAX: EXPR bytes (from the other arguments, e.g. an
+            # array of rank elements), at most MAX
+            upto = parts[2] if len(parts) > 2 else None
+            out.append(("RGPU_ARG_IN" if kind == "in" else "RGPU_ARG_OUT", t, n, size, upto))
         elif ptr == 0 and base in HANDLES:
-            out.append((HANDLES[base], t, n, "0"))
+            out.append((HANDLES[base], t, n, "0", None))
         elif ptr == 0 and not NOT_VALUES.search(base) and base not in ("void", "char"):
-            out.append(("RGPU_ARG_VAL", t, n, "0"))
+            out.append(("RGPU_ARG_VAL", t, n, "0", None))
         elif ptr == 1 and base not in ("void", "char") and not NOT_VALUES.search(base):
             kind = "RGPU_ARG_INOUT" if note == "inout" else "RGPU_ARG_IN" if t.startswith("const") else "RGPU_ARG_OUT"
-            out.append((kind, t, n, "sizeof(%s)" % base))
+            out.append((kind, t, n, "sizeof(%s)" % base, None))
         else:
             raise ValueError("%s: argument '%s %s' is not plain (annotate it or write the call by hand)"
                              % (name, t, n))
@@ -123,20 +131,25 @@ def plain(side, cuda_i, calls_path, out):
             f.write('#include "client.h"\n#include "plain.h"\n\n')
             for name, proto, args in entries:
                 f.write("RC_EXPORT CUresult %s(%s)\n{\n" % (name, proto))
-                for kind, t, n, size in args:
+                for kind, t, n, size, upto in args:
                     if name.endswith("_ptsz") and kind == "RGPU_ARG_STREAM":
                         f.write("\tif (!%s)\n\t\t%s = CU_STREAM_PER_THREAD;\n" % (n, n))
+                    if upto:
+                        # checked before anything is read from it
+                        f.write("\tif ((uint64_t)(%s) > %s)\n\t\treturn CUDA_ERROR_INVALID_VALUE;\n"
+                                % (size, upto))
                 if args:
                     f.write("\tstruct rc_parg a[] = {\n")
-                    for kind, t, n, size in args:
+                    for kind, t, n, size, upto in args:
                         if kind == "RGPU_ARG_VAL":
-                            f.write("\t\t{ %s, NULL, (uint64_t)%s, 0 },\n" % (kind, n))
+                            f.write("\t\t{ %s, NULL, (uint64_t)(%s)%s, 0 },\n"
+                                    % (kind, "uintptr_t" if "*" in t else "uint64_t", n))
                         elif kind in ("RGPU_ARG_STREAM", "RGPU_ARG_EVENT", "RGPU_ARG_FUNC"):
                             f.write("\t\t{ %s, (void *)%s, 0, 0 },\n" % (kind, n))
                         elif kind == "RGPU_ARG_DEVICE":
                             f.write("\t\t{ %s, NULL, (uint64_t)%s, 0 },\n" % (kind, n))
                         else:
-                            f.write("\t\t{ %s, (void *)%s, 0, %s },\n" % (kind, n, size))
+                            f.write("\t\t{ %s, (void *)%s, 0, (size_t)(%s) },\n" % (kind, n, size))
                     f.write("\t};\n")
                     f.write('\treturn rc_plain_call("%s", a, %d);\n}\n\n' % (name, len(args)))
                 else:
@@ -144,13 +157,15 @@ def plain(side, cuda_i, calls_path, out):
         else:
             f.write('#include "ops_call.h"\n\n')
             for name, proto, args in entries:
-                types = ", ".join(t for _, t, _, _ in args) or "void"
+                types = ", ".join(a[1] for a in args) or "void"
                 f.write("static CUresult call_%s(void *fn, void **a)\n{\n" % name)
                 if not args:
                     f.write("\t(void)a;\n")
                 vals = []
-                for i, (kind, t, n, size) in enumerate(args):
-                    if kind == "RGPU_ARG_VAL" or kind == "RGPU_ARG_DEVICE":
+                for i, (kind, t, n, size, upto) in enumerate(args):
+                    if kind == "RGPU_ARG_VAL" and "*" in t:
+                        vals.append("(%s)(uintptr_t)*(const uint64_t *)a[%d]" % (t, i))
+                    elif kind == "RGPU_ARG_VAL" or kind == "RGPU_ARG_DEVICE":
                         vals.append("(%s)*(const uint64_t *)a[%d]" % (t, i))
                     elif kind in ("RGPU_ARG_STREAM", "RGPU_ARG_EVENT", "RGPU_ARG_FUNC"):
                         vals.append("(%s)*(void *const *)a[%d]" % (t, i))
@@ -159,10 +174,12 @@ def plain(side, cuda_i, calls_path, out):
                 f.write("\treturn ((CUresult (*)(%s))fn)(%s);\n}\n\n" % (types, ", ".join(vals)))
             f.write("struct call_desc call_descs[] = {\n")
             for name, proto, args in entries:
-                kinds = ", ".join(k for k, _, _, _ in args) or "0"
-                sizes = ", ".join(("0" if s == "0" else s) for _, _, _, s in args) or "0"
-                f.write('\t{ "%s", %d, { %s }, { %s }, call_%s, NULL, 0 },\n'
-                        % (name, len(args), kinds, sizes, name))
+                kinds = ", ".join(a[0] for a in args) or "0"
+                sizes = ", ".join(a[4] if a[4] else a[3] for a in args) or "0"
+                upto = sum(1 << i for i, a in enumerate(args) if a[4])
+                f.write('\t{ .name = "%s", .nargs = %d, .kind = { %s }, .size = { %s }, '
+                        '.upto = 0x%x, .invoke = call_%s },\n'
+                        % (name, len(args), kinds, sizes, upto, name))
             f.write("};\nconst int ncall_descs = %d;\n" % len(entries))
 
 

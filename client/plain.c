@@ -96,9 +96,10 @@ CUresult rc_plain_call(const char *name, const struct rc_parg *a, int n)
 		}
 		case RGPU_ARG_IN:
 		case RGPU_ARG_INOUT:
-			if (!a[i].p)
+			/* (an array of no elements may be NULL) */
+			if (!a[i].p && a[i].size)
 				return CUDA_ERROR_INVALID_VALUE;
-			put_bytes(w, a[i].p, a[i].size);
+			put_bytes(w, a[i].p ? a[i].p : (const void *)"", a[i].size);
 			break;
 		case RGPU_ARG_OUT:
 			if (!a[i].p)

@@ -106,17 +106,24 @@ int op_call(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wb
 		case RGPU_ARG_INOUT:
 		case RGPU_ARG_OUT: {
 			size_t want = kind[i] == RGPU_ARG_OUT ? v[i] : len[i];
-			if (want != d->size[i] || want > OUT_MAX) {
+			int upto = (d->upto >> i) & 1;
+			if ((upto ? want > d->size[i] : want != d->size[i]) || want > OUT_MAX) {
 				rc = CUDA_ERROR_INVALID_VALUE;
 				break;
 			}
-			/* aligned for whatever struct it holds */
-			if (!(bufs[i] = calloc(1, want ? want : 1))) {
+			/* aligned for whatever struct it holds (a tensor map
+			 * wants 64 bytes); an array shorter than its maximum is
+			 * followed by zeros */
+			size_t cap = upto ? d->size[i] : want;
+			cap = (cap + 127) / 128 * 128;
+			if (!(bufs[i] = aligned_alloc(128, cap ? cap : 128))) {
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
 				break;
 			}
+			memset(bufs[i], 0, cap ? cap : 128);
 			if (in[i])
 				memcpy(bufs[i], in[i], want);
+			len[i] = want; /* what goes back (OUT, INOUT) */
 			args[i] = bufs[i];
 			break;
 		}
@@ -126,7 +133,7 @@ int op_call(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wb
 		rc = d->invoke(d->fn, args);
 	for (uint32_t i = 0; i < n; i++) {
 		if (!rc && (kind[i] == RGPU_ARG_OUT || kind[i] == RGPU_ARG_INOUT))
-			put_bytes(out, bufs[i], d->size[i]);
+			put_bytes(out, bufs[i], len[i]);
 		free(bufs[i]);
 	}
 	return rc;

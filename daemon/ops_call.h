@@ -13,6 +13,8 @@ struct call_desc {
 	int nargs;
 	int kind[RGPU_CALL_MAX_ARGS];
 	uint64_t size[RGPU_CALL_MAX_ARGS];
+	uint32_t upto; /* bit i: argument i is at most size[i] bytes (an array
+			* whose length another argument gives) */
 	/* calls fn with the arguments a[i] points to: a u64 (VAL, DEVICE), a
 	 * driver handle (STREAM, EVENT, FUNC) or the buffer (IN, OUT, INOUT) */
 	CUresult (*invoke)(void *fn, void **a);

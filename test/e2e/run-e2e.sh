@@ -212,6 +212,7 @@ suite() {
 	run t_graph "$ONE" -- t_graph
 	run t_hostfn "$ONE" -- t_hostfn
 	run t_attrs "$ONE" -- t_attrs
+	run t_tensormap "$ONE" -- t_tensormap
 	run t_graph_nodes "$ONE" -- t_graph_nodes
 	run t_link "$ONE" -- t_link
 	run t_shm_parallel "$TWO" -- t_shm_parallel
