@@ -12,22 +12,21 @@
 #include "../waiter.h"
 #include "../appmem.h"
 #include "../mem/mem.h"
+#include "../stage.h"
 #include "log.h"
 #include "proto.h"
+#include "xfer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define D (&rgpud_server.drv)
-#define CHUNK (8u << 20)
 
 struct cap {
 	struct session *s;
 	const struct snap_io *io;
 	uint64_t nrec;
-	uint8_t *buf; /* CHUNK bytes: device memory on its way out */
-	int pinned;
 	char *why;
 	size_t whylen;
 	int phase; /* 0: contexts, 1: the other CREATE records */
@@ -85,6 +84,53 @@ struct mem_pass {
 	unsigned kinds;
 };
 
+/* Device memory goes out through the session's staging pool, chunk k+1
+ * read from the GPU while chunk k is sent (xfer_run with lookahead, as a
+ * device-to-host copy is): the GPU's reads hide behind the wire. */
+struct mem_job {
+	struct cap *c;
+	struct xfer_pool *pool;
+	const struct memif_alloc *a;
+	uint64_t bad_off; /* where a read failed */
+};
+
+static int mem_stage(void *arg, struct xfer_chunk *ch)
+{
+	struct mem_job *j = arg;
+	int rc;
+	if ((ch->buf = xfer_pool_get(j->pool, j->a->ctx, &rc)) < 0)
+		return rc;
+	xfer_pool_keep(j->pool, ch->buf); /* until sent */
+	j->bad_off = ch->off;
+	rc = D->cuMemcpyDtoHAsync_v2(j->pool->b[ch->buf].p, j->a->dptr + ch->off, ch->len, NULL);
+	if (rc)
+		return rc;
+	ch->queued = 1;
+	return xfer_pool_put(j->pool, ch->buf, NULL, 0);
+}
+
+static int mem_emit(void *arg, struct xfer_chunk *ch, int last)
+{
+	struct mem_job *j = arg;
+	(void)last;
+	j->bad_off = ch->off;
+	int rc = xfer_pool_wait(j->pool, ch->buf);
+	if (rc)
+		return rc;
+	if (put(j->c, j->pool->b[ch->buf].p, ch->len) < 0)
+		return XFER_LOST;
+	xfer_pool_unkeep(j->pool, ch->buf);
+	return 0;
+}
+
+static void mem_abandon(void *arg, struct xfer_chunk *ch)
+{
+	struct mem_job *j = arg;
+	xfer_pool_drop(j->pool, ch->buf);
+}
+
+static const struct xfer_steps mem_steps = { mem_stage, mem_emit, mem_abandon };
+
 static int mem_rec(void *arg, const struct memif_alloc *a)
 {
 	struct mem_pass *mp = arg;
@@ -106,17 +152,17 @@ static int mem_rec(void *arg, const struct memif_alloc *a)
 	le(f + 28, (uint64_t)a->kind, 4);
 	if (rec_hdr(c, SNAP_MEMORY, sizeof(f) + a->size) < 0 || put(c, f, sizeof(f)) < 0)
 		return -1;
-	for (uint64_t off = 0; off < a->size;) {
-		size_t k = a->size - off < CHUNK ? (size_t)(a->size - off) : CHUNK;
-		int rc = D->cuMemcpyDtoH_v2(c->buf, a->dptr + off, k);
-		if (rc) {
-			snprintf(c->why, c->whylen, "reading device memory at %#llx: %s",
-				 (unsigned long long)(a->dptr + off), rgpud_cu_errname(D, rc));
-			return -1;
-		}
-		if (put(c, c->buf, k) < 0)
-			return -1;
-		off += k;
+	struct mem_job j = { c, stage_pool(c->s), a, 0 };
+	int queued;
+	int rc = xfer_run(a->size, RGPU_CHUNK_SIZE, 1, &mem_steps, &j, &queued);
+	if (rc == XFER_LOST)
+		return -1; /* put() said why */
+	if (rc) {
+		if (queued)
+			D->cuCtxSynchronize();
+		snprintf(c->why, c->whylen, "reading device memory at %#llx: %s",
+			 (unsigned long long)(a->dptr + j.bad_off), rgpud_cu_errname(D, rc));
+		return -1;
 	}
 	return 0;
 }
@@ -260,20 +306,6 @@ int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, 
 		return -1;
 	}
 	struct cap c = { .s = s, .io = io, .why = why, .whylen = whylen };
-	if (s->nalloc) {
-		void *p = NULL;
-		for (uint32_t i = 0; i < s->ht.n && !p; i++)
-			if (s->ht.e[i].kind == HK_CTX && !D->cuCtxSetCurrent(s->ht.e[i].obj) &&
-			    !D->cuMemHostAlloc(&p, CHUNK, 0))
-				c.pinned = 1;
-		if (!p)
-			p = malloc(CHUNK);
-		if (!p) {
-			snprintf(why, whylen, "out of memory for a copy buffer");
-			return -1;
-		}
-		c.buf = p;
-	}
 	struct mem_pass first = { &c, 1u << MEMK_ALLOC };
 	struct mem_pass rest = { &c, (1u << MEMK_FIXED) | (1u << MEMK_GLOBAL) };
 	int rc = header(&c, last_id);
@@ -293,10 +325,6 @@ int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, 
 		le(n, c.nrec, 8);
 		rc = rec_hdr(&c, SNAP_END, 8) < 0 || put(&c, n, 8) < 0 ? -1 : 0;
 	}
-	if (c.pinned)
-		D->cuMemFreeHost(c.buf);
-	else
-		free(c.buf);
 	D->cuCtxSetCurrent(NULL);
 	s->cur_ctx = 0;
 	return rc ? -1 : 0;
