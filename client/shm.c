@@ -196,6 +196,8 @@ void rc_shmq_setup(struct rc_conn *c)
 		rc_conn_fail(c, RGPU_E_SYSTEM, "out of memory for the shared call queues");
 		return;
 	}
+	/* cuInit's remaining calls stay bounded (do_init lifts it) */
+	(void)rgpu_conn_set_recv_timeout(q, (int)rc_setting(RS_HANDSHAKE_TIMEOUT_MS));
 	c->c = q;
 	c->shmq = 1;
 }

@@ -37,6 +37,8 @@ struct rgpu_transport {
 	void (*disarm)(struct rgpu_conn *c);
 	/* the connection this one is layered over */
 	struct rgpu_conn *(*under)(struct rgpu_conn *c);
+	/* bounds each receive (rgpu_conn_set_recv_timeout) */
+	int (*recv_timeout)(struct rgpu_conn *c, int ms);
 };
 
 struct rgpu_conn {

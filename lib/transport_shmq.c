@@ -70,6 +70,7 @@ struct shmq_conn {
 	unsigned spin_us;
 	uint64_t spin_ns;          /* the next spin's length (the reader's own) */
 	unsigned waits;
+	int timeout_ms;            /* a receive's bound once asleep (0: none) */
 	int shut;                  /* atomic: shutdown was called */
 };
 
@@ -212,8 +213,12 @@ static int wait_input(struct shmq_conn *q)
 		if (a)
 			return a < 0 ? -1 : 0;
 		struct pollfd p = { .fd = q->fd, .events = POLLIN | POLLRDHUP };
-		int r = poll(&p, 1, -1);
+		int r = poll(&p, 1, q->timeout_ms ? q->timeout_ms : -1);
 		__atomic_store_n(&q->rx->sleeping, 0, __ATOMIC_RELAXED);
+		if (r == 0 && rx_avail(q) == 0) {
+			errno = EAGAIN; /* as SO_RCVTIMEO says it on a socket */
+			return -1;
+		}
 		if (r < 0 && errno != EINTR)
 			return -1;
 		int closed = r > 0 && (p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) &&
@@ -367,6 +372,12 @@ static void shmq_disarm(struct rgpu_conn *c)
 
 static struct rgpu_conn *shmq_under(struct rgpu_conn *c) { return ((struct shmq_conn *)c)->sock; }
 
+static int shmq_recv_timeout(struct rgpu_conn *c, int ms)
+{
+	((struct shmq_conn *)c)->timeout_ms = ms > 0 ? ms : 0;
+	return 0;
+}
+
 static const struct rgpu_transport shmq_transport = {
 	.name = "shmq",
 	.sendv = shmq_sendv,
@@ -379,6 +390,7 @@ static const struct rgpu_transport shmq_transport = {
 	.arm = shmq_arm,
 	.disarm = shmq_disarm,
 	.under = shmq_under,
+	.recv_timeout = shmq_recv_timeout,
 };
 
 size_t rgpu_shmq_size(size_t ring) { return SHMQ_CTL + 2 * ring; }

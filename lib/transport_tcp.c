@@ -192,6 +192,8 @@ int rgpu_conn_ready(struct rgpu_conn *c)
 
 int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms)
 {
+	if (c->tp->recv_timeout)
+		return c->tp->recv_timeout(c, ms);
 	if (c->tp != &tcp_transport && c->tp != &unix_transport)
 		return -1;
 	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };

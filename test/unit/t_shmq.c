@@ -185,6 +185,19 @@ static void test_close_and_shutdown(void)
 	ok(r.rc < 0, "shutdown wakes a reader blocked on an empty queue, which fails");
 	free_pair(&p);
 
+	if (!ok(make_pair(&p, 0, 0) == 0, "a pair for a receive bound"))
+		return;
+	is_i64(rgpu_conn_set_recv_timeout(p.cli, 100), 0, "a receive bound is taken");
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	errno = 0;
+	int rc = rgpu_recv(p.cli, y, 1);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+	ok(rc < 0 && errno == EAGAIN && ms >= 90,
+	   "with nothing sent, a bounded receive fails with EAGAIN after the bound (%.0f ms)", ms);
+	free_pair(&p);
+
 	/* a writer waiting for room sees the reader's end go */
 	if (!ok(make_pair(&p, 0, 0) == 0, "a pair for a full queue"))
 		return;
