@@ -36,16 +36,13 @@ static int known(CUstreamAttrID id)
 static CUresult stream_check(CUstream h, int *prio)
 {
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	struct emu_stream *s;
+	CUresult rc = emu_stream_enter(h, &ctx, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	struct emu_stream *s = emu_stream_find(ctx, h);
-	if (s)
-		*prio = s->priority;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
-	return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	*prio = s->priority;
+	emu_ctx_unlock_leave(ctx);
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuStreamGetAttribute(CUstream h, CUstreamAttrID id, CUstreamAttrValue *v)
@@ -128,14 +125,11 @@ EMU_API CUresult CUDAAPI cuStreamGetId(CUstream h, unsigned long long *id)
 	if (!id)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	struct emu_stream *s;
+	CUresult rc = emu_stream_enter(h, &ctx, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	struct emu_stream *s = emu_stream_find(ctx, h);
-	if (s)
-		*id = s->id;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
-	return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	*id = s->id;
+	emu_ctx_unlock_leave(ctx);
+	return CUDA_SUCCESS;
 }

@@ -79,6 +79,20 @@ void emu_ctx_leave(struct emu_ctx *ctx)
 	emu_unlock(&emu_glock);
 }
 
+CUresult emu_ctx_enter_locked(struct emu_ctx **out)
+{
+	CUresult rc = emu_ctx_enter(out);
+	if (rc == CUDA_SUCCESS)
+		emu_lock(&(*out)->lock);
+	return rc;
+}
+
+void emu_ctx_unlock_leave(struct emu_ctx *ctx)
+{
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
+}
+
 CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n)
 {
 	struct emu_ctx **v = NULL;

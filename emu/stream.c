@@ -155,6 +155,18 @@ struct emu_stream *emu_stream_find(struct emu_ctx *ctx, CUstream h)
 	return NULL;
 }
 
+CUresult emu_stream_enter(CUstream h, struct emu_ctx **ctx, struct emu_stream **s)
+{
+	CUresult rc = emu_ctx_enter_locked(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!(*s = emu_stream_find(*ctx, h))) {
+		emu_ctx_unlock_leave(*ctx);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	return CUDA_SUCCESS;
+}
+
 static int add_dep(struct emu_dep **deps, int *n, int *cap, const struct emu_stream *s)
 {
 	if (s->done_seq >= s->enq_seq)
@@ -338,20 +350,13 @@ EMU_API CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
 	struct emu_stream *s;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_stream_enter(hStream, &ctx, &s);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	s = emu_stream_find(ctx, hStream);
-	if (s) {
-		emu_stream_wait_seq(ctx, s, s->enq_seq);
-		rc = (CUresult)emu_ctx_sticky(ctx);
-	} else {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_stream_wait_seq(ctx, s, s->enq_seq);
+	rc = (CUresult)emu_ctx_sticky(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -359,18 +364,13 @@ EMU_API CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 {
 	struct emu_stream *s;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_stream_enter(hStream, &ctx, &s);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	s = emu_stream_find(ctx, hStream);
-	if (!s)
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	else if (s->done_seq < s->enq_seq)
+	if (s->done_seq < s->enq_seq)
 		rc = CUDA_ERROR_NOT_READY;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -381,6 +381,20 @@ static struct emu_event *event_find(struct emu_ctx *ctx, CUevent h)
 		if ((CUevent)e == h)
 			return e;
 	return NULL;
+}
+
+/* Event h of the current context, entered and locked as by
+ * emu_stream_enter. */
+static CUresult event_enter(CUevent h, struct emu_ctx **ctx, struct emu_event **ev)
+{
+	CUresult rc = emu_ctx_enter_locked(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (!(*ev = event_find(*ctx, h))) {
+		emu_ctx_unlock_leave(*ctx);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
@@ -511,18 +525,13 @@ EMU_API CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = event_enter(hEvent, &ctx, &ev);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	ev = event_find(ctx, hEvent);
-	if (!ev)
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	else if (ev->completed < ev->recorded)
+	if (ev->completed < ev->recorded)
 		rc = CUDA_ERROR_NOT_READY;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -530,26 +539,18 @@ EMU_API CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
-	uint64_t gen;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = event_enter(hEvent, &ctx, &ev);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	ev = event_find(ctx, hEvent);
-	if (!ev) {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	} else {
-		/* Hold a reference: another thread may destroy it meanwhile. */
-		ev->refs++;
-		gen = ev->recorded;
-		while (ev->completed < gen)
-			emu_wait(&ctx->cond, &ctx->lock);
-		emu_event_unref(ctx, ev);
-		rc = (CUresult)emu_ctx_sticky(ctx);
-	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	/* Hold a reference: another thread may destroy it meanwhile. */
+	ev->refs++;
+	uint64_t gen = ev->recorded;
+	while (ev->completed < gen)
+		emu_wait(&ctx->cond, &ctx->lock);
+	emu_event_unref(ctx, ev);
+	rc = (CUresult)emu_ctx_sticky(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
