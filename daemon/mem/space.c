@@ -5,6 +5,7 @@
  */
 #include "mem_int.h"
 
+#include "clock.h"
 #include "log.h"
 
 #include <stdlib.h>
@@ -23,16 +24,9 @@ struct mem_state *mem_state(struct session *s)
 	if (!s->mem) {
 		s->mem = calloc(1, sizeof(*s->mem));
 		if (s->mem)
-			s->mem->last_active_ns = mem_now_ns();
+			s->mem->last_active_ns = rgpu_now_ns();
 	}
 	return s->mem;
-}
-
-uint64_t mem_now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 /* ---- blocks, sorted by address ---- */
@@ -505,7 +499,7 @@ static int alloc_in(struct session *s, uint64_t ctx, unsigned dev, uint64_t size
 		if (rc)
 			return rc;
 		if (!before)
-			m->on_gpu_since_ns = mem_now_ns(); /* its first memory there */
+			m->on_gpu_since_ns = rgpu_now_ns(); /* its first memory there */
 	}
 	mem_report(s);
 	return CUDA_SUCCESS;
