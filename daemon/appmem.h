@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+struct rd;
 struct session;
 
 struct phys {
@@ -67,5 +68,9 @@ void appmem_cleanup(struct session *s);
 /* ops_pool.c: pools at session end */
 void pool_cleanup(struct session *s, struct appmem *a);
 int appmem_palloc_find(struct appmem *a, uint64_t p);
+/* Reads n (u32 gpu, u32 flags) access descriptors of a request into desc
+ * (room for RGPUD_MAX_GPUS; the caller checked n), each GPU admitted for
+ * the session: 0, or the request's answer (a CUresult). */
+int appmem_read_access(struct session *s, struct rd *r, uint32_t n, CUmemAccessDesc *desc);
 
 #endif
