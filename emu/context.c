@@ -279,11 +279,10 @@ EMU_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext hctx)
 EMU_API CUresult CUDAAPI cuCtxSynchronize(void)
 {
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_ctx_wait_idle(ctx);
 	emu_unlock(&ctx->lock);
 	rc = (CUresult)emu_ctx_sticky(ctx);

@@ -1113,8 +1113,7 @@ static CUresult run_op(const struct emu_op *tmpl, CUstream h)
 	} else {
 		rc = emu_stream_enqueue(ctx, s, op);
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1385,10 +1384,9 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1410,8 +1408,7 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 		free(c);
 	}
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1420,10 +1417,9 @@ EMU_API CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *
 	if (!st)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1432,8 +1428,7 @@ EMU_API CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *
 	else
 		*st = c ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1444,10 +1439,9 @@ EMU_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureSt
 	if (!st)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1468,8 +1462,7 @@ EMU_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureSt
 			*ndeps = c && c->last ? 1 : 0;
 	}
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1482,10 +1475,9 @@ EMU_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgrap
 	if (edges || n > 1 || flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1495,8 +1487,7 @@ EMU_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgrap
 	else
 		c->last = d;
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 

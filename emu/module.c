@@ -367,11 +367,10 @@ EMU_API CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 {
 	struct emu_module *m = NULL;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	/* Queued launches may still use its globals. */
 	emu_ctx_wait_idle(ctx);
 	for (struct emu_module **pp = &ctx->modules; *pp; pp = &(*pp)->next)
@@ -670,8 +669,7 @@ static CUresult func_enter(const void *h, struct emu_ctx **pctx, struct emu_func
 	emu_lock(&ctx->lock);
 	*fn = func_find(ctx, fh);
 	if (!*fn) {
-		emu_unlock(&ctx->lock);
-		emu_ctx_leave(ctx);
+		emu_ctx_unlock_leave(ctx);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
 	*pctx = ctx;
@@ -680,8 +678,7 @@ static CUresult func_enter(const void *h, struct emu_ctx **pctx, struct emu_func
 
 static void func_leave(struct emu_ctx *ctx)
 {
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 }
 
 EMU_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,

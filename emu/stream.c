@@ -312,16 +312,14 @@ EMU_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 {
 	struct emu_stream *s;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	s = hStream && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD
 		? emu_stream_find(ctx, hStream) : NULL;
 	if (!s) {
-		emu_unlock(&ctx->lock);
-		emu_ctx_leave(ctx);
+		emu_ctx_unlock_leave(ctx);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
 	/* Marked quitting, it takes no new work but stays listed (so ops
@@ -407,10 +405,9 @@ EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
 
 	if (Flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = emu_ctx_enter_locked(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	s = emu_stream_find(ctx, hStream);
 	ev = event_find(ctx, hEvent);
 	if (!s || !ev) {
@@ -428,8 +425,7 @@ EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
 			rc = emu_stream_enqueue(ctx, s, op);
 		}
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -467,11 +463,10 @@ EMU_API CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 {
 	struct emu_event *ev = NULL;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	for (struct emu_event **pp = &ctx->events; *pp; pp = &(*pp)->next)
 		if ((CUevent)*pp == hEvent) {
 			ev = *pp;
@@ -485,8 +480,7 @@ EMU_API CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 	} else {
 		rc = CUDA_ERROR_INVALID_HANDLE;
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -496,11 +490,10 @@ EMU_API CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
 	struct emu_op *op;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	s = emu_stream_find(ctx, hStream);
 	ev = event_find(ctx, hEvent);
 	if (!s || !ev) {
@@ -516,8 +509,7 @@ EMU_API CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 		if (rc != CUDA_SUCCESS)
 			ev->recorded--;
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -564,10 +556,9 @@ static CUresult elapsed_time(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 
 	if (!pMilliseconds)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = emu_ctx_enter_locked(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	a = event_find(ctx, hStart);
 	b = event_find(ctx, hEnd);
 	if (!a || !b || (a->flags & CU_EVENT_DISABLE_TIMING) || (b->flags & CU_EVENT_DISABLE_TIMING) ||
@@ -577,8 +568,7 @@ static CUresult elapsed_time(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 		rc = CUDA_ERROR_NOT_READY;
 	else
 		*pMilliseconds = (float)((double)(int64_t)(b->ts_ns - a->ts_ns) / 1e6);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
