@@ -188,17 +188,29 @@ static int int_attr(CUmemPool_attribute a)
 	       a == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
 }
 
-RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+/* The request for attribute attr of pool (value not NULL): its pool and
+ * the request so far. */
+static CUresult attr_req(CUmemoryPool pool, CUmemPool_attribute attr, const void *value, struct rc_pool **p,
+			 struct wbuf **w)
 {
-	struct rc_pool *p;
-	CUresult rc = pool_of(pool, &p);
+	CUresult rc = pool_of(pool, p);
 	if (rc)
 		return rc;
 	if (!value)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct wbuf *w = rc_req();
-	put_u64(w, p->h);
-	put_u32(w, (uint32_t)attr);
+	*w = rc_req();
+	put_u64(*w, (*p)->h);
+	put_u32(*w, (uint32_t)attr);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	struct rc_pool *p;
+	struct wbuf *w;
+	CUresult rc = attr_req(pool, attr, value, &p, &w);
+	if (rc)
+		return rc;
 	struct rd r;
 	if ((rc = rc_call(p->dev->conn, RGPU_OP_POOL_GET_ATTR, w, &r)))
 		return rc;
@@ -215,14 +227,10 @@ RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute 
 RC_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
 	struct rc_pool *p;
-	CUresult rc = pool_of(pool, &p);
+	struct wbuf *w;
+	CUresult rc = attr_req(pool, attr, value, &p, &w);
 	if (rc)
 		return rc;
-	if (!value)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct wbuf *w = rc_req();
-	put_u64(w, p->h);
-	put_u32(w, (uint32_t)attr);
 	put_u64(w, int_attr(attr) ? (uint64_t)(uint32_t)*(int *)value : *(cuuint64_t *)value);
 	struct rd r;
 	return rc_call(p->dev->conn, RGPU_OP_POOL_SET_ATTR, w, &r);
