@@ -273,9 +273,12 @@ int op_vmm_unmap(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 	return CUDA_SUCCESS;
 }
 
-int appmem_read_access(struct session *s, struct rd *r, uint32_t n, CUmemAccessDesc *desc)
+int appmem_read_access(struct session *s, struct rd *r, CUmemAccessDesc *desc, uint32_t *n)
 {
-	for (uint32_t k = 0; k < n; k++) {
+	*n = get_u32(r);
+	if (!rd_ok(r) || *n > RGPUD_MAX_GPUS || r->left != (size_t)*n * 8)
+		return OP_DROP;
+	for (uint32_t k = 0; k < *n; k++) {
 		uint32_t gpu = get_u32(r), flags = get_u32(r);
 		if (gpu >= RGPUD_MAX_GPUS || flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 			return CUDA_ERROR_INVALID_VALUE;
@@ -292,11 +295,9 @@ int appmem_read_access(struct session *s, struct rd *r, uint32_t n, CUmemAccessD
 int op_vmm_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t addr = get_u64(r), size = get_u64(r);
-	uint32_t n = get_u32(r);
-	if (!rd_ok(r) || n > RGPUD_MAX_GPUS || r->left != (size_t)n * 8)
-		return OP_DROP;
 	CUmemAccessDesc desc[RGPUD_MAX_GPUS];
-	int rc = appmem_read_access(s, r, n, desc);
+	uint32_t n;
+	int rc = appmem_read_access(s, r, desc, &n);
 	if (rc)
 		return rc;
 	uint64_t grant = 0, deny = 0;

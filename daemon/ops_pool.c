@@ -268,11 +268,9 @@ int op_pool_trim(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 int op_pool_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t id = get_u64(r);
-	uint32_t n = get_u32(r);
-	if (!rd_ok(r) || n > RGPUD_MAX_GPUS || r->left != (size_t)n * 8)
-		return OP_DROP;
 	CUmemAccessDesc desc[RGPUD_MAX_GPUS];
-	int rc = appmem_read_access(s, r, n, desc);
+	uint32_t n;
+	int rc = appmem_read_access(s, r, desc, &n);
 	if (rc)
 		return rc;
 	if (!rd_done(r))

@@ -93,6 +93,14 @@ void emu_ctx_unlock_leave(struct emu_ctx *ctx)
 	emu_ctx_leave(ctx);
 }
 
+CUresult emu_ctx_found(struct emu_ctx *ctx, const void *obj)
+{
+	if (obj)
+		return CUDA_SUCCESS;
+	emu_ctx_unlock_leave(ctx);
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
 CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n)
 {
 	struct emu_ctx **v = NULL;

@@ -306,6 +306,9 @@ void emu_ctx_leave(struct emu_ctx *ctx);
  * objects up under; emu_ctx_unlock_leave undoes both. */
 CUresult emu_ctx_enter_locked(struct emu_ctx **out);
 void emu_ctx_unlock_leave(struct emu_ctx *ctx);
+/* For lookups after emu_ctx_enter_locked: CUDA_SUCCESS with obj found,
+ * else CUDA_ERROR_INVALID_HANDLE with the context left. */
+CUresult emu_ctx_found(struct emu_ctx *ctx, const void *obj);
 /* Holds every live context, faulted or not, as emu_ctx_enter does (release
  * each with emu_ctx_leave): a malloc()ed array in *out, *n entries. */
 CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n);

@@ -125,11 +125,8 @@ static CUresult module_enter(CUmodule h, struct emu_ctx **ctx, struct emu_module
 	CUresult rc = emu_ctx_enter_locked(ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!(*m = module_find(*ctx, h))) {
-		emu_ctx_unlock_leave(*ctx);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	return CUDA_SUCCESS;
+	*m = module_find(*ctx, h);
+	return emu_ctx_found(*ctx, *m);
 }
 
 /* A function of ctx: of a module or of a library instance.  Caller holds

@@ -160,11 +160,8 @@ CUresult emu_stream_enter(CUstream h, struct emu_ctx **ctx, struct emu_stream **
 	CUresult rc = emu_ctx_enter_locked(ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!(*s = emu_stream_find(*ctx, h))) {
-		emu_ctx_unlock_leave(*ctx);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	return CUDA_SUCCESS;
+	*s = emu_stream_find(*ctx, h);
+	return emu_ctx_found(*ctx, *s);
 }
 
 static int add_dep(struct emu_dep **deps, int *n, int *cap, const struct emu_stream *s)
@@ -388,11 +385,8 @@ static CUresult event_enter(CUevent h, struct emu_ctx **ctx, struct emu_event **
 	CUresult rc = emu_ctx_enter_locked(ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (!(*ev = event_find(*ctx, h))) {
-		emu_ctx_unlock_leave(*ctx);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	return CUDA_SUCCESS;
+	*ev = event_find(*ctx, h);
+	return emu_ctx_found(*ctx, *ev);
 }
 
 EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
