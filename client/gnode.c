@@ -329,8 +329,8 @@ static CUresult add_call(struct rc_graph *g, struct wbuf *w, struct rc_gnode *n,
 
 /* A new node of type t in graph hg after deps: the request so far, and the
  * node (not yet in the graph). */
-static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, struct rc_graph **g,
-			  struct rc_gnode **n, struct wbuf **w)
+static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, CUgraphNodeType t,
+			  struct rc_graph **g, struct rc_gnode **n, struct wbuf **w)
 {
 	CUresult rc = get_graph(hg, g);
 	if (rc)
@@ -343,6 +343,7 @@ static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, struct
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	(*n)->magic = RC_GNODE;
 	(*n)->g = *g;
+	(*n)->type = t;
 	return CUDA_SUCCESS;
 }
 
@@ -401,10 +402,9 @@ static CUresult add_params(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps
 	struct wbuf *w;
 	if (!out || !p)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, t, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = t;
 	struct rd r;
 	if (!(rc = put_params(w, n, t, p)))
 		rc = add_call(g, w, n, &r);
@@ -465,10 +465,9 @@ RC_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *out, CUgraph hg, const CUgrap
 	struct wbuf *w;
 	if (!out || !p || !p->fn)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_HOST, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_HOST;
 	n->host = *p;
 	n->hosts = 1;
 	/* its client id lives as long as the process: executables and
@@ -494,10 +493,9 @@ RC_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph hg, const CUgra
 	struct wbuf *w;
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_EMPTY, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_EMPTY;
 	put_u32(w, CU_GRAPH_NODE_TYPE_EMPTY);
 	struct rd r;
 	return add_end(n, out, add_call(g, w, n, &r));
@@ -511,7 +509,7 @@ static CUresult add_event(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps,
 	struct wbuf *w;
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, t, &g, &n, &w);
 	if (rc)
 		return rc;
 	uint64_t eh;
@@ -519,7 +517,6 @@ static CUresult add_event(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps,
 		node_free(n);
 		return rc;
 	}
-	n->type = t;
 	n->event = e;
 	put_u32(w, (uint32_t)t);
 	put_u64(w, eh);
@@ -550,13 +547,12 @@ RC_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph hg, const 
 	CUresult rc = get_graph(child, &c);
 	if (rc)
 		return rc;
-	if ((rc = add_begin(hg, deps, nd, &g, &n, &w)))
+	if ((rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_GRAPH, &g, &n, &w)))
 		return rc;
 	if (c == g || c->ctx->dev->conn != g->ctx->dev->conn) {
 		node_free(n);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	n->type = CU_GRAPH_NODE_TYPE_GRAPH;
 	/* the child is copied into the node, as CUDA does: its host nodes
 	 * and words count for this graph */
 	n->hosts = c->nhost;
@@ -578,7 +574,7 @@ RC_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph hg, const CU
 	struct wbuf *w;
 	if (!out || !p || !p->bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &g, &n, &w);
 	if (rc)
 		return rc;
 	/* on the graph's device: the pool of another is not served */
@@ -588,7 +584,6 @@ RC_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph hg, const CU
 		rc_unsupported("a graph memory node on a device other than the graph's context's");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	n->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
 	n->bytes = p->bytesize;
 	put_u32(w, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
 	put_u64(w, p->bytesize);
@@ -609,10 +604,9 @@ RC_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph hg, const CUg
 	struct wbuf *w;
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_MEM_FREE, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
 	n->dptr = dptr;
 	put_u32(w, CU_GRAPH_NODE_TYPE_MEM_FREE);
 	put_u64(w, dptr);
@@ -626,10 +620,9 @@ static CUresult add_conditional(CUgraphNode *out, CUgraph hg, const CUgraphNode 
 	struct rc_graph *g;
 	struct rc_gnode *n;
 	struct wbuf *w;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_CONDITIONAL, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
 	put_u32(w, CU_GRAPH_NODE_TYPE_CONDITIONAL);
 	put_u64(w, p->handle);
 	put_u32(w, (uint32_t)p->type);

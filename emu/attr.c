@@ -32,8 +32,8 @@ static int known(CUstreamAttrID id)
 	}
 }
 
-/* The stream's priority, the one attribute its creation sets. */
-static CUresult stream_check(CUstream h, int *prio)
+/* The stream's priority (the one attribute its creation sets) and id. */
+static CUresult stream_check(CUstream h, int *prio, unsigned long long *id)
 {
 	struct emu_ctx *ctx;
 	struct emu_stream *s;
@@ -41,6 +41,7 @@ static CUresult stream_check(CUstream h, int *prio)
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	*prio = s->priority;
+	*id = s->id;
 	emu_ctx_unlock_leave(ctx);
 	return CUDA_SUCCESS;
 }
@@ -50,7 +51,8 @@ EMU_API CUresult CUDAAPI cuStreamGetAttribute(CUstream h, CUstreamAttrID id, CUs
 	int prio = 0;
 	if (!v || !known(id))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = stream_check(h, &prio);
+	unsigned long long sid;
+	CUresult rc = stream_check(h, &prio, &sid);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	memset(v, 0, sizeof(*v));
@@ -74,7 +76,8 @@ EMU_API CUresult CUDAAPI cuStreamSetAttribute(CUstream h, CUstreamAttrID id, con
 	if (id == CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY &&
 	    (v->syncPolicy < CU_SYNC_POLICY_AUTO || v->syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = stream_check(h, &prio);
+	unsigned long long sid;
+	CUresult rc = stream_check(h, &prio, &sid);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	emu_lock(&attr_lock);
@@ -122,14 +125,6 @@ EMU_API CUresult CUDAAPI cuProfilerStop(void)
 
 EMU_API CUresult CUDAAPI cuStreamGetId(CUstream h, unsigned long long *id)
 {
-	if (!id)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct emu_ctx *ctx;
-	struct emu_stream *s;
-	CUresult rc = emu_stream_enter(h, &ctx, &s);
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	*id = s->id;
-	emu_ctx_unlock_leave(ctx);
-	return CUDA_SUCCESS;
+	int prio;
+	return id ? stream_check(h, &prio, id) : CUDA_ERROR_INVALID_VALUE;
 }
