@@ -180,17 +180,9 @@ static CUresult kernel_pack(struct rc_gnode *n, struct rc_func *f, void **params
 			memcpy(buf + l->off[i], params[i], l->size[i]);
 		}
 	} else if (extra) {
-		const void *eb = NULL;
-		size_t es = 0;
-		for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-				eb = extra[i + 1];
-			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
-				es = *(size_t *)extra[i + 1];
-			else
-				goto bad;
-		}
-		if (!eb || es < len)
+		const void *eb;
+		size_t es;
+		if (rc_launch_extra(extra, &eb, &es) || es < len)
 			goto bad;
 		memcpy(buf, eb, len);
 	} else if (l->n) {

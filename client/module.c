@@ -98,6 +98,21 @@ CUresult rc_layout_read(struct rd *r, struct rc_layout *l)
 	return CUDA_SUCCESS;
 }
 
+int rc_launch_extra(void **extra, const void **buf, size_t *size)
+{
+	*buf = NULL;
+	*size = 0;
+	for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+		if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+			*buf = extra[i + 1];
+		else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+			*size = *(size_t *)extra[i + 1];
+		else
+			return -1;
+	}
+	return *buf ? 0 : -1;
+}
+
 void rc_layout_free(struct rc_layout *l)
 {
 	free(l->off);
