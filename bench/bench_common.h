@@ -13,6 +13,7 @@
 #define RGPU_BENCH_COMMON_H
 
 #include <errno.h>
+#include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,38 @@ static inline int bench_parse_size(const char *s, size_t *out)
 		return -1;
 	*out = (size_t)(v << shift);
 	return 0;
+}
+
+/* BENCH_MAX_SIZE, where set, in *max: 0, or -1 with a message naming
+ * prog. */
+static inline int bench_env_max(const char *prog, size_t *max)
+{
+	const char *env = getenv("BENCH_MAX_SIZE");
+	if (env && *env && bench_parse_size(env, max)) {
+		fprintf(stderr, "%s: bad BENCH_MAX_SIZE '%s'\n", prog, env);
+		return -1;
+	}
+	return 0;
+}
+
+/* The options both programs take, as getopt_long returned option c:
+ * --target ('t'), --json ('j'), --max ('m'), --min-time ('T').  1 when c
+ * was one of them, 0 when not, -1 on a bad size (said on stderr). */
+static inline int bench_common_opt(const char *prog, int c, const char **target, const char **json_path,
+				   size_t *max, double *min_time)
+{
+	switch (c) {
+	case 't': *target = optarg; return 1;
+	case 'j': *json_path = optarg; return 1;
+	case 'm':
+		if (bench_parse_size(optarg, max)) {
+			fprintf(stderr, "%s: bad size '%s'\n", prog, optarg);
+			return -1;
+		}
+		return 1;
+	case 'T': *min_time = atof(optarg); return 1;
+	default: return 0;
+	}
 }
 
 static inline void bench_fmt_size(size_t n, char *buf, size_t len)

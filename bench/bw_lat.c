@@ -193,25 +193,19 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	size_t max = bench_sizes[BENCH_NSIZES - 1];
-	const char *json_path = NULL, *env = getenv("BENCH_MAX_SIZE");
+	const char *json_path = NULL;
 	int devno = 0, do_bw = 1, do_lat = 1, c;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (env && *env && bench_parse_size(env, &max)) {
-		fprintf(stderr, "bw_lat: bad BENCH_MAX_SIZE '%s'\n", env);
+	if (bench_env_max("bw_lat", &max))
 		return 2;
-	}
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int common = bench_common_opt("bw_lat", c, &target, &json_path, &max, &min_time);
+		if (common < 0)
+			return 2;
+		if (common)
+			continue;
 		switch (c) {
-		case 't': target = optarg; break;
-		case 'j': json_path = optarg; break;
-		case 'm':
-			if (bench_parse_size(optarg, &max)) {
-				fprintf(stderr, "bw_lat: bad size '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case 'T': min_time = atof(optarg); break;
 		case 'd': devno = atoi(optarg); break;
 		case 'B': do_bw = 0; break;
 		case 'L': do_lat = 0; break;

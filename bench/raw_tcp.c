@@ -220,27 +220,21 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *target = "raw_tcp", *json_path = NULL, *env = getenv("BENCH_MAX_SIZE");
+	const char *target = "raw_tcp", *json_path = NULL;
 	size_t max = bench_sizes[BENCH_NSIZES - 1];
 	FILE *json = NULL;
 	int c;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (env && *env && bench_parse_size(env, &max)) {
-		fprintf(stderr, "raw_tcp: bad BENCH_MAX_SIZE '%s'\n", env);
+	if (bench_env_max("raw_tcp", &max))
 		return 2;
-	}
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		int common = bench_common_opt("raw_tcp", c, &target, &json_path, &max, &min_time);
+		if (common < 0)
+			return 2;
+		if (common)
+			continue;
 		switch (c) {
-		case 't': target = optarg; break;
-		case 'j': json_path = optarg; break;
-		case 'm':
-			if (bench_parse_size(optarg, &max)) {
-				fprintf(stderr, "raw_tcp: bad size '%s'\n", optarg);
-				return 2;
-			}
-			break;
-		case 'T': min_time = atof(optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

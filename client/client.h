@@ -333,6 +333,9 @@ void rc_stream_idle(struct rc_ctx *c, CUstream s, uint64_t sh, uint64_t mark);
 CUresult rc_image_size(const void *image, size_t *size, uint32_t *kind, const void **start);
 CUresult rc_layout_read(struct rd *r, struct rc_layout *l);
 void rc_layout_free(struct rc_layout *l);
+/* The argument buffer that a launch's extra (CU_LAUNCH_PARAM_BUFFER_POINTER,
+ * _SIZE, _END) names: 0, or -1 for another key or no buffer. */
+int rc_launch_extra(void **extra, const void **buf, size_t *size);
 /* the function behind a CUfunction or a CUkernel (in the current context) */
 CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
 

@@ -180,17 +180,9 @@ static CUresult kernel_pack(struct rc_gnode *n, struct rc_func *f, void **params
 			memcpy(buf + l->off[i], params[i], l->size[i]);
 		}
 	} else if (extra) {
-		const void *eb = NULL;
-		size_t es = 0;
-		for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-				eb = extra[i + 1];
-			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
-				es = *(size_t *)extra[i + 1];
-			else
-				goto bad;
-		}
-		if (!eb || es < len)
+		const void *eb;
+		size_t es;
+		if (rc_launch_extra(extra, &eb, &es) || es < len)
 			goto bad;
 		memcpy(buf, eb, len);
 	} else if (l->n) {
@@ -329,8 +321,8 @@ static CUresult add_call(struct rc_graph *g, struct wbuf *w, struct rc_gnode *n,
 
 /* A new node of type t in graph hg after deps: the request so far, and the
  * node (not yet in the graph). */
-static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, struct rc_graph **g,
-			  struct rc_gnode **n, struct wbuf **w)
+static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, CUgraphNodeType t,
+			  struct rc_graph **g, struct rc_gnode **n, struct wbuf **w)
 {
 	CUresult rc = get_graph(hg, g);
 	if (rc)
@@ -343,6 +335,7 @@ static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, struct
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	(*n)->magic = RC_GNODE;
 	(*n)->g = *g;
+	(*n)->type = t;
 	return CUDA_SUCCESS;
 }
 
@@ -376,20 +369,36 @@ static CUresult add_end(struct rc_gnode *n, CUgraphNode *out, CUresult rc)
 	return CUDA_SUCCESS;
 }
 
-static CUresult add_kernel(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
-			   const CUDA_KERNEL_NODE_PARAMS *p)
+/* Packs parameters p of a node of type t (kernel, memcpy or memset) into
+ * n and the request. */
+static CUresult put_params(struct wbuf *w, struct rc_gnode *n, CUgraphNodeType t, const void *p)
+{
+	switch (t) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		return put_kernel(w, n, p);
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		return put_memcpy(w, n, p);
+	case CU_GRAPH_NODE_TYPE_MEMSET:
+		return put_memset(w, n, p);
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+/* Adds a kernel, memcpy or memset node with parameters p. */
+static CUresult add_params(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd, CUgraphNodeType t,
+			   const void *p)
 {
 	struct rc_graph *g;
 	struct rc_gnode *n;
 	struct wbuf *w;
 	if (!out || !p)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, t, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_KERNEL;
 	struct rd r;
-	if (!(rc = put_kernel(w, n, p)))
+	if (!(rc = put_params(w, n, t, p)))
 		rc = add_call(g, w, n, &r);
 	return add_end(n, out, rc);
 }
@@ -397,7 +406,7 @@ static CUresult add_kernel(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps
 RC_EXPORT CUresult cuGraphAddKernelNode_v2(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t nd,
 					   const CUDA_KERNEL_NODE_PARAMS *p)
 {
-	return add_kernel(out, g, deps, nd, p);
+	return add_params(out, g, deps, nd, CU_GRAPH_NODE_TYPE_KERNEL, p);
 }
 
 static CUDA_KERNEL_NODE_PARAMS kp_v2(const CUDA_KERNEL_NODE_PARAMS_v1 *p)
@@ -423,45 +432,21 @@ RC_EXPORT CUresult cuGraphAddKernelNode(CUgraphNode *out, CUgraph g, const CUgra
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUDA_KERNEL_NODE_PARAMS k = kp_v2(p);
-	return add_kernel(out, g, deps, nd, &k);
+	return add_params(out, g, deps, nd, CU_GRAPH_NODE_TYPE_KERNEL, &k);
 }
 
 RC_EXPORT CUresult cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
 					const CUDA_MEMCPY3D *p, CUcontext ctx)
 {
-	struct rc_graph *g;
-	struct rc_gnode *n;
-	struct wbuf *w;
 	(void)ctx;
-	if (!out || !p)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
-	if (rc)
-		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_MEMCPY;
-	struct rd r;
-	if (!(rc = put_memcpy(w, n, p)))
-		rc = add_call(g, w, n, &r);
-	return add_end(n, out, rc);
+	return add_params(out, hg, deps, nd, CU_GRAPH_NODE_TYPE_MEMCPY, p);
 }
 
 RC_EXPORT CUresult cuGraphAddMemsetNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
 					const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {
-	struct rc_graph *g;
-	struct rc_gnode *n;
-	struct wbuf *w;
 	(void)ctx;
-	if (!out || !p)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
-	if (rc)
-		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_MEMSET;
-	struct rd r;
-	if (!(rc = put_memset(w, n, p)))
-		rc = add_call(g, w, n, &r);
-	return add_end(n, out, rc);
+	return add_params(out, hg, deps, nd, CU_GRAPH_NODE_TYPE_MEMSET, p);
 }
 
 RC_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
@@ -472,10 +457,9 @@ RC_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *out, CUgraph hg, const CUgrap
 	struct wbuf *w;
 	if (!out || !p || !p->fn)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_HOST, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_HOST;
 	n->host = *p;
 	n->hosts = 1;
 	/* its client id lives as long as the process: executables and
@@ -501,10 +485,9 @@ RC_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *out, CUgraph hg, const CUgra
 	struct wbuf *w;
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_EMPTY, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_EMPTY;
 	put_u32(w, CU_GRAPH_NODE_TYPE_EMPTY);
 	struct rd r;
 	return add_end(n, out, add_call(g, w, n, &r));
@@ -518,7 +501,7 @@ static CUresult add_event(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps,
 	struct wbuf *w;
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, t, &g, &n, &w);
 	if (rc)
 		return rc;
 	uint64_t eh;
@@ -526,7 +509,6 @@ static CUresult add_event(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps,
 		node_free(n);
 		return rc;
 	}
-	n->type = t;
 	n->event = e;
 	put_u32(w, (uint32_t)t);
 	put_u64(w, eh);
@@ -557,13 +539,12 @@ RC_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph hg, const 
 	CUresult rc = get_graph(child, &c);
 	if (rc)
 		return rc;
-	if ((rc = add_begin(hg, deps, nd, &g, &n, &w)))
+	if ((rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_GRAPH, &g, &n, &w)))
 		return rc;
 	if (c == g || c->ctx->dev->conn != g->ctx->dev->conn) {
 		node_free(n);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	n->type = CU_GRAPH_NODE_TYPE_GRAPH;
 	/* the child is copied into the node, as CUDA does: its host nodes
 	 * and words count for this graph */
 	n->hosts = c->nhost;
@@ -585,7 +566,7 @@ RC_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph hg, const CU
 	struct wbuf *w;
 	if (!out || !p || !p->bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &g, &n, &w);
 	if (rc)
 		return rc;
 	/* on the graph's device: the pool of another is not served */
@@ -595,7 +576,6 @@ RC_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph hg, const CU
 		rc_unsupported("a graph memory node on a device other than the graph's context's");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	n->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
 	n->bytes = p->bytesize;
 	put_u32(w, CU_GRAPH_NODE_TYPE_MEM_ALLOC);
 	put_u64(w, p->bytesize);
@@ -616,10 +596,9 @@ RC_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *out, CUgraph hg, const CUg
 	struct wbuf *w;
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_MEM_FREE, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
 	n->dptr = dptr;
 	put_u32(w, CU_GRAPH_NODE_TYPE_MEM_FREE);
 	put_u64(w, dptr);
@@ -633,10 +612,9 @@ static CUresult add_conditional(CUgraphNode *out, CUgraph hg, const CUgraphNode 
 	struct rc_graph *g;
 	struct rc_gnode *n;
 	struct wbuf *w;
-	CUresult rc = add_begin(hg, deps, nd, &g, &n, &w);
+	CUresult rc = add_begin(hg, deps, nd, CU_GRAPH_NODE_TYPE_CONDITIONAL, &g, &n, &w);
 	if (rc)
 		return rc;
-	n->type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
 	put_u32(w, CU_GRAPH_NODE_TYPE_CONDITIONAL);
 	put_u64(w, p->handle);
 	put_u32(w, (uint32_t)p->type);
@@ -675,7 +653,7 @@ static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, c
 		}
 	switch (p->type) {
 	case CU_GRAPH_NODE_TYPE_KERNEL:
-		return add_kernel(out, g, deps, nd, (const CUDA_KERNEL_NODE_PARAMS *)&p->kernel);
+		return add_params(out, g, deps, nd, CU_GRAPH_NODE_TYPE_KERNEL, &p->kernel);
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 		return cuGraphAddMemcpyNode(out, g, deps, nd, &p->memcpy.copyParams, p->memcpy.copyCtx);
 	case CU_GRAPH_NODE_TYPE_MEMSET: {
@@ -1020,7 +998,8 @@ RC_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hn)
 
 /* ------------------------------------------------- getters and setters */
 
-static CUresult typed(CUgraphNode hn, CUgraphNodeType t, struct rc_gnode **n)
+/* Node hn, of type t, whose parameters go to out (not NULL). */
+static CUresult typed(CUgraphNode hn, CUgraphNodeType t, const void *out, struct rc_gnode **n)
 {
 	CUresult rc = get_node(hn, n);
 	if (!rc && (*n)->type != t)
@@ -1028,19 +1007,39 @@ static CUresult typed(CUgraphNode hn, CUgraphNodeType t, struct rc_gnode **n)
 	/* a node this process did not build (captured): no parameters here */
 	if (!rc && t == CU_GRAPH_NODE_TYPE_KERNEL && !(*n)->kbuf)
 		rc = CUDA_ERROR_NOT_SUPPORTED;
+	if (!rc && !out)
+		rc = CUDA_ERROR_INVALID_VALUE;
 	return rc;
 }
 
-RC_EXPORT CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hn, CUDA_KERNEL_NODE_PARAMS *p)
-{
-	struct rc_gnode *n;
-	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_KERNEL, &n);
-	if (!rc && !p)
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*p = n->kp;
-	return rc;
-}
+/* A getter that hands out one member of a node of one type: the node
+ * types differ only in which member and its C type. */
+#define NODE_GETTER(fn, t, ptype, member)                      \
+	RC_EXPORT CUresult fn(CUgraphNode hn, ptype *p)        \
+	{                                                      \
+		struct rc_gnode *n;                            \
+		CUresult rc = typed(hn, t, p, &n);             \
+		if (!rc)                                       \
+			*p = n->member;                        \
+		return rc;                                     \
+	}
+
+/* The setters of a node type whose parameters have one form: in the
+ * graph, and in an executable (whose context argument names the node's
+ * own context, so it is not needed). */
+#define NODE_SETTERS(set_fn, exec_set_fn, t, ptype)                                      \
+	RC_EXPORT CUresult set_fn(CUgraphNode n, const ptype *p)                         \
+	{                                                                                \
+		return set_params(NULL, n, t, p);                                        \
+	}                                                                                \
+	RC_EXPORT CUresult exec_set_fn(CUgraphExec x, CUgraphNode n, const ptype *p,     \
+				       CUcontext ctx)                                    \
+	{                                                                                \
+		(void)ctx;                                                               \
+		return set_params(x, n, t, p);                                           \
+	}
+
+NODE_GETTER(cuGraphKernelNodeGetParams_v2, CU_GRAPH_NODE_TYPE_KERNEL, CUDA_KERNEL_NODE_PARAMS, kp)
 
 RC_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hn, CUDA_KERNEL_NODE_PARAMS_v1 *p)
 {
@@ -1083,21 +1082,8 @@ static CUresult set_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, co
 	memset(&scratch, 0, sizeof(scratch));
 	scratch.g = x ? x : n->g;
 	struct rc_gnode *dst = x ? &scratch : n;
-	switch (t) {
-	case CU_GRAPH_NODE_TYPE_KERNEL:
-		rc = put_kernel(w, dst, p);
-		break;
-	case CU_GRAPH_NODE_TYPE_MEMCPY:
-		rc = put_memcpy(w, dst, p);
-		break;
-	case CU_GRAPH_NODE_TYPE_MEMSET:
-		rc = put_memset(w, dst, p);
-		break;
-	default:
-		rc = CUDA_ERROR_NOT_SUPPORTED;
-	}
 	struct rd r;
-	if (!rc)
+	if (!(rc = put_params(w, dst, t, p)))
 		rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
 	free(scratch.kbuf);
 	free(scratch.kargs);
@@ -1109,12 +1095,18 @@ RC_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode n, const CUDA_KERNE
 	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_KERNEL, p);
 }
 
-RC_EXPORT CUresult cuGraphKernelNodeSetParams(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+/* The _v1 kernel setters: the older struct, given as the current one. */
+static CUresult set_kernel_v1(CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
 {
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUDA_KERNEL_NODE_PARAMS k = kp_v2(p);
-	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_KERNEL, &k);
+	return set_params(x, n, CU_GRAPH_NODE_TYPE_KERNEL, &k);
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeSetParams(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v1 *p)
+{
+	return set_kernel_v1(NULL, n, p);
 }
 
 RC_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode n,
@@ -1126,96 +1118,23 @@ RC_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode 
 RC_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode n,
 						  const CUDA_KERNEL_NODE_PARAMS_v1 *p)
 {
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	CUDA_KERNEL_NODE_PARAMS k = kp_v2(p);
-	return set_params(x, n, CU_GRAPH_NODE_TYPE_KERNEL, &k);
+	return set_kernel_v1(x, n, p);
 }
 
-RC_EXPORT CUresult cuGraphMemsetNodeGetParams(CUgraphNode hn, CUDA_MEMSET_NODE_PARAMS *p)
-{
-	struct rc_gnode *n;
-	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEMSET, &n);
-	if (!rc && !p)
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*p = n->ms;
-	return rc;
-}
-
-RC_EXPORT CUresult cuGraphMemsetNodeSetParams(CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p)
-{
-	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_MEMSET, p);
-}
-
-RC_EXPORT CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_MEMSET_NODE_PARAMS *p,
-						  CUcontext ctx)
-{
-	(void)ctx;
-	return set_params(x, n, CU_GRAPH_NODE_TYPE_MEMSET, p);
-}
-
-RC_EXPORT CUresult cuGraphMemcpyNodeGetParams(CUgraphNode hn, CUDA_MEMCPY3D *p)
-{
-	struct rc_gnode *n;
-	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEMCPY, &n);
-	if (!rc && !p)
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*p = n->mc;
-	return rc;
-}
-
-RC_EXPORT CUresult cuGraphMemcpyNodeSetParams(CUgraphNode n, const CUDA_MEMCPY3D *p)
-{
-	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_MEMCPY, p);
-}
-
-RC_EXPORT CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_MEMCPY3D *p,
-						  CUcontext ctx)
-{
-	(void)ctx;
-	return set_params(x, n, CU_GRAPH_NODE_TYPE_MEMCPY, p);
-}
-
-RC_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hn, CUDA_HOST_NODE_PARAMS *p)
-{
-	struct rc_gnode *n;
-	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_HOST, &n);
-	if (!rc && !p)
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*p = n->host;
-	return rc;
-}
-
-static CUresult node_event(CUgraphNode hn, CUgraphNodeType t, CUevent *out)
-{
-	struct rc_gnode *n;
-	CUresult rc = typed(hn, t, &n);
-	if (!rc && !out)
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*out = n->event;
-	return rc;
-}
-
-RC_EXPORT CUresult cuGraphEventRecordNodeGetEvent(CUgraphNode n, CUevent *e)
-{
-	return node_event(n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, e);
-}
-
-RC_EXPORT CUresult cuGraphEventWaitNodeGetEvent(CUgraphNode n, CUevent *e)
-{
-	return node_event(n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e);
-}
+NODE_GETTER(cuGraphMemsetNodeGetParams, CU_GRAPH_NODE_TYPE_MEMSET, CUDA_MEMSET_NODE_PARAMS, ms)
+NODE_SETTERS(cuGraphMemsetNodeSetParams, cuGraphExecMemsetNodeSetParams, CU_GRAPH_NODE_TYPE_MEMSET,
+	     CUDA_MEMSET_NODE_PARAMS)
+NODE_GETTER(cuGraphMemcpyNodeGetParams, CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_MEMCPY3D, mc)
+NODE_SETTERS(cuGraphMemcpyNodeSetParams, cuGraphExecMemcpyNodeSetParams, CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_MEMCPY3D)
+NODE_GETTER(cuGraphHostNodeGetParams, CU_GRAPH_NODE_TYPE_HOST, CUDA_HOST_NODE_PARAMS, host)
+NODE_GETTER(cuGraphEventRecordNodeGetEvent, CU_GRAPH_NODE_TYPE_EVENT_RECORD, CUevent, event)
+NODE_GETTER(cuGraphEventWaitNodeGetEvent, CU_GRAPH_NODE_TYPE_WAIT_EVENT, CUevent, event)
+NODE_GETTER(cuGraphMemFreeNodeGetParams, CU_GRAPH_NODE_TYPE_MEM_FREE, CUdeviceptr, dptr)
 
 RC_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hn, CUDA_MEM_ALLOC_NODE_PARAMS *p)
 {
 	struct rc_gnode *n;
-	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEM_ALLOC, &n);
-	if (!rc && !p)
-		rc = CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEM_ALLOC, p, &n);
 	if (!rc) {
 		memset(p, 0, sizeof(*p));
 		p->poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -1224,17 +1143,6 @@ RC_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hn, CUDA_MEM_ALLOC_N
 		p->bytesize = n->bytes;
 		p->dptr = n->dptr;
 	}
-	return rc;
-}
-
-RC_EXPORT CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr *d)
-{
-	struct rc_gnode *n;
-	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_MEM_FREE, &n);
-	if (!rc && !d)
-		rc = CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*d = n->dptr;
 	return rc;
 }
 

@@ -77,17 +77,9 @@ static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], 
 		}
 		buf = p;
 	} else if (extra) {
-		const void *eb = NULL;
-		size_t es = 0;
-		for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-			if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
-				eb = extra[i + 1];
-			else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
-				es = *(size_t *)extra[i + 1];
-			else
-				return CUDA_ERROR_INVALID_VALUE;
-		}
-		if (!eb || es < l->total)
+		const void *eb;
+		size_t es;
+		if (rc_launch_extra(extra, &eb, &es) || es < l->total)
 			return CUDA_ERROR_INVALID_VALUE;
 		buf = eb;
 		len = es;

@@ -98,6 +98,21 @@ CUresult rc_layout_read(struct rd *r, struct rc_layout *l)
 	return CUDA_SUCCESS;
 }
 
+int rc_launch_extra(void **extra, const void **buf, size_t *size)
+{
+	*buf = NULL;
+	*size = 0;
+	for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+		if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+			*buf = extra[i + 1];
+		else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+			*size = *(size_t *)extra[i + 1];
+		else
+			return -1;
+	}
+	return *buf ? 0 : -1;
+}
+
 void rc_layout_free(struct rc_layout *l)
 {
 	free(l->off);
@@ -199,17 +214,25 @@ RC_EXPORT CUresult cuModuleLoad(CUmodule *pm, const char *path)
 	return rc;
 }
 
+/* Request op about module m, in its context, naming name (NULL: none). */
+static CUresult module_call(struct rc_module *m, uint16_t op, const char *name, struct rd *r)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, m->ctx->h);
+	put_u64(w, m->h);
+	if (name)
+		put_str(w, name);
+	return rc_call(m->ctx->dev->conn, op, w, r);
+}
+
 RC_EXPORT CUresult cuModuleUnload(CUmodule mod)
 {
 	struct rc_module *m;
 	CUresult rc = rc_obj(mod, RC_MODULE, &m);
 	if (rc)
 		return rc;
-	struct wbuf *w = rc_req();
-	put_u64(w, m->ctx->h);
-	put_u64(w, m->h);
 	struct rd r;
-	rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_UNLOAD, w, &r);
+	rc = module_call(m, RGPU_OP_MODULE_UNLOAD, NULL, &r);
 	for (struct rc_func *f = m->funcs, *nf; f; f = nf) {
 		nf = f->next;
 		rc_layout_free(&f->layout);
@@ -260,12 +283,8 @@ RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char 
 		*pf = (CUfunction)f;
 		return CUDA_SUCCESS;
 	}
-	struct wbuf *w = rc_req();
-	put_u64(w, m->ctx->h);
-	put_u64(w, m->h);
-	put_str(w, name);
 	struct rd r;
-	rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_GET_FUNCTION, w, &r);
+	rc = module_call(m, RGPU_OP_MODULE_GET_FUNCTION, name, &r);
 	uint64_t h = get_u64(&r);
 	if (!rc)
 		rc = func_new(m->ctx, h, &r, &f);
@@ -291,12 +310,8 @@ RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodu
 		return rc;
 	if (!name)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct wbuf *w = rc_req();
-	put_u64(w, m->ctx->h);
-	put_u64(w, m->h);
-	put_str(w, name);
 	struct rd r;
-	if ((rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_GET_GLOBAL, w, &r)))
+	if ((rc = module_call(m, RGPU_OP_MODULE_GET_GLOBAL, name, &r)))
 		return rc;
 	CUdeviceptr p = get_u64(&r);
 	size_t sz = get_u64(&r);
@@ -642,11 +657,8 @@ RC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary l)
 /* The module's functions, by name from the server, as client handles. */
 static CUresult module_functions(struct rc_module *m, CUfunction *fs, unsigned max, unsigned *n)
 {
-	struct wbuf *w = rc_req();
-	put_u64(w, m->ctx->h);
-	put_u64(w, m->h);
 	struct rd r;
-	CUresult rc = rc_call(m->ctx->dev->conn, RGPU_OP_MODULE_FUNCTIONS, w, &r);
+	CUresult rc = module_call(m, RGPU_OP_MODULE_FUNCTIONS, NULL, &r);
 	if (rc)
 		return rc;
 	uint32_t cnt = get_u32(&r);

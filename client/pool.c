@@ -188,7 +188,9 @@ static int int_attr(CUmemPool_attribute a)
 	       a == CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES;
 }
 
-RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+/* Gets (set 0) or sets (from *value) attribute attr of pool; a get's
+ * answer is left in r for the caller to store in *value. */
+static CUresult attr_call(CUmemoryPool pool, CUmemPool_attribute attr, void *value, int set, struct rd *r)
 {
 	struct rc_pool *p;
 	CUresult rc = pool_of(pool, &p);
@@ -199,8 +201,16 @@ RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute 
 	struct wbuf *w = rc_req();
 	put_u64(w, p->h);
 	put_u32(w, (uint32_t)attr);
+	if (set)
+		put_u64(w, int_attr(attr) ? (uint64_t)(uint32_t)*(int *)value : *(cuuint64_t *)value);
+	return rc_call(p->dev->conn, set ? RGPU_OP_POOL_SET_ATTR : RGPU_OP_POOL_GET_ATTR, w, r);
+}
+
+RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
 	struct rd r;
-	if ((rc = rc_call(p->dev->conn, RGPU_OP_POOL_GET_ATTR, w, &r)))
+	CUresult rc = attr_call(pool, attr, value, 0, &r);
+	if (rc)
 		return rc;
 	uint64_t v = get_u64(&r);
 	if (!rd_ok(&r))
@@ -214,18 +224,8 @@ RC_EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute 
 
 RC_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-	struct rc_pool *p;
-	CUresult rc = pool_of(pool, &p);
-	if (rc)
-		return rc;
-	if (!value)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct wbuf *w = rc_req();
-	put_u64(w, p->h);
-	put_u32(w, (uint32_t)attr);
-	put_u64(w, int_attr(attr) ? (uint64_t)(uint32_t)*(int *)value : *(cuuint64_t *)value);
 	struct rd r;
-	return rc_call(p->dev->conn, RGPU_OP_POOL_SET_ATTR, w, &r);
+	return attr_call(pool, attr, value, 1, &r);
 }
 
 RC_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)

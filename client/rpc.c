@@ -13,6 +13,7 @@
  * server may answer in any order.
  */
 #include "client.h"
+#include "clock.h"
 #include "cred.h"
 #include "frame.h"
 #include "log.h"
@@ -713,14 +714,14 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 		f->r.bad = 1;
 		return is_dead(c) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_INVALID_VALUE;
 	}
-	uint64_t t0 = rc_stats_on ? rc_stats_now() : 0;
+	uint64_t t0 = rc_stats_on ? rgpu_now_ns() : 0;
 	CUresult rc = take_frame(c, w, f, sink, sinkcap);
 	if (!rc && op == RGPU_OP_MEM_ALLOC && !f->st && !sink && f->len >= 8) {
 		struct rd t = f->r;
 		rc_replay_alloc(c, id, get_u64(&t));
 	}
 	if (rc_stats_on)
-		rc_stats_wait(op, rc_stats_now() - t0);
+		rc_stats_wait(op, rgpu_now_ns() - t0);
 	/* the reply is over: its last frame, an error, or a dead connection */
 	if (rc || !(f->flags & RGPU_F_MORE) || f->st) {
 		pthread_mutex_lock(&c->rx_lock);

@@ -15,6 +15,7 @@
  */
 #include "replay_int.h"
 #include "client.h"
+#include "clock.h"
 #include "frame.h"
 #include "log.h"
 
@@ -24,13 +25,6 @@
 #include <time.h>
 
 #define SEND_CHUNK (4u << 20)
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 void rc_standby_setup(struct rc_conn *c)
 {
@@ -72,7 +66,7 @@ void rc_standby_set_interval(struct rc_conn *c, uint32_t seconds)
 /* Takes a checkpoint: the state stream into memory, the log trimmed. */
 static void checkpoint(struct rc_conn *c, struct rc_replay *rp)
 {
-	double t0 = now_s();
+	double t0 = rgpu_now_s();
 	uint64_t id = 0;
 	pthread_mutex_lock(&c->lock);
 	CUresult rc = rc_send_frame(c, RGPU_OP_SESSION_SAVE, 0, &id, NULL, 0, NULL, 0);
@@ -130,10 +124,10 @@ static void checkpoint(struct rc_conn *c, struct rc_replay *rp)
 	rp->ckpt = buf;
 	rp->ckpt_len = len;
 	rp->ckpt_id = id;
-	rp->last_ckpt = now_s();
+	rp->last_ckpt = rgpu_now_s();
 	pthread_mutex_unlock(&rp->lock);
 	rc_replay_trim(rp, id);
-	log_info("%s:%u: checkpoint of %zu bytes in %.3f s", c->host, c->port, len, now_s() - t0);
+	log_info("%s:%u: checkpoint of %zu bytes in %.3f s", c->host, c->port, len, rgpu_now_s() - t0);
 }
 
 int rc_standby_tick(struct rc_conn *c)
@@ -143,7 +137,7 @@ int rc_standby_tick(struct rc_conn *c)
 		return 0;
 	pthread_mutex_lock(&rp->lock);
 	int due = !rp->ckpt_failed && !rp->ckpt_busy && !rp->lost &&
-		  (!rp->ckpt || now_s() - rp->last_ckpt >= rp->interval_s);
+		  (!rp->ckpt || rgpu_now_s() - rp->last_ckpt >= rp->interval_s);
 	if (due)
 		rp->ckpt_busy = 1;
 	pthread_mutex_unlock(&rp->lock);

@@ -37,13 +37,6 @@ static uint64_t op_count[RGPU_OP_MAX], op_wait_ns[RGPU_OP_MAX], op_local[RGPU_OP
 #define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_RELAXED)
 #define GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
 
-uint64_t rc_stats_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 void rc_stats_init(void)
 {
 	stats_pid = getpid();

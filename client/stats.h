@@ -11,8 +11,6 @@ extern int rc_stats_on;
 
 /* reads RGPU_STATS (cuInit, once the settings are loaded) */
 void rc_stats_init(void);
-/* monotonic nanoseconds */
-uint64_t rc_stats_now(void);
 /* one request sent: sync when its caller waits for a reply */
 void rc_stats_request(unsigned op, int sync, size_t bytes);
 /* one write of requests to a connection */

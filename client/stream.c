@@ -267,34 +267,35 @@ RC_EXPORT CUresult cuStreamQuery(CUstream s)
 	return rc;
 }
 
-RC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *prio)
+/* The priority and flags a stream was made with: the NULL, legacy and
+ * per-thread streams have no object here and both are 0 (set even when
+ * the library is not initialised, as before). */
+static CUresult stream_made(CUstream s, int *prio, unsigned int *flags)
 {
-	if (!prio)
-		return CUDA_ERROR_INVALID_VALUE;
 	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
 		*prio = 0;
-		return rc_initialized();
-	}
-	struct rc_stream *st;
-	CUresult rc = rc_obj(s, RC_STREAM, &st);
-	if (!rc)
-		*prio = st->priority;
-	return rc;
-}
-
-RC_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
-{
-	if (!flags)
-		return CUDA_ERROR_INVALID_VALUE;
-	if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD) {
 		*flags = 0;
 		return rc_initialized();
 	}
 	struct rc_stream *st;
 	CUresult rc = rc_obj(s, RC_STREAM, &st);
-	if (!rc)
+	if (!rc) {
+		*prio = st->priority;
 		*flags = st->flags;
+	}
 	return rc;
+}
+
+RC_EXPORT CUresult cuStreamGetPriority(CUstream s, int *prio)
+{
+	unsigned int flags;
+	return prio ? stream_made(s, prio, &flags) : CUDA_ERROR_INVALID_VALUE;
+}
+
+RC_EXPORT CUresult cuStreamGetFlags(CUstream s, unsigned int *flags)
+{
+	int prio;
+	return flags ? stream_made(s, &prio, flags) : CUDA_ERROR_INVALID_VALUE;
 }
 
 RC_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)

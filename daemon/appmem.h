@@ -12,6 +12,7 @@
 
 #include <stdint.h>
 
+struct rd;
 struct session;
 
 struct phys {
@@ -67,5 +68,10 @@ void appmem_cleanup(struct session *s);
 /* ops_pool.c: pools at session end */
 void pool_cleanup(struct session *s, struct appmem *a);
 int appmem_palloc_find(struct appmem *a, uint64_t p);
+/* Reads a request's access descriptors (u32 n, then n times u32 gpu, u32
+ * flags: the rest of the request) into desc (room for RGPUD_MAX_GPUS),
+ * their count in *n, each GPU admitted for the session: 0, or the
+ * request's answer (OP_DROP for a malformed one, or a CUresult). */
+int appmem_read_access(struct session *s, struct rd *r, CUmemAccessDesc *desc, uint32_t *n);
 
 #endif

@@ -6,6 +6,7 @@
 #include "config.h"
 
 #include "access.h"
+#include "clock.h"
 #include "lease.h"
 #include "log.h"
 #include "metrics.h"
@@ -68,13 +69,6 @@ static uint64_t n_accepted, n_started, n_ended, n_crashes;
 static struct word_count refusals[MAX_WORDS + 1], errors[MAX_WORDS + 1];
 static struct metrics_session *live;
 static uint64_t (*gpu_time_source)(int pid, unsigned gpu);
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Drops rows that hold nothing now; their GPU time goes with them (a job
  * long gone).  mu held. */
@@ -139,7 +133,7 @@ void metrics_session_gpu(struct metrics_session *ms, unsigned gpu)
 		if (r) {
 			r->live++;
 			ms->gpus |= 1ull << gpu;
-			ms->since[gpu] = now_s();
+			ms->since[gpu] = rgpu_now_s();
 			r->since_sum += ms->since[gpu];
 		}
 	}
@@ -180,7 +174,7 @@ void metrics_session_close(struct metrics_session *ms)
 {
 	if (!ms)
 		return;
-	double t = now_s();
+	double t = rgpu_now_s();
 	pthread_mutex_lock(&mu);
 	for (unsigned g = 0; g < RGPUD_MAX_GPUS; g++) {
 		if (!(ms->gpus & (1ull << g)) && !ms->mem[g])
@@ -212,7 +206,7 @@ void metrics_session_close(struct metrics_session *ms)
 
 double metrics_job_gpu_seconds(uint64_t job, unsigned gpu)
 {
-	double s = 0, t = now_s();
+	double s = 0, t = rgpu_now_s();
 	pthread_mutex_lock(&mu);
 	for (size_t i = 0; i < nrows; i++)
 		if (rows[i].job == job && rows[i].gpu == gpu)
@@ -266,7 +260,7 @@ void metrics_set_gpu_time_source(uint64_t (*source)(int pid, unsigned gpu))
 
 int metrics_sessions_list(struct metrics_session_row **out, size_t *n)
 {
-	double t = now_s();
+	double t = rgpu_now_s();
 	pthread_mutex_lock(&mu);
 	size_t cnt = 0;
 	for (struct metrics_session *m = live; m; m = m->next)
@@ -419,7 +413,7 @@ char *metrics_render(size_t *len)
 		nl = 0;
 
 	char gl[16], esc[300];
-	double t = now_s();
+	double t = rgpu_now_s();
 	pthread_mutex_lock(&mu);
 	head(f, "rgpud_connections_accepted_total", "counter",
 	     "Connections accepted (TCP and same-host), before authentication.");

@@ -273,15 +273,12 @@ int op_vmm_unmap(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 	return CUDA_SUCCESS;
 }
 
-int op_vmm_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+int appmem_read_access(struct session *s, struct rd *r, CUmemAccessDesc *desc, uint32_t *n)
 {
-	uint64_t addr = get_u64(r), size = get_u64(r);
-	uint32_t n = get_u32(r);
-	if (!rd_ok(r) || n > RGPUD_MAX_GPUS || r->left != (size_t)n * 8)
+	*n = get_u32(r);
+	if (!rd_ok(r) || *n > RGPUD_MAX_GPUS || r->left != (size_t)*n * 8)
 		return OP_DROP;
-	CUmemAccessDesc desc[RGPUD_MAX_GPUS];
-	uint64_t grant = 0, deny = 0;
-	for (uint32_t k = 0; k < n; k++) {
+	for (uint32_t k = 0; k < *n; k++) {
 		uint32_t gpu = get_u32(r), flags = get_u32(r);
 		if (gpu >= RGPUD_MAX_GPUS || flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
 			return CUDA_ERROR_INVALID_VALUE;
@@ -291,10 +288,24 @@ int op_vmm_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		desc[k] = (CUmemAccessDesc){ .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
 							   .id = (int)gpu },
 					     .flags = (CUmemAccess_flags)flags };
-		if (flags)
-			grant |= 1ull << gpu;
+	}
+	return 0;
+}
+
+int op_vmm_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t addr = get_u64(r), size = get_u64(r);
+	CUmemAccessDesc desc[RGPUD_MAX_GPUS];
+	uint32_t n;
+	int rc = appmem_read_access(s, r, desc, &n);
+	if (rc)
+		return rc;
+	uint64_t grant = 0, deny = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		if (desc[k].flags)
+			grant |= 1ull << desc[k].location.id;
 		else
-			deny |= 1ull << gpu;
+			deny |= 1ull << desc[k].location.id;
 	}
 	if (!rd_done(r))
 		return OP_DROP;
@@ -302,8 +313,7 @@ int op_vmm_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	size_t first, cnt;
 	if (!a || !n || whole_maps(a, addr, size, &first, &cnt) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	int rc = D->cuMemSetAccess(addr, size, desc, n);
-	if (rc)
+	if ((rc = D->cuMemSetAccess(addr, size, desc, n)))
 		return rc;
 	for (size_t k = first; k < first + cnt; k++)
 		a->maps[k].access = (a->maps[k].access | grant) & ~deny;

@@ -10,6 +10,17 @@
 
 /* Launch attributes: values only; any carrying a handle is refused by the
  * client before it gets here. */
+/* A launch's grid and block dimensions, then its dynamic shared memory
+ * (returned), as launches and occupancy queries send them. */
+static uint32_t read_dims(struct rd *r, uint32_t g[3], uint32_t b[3])
+{
+	for (int i = 0; i < 3; i++)
+		g[i] = get_u32(r);
+	for (int i = 0; i < 3; i++)
+		b[i] = get_u32(r);
+	return get_u32(r);
+}
+
 static int read_attrs(struct rd *r, CUlaunchAttribute *attrs, uint32_t *n)
 {
 	*n = get_u32(r);
@@ -39,11 +50,7 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	struct req q;
 	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t g[3], b[3];
-	for (int i = 0; i < 3; i++)
-		g[i] = get_u32(r);
-	for (int i = 0; i < 3; i++)
-		b[i] = get_u32(r);
-	uint32_t shmem = get_u32(r);
+	uint32_t shmem = read_dims(r, g, b);
 	uint64_t sid = get_u64(r);
 	size_t plen;
 	const uint8_t *params = get_bytes(r, &plen);
@@ -104,11 +111,7 @@ int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *
 	struct req q;
 	req_ids(r, &q, REQ_CTX_OBJ);
 	uint32_t g[3], b[3];
-	for (int i = 0; i < 3; i++)
-		g[i] = get_u32(r);
-	for (int i = 0; i < 3; i++)
-		b[i] = get_u32(r);
-	uint32_t shmem = get_u32(r);
+	uint32_t shmem = read_dims(r, g, b);
 	CUlaunchAttribute attrs[16];
 	uint32_t nattrs = 0;
 	if (read_attrs(r, attrs, &nattrs) < 0)

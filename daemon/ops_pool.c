@@ -82,16 +82,24 @@ static int pool_add(struct session *s, struct appmem *a, CUmemoryPool p, unsigne
 	return CUDA_SUCCESS;
 }
 
+/* A pool op on GPU gpu: the driver has pools, the session's application
+ * memory, and the session may use the GPU. */
+static int pool_admit(struct session *s, uint32_t gpu, struct appmem **a)
+{
+	if (!have_pools())
+		return CUDA_ERROR_NOT_SUPPORTED;
+	*a = appmem_of(s);
+	return *a ? session_admit(s, gpu) : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 int op_pool_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint32_t gpu = get_u32(r);
 	uint64_t threshold = get_u64(r), maxsize = get_u64(r);
 	if (!rd_done(r))
 		return OP_DROP;
-	if (!have_pools())
-		return CUDA_ERROR_NOT_SUPPORTED;
-	struct appmem *a = appmem_of(s);
-	int rc = a ? session_admit(s, gpu) : CUDA_ERROR_OUT_OF_MEMORY;
+	struct appmem *a;
+	int rc = pool_admit(s, gpu, &a);
 	if (rc)
 		return rc;
 	CUmemPoolProps props = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -119,10 +127,8 @@ int op_pool_default(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	uint32_t gpu = get_u32(r);
 	if (!rd_done(r))
 		return OP_DROP;
-	if (!have_pools())
-		return CUDA_ERROR_NOT_SUPPORTED;
-	struct appmem *a = appmem_of(s);
-	int rc = a ? session_admit(s, gpu) : CUDA_ERROR_OUT_OF_MEMORY;
+	struct appmem *a;
+	int rc = pool_admit(s, gpu, &a);
 	if (rc)
 		return rc;
 	for (struct pool *pl = a->pools; pl; pl = pl->next)
@@ -262,21 +268,11 @@ int op_pool_trim(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 int op_pool_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint64_t id = get_u64(r);
-	uint32_t n = get_u32(r);
-	if (!rd_ok(r) || n > RGPUD_MAX_GPUS || r->left != (size_t)n * 8)
-		return OP_DROP;
 	CUmemAccessDesc desc[RGPUD_MAX_GPUS];
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t gpu = get_u32(r), flags = get_u32(r);
-		if (gpu >= RGPUD_MAX_GPUS || flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-			return CUDA_ERROR_INVALID_VALUE;
-		int rc = session_admit(s, gpu);
-		if (rc)
-			return rc;
-		desc[k] = (CUmemAccessDesc){ .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
-							   .id = (int)gpu },
-					     .flags = (CUmemAccess_flags)flags };
-	}
+	uint32_t n;
+	int rc = appmem_read_access(s, r, desc, &n);
+	if (rc)
+		return rc;
 	if (!rd_done(r))
 		return OP_DROP;
 	struct pool *pl = pool_get(s, id);

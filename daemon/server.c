@@ -4,6 +4,7 @@
  * worker's lease and quota requests (gate.h).  The parent never initialises
  * CUDA: a GPU fault then ends one worker, not the server.
  */
+#include "clock.h"
 #include "gate.h"
 #include "log.h"
 #include "metrics.h"
@@ -306,13 +307,6 @@ struct pending {
 static struct pending *pend;
 static size_t npend;
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The key connections are counted by: the IP address, or the local uid. */
 static void peer_key(int fd, char *out, size_t n)
 {
@@ -349,7 +343,7 @@ static void pending_add(struct rgpud *srv, struct rgpu_conn *c)
 	for (size_t i = 0; i < npend; i++)
 		same += !strcmp(pend[i].addr, p.addr);
 	if (npend >= RGPUD_MAX_PENDING || same >= (size_t)srv->max_pending_per_host) {
-		long long t = now_ms();
+		long long t = (long long)rgpu_now_ms();
 		if (t - last_warn > 10000) { /* a flood: say so now and then */
 			log_warn("%s: %zu connections waiting for their HELLO (at most %d per host, "
 				 "%d in all): refusing more", p.addr, same, srv->max_pending_per_host,
@@ -371,7 +365,7 @@ static void pending_add(struct rgpud *srv, struct rgpu_conn *c)
 		pend = t;
 		cap = nc;
 	}
-	p.deadline = now_ms() + srv->hello_timeout_ms;
+	p.deadline = (long long)rgpu_now_ms() + srv->hello_timeout_ms;
 	pend[npend++] = p;
 	log_debug("%s: connected", c->peer);
 }
@@ -487,7 +481,7 @@ int rgpud_serve(struct rgpud *srv)
 	struct pollfd *pf = NULL;
 	size_t pfcap = 0;
 	while (!srv->stopping) {
-		long long now = now_ms();
+		long long now = (long long)rgpu_now_ms();
 		if (pfcap < npend + 2) {
 			size_t nc = npend + 66;
 			struct pollfd *t = realloc(pf, nc * sizeof(*t));
@@ -520,7 +514,7 @@ int rgpud_serve(struct rgpud *srv)
 			log_err("poll on the listening sockets: %s", strerror(errno));
 			break;
 		}
-		now = now_ms();
+		now = (long long)rgpu_now_ms();
 		/* pending connections first (indices shift as they leave) */
 		size_t np = npend;
 		for (size_t i = np; i-- > 0;) {

@@ -1,4 +1,5 @@
 #include "session.h"
+#include "clock.h"
 #include "log.h"
 #include "gate.h"
 #include "rgpud.h"
@@ -105,8 +106,7 @@ static int ctx_idle(struct session *s)
 static int settles_soon(struct session *s, enum wait_kind kind, void *obj)
 {
 	struct rgpud_driver *d = &s->srv->drv;
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = rgpu_now_ns();
 	for (;;) {
 		int busy = 0;
 		switch (kind) {
@@ -116,8 +116,7 @@ static int settles_soon(struct session *s, enum wait_kind kind, void *obj)
 		}
 		if (!busy)
 			return 1;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > SYNC_SPIN_NS)
+		if (rgpu_now_ns() - t0 > SYNC_SPIN_NS)
 			return 0;
 	}
 }

@@ -557,14 +557,12 @@ static CUresult block_new(int dev, size_t size, struct pblock *b)
 EMU_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream s)
 {
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	int ok = emu_stream_find(ctx, s) != NULL;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	if (!ok)
 		return CUDA_ERROR_INVALID_HANDLE;
 	if (!dptr || bytes == 0 || bytes > SIZE_MAX - GRAN)

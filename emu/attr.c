@@ -32,20 +32,18 @@ static int known(CUstreamAttrID id)
 	}
 }
 
-/* The stream's priority, the one attribute its creation sets. */
-static CUresult stream_check(CUstream h, int *prio)
+/* The stream's priority (the one attribute its creation sets) and id. */
+static CUresult stream_check(CUstream h, int *prio, unsigned long long *id)
 {
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	struct emu_stream *s;
+	CUresult rc = emu_stream_enter(h, &ctx, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	struct emu_stream *s = emu_stream_find(ctx, h);
-	if (s)
-		*prio = s->priority;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
-	return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	*prio = s->priority;
+	*id = s->id;
+	emu_ctx_unlock_leave(ctx);
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuStreamGetAttribute(CUstream h, CUstreamAttrID id, CUstreamAttrValue *v)
@@ -53,7 +51,8 @@ EMU_API CUresult CUDAAPI cuStreamGetAttribute(CUstream h, CUstreamAttrID id, CUs
 	int prio = 0;
 	if (!v || !known(id))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = stream_check(h, &prio);
+	unsigned long long sid;
+	CUresult rc = stream_check(h, &prio, &sid);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	memset(v, 0, sizeof(*v));
@@ -77,7 +76,8 @@ EMU_API CUresult CUDAAPI cuStreamSetAttribute(CUstream h, CUstreamAttrID id, con
 	if (id == CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY &&
 	    (v->syncPolicy < CU_SYNC_POLICY_AUTO || v->syncPolicy > CU_SYNC_POLICY_BLOCKING_SYNC))
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = stream_check(h, &prio);
+	unsigned long long sid;
+	CUresult rc = stream_check(h, &prio, &sid);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	emu_lock(&attr_lock);
@@ -125,17 +125,6 @@ EMU_API CUresult CUDAAPI cuProfilerStop(void)
 
 EMU_API CUresult CUDAAPI cuStreamGetId(CUstream h, unsigned long long *id)
 {
-	if (!id)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	emu_lock(&ctx->lock);
-	struct emu_stream *s = emu_stream_find(ctx, h);
-	if (s)
-		*id = s->id;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
-	return s ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	int prio;
+	return id ? stream_check(h, &prio, id) : CUDA_ERROR_INVALID_VALUE;
 }

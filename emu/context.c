@@ -79,6 +79,28 @@ void emu_ctx_leave(struct emu_ctx *ctx)
 	emu_unlock(&emu_glock);
 }
 
+CUresult emu_ctx_enter_locked(struct emu_ctx **out)
+{
+	CUresult rc = emu_ctx_enter(out);
+	if (rc == CUDA_SUCCESS)
+		emu_lock(&(*out)->lock);
+	return rc;
+}
+
+void emu_ctx_unlock_leave(struct emu_ctx *ctx)
+{
+	emu_unlock(&ctx->lock);
+	emu_ctx_leave(ctx);
+}
+
+CUresult emu_ctx_found(struct emu_ctx *ctx, const void *obj)
+{
+	if (obj)
+		return CUDA_SUCCESS;
+	emu_ctx_unlock_leave(ctx);
+	return CUDA_ERROR_INVALID_HANDLE;
+}
+
 CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n)
 {
 	struct emu_ctx **v = NULL;
@@ -265,11 +287,10 @@ EMU_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext hctx)
 EMU_API CUresult CUDAAPI cuCtxSynchronize(void)
 {
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_ctx_wait_idle(ctx);
 	emu_unlock(&ctx->lock);
 	rc = (CUresult)emu_ctx_sticky(ctx);

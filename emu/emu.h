@@ -191,6 +191,10 @@ CUresult emu_stream_start(struct emu_ctx *ctx, struct emu_stream *s);
 /* Finds a stream of ctx (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD = the
  * NULL stream).  Caller holds ctx->lock. */
 struct emu_stream *emu_stream_find(struct emu_ctx *ctx, CUstream h);
+/* Stream h of the current context, which is entered and locked as by
+ * emu_ctx_enter_locked; CUDA_ERROR_INVALID_HANDLE, and nothing held, if
+ * the context has no such stream. */
+CUresult emu_stream_enter(CUstream h, struct emu_ctx **ctx, struct emu_stream **s);
 /* Queues op on s (caller holds ctx->lock); takes ownership of op. */
 CUresult emu_stream_enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct emu_op *op);
 /* Waits (ctx->lock held) until s has completed seq. */
@@ -298,6 +302,13 @@ struct emu_ctx {
  * emu_ctx_leave(). */
 CUresult emu_ctx_enter(struct emu_ctx **out);
 void emu_ctx_leave(struct emu_ctx *ctx);
+/* emu_ctx_enter, then the context's lock, which most calls look their
+ * objects up under; emu_ctx_unlock_leave undoes both. */
+CUresult emu_ctx_enter_locked(struct emu_ctx **out);
+void emu_ctx_unlock_leave(struct emu_ctx *ctx);
+/* For lookups after emu_ctx_enter_locked: CUDA_SUCCESS with obj found,
+ * else CUDA_ERROR_INVALID_HANDLE with the context left. */
+CUresult emu_ctx_found(struct emu_ctx *ctx, const void *obj);
 /* Holds every live context, faulted or not, as emu_ctx_enter does (release
  * each with emu_ctx_leave): a malloc()ed array in *out, *n entries. */
 CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n);

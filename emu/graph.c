@@ -416,6 +416,36 @@ static CUresult memcpy_params(const CUDA_MEMCPY3D *p)
 	return CUDA_SUCCESS;
 }
 
+/* Checks the parameters of a node of type t before any node is touched. */
+static CUresult params_check(CUgraphNodeType t, const void *p)
+{
+	switch (t) {
+	case CU_GRAPH_NODE_TYPE_MEMSET:
+		return memset_params(p);
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		return memcpy_params(p);
+	default:
+		return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* Stores checked parameters p in node n (a kernel's arguments are copied). */
+static CUresult params_store(struct gnode *n, const void *p)
+{
+	switch (n->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		return kernel_params(n, p);
+	case CU_GRAPH_NODE_TYPE_MEMSET:
+		n->ms = *(const CUDA_MEMSET_NODE_PARAMS *)p;
+		return CUDA_SUCCESS;
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		n->mc = *(const CUDA_MEMCPY3D *)p;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
 /* ------------------------------------------------------------ exported */
 
 EMU_API CUresult CUDAAPI cuGraphCreate(CUgraph *out, unsigned int flags)
@@ -472,48 +502,41 @@ static struct gnode *node_new(CUgraphNodeType t)
 	return n;
 }
 
-EMU_API CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
-						 size_t ndeps, const CUDA_KERNEL_NODE_PARAMS *p)
+/* Adds a kernel, memset or memcpy node with parameters p. */
+static CUresult add_params(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t ndeps, CUgraphNodeType t,
+			   const void *p)
 {
-	if (!p)
-		return CUDA_ERROR_INVALID_VALUE;
-	struct gnode *n = node_new(CU_GRAPH_NODE_TYPE_KERNEL);
+	CUresult rc = params_check(t, p);
+	if (rc)
+		return rc;
+	struct gnode *n = node_new(t);
 	if (!n)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult rc = kernel_params(n, p);
-	if (rc) {
+	if ((rc = params_store(n, p))) {
 		free(n);
 		return rc;
 	}
 	return add(out, g, deps, ndeps, n);
 }
 
+EMU_API CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+						 size_t ndeps, const CUDA_KERNEL_NODE_PARAMS *p)
+{
+	return add_params(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_KERNEL, p);
+}
+
 EMU_API CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 					      size_t ndeps, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {
 	(void)ctx;
-	CUresult rc = memset_params(p);
-	if (rc)
-		return rc;
-	struct gnode *n = node_new(CU_GRAPH_NODE_TYPE_MEMSET);
-	if (!n)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	n->ms = *p;
-	return add(out, g, deps, ndeps, n);
+	return add_params(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMSET, p);
 }
 
 EMU_API CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
 					      size_t ndeps, const CUDA_MEMCPY3D *p, CUcontext ctx)
 {
 	(void)ctx;
-	CUresult rc = memcpy_params(p);
-	if (rc)
-		return rc;
-	struct gnode *n = node_new(CU_GRAPH_NODE_TYPE_MEMCPY);
-	if (!n)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	n->mc = *p;
-	return add(out, g, deps, ndeps, n);
+	return add_params(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMCPY, p);
 }
 
 EMU_API CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
@@ -857,76 +880,54 @@ static CUresult node_of(CUgraphNode h, CUgraphNodeType t, struct gnode **out)
 	return CUDA_SUCCESS;
 }
 
-EMU_API CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode h, CUDA_KERNEL_NODE_PARAMS *p)
+static CUresult exec_node(CUgraphExec hx, CUgraphNode h, CUgraphNodeType t, struct gnode **out);
+
+/* Sets node h's parameters, of type t, in its graph or (in_exec) in
+ * executable hx. */
+static CUresult set_node(int in_exec, CUgraphExec hx, CUgraphNode h, CUgraphNodeType t, const void *p)
 {
+	CUresult rc = params_check(t, p);
+	if (rc)
+		return rc;
 	struct gnode *n;
 	emu_lock(&graph_lock);
-	CUresult rc = p ? node_of(h, CU_GRAPH_NODE_TYPE_KERNEL, &n) : CUDA_ERROR_INVALID_VALUE;
+	rc = in_exec ? exec_node(hx, h, t, &n) : node_of(h, t, &n);
 	if (!rc)
-		*p = n->kp;
+		rc = params_store(n, p);
 	emu_unlock(&graph_lock);
 	return rc;
 }
+
+/* A getter that hands out one member of a node of one type. */
+#define NODE_GETTER(fn, t, ptype, member)                                              \
+	EMU_API CUresult CUDAAPI fn(CUgraphNode h, ptype *p)                           \
+	{                                                                              \
+		struct gnode *n;                                                       \
+		emu_lock(&graph_lock);                                                 \
+		CUresult rc = p ? node_of(h, t, &n) : CUDA_ERROR_INVALID_VALUE;        \
+		if (!rc)                                                               \
+			*p = n->member;                                                \
+		emu_unlock(&graph_lock);                                               \
+		return rc;                                                             \
+	}
+
+NODE_GETTER(cuGraphKernelNodeGetParams_v2, CU_GRAPH_NODE_TYPE_KERNEL, CUDA_KERNEL_NODE_PARAMS, kp)
+NODE_GETTER(cuGraphMemsetNodeGetParams, CU_GRAPH_NODE_TYPE_MEMSET, CUDA_MEMSET_NODE_PARAMS, ms)
+NODE_GETTER(cuGraphMemcpyNodeGetParams, CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_MEMCPY3D, mc)
 
 EMU_API CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS *p)
 {
-	struct gnode *n;
-	emu_lock(&graph_lock);
-	CUresult rc = p ? node_of(h, CU_GRAPH_NODE_TYPE_KERNEL, &n) : CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		rc = kernel_params(n, p);
-	emu_unlock(&graph_lock);
-	return rc;
-}
-
-EMU_API CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode h, CUDA_MEMSET_NODE_PARAMS *p)
-{
-	struct gnode *n;
-	emu_lock(&graph_lock);
-	CUresult rc = p ? node_of(h, CU_GRAPH_NODE_TYPE_MEMSET, &n) : CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*p = n->ms;
-	emu_unlock(&graph_lock);
-	return rc;
+	return set_node(0, NULL, h, CU_GRAPH_NODE_TYPE_KERNEL, p);
 }
 
 EMU_API CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode h, const CUDA_MEMSET_NODE_PARAMS *p)
 {
-	struct gnode *n;
-	CUresult rc = memset_params(p);
-	if (rc)
-		return rc;
-	emu_lock(&graph_lock);
-	rc = node_of(h, CU_GRAPH_NODE_TYPE_MEMSET, &n);
-	if (!rc)
-		n->ms = *p;
-	emu_unlock(&graph_lock);
-	return rc;
-}
-
-EMU_API CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode h, CUDA_MEMCPY3D *p)
-{
-	struct gnode *n;
-	emu_lock(&graph_lock);
-	CUresult rc = p ? node_of(h, CU_GRAPH_NODE_TYPE_MEMCPY, &n) : CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		*p = n->mc;
-	emu_unlock(&graph_lock);
-	return rc;
+	return set_node(0, NULL, h, CU_GRAPH_NODE_TYPE_MEMSET, p);
 }
 
 EMU_API CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode h, const CUDA_MEMCPY3D *p)
 {
-	struct gnode *n;
-	CUresult rc = memcpy_params(p);
-	if (rc)
-		return rc;
-	emu_lock(&graph_lock);
-	rc = node_of(h, CU_GRAPH_NODE_TYPE_MEMCPY, &n);
-	if (!rc)
-		n->mc = *p;
-	emu_unlock(&graph_lock);
-	return rc;
+	return set_node(0, NULL, h, CU_GRAPH_NODE_TYPE_MEMCPY, p);
 }
 
 /* ------------------------------------------------------------ executables */
@@ -991,45 +992,21 @@ static CUresult exec_node(CUgraphExec hx, CUgraphNode h, CUgraphNodeType t, stru
 EMU_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode h,
 							   const CUDA_KERNEL_NODE_PARAMS *p)
 {
-	struct gnode *n;
-	emu_lock(&graph_lock);
-	CUresult rc = p ? exec_node(x, h, CU_GRAPH_NODE_TYPE_KERNEL, &n) : CUDA_ERROR_INVALID_VALUE;
-	if (!rc)
-		rc = kernel_params(n, p);
-	emu_unlock(&graph_lock);
-	return rc;
+	return set_node(1, x, h, CU_GRAPH_NODE_TYPE_KERNEL, p);
 }
 
 EMU_API CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec x, CUgraphNode h,
 							const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx)
 {
 	(void)ctx;
-	struct gnode *n;
-	CUresult rc = memset_params(p);
-	if (rc)
-		return rc;
-	emu_lock(&graph_lock);
-	rc = exec_node(x, h, CU_GRAPH_NODE_TYPE_MEMSET, &n);
-	if (!rc)
-		n->ms = *p;
-	emu_unlock(&graph_lock);
-	return rc;
+	return set_node(1, x, h, CU_GRAPH_NODE_TYPE_MEMSET, p);
 }
 
 EMU_API CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNode h,
 							const CUDA_MEMCPY3D *p, CUcontext ctx)
 {
 	(void)ctx;
-	struct gnode *n;
-	CUresult rc = memcpy_params(p);
-	if (rc)
-		return rc;
-	emu_lock(&graph_lock);
-	rc = exec_node(x, h, CU_GRAPH_NODE_TYPE_MEMCPY, &n);
-	if (!rc)
-		n->mc = *p;
-	emu_unlock(&graph_lock);
-	return rc;
+	return set_node(1, x, h, CU_GRAPH_NODE_TYPE_MEMCPY, p);
 }
 
 /* Same nodes (count, types, order) and edges: the new parameters are
@@ -1136,8 +1113,7 @@ static CUresult run_op(const struct emu_op *tmpl, CUstream h)
 	} else {
 		rc = emu_stream_enqueue(ctx, s, op);
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1408,10 +1384,9 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 	if (!out)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1433,8 +1408,7 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 		free(c);
 	}
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1443,10 +1417,9 @@ EMU_API CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *
 	if (!st)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1455,8 +1428,7 @@ EMU_API CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus *
 	else
 		*st = c ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1467,10 +1439,9 @@ EMU_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureSt
 	if (!st)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1491,8 +1462,7 @@ EMU_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureSt
 			*ndeps = c && c->last ? 1 : 0;
 	}
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -1505,10 +1475,9 @@ EMU_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgrap
 	if (edges || n > 1 || flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
 		return rc;
-	emu_lock(&ctx->lock);
 	emu_lock(&graph_lock);
 	struct emu_stream *s = emu_stream_find(ctx, h);
 	struct capture *c = s ? capture_of(s) : NULL;
@@ -1518,8 +1487,7 @@ EMU_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgrap
 	else
 		c->last = d;
 	emu_unlock(&graph_lock);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 

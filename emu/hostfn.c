@@ -14,14 +14,10 @@ EMU_API CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
 
 	if (!fn)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = emu_stream_enter(hStream, &ctx, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	s = emu_stream_find(ctx, hStream);
-	if (!s) {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	} else if (!(op = calloc(1, sizeof *op))) {
+	if (!(op = calloc(1, sizeof *op))) {
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	} else {
 		op->kind = EMU_OP_HOST;
@@ -29,7 +25,6 @@ EMU_API CUresult CUDAAPI cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
 		op->hostdata = userData;
 		rc = emu_stream_enqueue(ctx, s, op);
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }

@@ -255,17 +255,35 @@ EMU_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 
 /* ---- page-locked host memory: plain page-aligned memory, tracked so a
  * bad pointer is an error and not a crash of the caller. */
-struct host_block {
-	struct host_block *next;
+struct host_range {
+	struct host_range *next;
 	void *p;
+	size_t len;
 };
 
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct host_block *host_blocks;
+static struct host_range *host_blocks;
+
+/* Takes the range at p out of list (host_blocks or host_regs): NULL if
+ * none is there. */
+static struct host_range *host_unlink(struct host_range **list, const void *p)
+{
+	struct host_range *r = NULL;
+
+	emu_lock(&host_lock);
+	for (struct host_range **pp = list; *pp; pp = &(*pp)->next)
+		if ((*pp)->p == p) {
+			r = *pp;
+			*pp = r->next;
+			break;
+		}
+	emu_unlock(&host_lock);
+	return r;
+}
 
 EMU_API CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-	struct host_block *b;
+	struct host_range *b;
 	void *p;
 
 	if (!emu_initialized())
@@ -282,6 +300,7 @@ EMU_API CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	b->p = p;
+	b->len = bytesize;
 	emu_lock(&host_lock);
 	b->next = host_blocks;
 	host_blocks = b;
@@ -292,18 +311,9 @@ EMU_API CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int
 
 EMU_API CUresult CUDAAPI cuMemFreeHost(void *p)
 {
-	struct host_block *b = NULL;
-
 	if (!emu_initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
-	emu_lock(&host_lock);
-	for (struct host_block **pp = &host_blocks; *pp; pp = &(*pp)->next)
-		if ((*pp)->p == p) {
-			b = *pp;
-			*pp = b->next;
-			break;
-		}
-	emu_unlock(&host_lock);
+	struct host_range *b = host_unlink(&host_blocks, p);
 	if (!b)
 		return CUDA_ERROR_INVALID_VALUE;
 	free(b->p);
@@ -316,12 +326,7 @@ EMU_API CUresult CUDAAPI cuMemFreeHost(void *p)
  * an asynchronous copy from registered memory reads it when it runs, as
  * a GPU's does (no staging copy: rgpud's swap restores copy gigabytes
  * from registered memory, and staging them doubled the work). */
-struct host_reg {
-	struct host_reg *next;
-	void *p;
-	size_t len;
-};
-static struct host_reg *host_regs;
+static struct host_range *host_regs;
 
 /* [p, p+n) lies in one registered range. */
 static int host_registered(const void *p, size_t n)
@@ -330,7 +335,7 @@ static int host_registered(const void *p, size_t n)
 	uintptr_t a = (uintptr_t)p;
 
 	emu_lock(&host_lock);
-	for (struct host_reg *r = host_regs; r && !in; r = r->next)
+	for (struct host_range *r = host_regs; r && !in; r = r->next)
 		in = a >= (uintptr_t)r->p && n <= r->len && a - (uintptr_t)r->p <= r->len - n;
 	emu_unlock(&host_lock);
 	return in;
@@ -343,13 +348,13 @@ EMU_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!p || !bytesize)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct host_reg *r = malloc(sizeof *r);
+	struct host_range *r = malloc(sizeof *r);
 	if (!r)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	r->p = p;
 	r->len = bytesize;
 	emu_lock(&host_lock);
-	for (struct host_reg *x = host_regs; x; x = x->next)
+	for (struct host_range *x = host_regs; x; x = x->next)
 		if (x->p == p) {
 			emu_unlock(&host_lock);
 			free(r);
@@ -363,17 +368,9 @@ EMU_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned
 
 EMU_API CUresult CUDAAPI cuMemHostUnregister(void *p)
 {
-	struct host_reg *r = NULL;
 	if (!emu_initialized())
 		return CUDA_ERROR_NOT_INITIALIZED;
-	emu_lock(&host_lock);
-	for (struct host_reg **pp = &host_regs; *pp; pp = &(*pp)->next)
-		if ((*pp)->p == p) {
-			r = *pp;
-			*pp = r->next;
-			break;
-		}
-	emu_unlock(&host_lock);
+	struct host_range *r = host_unlink(&host_regs, p);
 	if (!r)
 		return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 	free(r);

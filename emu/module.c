@@ -117,6 +117,18 @@ static struct emu_module *module_find(struct emu_ctx *ctx, const void *h)
 	return NULL;
 }
 
+/* Module h of the current context, which is entered and locked as by
+ * emu_ctx_enter_locked; CUDA_ERROR_INVALID_HANDLE, and nothing held, if
+ * the context has no such module. */
+static CUresult module_enter(CUmodule h, struct emu_ctx **ctx, struct emu_module **m)
+{
+	CUresult rc = emu_ctx_enter_locked(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*m = module_find(*ctx, h);
+	return emu_ctx_found(*ctx, *m);
+}
+
 /* A function of ctx: of a module or of a library instance.  Caller holds
  * ctx->lock. */
 static struct emu_func *func_find(struct emu_ctx *ctx, const void *h)
@@ -352,11 +364,10 @@ EMU_API CUresult CUDAAPI cuModuleUnload(CUmodule hmod)
 {
 	struct emu_module *m = NULL;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	/* Queued launches may still use its globals. */
 	emu_ctx_wait_idle(ctx);
 	for (struct emu_module **pp = &ctx->modules; *pp; pp = &(*pp)->next)
@@ -406,14 +417,11 @@ EMU_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, 
 
 	if (!name)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = module_enter(hmod, &ctx, &m);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	m = module_find(ctx, hmod);
-	rc = m ? global_of(m->globals, name, dptr, bytes) : CUDA_ERROR_INVALID_HANDLE;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	rc = global_of(m->globals, name, dptr, bytes);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -426,19 +434,14 @@ EMU_API CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
 
 	if (!hfunc || !name)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = module_enter(hmod, &ctx, &m);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	m = module_find(ctx, hmod);
-	if (!m)
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	else if (!emu_kernel_find(name, &idx))
+	if (!emu_kernel_find(name, &idx))
 		rc = CUDA_ERROR_NOT_FOUND;
 	else
 		*hfunc = (CUfunction)&m->funcs[idx];
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -446,21 +449,17 @@ EMU_API CUresult CUDAAPI cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
  * kernels, in emu_kernels order. */
 EMU_API CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int *count, CUmodule hmod)
 {
+	struct emu_module *m;
 	struct emu_ctx *ctx;
 	CUresult rc;
 
 	if (!count)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = module_enter(hmod, &ctx, &m);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	if (module_find(ctx, hmod))
-		*count = EMU_NKERNELS;
-	else
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	*count = EMU_NKERNELS;
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -473,18 +472,12 @@ EMU_API CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction *functions, unsig
 
 	if (!functions)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = module_enter(hmod, &ctx, &m);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	m = module_find(ctx, hmod);
-	if (!m)
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	else
-		for (unsigned i = 0; i < numFunctions && i < EMU_NKERNELS; i++)
-			functions[i] = (CUfunction)&m->funcs[i];
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	for (unsigned i = 0; i < numFunctions && i < EMU_NKERNELS; i++)
+		functions[i] = (CUfunction)&m->funcs[i];
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -673,8 +666,7 @@ static CUresult func_enter(const void *h, struct emu_ctx **pctx, struct emu_func
 	emu_lock(&ctx->lock);
 	*fn = func_find(ctx, fh);
 	if (!*fn) {
-		emu_unlock(&ctx->lock);
-		emu_ctx_leave(ctx);
+		emu_ctx_unlock_leave(ctx);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
 	*pctx = ctx;
@@ -683,8 +675,7 @@ static CUresult func_enter(const void *h, struct emu_ctx **pctx, struct emu_func
 
 static void func_leave(struct emu_ctx *ctx)
 {
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 }
 
 EMU_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction func, size_t paramIndex, size_t *paramOffset,

@@ -155,6 +155,15 @@ struct emu_stream *emu_stream_find(struct emu_ctx *ctx, CUstream h)
 	return NULL;
 }
 
+CUresult emu_stream_enter(CUstream h, struct emu_ctx **ctx, struct emu_stream **s)
+{
+	CUresult rc = emu_ctx_enter_locked(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*s = emu_stream_find(*ctx, h);
+	return emu_ctx_found(*ctx, *s);
+}
+
 static int add_dep(struct emu_dep **deps, int *n, int *cap, const struct emu_stream *s)
 {
 	if (s->done_seq >= s->enq_seq)
@@ -300,16 +309,14 @@ EMU_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 {
 	struct emu_stream *s;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	s = hStream && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD
 		? emu_stream_find(ctx, hStream) : NULL;
 	if (!s) {
-		emu_unlock(&ctx->lock);
-		emu_ctx_leave(ctx);
+		emu_ctx_unlock_leave(ctx);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
 	/* Marked quitting, it takes no new work but stays listed (so ops
@@ -338,20 +345,13 @@ EMU_API CUresult CUDAAPI cuStreamSynchronize(CUstream hStream)
 {
 	struct emu_stream *s;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_stream_enter(hStream, &ctx, &s);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	s = emu_stream_find(ctx, hStream);
-	if (s) {
-		emu_stream_wait_seq(ctx, s, s->enq_seq);
-		rc = (CUresult)emu_ctx_sticky(ctx);
-	} else {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_stream_wait_seq(ctx, s, s->enq_seq);
+	rc = (CUresult)emu_ctx_sticky(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -359,18 +359,13 @@ EMU_API CUresult CUDAAPI cuStreamQuery(CUstream hStream)
 {
 	struct emu_stream *s;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_stream_enter(hStream, &ctx, &s);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	s = emu_stream_find(ctx, hStream);
-	if (!s)
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	else if (s->done_seq < s->enq_seq)
+	if (s->done_seq < s->enq_seq)
 		rc = CUDA_ERROR_NOT_READY;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -383,6 +378,17 @@ static struct emu_event *event_find(struct emu_ctx *ctx, CUevent h)
 	return NULL;
 }
 
+/* Event h of the current context, entered and locked as by
+ * emu_stream_enter. */
+static CUresult event_enter(CUevent h, struct emu_ctx **ctx, struct emu_event **ev)
+{
+	CUresult rc = emu_ctx_enter_locked(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*ev = event_find(*ctx, h);
+	return emu_ctx_found(*ctx, *ev);
+}
+
 EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
 	struct emu_stream *s;
@@ -393,10 +399,9 @@ EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
 
 	if (Flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = emu_ctx_enter_locked(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	s = emu_stream_find(ctx, hStream);
 	ev = event_find(ctx, hEvent);
 	if (!s || !ev) {
@@ -414,8 +419,7 @@ EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
 			rc = emu_stream_enqueue(ctx, s, op);
 		}
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -453,11 +457,10 @@ EMU_API CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 {
 	struct emu_event *ev = NULL;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	for (struct emu_event **pp = &ctx->events; *pp; pp = &(*pp)->next)
 		if ((CUevent)*pp == hEvent) {
 			ev = *pp;
@@ -471,8 +474,7 @@ EMU_API CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 	} else {
 		rc = CUDA_ERROR_INVALID_HANDLE;
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -482,11 +484,10 @@ EMU_API CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
 	struct emu_op *op;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	s = emu_stream_find(ctx, hStream);
 	ev = event_find(ctx, hEvent);
 	if (!s || !ev) {
@@ -502,8 +503,7 @@ EMU_API CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 		if (rc != CUDA_SUCCESS)
 			ev->recorded--;
 	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -511,18 +511,13 @@ EMU_API CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = event_enter(hEvent, &ctx, &ev);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	ev = event_find(ctx, hEvent);
-	if (!ev)
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	else if (ev->completed < ev->recorded)
+	if (ev->completed < ev->recorded)
 		rc = CUDA_ERROR_NOT_READY;
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -530,26 +525,18 @@ EMU_API CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
-	uint64_t gen;
-	CUresult rc = emu_ctx_enter(&ctx);
+	CUresult rc = event_enter(hEvent, &ctx, &ev);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
-	ev = event_find(ctx, hEvent);
-	if (!ev) {
-		rc = CUDA_ERROR_INVALID_HANDLE;
-	} else {
-		/* Hold a reference: another thread may destroy it meanwhile. */
-		ev->refs++;
-		gen = ev->recorded;
-		while (ev->completed < gen)
-			emu_wait(&ctx->cond, &ctx->lock);
-		emu_event_unref(ctx, ev);
-		rc = (CUresult)emu_ctx_sticky(ctx);
-	}
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	/* Hold a reference: another thread may destroy it meanwhile. */
+	ev->refs++;
+	uint64_t gen = ev->recorded;
+	while (ev->completed < gen)
+		emu_wait(&ctx->cond, &ctx->lock);
+	emu_event_unref(ctx, ev);
+	rc = (CUresult)emu_ctx_sticky(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 
@@ -563,10 +550,9 @@ static CUresult elapsed_time(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 
 	if (!pMilliseconds)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
+	rc = emu_ctx_enter_locked(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	emu_lock(&ctx->lock);
 	a = event_find(ctx, hStart);
 	b = event_find(ctx, hEnd);
 	if (!a || !b || (a->flags & CU_EVENT_DISABLE_TIMING) || (b->flags & CU_EVENT_DISABLE_TIMING) ||
@@ -576,8 +562,7 @@ static CUresult elapsed_time(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 		rc = CUDA_ERROR_NOT_READY;
 	else
 		*pMilliseconds = (float)((double)(int64_t)(b->ts_ns - a->ts_ns) / 1e6);
-	emu_unlock(&ctx->lock);
-	emu_ctx_leave(ctx);
+	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
 

@@ -7,6 +7,7 @@
  *
  *   bench_select [--gpus N] [--per-server K] [--iters I]
  */
+#include "clock.h"
 #include "cluster.h"
 #include "policy.h"
 #include "select.h"
@@ -20,13 +21,6 @@
 #include <unistd.h>
 
 #define GiB (1ull << 30)
-
-static double now_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
 
 static int ok_grant(void *ctx, const struct rg_server *s, const struct rg_gpu *g,
 		    const struct rg_request *r, char *why, size_t whylen)
@@ -108,12 +102,12 @@ int main(int argc, char **argv)
 	for (int p = 0; rg_policies[p]; p++) {
 		for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
 			for (unsigned it = 0; it < iters; it++) {
-				double t0 = now_us();
+				double t0 = (double)rgpu_now_ns() / 1e3;
 				struct rg_cluster c;
 				rg_cluster_init(&c);
 				if (rg_snapshot_load(path, &c))
 					return 1;
-				double t1 = now_us();
+				double t1 = (double)rgpu_now_ns() / 1e3;
 				char node[32];
 				snprintf(node, sizeof(node), "gpu%05u", (unsigned)rand() % (gpus / per));
 				struct rg_request r = { .count = cases[k].count, .mem = cases[k].mem,
@@ -125,7 +119,7 @@ int main(int argc, char **argv)
 					fprintf(stderr, "%s: %s\n", cases[k].label, why);
 					return 1;
 				}
-				double t2 = now_us();
+				double t2 = (double)rgpu_now_ns() / 1e3;
 				dec[it] = t2 - t1;
 				tot[it] = t2 - t0;
 				rg_cluster_free(&c);

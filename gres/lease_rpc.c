@@ -49,6 +49,23 @@ static void failure(struct rd *r, int32_t st, char *why, size_t whylen)
 	(void)st;
 }
 
+/* The rg_lease_* calls' request and answer: sends w (and frees it);
+ * -1 with "connection lost" in why, the server's refusal (its status,
+ * its message in why), or 0 with the reply's fields in *r. */
+static int lease_call(struct rg_conn *c, unsigned op, struct wbuf *w, struct rd *r, char *why, size_t whylen)
+{
+	int32_t st;
+	int rc = call(c, op, w, r, &st);
+	wbuf_free(w);
+	if (rc) {
+		snprintf(why, whylen, "connection lost");
+		return -1;
+	}
+	if (st)
+		failure(r, st, why, whylen);
+	return st;
+}
+
 /* A munge credential naming job_id.  With optional set (a user's tool),
  * munged unreachable at its default socket is not an error: *cred stays
  * NULL and note says why (the client library does the same; an open rgpud
@@ -202,16 +219,7 @@ int rg_lease_grant_share(struct rg_conn *c, uint64_t job_id, uint32_t uid, uint3
 	if (share) /* appended field: only when there is one */
 		put_u32(&w, share);
 	struct rd r;
-	int32_t st;
-	int rc = call(c, RGPU_OP_LEASE_GRANT, &w, &r, &st);
-	wbuf_free(&w);
-	if (rc) {
-		snprintf(why, whylen, "connection lost");
-		return -1;
-	}
-	if (st)
-		failure(&r, st, why, whylen);
-	return st;
+	return lease_call(c, RGPU_OP_LEASE_GRANT, &w, &r, why, whylen);
 }
 
 int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, char *why,
@@ -221,17 +229,9 @@ int rg_lease_release(struct rg_conn *c, uint64_t job_id, uint32_t *released, cha
 	wbuf_init(&w);
 	put_u64(&w, job_id);
 	struct rd r;
-	int32_t st;
-	int rc = call(c, RGPU_OP_LEASE_RELEASE, &w, &r, &st);
-	wbuf_free(&w);
-	if (rc) {
-		snprintf(why, whylen, "connection lost");
-		return -1;
-	}
-	if (st) {
-		failure(&r, st, why, whylen);
+	int st = lease_call(c, RGPU_OP_LEASE_RELEASE, &w, &r, why, whylen);
+	if (st)
 		return st;
-	}
 	uint32_t n = get_u32(&r);
 	if (released)
 		*released = n;
@@ -244,17 +244,9 @@ int rg_lease_list(struct rg_conn *c, struct rg_list *out, char *why, size_t whyl
 	struct wbuf w;
 	wbuf_init(&w);
 	struct rd r;
-	int32_t st;
-	int rc = call(c, RGPU_OP_LEASE_LIST, &w, &r, &st);
-	wbuf_free(&w);
-	if (rc) {
-		snprintf(why, whylen, "connection lost");
-		return -1;
-	}
-	if (st) {
-		failure(&r, st, why, whylen);
+	int st = lease_call(c, RGPU_OP_LEASE_LIST, &w, &r, why, whylen);
+	if (st)
 		return st;
-	}
 	uint32_t ng = get_u32(&r);
 	if (ng > 4096)
 		goto bad;
@@ -325,17 +317,9 @@ int rg_lease_stats(struct rg_conn *c, uint64_t job_id, struct rg_stat *out, size
 	wbuf_init(&w);
 	put_u64(&w, job_id);
 	struct rd r;
-	int32_t st;
-	int rc = call(c, RGPU_OP_LEASE_STATS, &w, &r, &st);
-	wbuf_free(&w);
-	if (rc) {
-		snprintf(why, whylen, "connection lost");
-		return -1;
-	}
-	if (st) {
-		failure(&r, st, why, whylen);
+	int st = lease_call(c, RGPU_OP_LEASE_STATS, &w, &r, why, whylen);
+	if (st)
 		return st;
-	}
 	uint32_t k = get_u32(&r);
 	for (uint32_t i = 0; i < k && rd_ok(&r); i++) {
 		struct rg_stat s;
@@ -365,14 +349,5 @@ int rg_lease_claim(struct rg_conn *c, uint64_t job_id, uint32_t gpu, uint64_t me
 	put_u64(&w, mem_limit);
 	put_u32(&w, ttl_s);
 	struct rd r;
-	int32_t st;
-	int rc = call(c, RGPU_OP_LEASE_CLAIM, &w, &r, &st);
-	wbuf_free(&w);
-	if (rc) {
-		snprintf(why, whylen, "connection lost");
-		return -1;
-	}
-	if (st)
-		failure(&r, st, why, whylen);
-	return st;
+	return lease_call(c, RGPU_OP_LEASE_CLAIM, &w, &r, why, whylen);
 }

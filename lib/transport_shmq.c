@@ -23,6 +23,7 @@
  * before use: a position that no honest peer could have written is a
  * protocol error on that connection, never an out-of-bounds access.
  */
+#include "clock.h"
 #include "transport.h"
 
 #include <errno.h>
@@ -75,13 +76,6 @@ struct shmq_conn {
 };
 
 #define SPIN_PROBE 32
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 static void cpu_relax(void)
 {
@@ -179,7 +173,7 @@ static int spin(struct shmq_conn *q)
 	int64_t n = rx_avail(q);
 	if (n != 0 || !len)
 		return n < 0 ? -1 : n > 0;
-	uint64_t until = now_ns() + len;
+	uint64_t until = rgpu_now_ns() + len;
 	for (unsigned i = 1;; i++) {
 		if ((n = rx_avail(q)) != 0) {
 			if (n > 0)
@@ -189,7 +183,7 @@ static int spin(struct shmq_conn *q)
 		if (is_shut(q))
 			return 0;
 		if (i % 16 == 0) {
-			if (now_ns() >= until)
+			if (rgpu_now_ns() >= until)
 				break;
 			sched_yield(); /* the writer may be waiting for this core */
 		} else {

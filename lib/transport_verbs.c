@@ -3,6 +3,7 @@
  * for bulk data (RDMA write with immediate into a registered ring on the
  * peer).  The protocol logic lives in verbs_core.c; this file holds the
  * device calls.  NOT RUN ON HARDWARE YET (docs/transports.md). */
+#include "clock.h"
 #include "transport.h"
 #include "verbs_core.h"
 
@@ -521,12 +522,10 @@ static void verbs_close(struct rgpu_conn *c)
 	 * the TCP close tells the peer we are gone; bounded, as the peer may
 	 * be dead already. */
 	pthread_mutex_lock(&v->mu);
-	struct timespec t0, t;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = rgpu_now_ms();
 	while (!v->failed && !v->eof &&
 	       (v->ctx_free.n < v->ctx_free.cap || v->bounce_free.n < v->bounce_free.cap)) {
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 > 2000)
+		if (rgpu_now_ms() - t0 > 2000)
 			break;
 		wait_locked(v, 100);
 	}

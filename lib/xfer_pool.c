@@ -1,5 +1,6 @@
 /* The one buffer-plus-event pool (see xfer.h). */
 #include "xfer.h"
+#include "clock.h"
 #include "log.h"
 
 #include <stdlib.h>
@@ -72,19 +73,11 @@ static int grow(struct xfer_pool *p, int *rc)
 	return p->n++;
 }
 
-static unsigned ms_since(const struct timespec *t0)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (unsigned)((t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000);
-}
-
 /* A shared pool waits for the peer to hand a buffer back, asking the idle
  * callback between looks whether to go on. */
 static int pick(struct xfer_pool *p, int *rc)
 {
-	struct timespec t0;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = rgpu_now_ms();
 	for (;;) {
 		for (int k = 0; k < p->n; k++) {
 			int j = (p->next + k) % p->n;
@@ -105,7 +98,7 @@ static int pick(struct xfer_pool *p, int *rc)
 				return -1;
 			return o;
 		}
-		int st = p->idle ? p->idle(p->idle_arg, ms_since(&t0)) : XFER_LOST;
+		int st = p->idle ? p->idle(p->idle_arg, (unsigned)(rgpu_now_ms() - t0)) : XFER_LOST;
 		if (st) {
 			*rc = st;
 			return -1;

@@ -12,16 +12,24 @@
 /* Seconds a step on another node waits for the first node's prolog. */
 #define FETCH_WAIT_S 60
 
-int rgpu_remote_user_init(spank_t sp)
+/* The step's job and its rgpu record on this node (this node's name set
+ * for the configuration first): 0 when there is one. */
+static int job_record(spank_t sp, uint32_t *job, struct rgpu_jobrec *rec)
 {
-	uint32_t job = 0;
-	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
-		return 0;
+	*job = 0;
+	if (spank_get_item(sp, S_JOB_ID, job) != ESPANK_SUCCESS)
+		return -1;
 	char node[256];
 	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) == ESPANK_SUCCESS)
 		rgpu_cfg_set_node(node);
+	return rgpu_jobrec_read(*job, rec) ? -1 : 0;
+}
+
+int rgpu_remote_user_init(spank_t sp)
+{
+	uint32_t job;
 	struct rgpu_jobrec rec;
-	if (rgpu_jobrec_read(job, &rec))
+	if (job_record(sp, &job, &rec))
 		return 0; /* the prolog found no rgpu request */
 	if (!strcmp(rec.error, "pending")) {
 		int rc = rgpu_jobrec_fetch(job, FETCH_WAIT_S, &rec);
@@ -69,14 +77,9 @@ int rgpu_remote_user_init(spank_t sp)
  * in its AdminComment, while Slurm still lets it be updated. */
 int rgpu_remote_exit(spank_t sp)
 {
-	uint32_t job = 0;
-	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
-		return 0;
-	char node[256];
-	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) == ESPANK_SUCCESS)
-		rgpu_cfg_set_node(node);
+	uint32_t job;
 	struct rgpu_jobrec rec;
-	if (rgpu_jobrec_read(job, &rec) || rec.error[0] || !rec.servers[0])
+	if (job_record(sp, &job, &rec) || rec.error[0] || !rec.servers[0])
 		return 0;
 	if (rgpu_account(job, &rec) == 0 || rec.accounted)
 		rgpu_jobrec_publish(job, &rec);

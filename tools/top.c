@@ -10,6 +10,7 @@
  */
 #include "top.h"
 
+#include "clock.h"
 #include "lease_rpc.h"
 #include "proto.h"
 #include "servers.h"
@@ -316,7 +317,7 @@ int rgpu_top(int argc, char **argv)
 	}
 	struct sess *prev = NULL;
 	size_t nprev = 0;
-	struct timespec tprev = { 0, 0 };
+	double tprev = 0;
 	int failed = 0;
 	for (long round = 0; !stop; round++) {
 		struct answer a[64];
@@ -336,10 +337,8 @@ int rgpu_top(int argc, char **argv)
 			free(v);
 			break;
 		}
-		struct timespec t;
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		double dt = round ? (double)(t.tv_sec - tprev.tv_sec) + (t.tv_nsec - tprev.tv_nsec) / 1e9
-				  : 0;
+		double t = rgpu_now_s();
+		double dt = round ? t - tprev : 0;
 		uint64_t *pns = malloc((n ? n : 1) * sizeof(*pns));
 		for (size_t i = 0; pns && i < n; i++) {
 			pns[i] = UINT64_MAX;

@@ -62,6 +62,7 @@
  */
 #include "mem.h"
 
+#include "clock.h"
 #include "log.h"
 #include "metrics.h"
 #include "session.h"
@@ -152,13 +153,6 @@ int mem_policy_parse(const char *s, enum mem_policy *p)
 const char *mem_policy_name(enum mem_policy p)
 {
 	return p == MEM_POLICY_WAIT ? "wait" : p == MEM_POLICY_FAIL ? "fail" : "swap";
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 static void init_cond(void)
@@ -366,7 +360,7 @@ static void note(struct mem_worker *w, unsigned gpu, uint64_t bytes, const char 
 		return;
 	snprintf(w->why, sizeof(w->why), "%s", why);
 	log_info("memory: %llu bytes wanted on GPU %u: %s [t=%.3f]", (unsigned long long)bytes, gpu,
-		 why, secs(now_ns()));
+		 why, secs(rgpu_now_ns()));
 }
 
 /* Asks worker t (lock held, t->refs taken) and waits for its answer; 0 and
@@ -389,8 +383,8 @@ static int ask(struct mem_worker *t, unsigned op, unsigned gpu, uint64_t bytes,
 		return -1;
 	if (!timeout_ms)
 		return 0;
-	uint64_t deadline = now_ns() + (uint64_t)timeout_ms * 1000000ull;
-	while (!t->dead && !(t->answered && t->ans.seq == m.seq) && now_ns() < deadline)
+	uint64_t deadline = rgpu_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	while (!t->dead && !(t->answered && t->ans.seq == m.seq) && rgpu_now_ns() < deadline)
 		wait_until(deadline);
 	if (!t->answered || t->ans.seq != m.seq)
 		return -1;
@@ -423,7 +417,7 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 	size_t n = 0, np = 0;
 	char why[200] = "";
 	size_t wl = 0;
-	uint64_t now = now_ns();
+	uint64_t now = rgpu_now_ns();
 	uint64_t hroom = host_room(); /* for host copies prepared ahead */
 	*others = 0;
 #define WHY(...)                                                                             \
@@ -499,7 +493,7 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 		struct mem_q_answer a;
 		int got = ask(c[i].w, MEMP_STATE, gpu, 0, STATE_TIMEOUT_MS, &a);
 		if (got == 0 && prep_bps <= 0 && c[i].w->ready[gpu] < c[i].w->resident[gpu] &&
-		    probes == 1 && now_ns() - probe_ns < PROBE_EVERY_NS) {
+		    probes == 1 && rgpu_now_ns() - probe_ns < PROBE_EVERY_NS) {
 			/* (the first probe only: one that cannot measure, its
 			 * cap reached, holds nobody up twice) */
 			WHY("%swaiting: measuring how fast host memory is prepared here",
@@ -507,9 +501,9 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 			c[i].w->refs--;
 			continue;
 		}
-		if (got == 0 && is_protected(c[i].w, gpu, now_ns()) &&
+		if (got == 0 && is_protected(c[i].w, gpu, rgpu_now_ns()) &&
 		    !(a.idle && a.bytes && a.idle_ms * 1000000ull >= idle_limit_ns(c[i].w, gpu) &&
-		      now_ns() - c[i].w->granted_ns[gpu] >= idle_limit_ns(c[i].w, gpu))) {
+		      rgpu_now_ns() - c[i].w->granted_ns[gpu] >= idle_limit_ns(c[i].w, gpu))) {
 			/* within its quantum (its answer may have come after a
 			 * report of what it measured meanwhile: a longer one),
 			 * and not idle for long */
@@ -565,7 +559,7 @@ static uint64_t swap_round(struct mem_worker *w, unsigned gpu, uint64_t bytes, i
 				 (unsigned long long)c[i].w->resident[gpu],
 				 (unsigned long long)(c[i].w->ready[gpu] < c[i].w->resident[gpu]
 						      ? c[i].w->ready[gpu] : c[i].w->resident[gpu]),
-				 (unsigned long long)c[i].idle_ms, since ? secs(now_ns() - since) : 0.0,
+				 (unsigned long long)c[i].idle_ms, since ? secs(rgpu_now_ns() - since) : 0.0,
 				 secs(quantum_ns(c[i].w, gpu)),
 				 c[i].prot ? ": idle longer than swapping it costs" : "");
 			w->why[0] = 0; /* each eviction is logged */
@@ -606,7 +600,7 @@ static int outranks(const struct mem_worker *a, const struct mem_worker *b, unsi
  * each waits for the other's memory, w gives way. */
 static const struct mem_worker *gives_way_to(const struct mem_worker *w, unsigned gpu)
 {
-	uint64_t now = now_ns();
+	uint64_t now = rgpu_now_ns();
 	for (const struct mem_worker *t = workers; t; t = t->next)
 		if (t != w && !t->dead && t->in_room && t->ticket && t->ticket_gpu == gpu &&
 		    outranks(t, w, gpu, now))
@@ -640,7 +634,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 {
 	if (policy == MEM_POLICY_FAIL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	uint64_t now = now_ns();
+	uint64_t now = rgpu_now_ns();
 	take_ticket(w, gpu, now);
 	int rc = CUDA_ERROR_OUT_OF_MEMORY, rounds = 0;
 	w->in_room = 1;
@@ -658,7 +652,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 				/* room made for it at others' expense: its quantum,
 				 * and the room is kept for it meanwhile */
 				w->seen_gen = gen[gpu];
-				w->granted_ns[gpu] = now_ns();
+				w->granted_ns[gpu] = rgpu_now_ns();
 				w->qkeep[gpu] = 0;
 				w->resv_bytes[gpu] = freed;
 				w->resv_base[gpu] = w->resident[gpu];
@@ -674,7 +668,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 				char e[160];
 				snprintf(e, sizeof(e), "gives way: its %llu bytes there go to a request "
 					 "that %s", (unsigned long long)w->resident[gpu],
-					 is_protected(t, gpu, now_ns()) ? "is within its quantum"
+					 is_protected(t, gpu, rgpu_now_ns()) ? "is within its quantum"
 									: "is older");
 				note(w, gpu, bytes, e);
 				rc = MEM_ROOM_YIELD;
@@ -689,7 +683,7 @@ static int room(struct mem_worker *w, unsigned gpu, uint64_t bytes)
 				break;
 			}
 		}
-		now = now_ns();
+		now = rgpu_now_ns();
 		if (now >= w->deadline_ns) {
 			note(w, gpu, bytes, "no room within --memory-wait: refused");
 			break;
@@ -727,7 +721,7 @@ int mem_parent_request(struct mem_worker *w, unsigned op, unsigned gpu, const vo
 			break;
 		}
 		memcpy(&r, payload, sizeof(r));
-		uint64_t now = now_ns();
+		uint64_t now = rgpu_now_ns();
 		for (unsigned g = 0; g < 8; g++)
 			keep_quanta(g);
 		for (unsigned g = 0; g < 8; g++) {
@@ -788,7 +782,7 @@ int mem_parent_request(struct mem_worker *w, unsigned op, unsigned gpu, const vo
 			break;
 		}
 		memcpy(&q, payload, sizeof(q));
-		uint64_t now = now_ns(), resv = 0;
+		uint64_t now = rgpu_now_ns(), resv = 0;
 		for (struct mem_worker *t = workers; t; t = t->next)
 			if (t != w && !t->dead)
 				resv += reserved_left(t, gpu, now);

@@ -61,7 +61,6 @@ struct mem_state {
 };
 
 struct mem_state *mem_state(struct session *s);
-uint64_t mem_now_ns(void);
 int mem_enter_ctx(struct session *s, uint64_t ctx);
 /* ask: ask the parent for room while the GPU has none (else
  * CUDA_ERROR_OUT_OF_MEMORY at once) */

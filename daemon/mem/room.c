@@ -5,6 +5,7 @@
  */
 #include "mem_int.h"
 
+#include "clock.h"
 #include "gate.h"
 #include "log.h"
 #include "transport.h"
@@ -70,7 +71,7 @@ int mem_before_request(struct session *s, unsigned op)
 void mem_after_request(struct session *s)
 {
 	if (s->mem) {
-		s->mem->last_active_ns = mem_now_ns();
+		s->mem->last_active_ns = rgpu_now_ns();
 		if (s->mem->prep)
 			mem_prepare_poll(s);
 	}
@@ -152,7 +153,7 @@ static void parent_request(struct session *s)
 	if (m && m->prep)
 		mem_prepare_poll(s);
 	int idle = mem_session_idle(s);
-	uint64_t idle_ms = m ? (mem_now_ns() - m->last_active_ns) / 1000000 : 0;
+	uint64_t idle_ms = m ? (rgpu_now_ns() - m->last_active_ns) / 1000000 : 0;
 	if (q.op == MEMP_STATE) {
 		answer(q.seq, (unsigned)q.gpu, (uint32_t)idle, idle_ms, resident_on(s, (unsigned)q.gpu));
 		return;

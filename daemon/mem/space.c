@@ -5,6 +5,7 @@
  */
 #include "mem_int.h"
 
+#include "clock.h"
 #include "log.h"
 
 #include <stdlib.h>
@@ -23,16 +24,9 @@ struct mem_state *mem_state(struct session *s)
 	if (!s->mem) {
 		s->mem = calloc(1, sizeof(*s->mem));
 		if (s->mem)
-			s->mem->last_active_ns = mem_now_ns();
+			s->mem->last_active_ns = rgpu_now_ns();
 	}
 	return s->mem;
-}
-
-uint64_t mem_now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 /* ---- blocks, sorted by address ---- */
@@ -360,6 +354,24 @@ static ssize_t bits_find(const uint64_t *bm, size_t n)
 	return -1;
 }
 
+/* Maps block b (filled in) and enters it, with its first allocation
+ * [b->va, b->va + size), into m: 0, or a CUresult with none of it kept
+ * (b itself is the caller's to free). */
+static int block_enter(struct session *s, struct mem_state *m, struct mem_block *b, uint64_t size)
+{
+	int rc = mem_phys_map(s, b, 1);
+	if (!rc && block_insert(m, b) < 0) {
+		mem_phys_unmap(b);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (!rc && alloc_insert(m, b->va, size, b) < 0) {
+		block_remove(m, b);
+		mem_phys_unmap(b);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return rc;
+}
+
 static int small_alloc(struct session *s, struct mem_state *m, uint64_t ctx, unsigned dev,
 		       uint64_t size, uint64_t *addr)
 {
@@ -389,16 +401,7 @@ static int small_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 	}
 	*b = (struct mem_block){ .va = va, .len = MEM_CHUNK, .dev = dev, .ctx = ctx, .small = 1,
 				 .bitmap = bm };
-	int rc = mem_phys_map(s, b, 1);
-	if (!rc && block_insert(m, b) < 0) {
-		mem_phys_unmap(b);
-		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	if (!rc && alloc_insert(m, va, size, b) < 0) {
-		block_remove(m, b);
-		mem_phys_unmap(b);
-		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	}
+	int rc = block_enter(s, m, b, size);
 	if (rc) {
 		free(b);
 		free(bm);
@@ -423,16 +426,7 @@ static int block_alloc(struct session *s, struct mem_state *m, uint64_t ctx, uns
 	if (!b)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*b = (struct mem_block){ .va = va, .len = len, .dev = dev, .ctx = ctx };
-	int rc = mem_phys_map(s, b, 1);
-	if (!rc && block_insert(m, b) < 0) {
-		mem_phys_unmap(b);
-		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	if (!rc && alloc_insert(m, va, size, b) < 0) {
-		block_remove(m, b);
-		mem_phys_unmap(b);
-		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	}
+	int rc = block_enter(s, m, b, size);
 	if (rc) {
 		free(b);
 		return rc;
@@ -505,7 +499,7 @@ static int alloc_in(struct session *s, uint64_t ctx, unsigned dev, uint64_t size
 		if (rc)
 			return rc;
 		if (!before)
-			m->on_gpu_since_ns = mem_now_ns(); /* its first memory there */
+			m->on_gpu_since_ns = rgpu_now_ns(); /* its first memory there */
 	}
 	mem_report(s);
 	return CUDA_SUCCESS;

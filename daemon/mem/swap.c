@@ -27,6 +27,7 @@
  */
 #include "mem_int.h"
 
+#include "clock.h"
 #include "log.h"
 #include "size.h"
 
@@ -196,11 +197,11 @@ static void *prep_main(void *arg)
 	struct mem_prep *p = arg;
 	if (p->ctx)
 		(void)D->cuCtxSetCurrent(p->ctx);
-	uint64_t t0 = mem_now_ns();
+	uint64_t t0 = rgpu_now_ns();
 	for (size_t i = 0; i < p->n && !atomic_load(&p->stop); i++) {
 		if (host_prepare(p->jobs[i].len, &p->jobs[i].p, &p->jobs[i].pinned) < 0)
 			break;
-		atomic_store(&p->ns, mem_now_ns() - t0);
+		atomic_store(&p->ns, rgpu_now_ns() - t0);
 		atomic_store(&p->bytes, atomic_load(&p->bytes) + p->jobs[i].len);
 		atomic_store(&p->done, i + 1);
 	}
@@ -318,7 +319,7 @@ void mem_prepare_start(struct session *s, unsigned dev, uint64_t limit)
 	}
 	m->prep = p;
 	log_info("%s: preparing host memory for %llu bytes in the background (an eviction is "
-		 "expected) [t=%.3f]", s->name, (unsigned long long)add, (double)mem_now_ns() / 1e9);
+		 "expected) [t=%.3f]", s->name, (unsigned long long)add, (double)rgpu_now_ns() / 1e9);
 }
 
 /* Synchronises every context that owns movable blocks of m (those the
@@ -364,7 +365,7 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 	/* what the background prepared is ready; what it was preparing is
 	 * finished first (it is half done) */
 	mem_prepare_stop(s);
-	uint64_t t0 = mem_now_ns(), bytes = 0, queued = 0, ready = 0, fresh = 0, prep_ns = 0;
+	uint64_t t0 = rgpu_now_ns(), bytes = 0, queued = 0, ready = 0, fresh = 0, prep_ns = 0;
 	int rc = 0;
 	/* queue every copy: preparing the next shadow overlaps this copy.
 	 * Chunks go in address order, so a session evicted again in part
@@ -380,14 +381,14 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 		if (b->shadow) {
 			ready += b->len;
 		} else {
-			uint64_t p0 = mem_now_ns();
+			uint64_t p0 = rgpu_now_ns();
 			if (shadow_get(m, b) < 0) {
 				log_warn("%s: no host memory to swap %llu bytes out to", s->name,
 					 (unsigned long long)b->len);
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
 				break;
 			}
-			prep_ns += mem_now_ns() - p0;
+			prep_ns += rgpu_now_ns() - p0;
 			fresh += b->len;
 		}
 		if ((rc = mem_enter_ctx(s, b->ctx)) == 0)
@@ -409,7 +410,7 @@ int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed)
 		m->evicted++;
 		bytes += b->len;
 	}
-	uint64_t t1 = mem_now_ns();
+	uint64_t t1 = rgpu_now_ns();
 	m->out_bytes += (double)bytes;
 	m->out_s += secs(t0, t1);
 	/* measurements for the parent's quantum: the copy alone where all
@@ -461,7 +462,7 @@ static int restore_pass(struct session *s)
 	struct mem_state *m = s->mem;
 	if (!m || !m->evicted)
 		return CUDA_SUCCESS;
-	uint64_t t0 = mem_now_ns(), bytes = 0;
+	uint64_t t0 = rgpu_now_ns(), bytes = 0;
 	int rc = 0;
 	/* room first (the parent may have to evict others meanwhile), then
 	 * every copy queued at once.  Room for all of it is asked for before
@@ -518,7 +519,7 @@ static int restore_pass(struct session *s)
 		struct timespec nap = { 0, 20 * 1000000 };
 		nanosleep(&nap, NULL);
 	}
-	uint64_t t1 = mem_now_ns();
+	uint64_t t1 = rgpu_now_ns();
 	for (size_t i = 0; !rc && i < m->nblocks; i++) {
 		struct mem_block *b = m->blocks[i];
 		if (b->resident != 2)
@@ -546,7 +547,7 @@ static int restore_pass(struct session *s)
 		else
 			kept += b->len;
 	}
-	uint64_t t2 = mem_now_ns();
+	uint64_t t2 = rgpu_now_ns();
 	m->in_bytes += (double)bytes;
 	m->in_s += secs(t1, t2);
 	if (bytes) {

@@ -12,6 +12,7 @@
 #include "snapshot.h"
 #include "../rgpud.h"
 #include "../session.h"
+#include "clock.h"
 #include "frame.h"
 #include "log.h"
 #include "proto.h"
@@ -211,8 +212,7 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 	}
 	free(rbuf);
 	rbuf = NULL;
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	uint64_t t0 = rgpu_now_ns();
 	struct snap_io io = { .write = out_write, .arg = &o };
 	if (snap_capture(s, s->last_id, &io, why, wl) < 0 || flush(&o, 1) < 0) {
 		if (!why[0])
@@ -252,8 +252,7 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 		rc = 0; /* either way this copy is over */
 		goto out;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	double secs = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	double secs = (double)(rgpu_now_ns() - t0) / 1e9;
 	log_info("%s: session moved to %s%s: %llu bytes of state in %.3f s (%.2f GB/s)", s->name,
 		 target, gpu >= 0 ? " (another GPU)" : "", (unsigned long long)o.total, secs,
 		 secs > 0 ? o.total / secs / 1e9 : 0.0);

@@ -8,6 +8,7 @@
  * create objects).
  */
 #include "snapshot.h"
+#include "clock.h"
 #include "memif.h"
 #include "../rgpud.h"
 #include "../session.h"
@@ -151,13 +152,6 @@ static int create(struct rst *r, uint64_t len)
 	wbuf_reset(&s->tx);
 	free(p);
 	return rc;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
 static void pin_free(struct rst *r)
@@ -310,15 +304,15 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			rc = nrec ? BAD("malformed session state (two headers)") : header(r, len, info);
 			break;
 		case SNAP_CREATE: {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = rgpu_now_ns();
 			rc = create(r, len);
-			info->create_ns += now_ns() - t0;
+			info->create_ns += rgpu_now_ns() - t0;
 			break;
 		}
 		case SNAP_MEMORY: {
-			uint64_t t0 = now_ns();
+			uint64_t t0 = rgpu_now_ns();
 			rc = memory(r, len);
-			info->mem_ns += now_ns() - t0;
+			info->mem_ns += rgpu_now_ns() - t0;
 			info->mem_bytes += len;
 			break;
 		}

@@ -1,5 +1,6 @@
 /* The scheduler's parent side: the segment, slots, shares (sched.h). */
 #include "access.h"
+#include "clock.h"
 #include "lease.h"
 #include "log.h"
 #include "seg.h"
@@ -160,7 +161,7 @@ int sched_parent_admit(pid_t pid, const struct rgpud_principal *who, unsigned gp
 		atomic_store(&s->episode, 0);
 		atomic_store(&s->mean, 0);
 		atomic_store(&s->beat, 0);
-		atomic_store(&s->idle_since, sched_now_ns());
+		atomic_store(&s->idle_since, rgpu_now_ns());
 		atomic_store(&s->progress, 0);
 		atomic_store(&s->pid, pid); /* last: the slot is ready */
 		atomic_fetch_add(&seg->tenants[gpu], 1);

@@ -6,13 +6,6 @@
 #include <time.h>
 #include <unistd.h>
 
-uint64_t sched_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void sched_seg_wake(struct sched_seg *g, unsigned gpu)
 {
 	atomic_fetch_add(&g->gen[gpu], 1);

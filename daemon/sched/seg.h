@@ -36,7 +36,6 @@ struct sched_seg {
 	struct sched_slot slot[SCHED_SLOTS];
 };
 
-uint64_t sched_now_ns(void);
 void sched_seg_wake(struct sched_seg *g, unsigned gpu);
 /* Waits until gen[gpu] moves from seen, or timeout_ns passes. */
 void sched_seg_wait(struct sched_seg *g, unsigned gpu, uint32_t seen, uint64_t timeout_ns);

@@ -2,6 +2,7 @@
  * The scheduler's worker side (sched.h): the launch gate, and the thread
  * that charges completed kernels to this worker's slots.
  */
+#include "clock.h"
 #include "log.h"
 #include "rgpud.h"
 #include "seg.h"
@@ -198,7 +199,7 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 			return;
 	}
 	static struct sched_view v[SCHED_SLOTS];
-	uint64_t now = sched_now_ns();
+	uint64_t now = rgpu_now_ns();
 	atomic_store(&s->beat, now);
 	if (atomic_load(&s->inflight) == 0 && !atomic_load(&s->waiting)) {
 		/* becoming active: bounded credit for the time it idled */
@@ -212,7 +213,7 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 	}
 	for (int waited = 0;; waited = 1) {
 		uint32_t gen = atomic_load(&seg->gen[gpu]);
-		now = sched_now_ns();
+		now = rgpu_now_ns();
 		atomic_store(&s->beat, now);
 		uint64_t vmin;
 		size_t n = others(gpu, s, now, v, &vmin, NULL);
@@ -236,7 +237,7 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 		return;
 	}
 	if (atomic_fetch_add(&s->inflight, 1) == 0)
-		atomic_store(&s->progress, sched_now_ns());
+		atomic_store(&s->progress, rgpu_now_ns());
 	t->start = ev;
 	t->gpu = (int)gpu;
 }
@@ -283,7 +284,7 @@ static void charge(struct rec *r, int ok)
 		if (ok && D->cuEventElapsedTime(&ms, r->start, r->end) == CUDA_SUCCESS && ms > 0)
 			dur = (uint64_t)((double)ms * 1e6);
 		static struct sched_view v[SCHED_SLOTS];
-		uint64_t now = sched_now_ns(), vmin;
+		uint64_t now = rgpu_now_ns(), vmin;
 		uint32_t busy;
 		others(r->gpu, s, now, v, &vmin, &busy);
 		uint32_t pct = atomic_load(&s->pct);
@@ -395,7 +396,7 @@ void sched_forget_ctx(void *cuctx)
 			tail = prev;
 		struct sched_slot *sl = my_slot(r->gpu);
 		if (sl && atomic_load(&sl->inflight) && atomic_fetch_sub(&sl->inflight, 1) == 1)
-			atomic_store(&sl->idle_since, sched_now_ns());
+			atomic_store(&sl->idle_since, rgpu_now_ns());
 		if (sl)
 			sched_seg_wake(seg, r->gpu);
 		free(r);

@@ -173,6 +173,34 @@ int main(int argc, char **argv)
 	CK(cuGraphLaunch(x, s));
 	CK(cuStreamSynchronize(s));
 	expect_all(f, n, 13, "exec kernel node parameters");
+	/* the arguments in one buffer (extra, CU_LAUNCH_PARAM_BUFFER_*), at
+	 * fill_u32's layout */
+	struct {
+		CUdeviceptr p;
+		unsigned v;
+		unsigned long long n;
+	} packed = { f, 15, (unsigned long long)n };
+	size_t packed_size = sizeof(packed);
+	void *xextra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+			  CU_LAUNCH_PARAM_END };
+	CUDA_KERNEL_NODE_PARAMS xp = kparams(fill, n, NULL);
+	xp.extra = xextra;
+	CUgraph GX; /* its own graph: G's host node counts G's launches */
+	CUgraphNode XN;
+	CUgraphExec xx;
+	CK(cuGraphCreate(&GX, 0));
+	CK(cuGraphAddKernelNode(&XN, GX, NULL, 0, &xp));
+	CK(cuGraphInstantiate(&xx, GX, 0));
+	CK(cuGraphLaunch(xx, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(f, n, 15, "kernel node parameters in an extra buffer");
+	packed.v = 19;
+	CK(cuGraphExecKernelNodeSetParams(xx, XN, &xp));
+	CK(cuGraphLaunch(xx, s));
+	CK(cuStreamSynchronize(s));
+	expect_all(f, n, 19, "exec kernel node parameters in an extra buffer");
+	CK(cuGraphExecDestroy(xx));
+	CK(cuGraphDestroy(GX));
 	CUgraph G2;
 	CK(cuGraphClone(&G2, G));
 	CUgraphNode F2;

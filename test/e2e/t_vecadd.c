@@ -57,6 +57,24 @@ int main(int argc, char **argv)
 			fail("second launch: c[%d] = %.9g, want %.9g", i, c[i], want);
 	}
 
+	/* the arguments in one buffer (extra, CU_LAUNCH_PARAM_BUFFER_*), at
+	 * the kernel's layout: three pointers, then n */
+	struct {
+		CUdeviceptr a, b, c;
+		int n;
+	} packed = { db, db, dc, n };
+	size_t packed_size = sizeof(packed);
+	void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
+			  CU_LAUNCH_PARAM_END };
+	CK(cuLaunchKernel(f, (unsigned)(n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
+	CK(cuCtxSynchronize());
+	CK(cuMemcpyDtoH(c, dc, bytes));
+	for (int i = 0; i < n; i++) {
+		float want = b[i] + b[i];
+		if (memcmp(&c[i], &want, sizeof(float)) != 0)
+			fail("launch with extra: c[%d] = %.9g, want %.9g", i, c[i], want);
+	}
+
 	CK(cuMemFree(da));
 	CK(cuMemFree(db));
 	CK(cuMemFree(dc));

@@ -51,56 +51,28 @@ ko() {
 sk() { n=$((n + 1)); echo "ok $n - $1 # SKIP ${2:-}"; }
 check() { if eval "$2"; then ok "$1"; else ko "$1" "${3:-}"; fi; }
 
-free_port() {
-	python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
-
-PIDS=""
-MUNGED_PID=""
-cleanup() {
-	for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-	[ -n "$MUNGED_PID" ] && kill "$MUNGED_PID" 2>/dev/null
-	wait 2>/dev/null
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/../lib-daemon.sh"
 
 # a private munged: `rgpu migrate` authenticates as root
-MUNGED=$(command -v munged || ls /usr/sbin/munged 2>/dev/null)
-if [ -z "$MUNGED" ] || [ "$(id -u)" -ne 0 ]; then
-	echo "1..0 # SKIP needs root and munged (rgpu migrate needs an admin credential)"
-	exit 0
+if [ "$(id -u)" -ne 0 ]; then
+	munged_rc=2
+else
+	start_munged
+	munged_rc=$?
 fi
-dd if=/dev/urandom of="$TMP/munge.key" bs=1024 count=1 2>/dev/null
-chmod 600 "$TMP/munge.key"
-"$MUNGED" --foreground --key-file="$TMP/munge.key" --socket="$TMP/munge.socket" \
-	--pid-file="$TMP/munged.pid" --log-file="$TMP/munged.log" \
-	--seed-file="$TMP/munged.seed" >/dev/null 2>&1 &
-MUNGED_PID=$!
-for _ in $(seq 100); do [ -S "$TMP/munge.socket" ] && break; sleep 0.05; done
-[ -S "$TMP/munge.socket" ] || { echo "1..0 # SKIP munged did not start"; exit 0; }
+case $munged_rc in
+0) ;;
+1) echo "1..0 # SKIP munged did not start"; exit 0 ;;
+*) echo "1..0 # SKIP needs root and munged (rgpu migrate needs an admin credential)"; exit 0 ;;
+esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
 echo "1..11"
 
-# start_rgpud NAME [options] -> PORT, PID; log in $LOGDIR/NAME.log
-start_rgpud() {
-	local name=$1
-	shift
-	PORT=$(free_port)
-	"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" --log-level debug "$@" \
-		>"$LOGDIR/$name.log" 2>&1 &
-	PID=$!
-	PIDS="$PIDS $PID"
-	for _ in $(seq 200); do
-		grep -q "serving" "$LOGDIR/$name.log" 2>/dev/null && return 0
-		kill -0 "$PID" 2>/dev/null || return 1
-		sleep 0.05
-	done
-	return 1
+# every server here is open: the checks are about moving sessions, not
+# who may have one (lib-daemon.sh: PORT, PID, LOG)
+start_open_rgpud() {
+	start_rgpud "$@" --open
 }
 # a parent and its workers, all at once (a crash of the whole rgpud)
 kill_all() {
@@ -145,8 +117,8 @@ personality() {
 no_aslr() { [ -n "$1" ] && [ $((0x$1 & 0x0040000)) != 0 ]; }
 
 # ---- rgpu migrate: to another server, then the old one dies ----
-start_rgpud a1 && A=$PORT AP=$PID
-start_rgpud b1 && B=$PORT BP=$PID
+start_open_rgpud a1 && A=$PORT AP=$PID
+start_open_rgpud b1 && B=$PORT BP=$PID
 if run_app migrate "127.0.0.1:$A"; then
 	PERS_FIXED=$(personality "$AP")
 	# no munge: root on the same host is vouched for by the kernel (Unix socket)
@@ -163,8 +135,8 @@ fi
 kill_all "$BP"
 
 # ---- to the second GPU of another server ----
-start_rgpud a2 --worker-layout=random && A=$PORT AP=$PID
-start_rgpud b2 && B=$PORT BP=$PID
+start_open_rgpud a2 --worker-layout=random && A=$PORT AP=$PID
+start_open_rgpud b2 && B=$PORT BP=$PID
 if run_app gpu1 "127.0.0.1:$A"; then
 	PERS_RANDOM=$(personality "$AP")
 	"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B/1" >"$LOGDIR/gpu1.cmd" 2>&1
@@ -185,8 +157,8 @@ check t_worker_layout \
 	"fixed: ${PERS_FIXED:-?} random: ${PERS_RANDOM:-?} bad value: exit $BADRC: $bad"
 
 # ---- a standby: the whole server SIGKILLed ----
-start_rgpud a3 --checkpoint-interval=1 && A=$PORT AP=$PID
-start_rgpud b3 && B=$PORT BP=$PID
+start_open_rgpud a3 --checkpoint-interval=1 && A=$PORT AP=$PID
+start_open_rgpud b3 && B=$PORT BP=$PID
 export RGPU_STANDBY=127.0.0.1:$B
 if run_app standby "127.0.0.1:$A" standby; then
 	kill_all "$AP"
@@ -200,7 +172,7 @@ fi
 unset RGPU_STANDBY
 
 # ---- no standby: a clear error, never a hang ----
-start_rgpud a4 && A=$PORT AP=$PID
+start_open_rgpud a4 && A=$PORT AP=$PID
 if run_app lost "127.0.0.1:$A"; then
 	kill_all "$AP"
 	go lost
@@ -223,7 +195,7 @@ else
 fi
 
 # ---- what cannot move stays, unharmed ----
-start_rgpud a7 && A=$PORT AP=$PID
+start_open_rgpud a7 && A=$PORT AP=$PID
 if run_app pool "127.0.0.1:$A" pool; then
 	"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B" >"$LOGDIR/pool.cmd" 2>&1
 	PRC=$?
@@ -242,7 +214,7 @@ RRC=$?
 check t_bad_state_refused '[ "$RRC" = 0 ] && kill -0 "$BP"' "$(cat "$LOGDIR/raw.out")"
 
 # ---- rgpu drain: the session moves, new ones are refused ----
-start_rgpud a5 && A=$PORT AP=$PID
+start_open_rgpud a5 && A=$PORT AP=$PID
 if run_app drain "127.0.0.1:$A"; then
 	"$RGPU" drain "127.0.0.1:$A" --to "127.0.0.1:$B" >"$LOGDIR/drain.cmd" 2>&1
 	DRC=$?
@@ -260,7 +232,7 @@ kill_all "$AP"
 
 # ---- a restart (the service manager's SIGKILL included) with a standby ----
 # The restarted rgpud is the standby: the job reconnects to the same port.
-start_rgpud a6 --checkpoint-interval=3600 && A=$PORT AP=$PID
+start_open_rgpud a6 --checkpoint-interval=3600 && A=$PORT AP=$PID
 export RGPU_STANDBY=127.0.0.1:$A
 if run_app restart "127.0.0.1:$A" standby; then
 	kill_all "$AP"

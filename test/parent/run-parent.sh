@@ -43,39 +43,8 @@ check() { # name, condition (evaluated), detail on failure
 	if eval "$2"; then ok "$1"; else ko "$1" "${3:-}"; fi
 }
 
-free_port() {
-	python3 -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
+. "$(dirname "$0")/../lib-daemon.sh"
 
-PIDS=""
-MUNGED_PID=""
-cleanup() {
-	for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-	[ -n "$MUNGED_PID" ] && kill "$MUNGED_PID" 2>/dev/null
-	wait 2>/dev/null
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-# start_rgpud NAME ARGS...: on a free port; sets PORT, PID, LOG
-start_rgpud() {
-	local name=$1
-	shift
-	PORT=$(free_port)
-	LOG=$LOGDIR/$name.log
-	"$RGPUD" --emulated --listen "127.0.0.1:$PORT" --log-level debug "$@" >"$LOG" 2>&1 &
-	PID=$!
-	PIDS="$PIDS $PID"
-	for _ in $(seq 100); do
-		grep -q "serving" "$LOG" 2>/dev/null && return 0
-		kill -0 "$PID" 2>/dev/null || return 1
-		sleep 0.05
-	done
-	return 1
-}
 stop_rgpud() {
 	kill "$1" 2>/dev/null
 	wait "$1" 2>/dev/null
@@ -84,18 +53,8 @@ val() { sed -n "s/^$1 //p" "$2" | head -1; }
 workers_of() { cat /proc/"$1"/task/*/children 2>/dev/null; }
 
 # ---- a private munged (as test/lease/test_lease.c does) ----
-MUNGED=$(command -v munged || ls /usr/sbin/munged 2>/dev/null)
 HAVE_MUNGE=0
-if [ -n "$MUNGED" ]; then
-	dd if=/dev/urandom of="$TMP/munge.key" bs=1024 count=1 2>/dev/null
-	chmod 600 "$TMP/munge.key"
-	"$MUNGED" --foreground --key-file="$TMP/munge.key" --socket="$TMP/munge.socket" \
-		--pid-file="$TMP/munged.pid" --log-file="$TMP/munged.log" \
-		--seed-file="$TMP/munged.seed" >/dev/null 2>&1 &
-	MUNGED_PID=$!
-	for _ in $(seq 100); do [ -S "$TMP/munge.socket" ] && break; sleep 0.05; done
-	[ -S "$TMP/munge.socket" ] && HAVE_MUNGE=1
-fi
+start_munged && HAVE_MUNGE=1
 M="RGPU_MUNGE_SOCKET=$TMP/munge.socket"
 ROOT=0
 [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null && ROOT=1
