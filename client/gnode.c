@@ -1036,7 +1036,7 @@ static CUresult typed(CUgraphNode hn, CUgraphNodeType t, const void *out, struct
 				       CUcontext ctx)                                    \
 	{                                                                                \
 		(void)ctx;                                                               \
-		return set_params(x, n, t, p);                                           \
+		return x ? set_params(x, n, t, p) : CUDA_ERROR_INVALID_VALUE;            \
 	}
 
 NODE_GETTER(cuGraphKernelNodeGetParams_v2, CU_GRAPH_NODE_TYPE_KERNEL, CUDA_KERNEL_NODE_PARAMS, kp)
@@ -1060,7 +1060,8 @@ RC_EXPORT CUresult cuGraphKernelNodeGetParams(CUgraphNode hn, CUDA_KERNEL_NODE_P
 	return rc;
 }
 
-/* Sets node hn's parameters in its graph (x NULL) or in executable x. */
+/* Sets node hn's parameters in its graph (x NULL) or in executable x (the
+ * exec entry points refuse a NULL x first, as the driver does). */
 static CUresult set_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, const void *p)
 {
 	struct rc_gnode *n;
@@ -1112,13 +1113,13 @@ RC_EXPORT CUresult cuGraphKernelNodeSetParams(CUgraphNode n, const CUDA_KERNEL_N
 RC_EXPORT CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode n,
 						     const CUDA_KERNEL_NODE_PARAMS *p)
 {
-	return set_params(x, n, CU_GRAPH_NODE_TYPE_KERNEL, p);
+	return x ? set_params(x, n, CU_GRAPH_NODE_TYPE_KERNEL, p) : CUDA_ERROR_INVALID_VALUE;
 }
 
 RC_EXPORT CUresult cuGraphExecKernelNodeSetParams(CUgraphExec x, CUgraphNode n,
 						  const CUDA_KERNEL_NODE_PARAMS_v1 *p)
 {
-	return set_kernel_v1(x, n, p);
+	return x ? set_kernel_v1(x, n, p) : CUDA_ERROR_INVALID_VALUE;
 }
 
 NODE_GETTER(cuGraphMemsetNodeGetParams, CU_GRAPH_NODE_TYPE_MEMSET, CUDA_MEMSET_NODE_PARAMS, ms)

@@ -173,6 +173,15 @@ int main(int argc, char **argv)
 	CK(cuGraphLaunch(x, s));
 	CK(cuStreamSynchronize(s));
 	expect_all(f, n, 13, "exec kernel node parameters");
+	/* no executable: refused, and the graph's parameters stay */
+	fillargs[1] = &v17;
+	CUDA_KERNEL_NODE_PARAMS bad = kparams(fill, n, fillargs);
+	CHECK(cuGraphExecKernelNodeSetParams(NULL, F, &bad) == CUDA_ERROR_INVALID_VALUE,
+	      "exec kernel node parameters without an executable were taken");
+	CUDA_KERNEL_NODE_PARAMS back;
+	CK(cuGraphKernelNodeGetParams(F, &back));
+	CHECK(*(unsigned *)back.kernelParams[1] == 11,
+	      "a refused exec set changed the graph's node (%u)", *(unsigned *)back.kernelParams[1]);
 	/* the arguments in one buffer (extra, CU_LAUNCH_PARAM_BUFFER_*), at
 	 * fill_u32's layout */
 	struct {
