@@ -88,6 +88,9 @@ tenant a 75 3000
 tenant b 25 3000
 # rgpu top while both run: sampled until it has seen both sessions for a
 # while (a loaded machine starts the tenants late), the last such sample kept
+# (one taken as a tenant frees its memory on the way out shows 0 bytes: a
+# sample counts only while both hold memory, so none qualifies if rgpu top
+# never reports it)
 sleep 1.5
 TOPRC=1
 for _ in $(seq 1 40); do
@@ -95,7 +98,8 @@ for _ in $(seq 1 40); do
 	"$RGPU" top --server "127.0.0.1:$PORT" --json >"$LOGDIR/top.sample" 2>"$LOGDIR/top.err" || continue
 	if "$PYTHON" -c 'import json, sys
 s = json.load(open(sys.argv[1]))["sessions"]
-sys.exit(0 if len(s) == 2 and all(x["gpu_time_ms"] > 200 for x in s) else 1)' "$LOGDIR/top.sample"; then
+sys.exit(0 if len(s) == 2 and all(x["gpu_time_ms"] > 200 and x["memory_bytes"] > 0
+                                  for x in s) else 1)' "$LOGDIR/top.sample"; then
 		cp "$LOGDIR/top.sample" "$LOGDIR/top.json"
 		TOPRC=0
 	fi
