@@ -1,17 +1,22 @@
 /*
  * GPU status for rgpu's NVML (nvml/): one request to the GPU's server.
- * Exported under a private name, found by the NVML library with dlsym.
+ * Exported under private names, found by the NVML library with dlsym.
  */
 #include "client.h"
 
 #include <stdio.h>
 
-/* p2p[i] for each device i (a client ordinal): 1 a GPU of the same server
- * this one can reach (peer access), 0 a GPU of the same server it cannot,
- * -1 a GPU of another server. */
-RC_EXPORT int rgpu_client_gpu_status(int ordinal, char *bus, size_t buslen, uint64_t *total,
-				     uint64_t *used, unsigned *util_gpu, unsigned *util_mem,
-				     int p2p[RGPU_MAX_DEVICES])
+struct gpu_status {
+	const char *bus;
+	uint64_t total, used;
+	uint32_t util_gpu, util_mem;
+	uint32_t n, peer[RGPU_MAX_DEVICES], p2p[RGPU_MAX_DEVICES];
+	const char *driver; /* "" from a server that does not send it */
+};
+
+/* GPU_STATUS for client ordinal; the strings point into the thread's reply
+ * buffer (valid until its next call). */
+static CUresult status(int ordinal, struct rc_dev **dp, struct gpu_status *st)
 {
 	struct rc_dev *d;
 	CUresult rc = rc_dev_get(ordinal, &d);
@@ -22,24 +27,62 @@ RC_EXPORT int rgpu_client_gpu_status(int ordinal, char *bus, size_t buslen, uint
 	struct rd r;
 	if ((rc = rc_call(d->conn, RGPU_OP_GPU_STATUS, w, &r)))
 		return rc;
-	const char *b = get_str(&r, 63);
-	*total = get_u64(&r);
-	*used = get_u64(&r);
-	*util_gpu = get_u32(&r);
-	*util_mem = get_u32(&r);
-	uint32_t n = get_u32(&r);
-	if (!rd_ok(&r) || n > RGPU_MAX_DEVICES)
+	st->bus = get_str(&r, 63);
+	st->total = get_u64(&r);
+	st->used = get_u64(&r);
+	st->util_gpu = get_u32(&r);
+	st->util_mem = get_u32(&r);
+	st->n = get_u32(&r);
+	if (!rd_ok(&r) || st->n > RGPU_MAX_DEVICES)
 		return CUDA_ERROR_UNKNOWN;
+	for (uint32_t k = 0; k < st->n; k++) {
+		st->peer[k] = get_u32(&r);
+		st->p2p[k] = get_u32(&r);
+	}
+	/* the driver version came later: an older server ends here */
+	st->driver = rd_done(&r) ? "" : get_str(&r, 95);
+	if (!rd_ok(&r) || !st->bus || !st->driver)
+		return CUDA_ERROR_UNKNOWN;
+	*dp = d;
+	return CUDA_SUCCESS;
+}
+
+/* p2p[i] for each device i (a client ordinal): 1 a GPU of the same server
+ * this one can reach (peer access), 0 a GPU of the same server it cannot,
+ * -1 a GPU of another server. */
+RC_EXPORT int rgpu_client_gpu_status(int ordinal, char *bus, size_t buslen, uint64_t *total,
+				     uint64_t *used, unsigned *util_gpu, unsigned *util_mem,
+				     int p2p[RGPU_MAX_DEVICES])
+{
+	struct rc_dev *d;
+	struct gpu_status st;
+	CUresult rc = status(ordinal, &d, &st);
+	if (rc)
+		return rc;
+	*total = st.total;
+	*used = st.used;
+	*util_gpu = st.util_gpu;
+	*util_mem = st.util_mem;
 	for (int i = 0; i < RGPU_MAX_DEVICES; i++)
 		p2p[i] = i < rc_ndev && rc_devs[i].conn == d->conn ? 0 : -1;
-	for (uint32_t k = 0; k < n; k++) {
-		uint32_t g = get_u32(&r), can = get_u32(&r);
+	for (uint32_t k = 0; k < st.n; k++)
 		for (int i = 0; i < rc_ndev; i++)
-			if (rc_devs[i].conn == d->conn && rc_devs[i].gpu == g)
-				p2p[i] = can != 0;
-	}
-	if (!rd_ok(&r))
-		return CUDA_ERROR_UNKNOWN;
-	snprintf(bus, buslen, "%s", b);
+			if (rc_devs[i].conn == d->conn && rc_devs[i].gpu == st.peer[k])
+				p2p[i] = st.p2p[k] != 0;
+	snprintf(bus, buslen, "%s", st.bus);
 	return CUDA_SUCCESS;
+}
+
+/* The kernel driver version of the server of GPU ordinal ("580.159.04"),
+ * or "" where the server does not know it.  0, or a CUresult. */
+RC_EXPORT int rgpu_client_driver_version(int ordinal, char *buf, size_t len)
+{
+	struct rc_dev *d;
+	struct gpu_status st;
+	if (len)
+		buf[0] = '\0';
+	CUresult rc = status(ordinal, &d, &st);
+	if (!rc)
+		snprintf(buf, len, "%s", st.driver);
+	return rc;
 }

@@ -5,9 +5,13 @@
  * linked); otherwise total is the device's and used is what this job holds
  * there, and utilisation is unknown (101).  A GPU with a quota reports the
  * quota as its total and the job's charge as used, as cuMemGetInfo does.
+ * Last, the node's kernel driver version (NVML's, else the kernel
+ * module's; empty without either), which rgpu's NVML reports as the driver
+ * version (a trailing field: an older client reads on without it).
  */
 #include "gate.h"
 #include "log.h"
+#include "nvrm.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -26,6 +30,8 @@ static struct {
 	int (*by_pci)(const char *, void **);
 	int (*mem)(void *, nvml_mem *);
 	int (*util)(void *, nvml_util *);
+	int (*driver)(char *, unsigned);
+	char version[96];
 } nv;
 static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
 
@@ -43,8 +49,19 @@ static void nv_load(void)
 	*(void **)&nv.by_pci = dlsym(dl, "nvmlDeviceGetHandleByPciBusId_v2");
 	*(void **)&nv.mem = dlsym(dl, "nvmlDeviceGetMemoryInfo");
 	*(void **)&nv.util = dlsym(dl, "nvmlDeviceGetUtilizationRates");
+	*(void **)&nv.driver = dlsym(dl, "nvmlSystemGetDriverVersion");
 	nv.ok = nv.init && nv.by_pci && nv.mem && nv.util && nv.init() == 0;
 }
+
+/* the kernel driver's version, once: NVML's, else the module's */
+static void version_load(void)
+{
+	pthread_once(&nv_once, nv_load);
+	if (!(nv.ok && nv.driver && nv.driver(nv.version, sizeof(nv.version)) == 0))
+		(void)rgpu_nvrm_version(nv.version, sizeof(nv.version));
+	nv.version[sizeof(nv.version) - 1] = '\0';
+}
+static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 
 int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
@@ -105,5 +122,7 @@ int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		put_u32(out, peer[i]);
 		put_u32(out, p2p[i]);
 	}
+	pthread_once(&version_once, version_load);
+	put_str(out, nv.version);
 	return CUDA_SUCCESS;
 }

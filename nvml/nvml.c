@@ -53,6 +53,7 @@ static struct {
 	CUresult (*attr)(int *, CUdevice_attribute, CUdevice);
 	CUresult (*version)(int *);
 	int (*status)(int, char *, size_t, uint64_t *, uint64_t *, unsigned *, unsigned *, int *);
+	int (*driver)(int, char *, size_t);
 } cu;
 
 API const char *rgpu_nvml_version(void) { return "rgpu-nvml 1"; }
@@ -104,6 +105,7 @@ static nvmlReturn_t init_locked(void)
 	*(void **)&cu.attr = dlsym(cudalib, "cuDeviceGetAttribute");
 	*(void **)&cu.version = dlsym(cudalib, "cuDriverGetVersion");
 	*(void **)&cu.status = dlsym(cudalib, "rgpu_client_gpu_status");
+	*(void **)&cu.driver = dlsym(cudalib, "rgpu_client_driver_version"); /* may lack */
 	if (!cu.init || !cu.count || !cu.get || !cu.name || !cu.uuid || !cu.attr || !cu.version ||
 	    !cu.status) {
 		refs = 0;
@@ -210,27 +212,41 @@ API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *v)
 
 API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return nvmlSystemGetCudaDriverVersion(v); }
 
-/* The servers' kernel driver version is not known here: the CUDA driver
- * API version the client serves stands in for it. */
-API nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len)
+/* The kernel driver of the first GPU's server ("580.159.04"), as rgpud
+ * reports it; a server that cannot tell (no NVIDIA kernel module: the
+ * emulated device) leaves the CUDA version ("13.0") to stand in. */
+static nvmlReturn_t driver_version(char *s, size_t n, int *cuda, int *known)
 {
-	int v = 0;
-	nvmlReturn_t rc = nvmlSystemGetCudaDriverVersion(&v);
+	nvmlReturn_t rc = nvmlSystemGetCudaDriverVersion(cuda);
 	if (rc)
 		return rc;
-	char s[32];
-	snprintf(s, sizeof(s), "%d.%d", v / 1000, v % 1000 / 10);
-	return copy_str(buf, len, s);
+	*known = cu.driver && ndev > 0 && cu.driver(0, s, n) == 0 && s[0];
+	if (!*known)
+		snprintf(s, n, "%d.%d", *cuda / 1000, *cuda % 1000 / 10);
+	return NVML_SUCCESS;
 }
 
+API nvmlReturn_t nvmlSystemGetDriverVersion(char *buf, unsigned int len)
+{
+	char s[96];
+	int v, known;
+	nvmlReturn_t rc = driver_version(s, sizeof(s), &v, &known);
+	return rc ? rc : copy_str(buf, len, s);
+}
+
+/* NVIDIA's: the CUDA major version, then the driver's ("13.580.159.04"),
+ * which nvidia-smi holds against its own */
 API nvmlReturn_t nvmlSystemGetNVMLVersion(char *buf, unsigned int len)
 {
-	int v = 0;
-	nvmlReturn_t rc = nvmlSystemGetCudaDriverVersion(&v);
+	char s[200], d[96];
+	int v, known;
+	nvmlReturn_t rc = driver_version(d, sizeof(d), &v, &known);
 	if (rc)
 		return rc;
-	char s[32];
-	snprintf(s, sizeof(s), "%d.%d-rgpu", v / 1000, v % 1000 / 10);
+	if (known)
+		snprintf(s, sizeof(s), "%d.%s", v / 1000, d);
+	else
+		snprintf(s, sizeof(s), "%s-rgpu", d); /* "13.0-rgpu" */
 	return copy_str(buf, len, s);
 }
 

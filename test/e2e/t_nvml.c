@@ -37,6 +37,8 @@ int main(int argc, char **argv)
 	nvmlReturn_t (*nvmlDeviceGetTopologyCommonAncestor)(nvmlDevice_t, nvmlDevice_t, nvmlGpuTopologyLevel_t *);
 	nvmlReturn_t (*nvmlDeviceGetP2PStatus)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *);
 	nvmlReturn_t (*nvmlSystemGetDriverVersion)(char *, unsigned);
+	nvmlReturn_t (*nvmlSystemGetNVMLVersion)(char *, unsigned);
+	nvmlReturn_t (*nvmlSystemGetCudaDriverVersion)(int *);
 	nvmlReturn_t (*nvmlDeviceGetCudaComputeCapability)(nvmlDevice_t, int *, int *);
 	SYM(nvmlInit_v2);
 	SYM(nvmlShutdown);
@@ -52,6 +54,8 @@ int main(int argc, char **argv)
 	SYM(nvmlDeviceGetTopologyCommonAncestor);
 	SYM(nvmlDeviceGetP2PStatus);
 	SYM(nvmlSystemGetDriverVersion);
+	SYM(nvmlSystemGetNVMLVersion);
+	SYM(nvmlSystemGetCudaDriverVersion);
 	SYM(nvmlDeviceGetCudaComputeCapability);
 
 	unsigned n = 0;
@@ -67,6 +71,28 @@ int main(int argc, char **argv)
 	CHECK(n == want, "NVML lists %u GPUs, RGPU_SERVERS names %u", n, want);
 	char ver[80];
 	CHECK(nvmlSystemGetDriverVersion(ver, sizeof(ver)) == NVML_SUCCESS && ver[0], "driver version");
+	/* NVIDIA's NVML version is the CUDA major version and the driver's
+	 * (nvidia-smi holds it against its own); a server that cannot tell its
+	 * kernel driver (the emulated device) leaves "CUDA version-rgpu" */
+	char nver[200], nwant[200], alt[200];
+	int cv = 0;
+	CHECK(nvmlSystemGetNVMLVersion(nver, sizeof(nver)) == NVML_SUCCESS &&
+	      nvmlSystemGetCudaDriverVersion(&cv) == NVML_SUCCESS, "NVML version");
+	snprintf(nwant, sizeof(nwant), "%d.%s", cv / 1000, ver);
+	snprintf(alt, sizeof(alt), "%s-rgpu", ver);
+	CHECK(!strcmp(nver, nwant) || !strcmp(nver, alt), "NVML version '%s', driver '%s'", nver, ver);
+	/* with the kernel module here (the GPU machine, server on this host),
+	 * the driver version is the module's */
+	FILE *pf = fopen("/proc/driver/nvidia/version", "r");
+	if (pf) {
+		char line[512] = "";
+		if (!fgets(line, sizeof(line), pf))
+			line[0] = '\0';
+		fclose(pf);
+		CHECK(strstr(line, ver) != NULL, "driver version '%s' is not the kernel module's: %s", ver,
+		      line);
+		say("driver version %s, NVML version %s (the kernel module's)", ver, nver);
+	}
 	CK(cuInit(0));
 	nvmlDevice_t h[8];
 	char bus[8][32];
