@@ -12,8 +12,10 @@
 #include "memif.h"
 #include "../rgpud.h"
 #include "../session.h"
+#include "../stage.h"
 #include "log.h"
 #include "proto.h"
+#include "xfer.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,7 +25,6 @@
 #include <time.h>
 
 #define D (&rgpud_server.drv)
-#define CHUNK (8u << 20)
 #define MAX_CREATE (RGPU_MAX_PAYLOAD + 64)
 
 struct rst {
@@ -32,12 +33,6 @@ struct rst {
 	int gpu_to;
 	char *why;
 	size_t whylen;
-	uint8_t *buf;
-	int pinned;
-	/* two pinned chunks: one is filled from the network while the GPU
-	 * copies the other in (NULL: the plain buffer, synchronous copies) */
-	void *pin[2];
-	int pin_tried;
 };
 
 static uint64_t gl(const uint8_t *p, int n)
@@ -154,15 +149,6 @@ static int create(struct rst *r, uint64_t len)
 	return rc;
 }
 
-static void pin_free(struct rst *r)
-{
-	for (int i = 0; i < 2; i++) {
-		if (r->pin[i])
-			D->cuMemFreeHost(r->pin[i]);
-		r->pin[i] = NULL;
-	}
-}
-
 static int memory(struct rst *r, uint64_t len)
 {
 	struct session *s = r->s;
@@ -190,41 +176,28 @@ static int memory(struct rst *r, uint64_t len)
 	} else if (!session_owns_range(s, dptr, size)) {
 		return BAD("memory at %#llx was not re-created by its object", (unsigned long long)dptr);
 	}
-	if (!r->pin_tried) {
-		/* portable: usable from every context restored later */
-		r->pin_tried = 1;
-		for (int i = 0; i < 2; i++)
-			if (D->cuMemHostAlloc(&r->pin[i], CHUNK, CU_MEMHOSTALLOC_PORTABLE)) {
-				pin_free(r);
-				break;
-			}
-	}
-	int rc = 0, j = 0;
-	for (uint64_t off = 0; off < size; j ^= 1) {
-		size_t k = size - off < CHUNK ? (size_t)(size - off) : CHUNK;
-		uint8_t *b = r->pin[0] ? r->pin[j] : r->buf;
-		if (get(r, b, k) < 0) {
-			if (r->pin[0])
-				D->cuStreamSynchronize(NULL);
+	/* through the session's staging pool, as a client's host-to-device
+	 * copy: each chunk is received into a free pinned buffer and queued,
+	 * the buffer back when its copy is done, so the network and the GPU
+	 * overlap as far as the pool reaches */
+	struct xfer_pool *pool = stage_pool(s);
+	int rc = 0;
+	for (uint64_t off = 0; off < size && !rc;) {
+		size_t k = size - off < RGPU_CHUNK_SIZE ? (size_t)(size - off) : RGPU_CHUNK_SIZE;
+		int i = xfer_pool_get(pool, ctx, &rc);
+		if (i < 0)
+			break;
+		if (get(r, pool->b[i].p, k) < 0) {
+			xfer_pool_drop(pool, i);
+			D->cuStreamSynchronize(NULL);
 			return -1;
 		}
-		if (r->pin[0]) {
-			/* the other chunk's copy is done before it is refilled */
-			rc = D->cuStreamSynchronize(NULL);
-			if (!rc)
-				rc = D->cuMemcpyHtoDAsync_v2(dptr + off, b, k, NULL);
-		} else {
-			rc = D->cuMemcpyHtoD_v2(dptr + off, b, k);
-		}
-		if (rc)
-			break;
+		rc = stage_htod(pool, i, dptr + off, k, NULL, 0, 0);
 		off += k;
 	}
-	if (r->pin[0]) {
-		int src = D->cuStreamSynchronize(NULL);
-		if (!rc)
-			rc = src;
-	}
+	int src = D->cuStreamSynchronize(NULL);
+	if (!rc)
+		rc = src;
 	if (rc)
 		return BAD("writing device memory at %#llx: %s", (unsigned long long)dptr,
 			   rgpud_cu_errname(D, rc));
@@ -283,8 +256,6 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 	memset(info, 0, sizeof(*info));
 	if (s->ht.n)
 		return BAD("a session is restored only into a fresh one");
-	if (!(r->buf = malloc(CHUNK)))
-		return BAD("out of memory for a copy buffer");
 	uint64_t nrec = 0;
 	int rc = 0, ended = 0;
 	while (!rc && !ended) {
@@ -334,8 +305,6 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		nrec++;
 	}
-	pin_free(r);
-	free(r->buf);
 	D->cuCtxSetCurrent(NULL);
 	s->cur_ctx = 0;
 	if (rc && !why[0])
