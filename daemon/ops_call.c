@@ -115,12 +115,12 @@ int op_call(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wb
 			 * wants 64 bytes); an array shorter than its maximum is
 			 * followed by zeros */
 			size_t cap = upto ? d->size[i] : want;
-			cap = (cap + 127) / 128 * 128;
-			if (!(bufs[i] = aligned_alloc(128, cap ? cap : 128))) {
+			cap = cap ? (cap + 127) / 128 * 128 : 128;
+			if (!(bufs[i] = aligned_alloc(128, cap))) {
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
 				break;
 			}
-			memset(bufs[i], 0, cap ? cap : 128);
+			memset(bufs[i], 0, cap);
 			if (in[i])
 				memcpy(bufs[i], in[i], want);
 			len[i] = want; /* what goes back (OUT, INOUT) */

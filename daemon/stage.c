@@ -61,23 +61,24 @@ int stage_htod(struct xfer_pool *pool, int i, uint64_t dst, size_t n, void *st, 
 	return sync ? xfer_pool_wait(pool, i) : CUDA_SUCCESS;
 }
 
-struct dtoh_job {
-	struct session *s;
-	const struct rgpu_hdr *h;
+struct out_job {
 	struct xfer_pool *pool;
 	uint64_t ctx, src;
 	void *st;
-	stage_send_fn send;
+	stage_emit_fn emit;
+	void *arg;
+	uint64_t *at;
 };
 
-static int dtoh_stage(void *arg, struct xfer_chunk *c)
+static int out_stage(void *arg, struct xfer_chunk *c)
 {
-	struct dtoh_job *j = arg;
+	struct out_job *j = arg;
 	int rc;
+	*j->at = c->off;
 	if ((c->buf = xfer_pool_get(j->pool, j->ctx, &rc)) < 0)
 		return rc;
-	/* read again when the chunk is sent, after the next one is staged:
-	 * not free for that one once its copy is done */
+	/* read again when the chunk is handed on, after the next one is
+	 * staged: not free for that one once its copy is done */
 	xfer_pool_keep(j->pool, c->buf);
 	rc = D->cuMemcpyDtoHAsync_v2(j->pool->b[c->buf].p, j->src + c->off, c->len, j->st);
 	if (rc)
@@ -86,25 +87,47 @@ static int dtoh_stage(void *arg, struct xfer_chunk *c)
 	return xfer_pool_put(j->pool, c->buf, j->st, 0);
 }
 
-static int dtoh_emit(void *arg, struct xfer_chunk *c, int last)
+static int out_emit(void *arg, struct xfer_chunk *c, int last)
 {
-	struct dtoh_job *j = arg;
+	struct out_job *j = arg;
+	*j->at = c->off;
 	int rc = xfer_pool_wait(j->pool, c->buf);
 	if (rc)
 		return rc;
-	if (j->send(j->s, j->h, j->pool, c->buf, c->len, !last) < 0)
+	if (j->emit(j->arg, j->pool, c->buf, c->len, last) < 0)
 		return XFER_LOST;
 	xfer_pool_unkeep(j->pool, c->buf);
 	return 0;
 }
 
-static void dtoh_abandon(void *arg, struct xfer_chunk *c)
+static void out_abandon(void *arg, struct xfer_chunk *c)
 {
-	struct dtoh_job *j = arg;
+	struct out_job *j = arg;
 	xfer_pool_drop(j->pool, c->buf);
 }
 
-static const struct xfer_steps dtoh_steps = { dtoh_stage, dtoh_emit, dtoh_abandon };
+static const struct xfer_steps out_steps = { out_stage, out_emit, out_abandon };
+
+int stage_out(struct xfer_pool *pool, uint64_t ctx, void *st, uint64_t src, uint64_t size,
+	      stage_emit_fn emit, void *arg, int *queued, uint64_t *at)
+{
+	uint64_t where = 0;
+	struct out_job j = { pool, ctx, src, st, emit, arg, at ? at : &where };
+	return xfer_run(size, RGPU_CHUNK_SIZE, 1, &out_steps, &j, queued);
+}
+
+/* a client's copy: each chunk a data frame (MORE but for the last) */
+struct send_job {
+	struct session *s;
+	const struct rgpu_hdr *h;
+	stage_send_fn send;
+};
+
+static int send_chunk(void *arg, struct xfer_pool *pool, int i, size_t n, int last)
+{
+	struct send_job *j = arg;
+	return j->send(j->s, j->h, pool, i, n, !last);
+}
 
 int stage_dtoh(struct session *s, const struct rgpu_hdr *h, struct xfer_pool *pool, uint64_t ctx,
 	       void *st, uint64_t src, uint64_t size, stage_send_fn send, int rc)
@@ -115,8 +138,8 @@ int stage_dtoh(struct session *s, const struct rgpu_hdr *h, struct xfer_pool *po
 	}
 	int queued = 0;
 	if (!rc) {
-		struct dtoh_job j = { s, h, pool, ctx, src, st, send };
-		rc = xfer_run(size, RGPU_CHUNK_SIZE, 1, &dtoh_steps, &j, &queued);
+		struct send_job j = { s, h, send };
+		rc = stage_out(pool, ctx, st, src, size, send_chunk, &j, &queued, NULL);
 		if (rc == XFER_LOST)
 			return OP_DROP;
 	}

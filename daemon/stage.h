@@ -40,6 +40,19 @@ int stage_htod(struct xfer_pool *pool, int i, uint64_t dst, size_t n, void *st, 
 typedef int (*stage_send_fn)(struct session *s, const struct rgpu_hdr *h, struct xfer_pool *pool,
 			     int i, size_t n, int more);
 
+/* Hands on one chunk of device memory, in buffer i of pool (last: the
+ * final one): 0, or -1 when its receiver is gone. */
+typedef int (*stage_emit_fn)(void *arg, struct xfer_pool *pool, int i, size_t n, int last);
+
+/* Device memory [src, src + size) out through pool, in RGPU_CHUNK_SIZE
+ * chunks: chunk k+1 read from the GPU (on st) while chunk k is handed to
+ * emit, each buffer kept until emit is done with it.  0, a CUresult (*at:
+ * the offset of the chunk that failed), or XFER_LOST (emit said -1);
+ * *queued as xfer_run says.  The one loop behind a client's device-to-host
+ * copy and a migration's capture. */
+int stage_out(struct xfer_pool *pool, uint64_t ctx, void *st, uint64_t src, uint64_t size,
+	      stage_emit_fn emit, void *arg, int *queued, uint64_t *at);
+
 /* A device-to-host copy of size bytes at src, pipelined through pool and
  * sent with send; rc: the checks' status (nonzero: only the error frame
  * goes).  Returns OP_REPLIED or OP_DROP. */

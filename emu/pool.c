@@ -105,8 +105,11 @@ static uint64_t proc_start(pid_t pid)
 	return start;
 }
 
-/* Clears the records of processes that are gone (segment locked). */
-static void reap(void)
+/* Clears the records of processes that are gone (segment locked); with
+ * thorough, also of those whose pid now names another process (a read of
+ * /proc per live record: only where a refusal would follow, not on every
+ * cuMemGetInfo). */
+static void reap(int thorough)
 {
 	for (int i = 0; i < POOL_RECS; i++) {
 		pid_t p = seg->rec[i].pid;
@@ -118,7 +121,7 @@ static void reap(void)
 			memset(&seg->rec[i], 0, sizeof seg->rec[i]);
 			continue;
 		}
-		now = seg->rec[i].start ? proc_start(p) : 0;
+		now = thorough && seg->rec[i].start ? proc_start(p) : 0;
 		if (now && now != seg->rec[i].start)
 			memset(&seg->rec[i], 0, sizeof seg->rec[i]);
 	}
@@ -253,7 +256,7 @@ int emu_pool_init(int ndev, size_t total)
 		return 0; /* per-process accounting */
 	seg = s;
 	seg_lock();
-	reap();
+	reap(1);
 	if (seg->ndev != (uint32_t)ndev || seg->total[0] != total) {
 		if (live_records() == 0) {
 			/* left by an earlier server with another size */
@@ -315,7 +318,7 @@ int emu_pool_take(int dev, size_t n)
 	if (used > d->total || d->total - used < n) {
 		/* only now look for the dead: kill() for every record on every
 		 * allocation would cost more than the allocation */
-		reap();
+		reap(1);
 		used = used_locked(dev);
 	}
 	if (used > d->total || d->total - used < n) {
@@ -347,7 +350,7 @@ size_t emu_pool_used(int dev)
 	if (!seg || my_pid != getpid())
 		return emu_devices[dev].used;
 	seg_lock();
-	reap();
+	reap(0);
 	n = used_locked(dev);
 	seg_unlock();
 	return n;
@@ -363,7 +366,7 @@ __attribute__((destructor)) static void pool_exit(void)
 		return;
 	seg_lock();
 	memset(&seg->rec[my_rec], 0, sizeof seg->rec[my_rec]);
-	reap();
+	reap(0);
 	last = live_records() == 0;
 	if (last)
 		shm_unlink(seg_name);

@@ -38,13 +38,15 @@ static CUresult check_common(const CUtensorMap *m, CUtensorMapDataType dtype, cu
 }
 
 static void encode(CUtensorMap *m, unsigned kind, CUtensorMapDataType dtype, cuuint32_t rank,
-		   void *addr, const cuuint64_t *dim, const cuuint64_t *stride,
-		   const cuuint32_t *box, const cuuint32_t *estride, unsigned flags)
+		   CUtensorMapInterleave il, void *addr, const cuuint64_t *dim,
+		   const cuuint64_t *stride, const cuuint32_t *box, const cuuint32_t *estride,
+		   unsigned flags)
 {
 	cuuint64_t *q = m->opaque;
 	memset(m, 0, sizeof(*m));
+	/* the interleave in the low byte: cuTensorMapReplaceAddress's rule */
 	q[0] = (cuuint64_t)TMAP_MAGIC << 32 | (cuuint64_t)kind << 24 | (cuuint64_t)dtype << 16 |
-	       (cuuint64_t)rank << 8;
+	       (cuuint64_t)rank << 8 | (cuuint64_t)il;
 	q[1] = (cuuint64_t)(uintptr_t)addr;
 	for (cuuint32_t i = 0; i < rank; i++) {
 		q[2 + i] = dim[i];
@@ -71,9 +73,8 @@ EMU_API CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensor
 	for (cuuint32_t i = 0; i < tensorRank; i++)
 		if (boxDim[i] == 0 || boxDim[i] > 256)
 			return CUDA_ERROR_INVALID_VALUE;
-	encode(tensorMap, 1, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, boxDim,
-	       elementStrides, (unsigned)interleave | (unsigned)swizzle << 4 | (unsigned)l2Promotion << 8 |
-				       (unsigned)oobFill << 12);
+	encode(tensorMap, 1, tensorDataType, tensorRank, interleave, globalAddress, globalDim, globalStrides, boxDim,
+	       elementStrides, (unsigned)swizzle | (unsigned)l2Promotion << 4 | (unsigned)oobFill << 8);
 	return CUDA_SUCCESS;
 }
 
@@ -91,7 +92,7 @@ EMU_API CUresult CUDAAPI cuTensorMapEncodeIm2col(
 	if (rc || !pixelBoxLowerCorner || !pixelBoxUpperCorner || channelsPerPixel == 0 ||
 	    channelsPerPixel > 256 || pixelsPerColumn == 0 || pixelsPerColumn > 1024)
 		return rc ? rc : CUDA_ERROR_INVALID_VALUE;
-	encode(tensorMap, 2, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, NULL,
+	encode(tensorMap, 2, tensorDataType, tensorRank, interleave, globalAddress, globalDim, globalStrides, NULL,
 	       elementStrides, channelsPerPixel << 16 | pixelsPerColumn);
 	return CUDA_SUCCESS;
 }
@@ -112,7 +113,7 @@ EMU_API CUresult CUDAAPI cuTensorMapEncodeIm2colWide(
 	if (rc || (unsigned)mode > CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128 || channelsPerPixel == 0 ||
 	    channelsPerPixel > 256 || pixelsPerColumn == 0 || pixelsPerColumn > 1024)
 		return rc ? rc : CUDA_ERROR_INVALID_VALUE;
-	encode(tensorMap, 3, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, NULL,
+	encode(tensorMap, 3, tensorDataType, tensorRank, interleave, globalAddress, globalDim, globalStrides, NULL,
 	       elementStrides, channelsPerPixel << 16 | pixelsPerColumn);
 	return CUDA_SUCCESS;
 }
@@ -123,11 +124,9 @@ EMU_API CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void 
 		return CUDA_ERROR_NOT_INITIALIZED;
 	if (!tensorMap || ((uintptr_t)tensorMap & 63) || (tensorMap->opaque[0] >> 32) != TMAP_MAGIC)
 		return CUDA_ERROR_INVALID_VALUE;
-	unsigned il = (unsigned)(tensorMap->opaque[15] & 0xf);
-	if ((tensorMap->opaque[0] >> 24 & 0xff) == 1 &&
-	    (uintptr_t)globalAddress % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16))
-		return CUDA_ERROR_INVALID_VALUE;
-	if ((uintptr_t)globalAddress % 16)
+	/* the encoding's rule: 32 bytes with 32-byte interleave, else 16 */
+	unsigned il = (unsigned)(tensorMap->opaque[0] & 0xff);
+	if ((uintptr_t)globalAddress % (il == CU_TENSOR_MAP_INTERLEAVE_32B ? 32 : 16))
 		return CUDA_ERROR_INVALID_VALUE;
 	tensorMap->opaque[1] = (cuuint64_t)(uintptr_t)globalAddress;
 	return CUDA_SUCCESS;

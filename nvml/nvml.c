@@ -217,10 +217,19 @@ API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *v) { return nvmlSystemGe
  * emulated device) leaves the CUDA version ("13.0") to stand in. */
 static nvmlReturn_t driver_version(char *s, size_t n, int *cuda, int *known)
 {
+	/* asked of the server once: a driver does not change under us */
+	static char server[96];
+	static int asked;
 	nvmlReturn_t rc = nvmlSystemGetCudaDriverVersion(cuda);
 	if (rc)
 		return rc;
-	*known = cu.driver && ndev > 0 && cu.driver(0, s, n) == 0 && s[0];
+	pthread_mutex_lock(&lock);
+	if (!asked && cu.driver && ndev > 0)
+		asked = cu.driver(0, server, sizeof(server)) == 0;
+	*known = asked && server[0];
+	if (*known)
+		snprintf(s, n, "%s", server);
+	pthread_mutex_unlock(&lock);
 	if (!*known)
 		snprintf(s, n, "%d.%d", *cuda / 1000, *cuda % 1000 / 10);
 	return NVML_SUCCESS;

@@ -84,52 +84,13 @@ struct mem_pass {
 	unsigned kinds;
 };
 
-/* Device memory goes out through the session's staging pool, chunk k+1
- * read from the GPU while chunk k is sent (xfer_run with lookahead, as a
- * device-to-host copy is): the GPU's reads hide behind the wire. */
-struct mem_job {
-	struct cap *c;
-	struct xfer_pool *pool;
-	const struct memif_alloc *a;
-	uint64_t bad_off; /* where a read failed */
-};
-
-static int mem_stage(void *arg, struct xfer_chunk *ch)
+/* device memory goes out through the session's staging pool, read from
+ * the GPU while the previous chunk is sent (stage_out) */
+static int mem_emit(void *arg, struct xfer_pool *pool, int i, size_t n, int last)
 {
-	struct mem_job *j = arg;
-	int rc;
-	if ((ch->buf = xfer_pool_get(j->pool, j->a->ctx, &rc)) < 0)
-		return rc;
-	xfer_pool_keep(j->pool, ch->buf); /* until sent */
-	j->bad_off = ch->off;
-	rc = D->cuMemcpyDtoHAsync_v2(j->pool->b[ch->buf].p, j->a->dptr + ch->off, ch->len, NULL);
-	if (rc)
-		return rc;
-	ch->queued = 1;
-	return xfer_pool_put(j->pool, ch->buf, NULL, 0);
-}
-
-static int mem_emit(void *arg, struct xfer_chunk *ch, int last)
-{
-	struct mem_job *j = arg;
 	(void)last;
-	j->bad_off = ch->off;
-	int rc = xfer_pool_wait(j->pool, ch->buf);
-	if (rc)
-		return rc;
-	if (put(j->c, j->pool->b[ch->buf].p, ch->len) < 0)
-		return XFER_LOST;
-	xfer_pool_unkeep(j->pool, ch->buf);
-	return 0;
+	return put(arg, pool->b[i].p, n);
 }
-
-static void mem_abandon(void *arg, struct xfer_chunk *ch)
-{
-	struct mem_job *j = arg;
-	xfer_pool_drop(j->pool, ch->buf);
-}
-
-static const struct xfer_steps mem_steps = { mem_stage, mem_emit, mem_abandon };
 
 static int mem_rec(void *arg, const struct memif_alloc *a)
 {
@@ -152,16 +113,16 @@ static int mem_rec(void *arg, const struct memif_alloc *a)
 	le(f + 28, (uint64_t)a->kind, 4);
 	if (rec_hdr(c, SNAP_MEMORY, sizeof(f) + a->size) < 0 || put(c, f, sizeof(f)) < 0)
 		return -1;
-	struct mem_job j = { c, stage_pool(c->s), a, 0 };
 	int queued;
-	int rc = xfer_run(a->size, RGPU_CHUNK_SIZE, 1, &mem_steps, &j, &queued);
+	uint64_t at = 0;
+	int rc = stage_out(stage_pool(c->s), a->ctx, NULL, a->dptr, a->size, mem_emit, c, &queued, &at);
 	if (rc == XFER_LOST)
 		return -1; /* put() said why */
 	if (rc) {
 		if (queued)
 			D->cuCtxSynchronize();
 		snprintf(c->why, c->whylen, "reading device memory at %#llx: %s",
-			 (unsigned long long)(a->dptr + j.bad_off), rgpud_cu_errname(D, rc));
+			 (unsigned long long)(a->dptr + at), rgpud_cu_errname(D, rc));
 		return -1;
 	}
 	return 0;

@@ -88,6 +88,20 @@ static void *receiver(void *arg)
 	return NULL;
 }
 
+/* n bytes from one end to the other, a sender and a receiver thread (the
+ * sender delay_ms late): 1 if both succeeded */
+static int pump(struct rgpu_conn *from, struct rgpu_conn *to, uint8_t *out, uint8_t *in, size_t n,
+		int delay_ms)
+{
+	struct job s = { from, out, n, delay_ms, 0, 0 }, r = { to, in, n, 0, 0, 0 };
+	pthread_t ts, tr;
+	pthread_create(&tr, NULL, receiver, &r);
+	pthread_create(&ts, NULL, sender, &s);
+	pthread_join(ts, NULL);
+	pthread_join(tr, NULL);
+	return s.rc == 0 && r.rc == 0;
+}
+
 static void test_data(void)
 {
 	struct pair p;
@@ -98,26 +112,14 @@ static void test_data(void)
 	uint8_t *out = malloc(n), *in = malloc(n);
 	for (size_t i = 0; i < n; i++)
 		out[i] = (uint8_t)(i * 131 + (i >> 12));
-	struct job s = { p.cli, out, n, 0, 0, 0 }, r = { p.srv, in, n, 0, 0, 0 };
-	pthread_t ts, tr;
-	pthread_create(&ts, NULL, sender, &s);
-	pthread_create(&tr, NULL, receiver, &r);
-	pthread_join(ts, NULL);
-	pthread_join(tr, NULL);
-	ok(s.rc == 0 && r.rc == 0 && !memcmp(out, in, n),
+	ok(pump(p.cli, p.srv, out, in, n, 0) && !memcmp(out, in, n),
 	   "1 MiB client to server through a 4 KiB queue arrives whole and in order");
 	/* and the other way, with a reader that sleeps at once (doorbell) */
 	free_pair(&p);
 	if (!ok(make_pair(&p, 0, 0) == 0, "a pair whose readers sleep at once"))
 		return;
 	memset(in, 0, n);
-	s = (struct job){ p.srv, out, n, 50, 0, 0 };
-	r = (struct job){ p.cli, in, n, 0, 0, 0 };
-	pthread_create(&tr, NULL, receiver, &r);
-	pthread_create(&ts, NULL, sender, &s);
-	pthread_join(ts, NULL);
-	pthread_join(tr, NULL);
-	ok(s.rc == 0 && r.rc == 0 && !memcmp(out, in, n),
+	ok(pump(p.srv, p.cli, out, in, n, 50) && !memcmp(out, in, n),
 	   "server to client with a sleeping reader: the doorbell wakes it, all data arrives");
 	/* recv_some takes what is there */
 	uint8_t b[100];
