@@ -231,10 +231,11 @@ static int wait_input(struct shmq_conn *q)
 }
 
 /* Waits for room in the send queue: the reader frees it without a
- * doorbell, so this polls, at growing intervals, watching for hang-up. */
+ * doorbell, so this looks every millisecond (a full 1 MiB queue is rare:
+ * a reader that does not read), watching for hang-up meanwhile. */
 static int wait_room(struct shmq_conn *q)
 {
-	for (unsigned us = 10;; us = us < 1000 ? us * 2 : 1000) {
+	for (;;) {
 		int64_t n = tx_room(q);
 		if (n != 0)
 			return n < 0 ? -1 : 0;
@@ -243,7 +244,7 @@ static int wait_room(struct shmq_conn *q)
 			return -1;
 		}
 		struct pollfd p = { .fd = q->fd, .events = POLLRDHUP };
-		int r = poll(&p, 1, (int)(us / 1000) ? (int)(us / 1000) : 1);
+		int r = poll(&p, 1, 1);
 		if (r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
 			errno = EPIPE;
 			return -1;
