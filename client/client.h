@@ -284,9 +284,10 @@ struct rc_reply {
  * request, its id in *id.  Unless flags has RGPU_F_NOREPLY, the request is
  * registered for its reply before it leaves; its caller must then take
  * the reply frames with rc_reply_frame until one lacks RGPU_F_MORE or has
- * a non-zero status. */
+ * a non-zero status.  borrow: the request log keeps a pointer to b, not a
+ * copy, until rc_replay_settle (replay.h). */
 CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
-		       const void *a, size_t alen, const void *b, size_t blen);
+		       const void *a, size_t alen, const void *b, size_t blen, int borrow);
 /* Waits for the next reply frame of request id (without c->lock).  With a
  * sink the payload (at most sinkcap bytes, else the connection fails) lands
  * in it, straight from the connection when it arrives during the wait;

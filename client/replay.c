@@ -56,6 +56,7 @@ static void drop_upto(struct rc_replay *rp, uint64_t id)
 	size_t k = 0;
 	while (k < rp->n && rp->v[k].id <= id) {
 		rp->bytes -= rp->v[k].len;
+		rp->borrowed -= rp->v[k].ext != NULL;
 		free(rp->v[k].data);
 		k++;
 	}
@@ -73,12 +74,14 @@ void rc_replay_trim(struct rc_replay *rp, uint64_t id)
 }
 
 void rc_replay_log(struct rc_conn *c, uint64_t id, uint16_t op, uint32_t flags, const void *a,
-		   size_t alen, const void *b, size_t blen)
+		   size_t alen, const void *b, size_t blen, int borrow)
 {
 	struct rc_replay *rp = c->replay;
 	if (!rp || !loggable(op))
 		return;
-	uint8_t *d = malloc(alen + blen ? alen + blen : 1);
+	borrow = borrow && blen;
+	size_t own = borrow ? alen : alen + blen;
+	uint8_t *d = malloc(own ? own : 1);
 	pthread_mutex_lock(&rp->lock);
 	if (!d || (rp->n == rp->cap && !rc_replay_grow(rp))) {
 		/* a request that cannot be kept makes the session unmovable */
@@ -92,11 +95,41 @@ void rc_replay_log(struct rc_conn *c, uint64_t id, uint16_t op, uint32_t flags, 
 	}
 	if (alen)
 		memcpy(d, a, alen);
-	if (blen)
+	if (blen && !borrow)
 		memcpy(d + alen, b, blen);
 	rp->v[rp->n++] = (struct rc_logent){ .id = id, .op = op, .flags = flags, .len = alen + blen,
-					     .data = d };
+					     .data = d, .ext = borrow ? b : NULL,
+					     .ext_len = borrow ? blen : 0 };
+	rp->borrowed += borrow;
 	rp->bytes += alen + blen;
+	pthread_mutex_unlock(&rp->lock);
+}
+
+void rc_replay_settle(struct rc_conn *c)
+{
+	struct rc_replay *rp = c->replay;
+	if (!rp)
+		return;
+	pthread_mutex_lock(&rp->lock);
+	for (size_t i = 0; i < rp->n && rp->borrowed; i++) {
+		struct rc_logent *e = &rp->v[i];
+		if (!e->ext)
+			continue;
+		size_t own = e->len - e->ext_len;
+		uint8_t *d = realloc(e->data, e->len);
+		if (!d) {
+			if (!rp->lost)
+				log_warn("%s:%u: out of memory for the request log: the session "
+					 "can no longer move or recover", c->host, c->port);
+			rp->lost = 1;
+		} else {
+			memcpy(d + own, e->ext, e->ext_len);
+			e->data = d;
+		}
+		e->ext = NULL;
+		e->ext_len = 0;
+		rp->borrowed--;
+	}
 	pthread_mutex_unlock(&rp->lock);
 }
 
@@ -286,7 +319,8 @@ static int resend(struct rc_conn *c, struct rgpu_conn *nc, uint64_t base, int st
 			rc = rgpu_frame_send(nc, RGPU_OP_MEM_ALLOC_AT, RGPU_F_NOREPLY, e->id, f, 24, NULL,
 					     0);
 		} else {
-			rc = rgpu_frame_send(nc, e->op, e->flags, e->id, e->data, e->len, NULL, 0);
+			rc = rgpu_frame_send(nc, e->op, e->flags, e->id, e->data,
+					     e->len - e->ext_len, e->ext, e->ext_len);
 		}
 		n++;
 	}

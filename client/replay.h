@@ -25,9 +25,15 @@ struct rgpu_conn;
 /* After the handshake (init.c): starts keeping requests on c (TCP only),
  * and checkpoints when RGPU_STANDBY names standby servers. */
 void rc_replay_setup(struct rc_conn *c);
-/* rpc.c, c->lock held: a request frame as it goes out. */
+/* rpc.c, c->lock held: a request frame as it goes out.  borrow: b stays
+ * the caller's, who calls rc_replay_settle before it may change (a
+ * synchronous copy's data: copying 4 MiB chunks into the log cost
+ * three quarters of host-to-device bandwidth over TCP). */
 void rc_replay_log(struct rc_conn *c, uint64_t id, uint16_t op, uint32_t flags, const void *a,
-		   size_t alen, const void *b, size_t blen);
+		   size_t alen, const void *b, size_t blen, int borrow);
+/* Copies into the log whatever borrowed data is still kept (none once
+ * served, unless a standby keeps it until the next checkpoint). */
+void rc_replay_settle(struct rc_conn *c);
 /* rpc.c: a reply to request id arrived (every request up to id was served). */
 void rc_replay_served(struct rc_conn *c, uint64_t id);
 /* rpc.c: a successful MEM_ALLOC's address (a recovery re-creates it there). */

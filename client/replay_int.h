@@ -17,8 +17,11 @@ struct rc_logent {
 	uint16_t op;
 	uint32_t flags;
 	uint64_t dptr; /* MEM_ALLOC: the address it returned, once known */
-	size_t len;
-	uint8_t *data;
+	size_t len;    /* all of the payload: data's, then ext's */
+	uint8_t *data; /* owned */
+	/* a synchronous copy's data, still the caller's (rc_replay_settle) */
+	const uint8_t *ext;
+	size_t ext_len;
 };
 
 struct rc_standby {
@@ -30,6 +33,7 @@ struct rc_replay {
 	pthread_mutex_t lock;
 	struct rc_logent *v; /* in id order */
 	size_t n, cap, bytes;
+	size_t borrowed;     /* entries with ext */
 	int lost;            /* a request could not be kept */
 	int keep;            /* standby: keep everything since the checkpoint */
 	/* the MOVED notice */

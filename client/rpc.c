@@ -307,10 +307,15 @@ static int flush_later(struct rc_conn *c)
 
 /* w: registered for the reply (NULL for RGPU_F_NOREPLY); c->lock held.
  * queue: the frame may wait in c->txq (rc_post). */
+/* send_locked's how */
+#define SEND_QUEUE 1  /* may wait in the coalescing queue */
+#define SEND_BORROW 2 /* the log borrows b (rc_replay_log) */
+
 static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, const void *a,
 			    size_t alen, const void *b, size_t blen, struct rc_waiter *w,
-			    uint64_t *idp, int queue)
+			    uint64_t *idp, int how)
 {
+	int queue = how & SEND_QUEUE;
 	if (is_dead(c))
 		return CUDA_ERROR_DEVICE_UNAVAILABLE;
 	if (alen + blen > RGPU_MAX_PAYLOAD || alen + blen < alen)
@@ -329,7 +334,7 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 	rgpu_hdr_encode(&h, hb);
 	/* kept until served: a session that moves or recovers sends it again
 	 * (queued requests too: recovery drops the queue, replay.c) */
-	rc_replay_log(c, id, op, flags, a, alen, b, blen);
+	rc_replay_log(c, id, op, flags, a, alen, b, blen, (how & SEND_BORROW) != 0);
 	rc_stats_request(op, w != NULL, RGPU_HDR_SIZE + alen + blen);
 	/* through shared memory a frame costs a copy, not a system call:
 	 * nothing to save by waiting */
@@ -356,7 +361,7 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 }
 
 CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t *id,
-		       const void *a, size_t alen, const void *b, size_t blen)
+		       const void *a, size_t alen, const void *b, size_t blen, int borrow)
 {
 	struct rc_waiter *w = NULL;
 	if (!(flags & RGPU_F_NOREPLY)) {
@@ -365,7 +370,7 @@ CUresult rc_send_frame(struct rc_conn *c, uint16_t op, uint32_t flags, uint64_t 
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		w->heap = 1;
 	}
-	return send_locked(c, op, flags, a, alen, b, blen, w, id, 0);
+	return send_locked(c, op, flags, a, alen, b, blen, w, id, borrow ? SEND_BORROW : 0);
 }
 
 /* ---- the reader's receive buffer ---- */
@@ -796,7 +801,7 @@ CUresult rc_post(struct rc_conn *c, uint16_t op, const struct wbuf *req)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	rc_hostfn_gate(c, op);
 	pthread_mutex_lock(&c->lock);
-	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL, 1);
+	CUresult rc = send_locked(c, op, RGPU_F_NOREPLY, req->data, req->len, NULL, 0, NULL, NULL, SEND_QUEUE);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }

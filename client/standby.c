@@ -69,7 +69,7 @@ static void checkpoint(struct rc_conn *c, struct rc_replay *rp)
 	double t0 = rgpu_now_s();
 	uint64_t id = 0;
 	pthread_mutex_lock(&c->lock);
-	CUresult rc = rc_send_frame(c, RGPU_OP_SESSION_SAVE, 0, &id, NULL, 0, NULL, 0);
+	CUresult rc = rc_send_frame(c, RGPU_OP_SESSION_SAVE, 0, &id, NULL, 0, NULL, 0, 0);
 	pthread_mutex_unlock(&c->lock);
 	uint8_t *buf = NULL;
 	size_t len = 0, cap = 0;

@@ -2,6 +2,7 @@
  * providers (see xfer_client.h; the ring provider is in shm.c). */
 #include "xfer_client.h"
 #include "log.h"
+#include "replay.h"
 #include "settings.h"
 
 #include <stdlib.h>
@@ -42,8 +43,12 @@ static int htod_emit(void *arg, struct xfer_chunk *c, int last)
 	put_u64(&w, c->off);
 	put_raw(&w, x->extra, x->extra_len);
 	pthread_mutex_lock(&x->c->lock);
+	/* a synchronous copy's data, sent from the caller's buffer, stays
+	 * there until the copy returns: the request log borrows it (settled
+	 * in htod); a staging slot's is copied, its slot being reused */
+	int borrow = !x->async && x->data == x->host + c->off;
 	CUresult rc = rc_send_frame(x->c, x->pv->op_htod, last && !x->async ? 0 : RGPU_F_NOREPLY,
-				    &x->id, f, w.len, x->data, x->dlen);
+				    &x->id, f, w.len, x->data, x->dlen, borrow);
 	pthread_mutex_unlock(&x->c->lock);
 	return (int)rc;
 }
@@ -69,6 +74,8 @@ static CUresult htod(struct rc_xfer *x)
 		if (!rc)
 			rc = rc_status(f.st);
 	}
+	if (!x->async)
+		rc_replay_settle(x->c);
 	return rc;
 }
 
@@ -81,7 +88,7 @@ static CUresult dtoh(struct rc_xfer *x)
 	put_copy(&w, x);
 	rc_hostfn_gate(x->c, x->pv->op_dtoh);
 	pthread_mutex_lock(&x->c->lock);
-	CUresult rc = rc_send_frame(x->c, x->pv->op_dtoh, 0, &x->id, f, w.len, NULL, 0);
+	CUresult rc = rc_send_frame(x->c, x->pv->op_dtoh, 0, &x->id, f, w.len, NULL, 0, 0);
 	pthread_mutex_unlock(&x->c->lock);
 	for (int more = 1; !rc && more;) {
 		struct rc_reply r;

@@ -17,11 +17,13 @@
 #include "client.h"
 #include "frame.h"
 #include "log.h"
+#include "replay_int.h"
 #include "settings.h"
 #include "xfer_client.h"
 
 #include <errno.h>
 #include <poll.h>
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,7 +447,7 @@ static void test_notices(void)
 	put_u64(w, 1);
 	uint64_t id = 0;
 	pthread_mutex_lock(&c.lock);
-	CUresult rc = rc_send_frame(&c, RGPU_OP_CTX_SYNC, 0, &id, w->data, w->len, NULL, 0);
+	CUresult rc = rc_send_frame(&c, RGPU_OP_CTX_SYNC, 0, &id, w->data, w->len, NULL, 0, 0);
 	pthread_mutex_unlock(&c.lock);
 	struct rgpu_hdr h;
 	uint8_t buf[64];
@@ -460,6 +462,86 @@ static void test_notices(void)
 	usleep(20000);
 	ok(rc_poll(&c) < 0 && c.dead, "a malformed notice fails the connection");
 	rgpu_conn_close(srv);
+	conn_close(&c);
+}
+
+/* ------------------------------------------------- the request log's data */
+
+struct srv_htod {
+	struct rgpu_conn *s;
+	int frames;
+};
+
+/* Takes three host-to-device chunks, answering the one that asks. */
+static void *srv_htod(void *arg)
+{
+	struct srv_htod *x = arg;
+	uint8_t *b = malloc(RGPU_CHUNK_SIZE + 64);
+	struct rgpu_hdr h;
+	while (b && rgpu_frame_recv_hdr(x->s, &h) == RGPU_HDR_OK && h.len <= RGPU_CHUNK_SIZE + 64 &&
+	       rgpu_recv(x->s, b, h.len) == 0) {
+		if (!(h.flags & RGPU_F_NOREPLY))
+			srv_reply(x->s, &h, 0, 0, NULL, 0);
+		if (++x->frames == 3)
+			break;
+	}
+	free(b);
+	return NULL;
+}
+
+/* What the log holds for request i: its fields, then the chunk. */
+static int log_chunk_is(struct rc_replay *rp, size_t i, const uint8_t *want, size_t n)
+{
+	struct rc_logent *e = &rp->v[i];
+	return !e->ext && e->len == 40 + n && memcmp(e->data + 40, want, n) == 0;
+}
+
+/* A synchronous copy's chunks are borrowed from the caller's buffer, not
+ * copied, while it runs; whatever the log still keeps when it returns (a
+ * standby keeps everything until the next checkpoint) is copied then, so
+ * a later change of the buffer does not reach a replay.  An asynchronous
+ * copy's chunks are copied as they go. */
+static void test_replay_borrow(int keep, int async)
+{
+	struct rc_conn c;
+	int fd;
+	conn_open(&c, &fd);
+	rc_replay_setup(&c);
+	if (!c.replay)
+		BAIL("no request log");
+	struct rc_replay *rp = c.replay;
+	rp->keep = keep;
+	struct srv_htod x = { .s = rgpu_stream_wrap(fd, "srv") };
+	struct rc_dev dev = { .conn = &c };
+	struct rc_ctx ctx = { .magic = RC_CTX, .dev = &dev, .h = 1 };
+	size_t n = 2 * RGPU_CHUNK_SIZE + 4096;
+	uint8_t *buf = malloc(n), *orig = malloc(n);
+	if (!buf || !orig)
+		BAIL("out of memory");
+	for (size_t i = 0; i < n; i++)
+		buf[i] = orig[i] = pattern(i);
+	pthread_t ts;
+	pthread_create(&ts, NULL, srv_htod, &x);
+	CUresult rc = rc_xfer_copy(&rc_xfer_socket, &ctx, 0, 0x1000, buf, n, 0, async);
+	pthread_join(ts, NULL);
+	const char *how = keep ? "kept for a standby" : "no standby";
+	const char *what = async ? "asynchronous" : "synchronous";
+	is_i64(rc, CUDA_SUCCESS, "%s copy (%s) succeeds", what, how);
+	is_i64(x.frames, 3, "in three frames");
+	is_u64(rp->borrowed, 0, "%s copy (%s): nothing borrowed once it returned", what, how);
+	memset(buf, 0xee, n); /* the application reuses its buffer */
+	if (keep || async) {
+		is_u64(rp->n, 3, "the log keeps the three chunks (%s, %s)", what, how);
+		int same = rp->n == 3 && log_chunk_is(rp, 0, orig, RGPU_CHUNK_SIZE) &&
+			   log_chunk_is(rp, 1, orig + RGPU_CHUNK_SIZE, RGPU_CHUNK_SIZE) &&
+			   log_chunk_is(rp, 2, orig + 2 * RGPU_CHUNK_SIZE, 4096);
+		ok(same, "with the data as sent, not as the buffer is now (%s, %s)", what, how);
+	} else {
+		is_u64(rp->n, 0, "the served chunks left the log");
+	}
+	free(buf);
+	free(orig);
+	rgpu_conn_close(x.s);
 	conn_close(&c);
 }
 
@@ -480,5 +562,8 @@ int main(void)
 	test_peer(1);
 	test_peer(0);
 	test_notices();
+	test_replay_borrow(0, 0);
+	test_replay_borrow(1, 0);
+	test_replay_borrow(0, 1);
 	return tap_done();
 }
