@@ -233,6 +233,9 @@ int rc_dev_attr(const struct rc_dev *d, CUdevice_attribute a);
 CUresult rc_dev_get(CUdevice d, struct rc_dev **out);
 int rc_conn_index(const struct rc_conn *c);
 
+/* array.c: a 3D copy (arrays, pitched device memory, host) */
+CUresult rc_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async);
+
 /* log.c: once-per-name notice for unimplemented entry points */
 void rc_unsupported(const char *name);
 

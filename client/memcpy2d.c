@@ -40,8 +40,15 @@ static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
 	CUmemorytype st = kind_of(p->srcMemoryType, p->srcDevice, p->srcHost);
 	CUmemorytype dt = kind_of(p->dstMemoryType, p->dstDevice, p->dstHost);
 	if (st == CU_MEMORYTYPE_ARRAY || dt == CU_MEMORYTYPE_ARRAY) {
-		rc_unsupported("cuMemcpy2D with CUDA arrays");
-		return CUDA_ERROR_NOT_SUPPORTED;
+		/* a 3D copy of one slice (array.c) */
+		CUDA_MEMCPY3D q = {
+			.srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcMemoryType = st,
+			.srcHost = p->srcHost, .srcDevice = p->srcDevice, .srcArray = p->srcArray,
+			.srcPitch = p->srcPitch, .dstXInBytes = p->dstXInBytes, .dstY = p->dstY,
+			.dstMemoryType = dt, .dstHost = p->dstHost, .dstDevice = p->dstDevice,
+			.dstArray = p->dstArray, .dstPitch = p->dstPitch,
+			.WidthInBytes = p->WidthInBytes, .Height = p->Height, .Depth = 1 };
+		return rc_memcpy3d(&q, s, async);
 	}
 	size_t w = p->WidthInBytes, h = p->Height;
 	size_t sp = st == CU_MEMORYTYPE_HOST && !p->srcPitch ? w : p->srcPitch;

@@ -114,6 +114,14 @@
 	X(cuMemExportToShareableHandle)          \
 	X(cuMemImportFromShareableHandle)        \
 	X(cuMemsetD2D8_v2)                       \
+	X(cuArray3DCreate_v2)                    \
+	X(cuArrayDestroy)                        \
+	X(cuMemcpy3D_v2)                         \
+	X(cuMemcpy3DAsync_v2)                    \
+	X(cuTexObjectCreate)                     \
+	X(cuTexObjectDestroy)                    \
+	X(cuSurfObjectCreate)                    \
+	X(cuSurfObjectDestroy)                   \
 	X(cuMemsetD2D16_v2)                      \
 	X(cuMemsetD2D32_v2)                      \
 	X(cuMemsetD2D8Async)                     \

@@ -21,6 +21,7 @@ enum hkind {
 	HK_VMM,     /* application physical memory (ops_appvmm.c) */
 	HK_POOL,    /* stream-ordered memory pool (ops_pool.c) */
 	HK_GNODE,     /* a node of a graph (parent: the graph) */
+	HK_ARRAY,     /* a CUDA array (ops_array.c) */
 };
 
 struct hentry {

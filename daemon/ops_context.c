@@ -133,9 +133,13 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	/* forget every object owned by the context */
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *o = &s->ht.e[i];
-		if (o->kind != HK_FREE && o->kind != HK_CTX && o->ctx == ctx)
+		if (o->kind != HK_FREE && o->kind != HK_CTX && o->ctx == ctx) {
+			if (o->kind == HK_ARRAY)
+				array_forget(o);
 			ht_del(&s->ht, ((uint64_t)o->gen << 32) | (i + 1));
+		}
 	}
+	tex_forget_ctx(s, ctx);
 	/* pinned staging is portable, so it outlives any one context; with
 	 * the last one gone it must go first */
 	int contexts = 0;

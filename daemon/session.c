@@ -339,6 +339,7 @@ static void session_cleanup(struct session *s)
 	s->prepared = 0;
 	ht_free(&s->ht);
 	free(s->allocs);
+	free(s->tex);
 	free(s->rx);
 	free(s->in);
 	wbuf_free(&s->tx);

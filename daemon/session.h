@@ -58,6 +58,11 @@ struct alloc {
 	unsigned dev;
 };
 
+struct texobj {
+	uint64_t v, ctx; /* the driver's value; its context's handle */
+	int surf;
+};
+
 struct session {
 	struct rgpud *srv;
 	struct rgpu_conn *conn;
@@ -81,6 +86,8 @@ struct session {
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
 	struct appmem *appmem;  /* application VMM and pools (appmem.h) */
 	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
+	struct texobj *tex;     /* texture and surface objects (ops_array.c) */
+	size_t ntex, textcap;
 
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
@@ -213,6 +220,11 @@ int vmem_owns(struct session *s, uint64_t addr);
 void vmem_forget_ctx(struct session *s, uint64_t ctx);
 void vmem_cleanup(struct session *s);
 
+/* ops_array.c: an array's quota charge back (its entry going with its
+ * context); a context's texture and surface objects forgotten. */
+void array_forget(struct hentry *e);
+void tex_forget_ctx(struct session *s, uint64_t ctx);
+
 /* ops_hostfn.c: host functions run on the client.  hostfn_node_arg: the
  * argument for hostfn_trampoline() standing for client host function
  * client_id (oneshot: freed once it ran; else kept for the session: graph
@@ -250,6 +262,9 @@ DECL_OP(vmm_export) DECL_OP(vmm_import) DECL_OP(memset2d) DECL_OP(peer_query) DE
 DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
 DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
+/* arrays, 3D copies, texture and surface objects (ops_array.c) */
+DECL_OP(array_create) DECL_OP(array_destroy) DECL_OP(memcpy3d) DECL_OP(texobj_create)
+DECL_OP(texobj_destroy)
 DECL_OP(mem_refused)
 DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
 DECL_OP(graph_op) DECL_OP(link)

@@ -34,6 +34,8 @@
 /* Largest payload accepted.  Bulk copies larger than this are split into
  * RGPU_CHUNK_SIZE pieces by the sender. */
 #define RGPU_MAX_PAYLOAD (64u * 1024 * 1024 + 4096)
+/* the packed host bytes of one MEMCPY3D request or reply */
+#define RGPU_COPY3D_MAX (16u * 1024 * 1024)
 #define RGPU_CHUNK_SIZE  (4u * 1024 * 1024)
 
 enum rgpu_flags {
@@ -364,7 +366,27 @@ typedef uint64_t rgpu_handle;
 	 * (u32 peer gpu, u32 p2p)[n] */                                       \
 	X(GPU_STATUS, 179, "GPU status for NVML")                              \
 	/* handle pool, u32 n, (u32 gpu, u32 flags)[n] -> */                   \
-	X(POOL_ACCESS, 180, "set access to a memory pool")
+	X(POOL_ACCESS, 180, "set access to a memory pool")                   \
+	/* CUDA arrays and texture and surface objects (daemon/ops_array.c).  \
+	 * handle ctx, u64 width, u64 height, u64 depth, u32 format,           \
+	 * u32 channels, u32 flags -> handle array (charged to the quota at   \
+	 * width x height x depth x element size) */                          \
+	X(ARRAY_CREATE, 181, "create a CUDA array")                           \
+	X(ARRAY_DESTROY, 182, "handle array ->")                              \
+	/* handle ctx, handle stream, u32 sync, then the source and the       \
+	 * destination, each: u32 memory type (HOST, DEVICE, ARRAY), u64 x in  \
+	 * bytes, u64 y, u64 z, u64 device address, handle array, u64 pitch,  \
+	 * u64 height; then u64 width in bytes, u64 height, u64 depth, then a  \
+	 * host source's bytes, packed (width x height x depth) -> a host      \
+	 * destination's bytes, packed.  At most RGPU_COPY3D_MAX bytes. */    \
+	X(MEMCPY3D, 183, "a 3D copy: arrays, pitched device memory, host")    \
+	/* handle ctx, u32 surface (0: texture), bytes CUDA_RESOURCE_DESC     \
+	 * (an array's handle in place of the CUarray), bytes                 \
+	 * CUDA_TEXTURE_DESC, bytes CUDA_RESOURCE_VIEW_DESC (empty: none) ->  \
+	 * u64 object (the driver's value, passed to kernels as it is) */     \
+	X(TEXOBJ_CREATE, 184, "create a texture or surface object")          \
+	/* handle ctx, u32 surface, u64 object -> */                          \
+	X(TEXOBJ_DESTROY, 185, "destroy a texture or surface object")
 
 /* Graphs, host functions, attributes, the linker (graphs, 128-159). */
 #define RGPU_OPS_GRAPHS(X)                                                     \

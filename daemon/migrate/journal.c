@@ -206,6 +206,11 @@ const char *journal_unmovable(struct session *s)
 	struct journal *j = s->journal;
 	if (j && j->graphs)
 		return "the session holds CUDA graphs, which are not migrated yet";
+	if (s->ntex)
+		return "the session holds texture or surface objects, which are not migrated yet";
+	for (uint32_t i = 0; i < s->ht.n; i++)
+		if (s->ht.e[i].kind == HK_ARRAY)
+			return "the session holds CUDA arrays, which are not migrated yet";
 	return NULL;
 }
 

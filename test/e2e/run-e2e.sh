@@ -209,6 +209,7 @@ suite() {
 	run t_errors "$ONE" -- t_errors
 	run t_managed "$ONE" -- t_managed
 	run t_memcpy2d "$ONE" -- t_memcpy2d
+	run t_array "$ONE" -- t_array
 	run t_graph "$ONE" -- t_graph
 	run t_hostfn "$ONE" -- t_hostfn
 	run t_attrs "$ONE" -- t_attrs

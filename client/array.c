@@ -1,0 +1,490 @@
+/* CUDA arrays, 3D copies (and 2D copies with an array side) and texture
+ * and surface objects, served by the server's driver (daemon/ops_array.c).
+ * An array is a client object naming the server's handle, with its
+ * descriptor (asked for locally).  Texture and surface objects are the
+ * server driver's values, which kernels take as they are; the client
+ * remembers their context and descriptors. */
+#include "client.h"
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RC_ARRAY 0x52636172u
+
+struct rc_array {
+	uint32_t magic;
+	struct rc_ctx *ctx;
+	uint64_t h;
+	CUDA_ARRAY3D_DESCRIPTOR d;
+};
+
+static CUresult array_get(CUarray a, struct rc_array **out)
+{
+	CUresult rc = rc_obj(a, RC_ARRAY, out);
+	return rc == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_VALUE : rc;
+}
+
+RC_EXPORT CUresult cuArray3DCreate_v2(CUarray *out, const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	struct rc_ctx *c;
+	CUresult rc = rc_need_ctx(&c);
+	if (rc)
+		return rc;
+	if (!out || !d)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_array *a = calloc(1, sizeof(*a));
+	if (!a)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, d->Width);
+	put_u64(w, d->Height);
+	put_u64(w, d->Depth);
+	put_u32(w, (uint32_t)d->Format);
+	put_u32(w, d->NumChannels);
+	put_u32(w, d->Flags);
+	struct rd r;
+	rc = rc_call(c->dev->conn, RGPU_OP_ARRAY_CREATE, w, &r);
+	uint64_t h = get_u64(&r);
+	if (!rc && !rd_done(&r))
+		rc = CUDA_ERROR_UNKNOWN;
+	if (rc) {
+		free(a);
+		return rc;
+	}
+	*a = (struct rc_array){ RC_ARRAY, c, h, *d };
+	*out = (CUarray)a;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuArrayCreate_v2(CUarray *out, const CUDA_ARRAY_DESCRIPTOR *d)
+{
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_ARRAY3D_DESCRIPTOR d3 = { .Width = d->Width, .Height = d->Height,
+				       .Format = d->Format, .NumChannels = d->NumChannels };
+	return cuArray3DCreate_v2(out, &d3);
+}
+
+RC_EXPORT CUresult cuArrayDestroy(CUarray h)
+{
+	struct rc_array *a;
+	CUresult rc = rc_obj(h, RC_ARRAY, &a);
+	if (rc)
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, a->ctx->h);
+	put_u64(w, a->h);
+	struct rd r;
+	if ((rc = rc_call(a->ctx->dev->conn, RGPU_OP_ARRAY_DESTROY, w, &r)))
+		return rc;
+	a->magic = 0;
+	free(a);
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *d, CUarray h)
+{
+	struct rc_array *a;
+	CUresult rc = rc_obj(h, RC_ARRAY, &a);
+	if (rc)
+		return rc;
+	if (!d)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = a->d;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *d, CUarray h)
+{
+	struct rc_array *a;
+	CUresult rc = rc_obj(h, RC_ARRAY, &a);
+	if (rc)
+		return rc;
+	if (!d || a->d.Depth)
+		return CUDA_ERROR_INVALID_VALUE;
+	*d = (CUDA_ARRAY_DESCRIPTOR){ .Width = a->d.Width, .Height = a->d.Height,
+				      .Format = a->d.Format, .NumChannels = a->d.NumChannels };
+	return CUDA_SUCCESS;
+}
+
+/* ---- 3D copies ---- */
+
+/* One side of a copy, resolved: where it lives and its layout. */
+struct side {
+	CUmemorytype type;
+	uint8_t *host;
+	CUdeviceptr dev;
+	struct rc_array *arr;
+	size_t x, y, z, pitch, height;
+};
+
+static CUresult side_of(CUmemorytype t, const void *host, CUdeviceptr dev, CUarray arr, size_t x,
+			size_t y, size_t z, size_t pitch, size_t height, size_t w, size_t h,
+			struct side *s, struct rc_ctx **ctx)
+{
+	*s = (struct side){ .type = t, .x = x, .y = y, .z = z, .pitch = pitch, .height = height };
+	if (t == CU_MEMORYTYPE_UNIFIED)
+		s->type = rc_alloc_lookup(dev ? dev : (CUdeviceptr)(uintptr_t)host, NULL, NULL,
+					  NULL) == 0
+				  ? CU_MEMORYTYPE_DEVICE
+				  : CU_MEMORYTYPE_HOST;
+	switch (s->type) {
+	case CU_MEMORYTYPE_HOST:
+		s->host = (uint8_t *)(uintptr_t)(host ? host : (const void *)(uintptr_t)dev);
+		if (!s->host)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (!s->pitch)
+			s->pitch = w;
+		if (!s->height)
+			s->height = h;
+		return s->pitch < x + w ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+	case CU_MEMORYTYPE_DEVICE:
+		s->dev = dev;
+		if (!s->pitch && h == 1)
+			s->pitch = x + w; /* one row: the driver ignores the pitch */
+		if (!*ctx)
+			rc_alloc_lookup(dev, ctx, NULL, NULL);
+		rc_coh_device_use(dev);
+		return CUDA_SUCCESS;
+	case CU_MEMORYTYPE_ARRAY: {
+		CUresult rc = array_get(arr, &s->arr);
+		if (rc)
+			return rc;
+		if (!*ctx)
+			*ctx = s->arr->ctx;
+		return CUDA_SUCCESS;
+	}
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+static void put_side(struct wbuf *w, const struct side *s, size_t y0, size_t z0)
+{
+	put_u32(w, (uint32_t)s->type);
+	put_u64(w, s->x);
+	put_u64(w, s->y + y0);
+	put_u64(w, s->z + z0);
+	put_u64(w, s->dev);
+	put_u64(w, s->arr ? s->arr->h : 0);
+	put_u64(w, s->pitch);
+	put_u64(w, s->height);
+}
+
+/* The first byte of row y of slice z of a host side's box. */
+static uint8_t *host_row(const struct side *s, size_t y, size_t z)
+{
+	return s->host + ((s->z + z) * s->height + s->y + y) * s->pitch + s->x;
+}
+
+CUresult rc_memcpy3d(const CUDA_MEMCPY3D *p, CUstream st, int async)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t w = p->WidthInBytes, h = p->Height ? p->Height : 1, d = p->Depth ? p->Depth : 1;
+	struct rc_ctx *c = NULL;
+	uint64_t sh = 0;
+	if (async && (rc = rc_stream_resolve(st, &c, &sh)))
+		return rc;
+	struct side s, t;
+	if ((rc = side_of(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcArray, p->srcXInBytes,
+			  p->srcY, p->srcZ, p->srcPitch, p->srcHeight, w, h, &s, &c)) ||
+	    (rc = side_of(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstArray, p->dstXInBytes,
+			  p->dstY, p->dstZ, p->dstPitch, p->dstHeight, w, h, &t, &c)))
+		return rc;
+	if (!w)
+		return CUDA_SUCCESS;
+	int hin = s.type == CU_MEMORYTYPE_HOST, hout = t.type == CU_MEMORYTYPE_HOST;
+	if (hin && hout) {
+		for (size_t z = 0; z < d; z++)
+			for (size_t y = 0; y < h; y++)
+				memmove(host_row(&t, y, z), host_row(&s, y, z), w);
+		return CUDA_SUCCESS;
+	}
+	if (!c && (rc = rc_need_ctx(&c)))
+		return rc;
+	if ((s.arr && s.arr->ctx->dev->conn != c->dev->conn) ||
+	    (t.arr && t.arr->ctx->dev->conn != c->dev->conn)) {
+		rc_unsupported("copies between arrays or memory of two servers");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	/* pieces of whole slices, or of rows of one slice, whose host bytes
+	 * fit one request */
+	size_t dz = d, dy = h;
+	if (hin || hout) {
+		if (w > RGPU_COPY3D_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (w * h > RGPU_COPY3D_MAX) {
+			dz = 1;
+			dy = RGPU_COPY3D_MAX / w;
+		} else {
+			dz = RGPU_COPY3D_MAX / (w * h);
+		}
+	}
+	for (size_t z0 = 0; z0 < d && !rc; z0 += dz) {
+		size_t nz = d - z0 < dz ? d - z0 : dz;
+		for (size_t y0 = 0; y0 < h && !rc; y0 += dy) {
+			size_t ny = h - y0 < dy ? h - y0 : dy;
+			struct wbuf *wb = rc_req();
+			put_u64(wb, c->h);
+			put_u64(wb, sh);
+			put_u32(wb, !async);
+			put_side(wb, &s, y0, z0);
+			put_side(wb, &t, y0, z0);
+			put_u64(wb, w);
+			put_u64(wb, ny);
+			put_u64(wb, nz);
+			for (size_t z = 0; hin && z < nz; z++)
+				for (size_t y = 0; y < ny; y++)
+					put_raw(wb, host_row(&s, y0 + y, z0 + z), w);
+			if (wb->oom)
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			if (async && !hout) {
+				rc = rc_post(c->dev->conn, RGPU_OP_MEMCPY3D, wb);
+				continue;
+			}
+			struct rd r;
+			rc = rc_call(c->dev->conn, RGPU_OP_MEMCPY3D, wb, &r);
+			for (size_t z = 0; !rc && hout && z < nz; z++)
+				for (size_t y = 0; !rc && y < ny; y++) {
+					const void *b = get_raw(&r, w);
+					if (!b)
+						rc = CUDA_ERROR_UNKNOWN;
+					else
+						memcpy(host_row(&t, y0 + y, z0 + z), b, w);
+				}
+		}
+	}
+	return rc;
+}
+
+RC_EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D *p) { return rc_memcpy3d(p, NULL, 0); }
+RC_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s)
+{
+	return rc_memcpy3d(p, s, 1);
+}
+
+/* the 1D array copies: a row of an array */
+static CUresult array_1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUarray sa, size_t so,
+			 CUmemorytype dt, void *dh, CUdeviceptr dd, CUarray da, size_t doff,
+			 size_t n, CUstream s, int async)
+{
+	CUDA_MEMCPY3D p = { .srcMemoryType = st, .srcHost = sh, .srcDevice = sd, .srcArray = sa,
+			    .srcXInBytes = so, .dstMemoryType = dt, .dstHost = dh, .dstDevice = dd,
+			    .dstArray = da, .dstXInBytes = doff, .WidthInBytes = n, .Height = 1,
+			    .Depth = 1 };
+	return rc_memcpy3d(&p, s, async);
+}
+
+#define H CU_MEMORYTYPE_HOST
+#define DV CU_MEMORYTYPE_DEVICE
+#define A CU_MEMORYTYPE_ARRAY
+RC_EXPORT CUresult cuMemcpyHtoA_v2(CUarray a, size_t off, const void *src, size_t n)
+{
+	return array_1d(H, src, 0, NULL, 0, A, NULL, 0, a, off, n, NULL, 0);
+}
+RC_EXPORT CUresult cuMemcpyAtoH_v2(void *dst, CUarray a, size_t off, size_t n)
+{
+	return array_1d(A, NULL, 0, a, off, H, dst, 0, NULL, 0, n, NULL, 0);
+}
+RC_EXPORT CUresult cuMemcpyHtoAAsync_v2(CUarray a, size_t off, const void *src, size_t n, CUstream s)
+{
+	return array_1d(H, src, 0, NULL, 0, A, NULL, 0, a, off, n, s, 1);
+}
+RC_EXPORT CUresult cuMemcpyAtoHAsync_v2(void *dst, CUarray a, size_t off, size_t n, CUstream s)
+{
+	return array_1d(A, NULL, 0, a, off, H, dst, 0, NULL, 0, n, s, 1);
+}
+RC_EXPORT CUresult cuMemcpyDtoA_v2(CUarray a, size_t off, CUdeviceptr src, size_t n)
+{
+	return array_1d(DV, NULL, src, NULL, 0, A, NULL, 0, a, off, n, NULL, 0);
+}
+RC_EXPORT CUresult cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray a, size_t off, size_t n)
+{
+	return array_1d(A, NULL, 0, a, off, DV, NULL, dst, NULL, 0, n, NULL, 0);
+}
+RC_EXPORT CUresult cuMemcpyAtoA_v2(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
+{
+	return array_1d(A, NULL, 0, src, soff, A, NULL, 0, dst, doff, n, NULL, 0);
+}
+#undef H
+#undef DV
+#undef A
+
+/* ---- texture and surface objects ---- */
+
+struct texobj {
+	struct texobj *next;
+	uint64_t v;
+	int surf;
+	struct rc_ctx *ctx;
+	CUDA_RESOURCE_DESC res; /* as the application gave them */
+	CUDA_TEXTURE_DESC tex;
+	CUDA_RESOURCE_VIEW_DESC view;
+	int has_view;
+};
+
+static struct texobj *texobjs;
+static pthread_mutex_t tex_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The object v of that kind, unlinked when unlink is set. */
+static struct texobj *tex_find(uint64_t v, int surf, int unlink)
+{
+	pthread_mutex_lock(&tex_lock);
+	struct texobj **pp = &texobjs, *t;
+	while ((t = *pp) && !(t->v == v && t->surf == surf))
+		pp = &t->next;
+	if (t && unlink)
+		*pp = t->next;
+	pthread_mutex_unlock(&tex_lock);
+	return t;
+}
+
+static CUresult obj_create(uint64_t *out, const CUDA_RESOURCE_DESC *res,
+			   const CUDA_TEXTURE_DESC *tex, const CUDA_RESOURCE_VIEW_DESC *view, int surf)
+{
+	struct rc_ctx *c = NULL;
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!out || !res || (!surf && !tex))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_RESOURCE_DESC r = *res;
+	if (r.resType == CU_RESOURCE_TYPE_ARRAY) {
+		struct rc_array *a;
+		if ((rc = array_get(r.res.array.hArray, &a)))
+			return rc;
+		r.res.array.hArray = (CUarray)(uintptr_t)a->h;
+		c = a->ctx;
+	} else if (r.resType == CU_RESOURCE_TYPE_LINEAR) {
+		rc_alloc_lookup(r.res.linear.devPtr, &c, NULL, NULL);
+	} else if (r.resType == CU_RESOURCE_TYPE_PITCH2D) {
+		rc_alloc_lookup(r.res.pitch2D.devPtr, &c, NULL, NULL);
+	} else if (r.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) {
+		rc_unsupported("texture objects on mipmapped arrays");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (!c && (rc = rc_need_ctx(&c)))
+		return rc;
+	struct texobj *t = calloc(1, sizeof(*t));
+	if (!t)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, (uint32_t)surf);
+	put_bytes(w, &r, sizeof(r));
+	put_bytes(w, tex, surf ? 0 : sizeof(*tex));
+	put_bytes(w, view, view && !surf ? sizeof(*view) : 0);
+	struct rd rr;
+	rc = rc_call(c->dev->conn, RGPU_OP_TEXOBJ_CREATE, w, &rr);
+	uint64_t v = get_u64(&rr);
+	if (!rc && !rd_done(&rr))
+		rc = CUDA_ERROR_UNKNOWN;
+	if (rc) {
+		free(t);
+		return rc;
+	}
+	*t = (struct texobj){ .v = v, .surf = surf, .ctx = c, .res = *res };
+	if (tex)
+		t->tex = *tex;
+	if (view && !surf) {
+		t->view = *view;
+		t->has_view = 1;
+	}
+	pthread_mutex_lock(&tex_lock);
+	t->next = texobjs;
+	texobjs = t;
+	pthread_mutex_unlock(&tex_lock);
+	*out = v;
+	return CUDA_SUCCESS;
+}
+
+static CUresult obj_destroy(uint64_t v, int surf)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct texobj *t = tex_find(v, surf, 1);
+	if (!t)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, t->ctx->h);
+	put_u32(w, (uint32_t)surf);
+	put_u64(w, v);
+	struct rd r;
+	rc = rc_call(t->ctx->dev->conn, RGPU_OP_TEXOBJ_DESTROY, w, &r);
+	free(t);
+	return rc;
+}
+
+RC_EXPORT CUresult cuTexObjectCreate(CUtexObject *o, const CUDA_RESOURCE_DESC *r,
+				     const CUDA_TEXTURE_DESC *t, const CUDA_RESOURCE_VIEW_DESC *v)
+{
+	uint64_t x = 0;
+	CUresult rc = obj_create(&x, r, t, v, 0);
+	if (!rc)
+		*o = x;
+	return rc;
+}
+
+RC_EXPORT CUresult cuTexObjectDestroy(CUtexObject o) { return obj_destroy(o, 0); }
+
+RC_EXPORT CUresult cuSurfObjectCreate(CUsurfObject *o, const CUDA_RESOURCE_DESC *r)
+{
+	uint64_t x = 0;
+	CUresult rc = obj_create(&x, r, NULL, NULL, 1);
+	if (!rc)
+		*o = x;
+	return rc;
+}
+
+RC_EXPORT CUresult cuSurfObjectDestroy(CUsurfObject o) { return obj_destroy(o, 1); }
+
+/* descriptors as given, answered here */
+static CUresult obj_desc(uint64_t v, int surf, int what, void *out)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!out)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&tex_lock);
+	struct texobj *t = texobjs;
+	while (t && !(t->v == v && t->surf == surf))
+		t = t->next;
+	rc = CUDA_ERROR_INVALID_VALUE;
+	if (t && what == 0) {
+		memcpy(out, &t->res, sizeof(t->res));
+		rc = CUDA_SUCCESS;
+	} else if (t && what == 1) {
+		memcpy(out, &t->tex, sizeof(t->tex));
+		rc = CUDA_SUCCESS;
+	} else if (t && what == 2 && t->has_view) {
+		memcpy(out, &t->view, sizeof(t->view));
+		rc = CUDA_SUCCESS;
+	}
+	pthread_mutex_unlock(&tex_lock);
+	return rc;
+}
+
+RC_EXPORT CUresult cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC *r, CUtexObject o)
+{
+	return obj_desc(o, 0, 0, r);
+}
+RC_EXPORT CUresult cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC *t, CUtexObject o)
+{
+	return obj_desc(o, 0, 1, t);
+}
+RC_EXPORT CUresult cuTexObjectGetResourceViewDesc(CUDA_RESOURCE_VIEW_DESC *v, CUtexObject o)
+{
+	return obj_desc(o, 0, 2, v);
+}
+RC_EXPORT CUresult cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC *r, CUsurfObject o)
+{
+	return obj_desc(o, 1, 0, r);
+}
