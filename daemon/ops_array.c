@@ -283,7 +283,6 @@ void tex_forget_ctx(struct session *s, uint64_t ctx)
 static int resource_check(struct session *s, const struct req *q, CUDA_RESOURCE_DESC *rd)
 {
 	struct hentry *e;
-	uint64_t n;
 	switch (rd->resType) {
 	case CU_RESOURCE_TYPE_ARRAY:
 		e = req_obj(s, q, (uint64_t)(uintptr_t)rd->res.array.hArray, HK_ARRAY);
@@ -291,15 +290,17 @@ static int resource_check(struct session *s, const struct req *q, CUDA_RESOURCE_
 			return CUDA_ERROR_INVALID_VALUE;
 		rd->res.array.hArray = e->obj;
 		return CUDA_SUCCESS;
+	/* device memory: its start must be the session's.  Its size is not
+	 * checked against the allocation, as the driver does not (NVIDIA's
+	 * convolutionFFT2D declares more than it allocated and reads less);
+	 * a texture reads in the session's own context, where any other
+	 * address faults */
 	case CU_RESOURCE_TYPE_LINEAR:
-		return session_owns_range(s, rd->res.linear.devPtr, rd->res.linear.sizeInBytes)
-			       ? CUDA_SUCCESS
-			       : CUDA_ERROR_INVALID_VALUE;
+		return session_owns_range(s, rd->res.linear.devPtr, 1) ? CUDA_SUCCESS
+								     : CUDA_ERROR_INVALID_VALUE;
 	case CU_RESOURCE_TYPE_PITCH2D:
-		if (__builtin_mul_overflow(rd->res.pitch2D.pitchInBytes, rd->res.pitch2D.height, &n))
-			return CUDA_ERROR_INVALID_VALUE;
-		return session_owns_range(s, rd->res.pitch2D.devPtr, n) ? CUDA_SUCCESS
-									 : CUDA_ERROR_INVALID_VALUE;
+		return session_owns_range(s, rd->res.pitch2D.devPtr, 1) ? CUDA_SUCCESS
+								      : CUDA_ERROR_INVALID_VALUE;
 	case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	default:

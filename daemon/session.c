@@ -87,9 +87,29 @@ void session_prepare(struct session *s)
 
 /* No stream of the current context has work queued.  Only a hint: the
  * caller still synchronises, inline, when it says so. */
+int session_capturing(struct session *s, uint64_t ctx)
+{
+	struct rgpud_driver *d = &s->srv->drv;
+	if (!d->cuStreamIsCapturing)
+		return 0; /* (optional: the emulated device has no capture) */
+	for (uint32_t i = 0; i < s->ht.n; i++) {
+		const struct hentry *e = &s->ht.e[i];
+		CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+		if (e->kind == HK_STREAM && e->ctx == ctx &&
+		    (d->cuStreamIsCapturing(e->obj, &cs) != CUDA_SUCCESS ||
+		     cs != CU_STREAM_CAPTURE_STATUS_NONE))
+			return 1;
+	}
+	return 0;
+}
+
 static int ctx_idle(struct session *s)
 {
 	struct rgpud_driver *d = &s->srv->drv;
+	/* querying a capturing stream, or the legacy stream beside one,
+	 * invalidates the capture */
+	if (session_capturing(s, s->cur_ctx))
+		return 0;
 	if (d->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY ||
 	    d->cuStreamQuery(CU_STREAM_PER_THREAD) == CUDA_ERROR_NOT_READY)
 		return 0;

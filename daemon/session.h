@@ -189,6 +189,9 @@ int session_wait_elsewhere(struct session *s, const struct rgpu_hdr *h, enum wai
 			   void *ctx, void *obj);
 /* Resolves a stream handle (0 = NULL stream) in the current context. */
 int session_stream(struct session *s, uint64_t id, CUstream *out);
+/* 1 when a stream of context ctx is being captured into a graph (or its
+ * capture failed): its streams must not be queried. */
+int session_capturing(struct session *s, uint64_t ctx);
 /* Range [p, p+n) lies in one of this session's allocations or globals. */
 int session_owns_range(struct session *s, uint64_t p, uint64_t n);
 /* 1: added, 0: already there (a global looked up again), -1: no memory. */

@@ -227,17 +227,15 @@ static CUresult resource_ok(const CUDA_RESOURCE_DESC *r)
 		break;
 	case CU_RESOURCE_TYPE_LINEAR:
 		emu_mem_rdlock(ctx);
-		rc = r->res.linear.sizeInBytes &&
-				     emu_mem_map(ctx, r->res.linear.devPtr, r->res.linear.sizeInBytes)
+		/* the start only: the driver takes a size past the allocation */
+		rc = r->res.linear.sizeInBytes && emu_mem_map(ctx, r->res.linear.devPtr, 1)
 			     ? CUDA_SUCCESS
 			     : CUDA_ERROR_INVALID_VALUE;
 		emu_mem_rdunlock(ctx);
 		break;
 	case CU_RESOURCE_TYPE_PITCH2D:
 		emu_mem_rdlock(ctx);
-		rc = r->res.pitch2D.height &&
-				     emu_mem_map(ctx, r->res.pitch2D.devPtr,
-						 r->res.pitch2D.pitchInBytes * r->res.pitch2D.height)
+		rc = r->res.pitch2D.height && emu_mem_map(ctx, r->res.pitch2D.devPtr, 1)
 			     ? CUDA_SUCCESS
 			     : CUDA_ERROR_INVALID_VALUE;
 		emu_mem_rdunlock(ctx);

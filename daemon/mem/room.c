@@ -90,6 +90,11 @@ int mem_session_idle(struct session *s)
 		uint64_t h = ((uint64_t)c->gen << 32) | (i + 1);
 		if (mem_enter_ctx(s, h))
 			continue;
+		/* a capture under way is activity, and a query would end it */
+		if (session_capturing(s, h)) {
+			idle = 0;
+			break;
+		}
 		if (D->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY ||
 		    D->cuStreamQuery(CU_STREAM_PER_THREAD) == CUDA_ERROR_NOT_READY)
 			idle = 0;

@@ -65,8 +65,12 @@ int main(int argc, char **argv)
 	CK(cuStreamGetId(s, &id1b));
 	CHECK(id1 != id2 && id1 == id1b, "stream ids %llu, %llu, %llu", id1, id2, id1b);
 	CK(cuStreamDestroy(other));
-	CUresult bad = cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, NULL);
-	CHECK(bad == CUDA_ERROR_INVALID_VALUE, "a NULL attribute value gave %s", cu_name(bad));
+	/* a NULL value: refused through rgpu (the H100's driver dereferences
+	 * it: SIGSEGV, so not asked there) */
+	if (via_rgpu()) {
+		CUresult bad = cuStreamGetAttribute(s, CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY, NULL);
+		CHECK(bad == CUDA_ERROR_INVALID_VALUE, "a NULL attribute value gave %s", cu_name(bad));
+	}
 	say("stream attributes set, read back and copied; stream ids");
 
 	CUmodule mod = load_test_module();

@@ -1,6 +1,6 @@
 /* Error names and strings, and a driver function rgpu does not implement
- * (cuArrayCreate: CUDA arrays): CUDA_ERROR_NOT_SUPPORTED through rgpu, no crash.  With a
- * real driver cuArrayCreate simply works. */
+ * (cuMipmappedArrayCreate: mipmapped arrays): CUDA_ERROR_NOT_SUPPORTED through rgpu, no crash.  With a
+ * real driver it simply works. */
 #include "common.h"
 
 int main(int argc, char **argv)
@@ -51,16 +51,19 @@ int main(int argc, char **argv)
 	EXPECT_RC(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
 	primary_ctx(0, NULL);
 
-	CUarray a = NULL;
-	CUDA_ARRAY_DESCRIPTOR ad = { 16, 16, CU_AD_FORMAT_FLOAT, 1 };
-	rc = cuArrayCreate(&a, &ad);
-	say("cuArrayCreate: %s", cu_name(rc));
+	/* an entry point rgpu does not serve: mipmapped arrays */
+	CUmipmappedArray a = NULL;
+	CUDA_ARRAY3D_DESCRIPTOR ad = { .Width = 16, .Height = 16, .Format = CU_AD_FORMAT_FLOAT,
+				       .NumChannels = 1 };
+	rc = cuMipmappedArrayCreate(&a, &ad, 2);
+	say("cuMipmappedArrayCreate: %s", cu_name(rc));
 	if (via_rgpu()) {
-		CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuArrayCreate through rgpu returned %s, expected "
-		      "CUDA_ERROR_NOT_SUPPORTED", cu_name(rc));
+		CHECK(rc == CUDA_ERROR_NOT_SUPPORTED, "cuMipmappedArrayCreate through rgpu returned %s, "
+		      "expected CUDA_ERROR_NOT_SUPPORTED", cu_name(rc));
 	} else {
-		CHECK(rc == CUDA_SUCCESS, "cuArrayCreate on the real driver returned %s", cu_name(rc));
-		CK(cuArrayDestroy(a));
+		CHECK(rc == CUDA_SUCCESS, "cuMipmappedArrayCreate on the real driver returned %s",
+		      cu_name(rc));
+		CK(cuMipmappedArrayDestroy(a));
 	}
 	/* the session is fine afterwards */
 	CK(cuMemAlloc(&p, 16));

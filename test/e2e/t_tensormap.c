@@ -24,7 +24,10 @@ static CUresult tiled(CUtensorMap *m, cuuint32_t rank, CUdeviceptr addr, const c
 	static const cuuint32_t estride[5] = { 1, 1, 1, 1, 1 };
 	return cuTensorMapEncodeTiled(m, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, rank, (void *)(uintptr_t)addr,
 				      dim, stride, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
-				      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+				      /* no swizzling at rank 1 (the H100's
+				       * driver refused a rank-1 map with it) */
+				      rank > 1 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE,
+				      CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
 				      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 

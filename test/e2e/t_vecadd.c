@@ -63,7 +63,9 @@ int main(int argc, char **argv)
 		CUdeviceptr a, b, c;
 		int n;
 	} packed = { db, db, dc, n };
-	size_t packed_size = sizeof(packed);
+	/* the parameters' size, not the struct's (the driver refuses the
+	 * padding after n: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on the H100) */
+	size_t packed_size = offsetof(__typeof__(packed), n) + sizeof(int);
 	void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &packed_size,
 			  CU_LAUNCH_PARAM_END };
 	CK(cuLaunchKernel(f, (unsigned)(n + 255) / 256, 1, 1, 256, 1, 1, 0, NULL, NULL, extra));
