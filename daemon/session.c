@@ -85,8 +85,6 @@ void session_prepare(struct session *s)
  * from 1.0-1.3 to 1.7 TCP round trips (benchmark run 8, H100). */
 #define SYNC_SPIN_NS 50000L
 
-/* No stream of the current context has work queued.  Only a hint: the
- * caller still synchronises, inline, when it says so. */
 int session_capturing(struct session *s, uint64_t ctx)
 {
 	struct rgpud_driver *d = &s->srv->drv;
@@ -103,6 +101,8 @@ int session_capturing(struct session *s, uint64_t ctx)
 	return 0;
 }
 
+/* No stream of the current context has work queued.  Only a hint: the
+ * caller still synchronises, inline, when it says so. */
 static int ctx_idle(struct session *s)
 {
 	struct rgpud_driver *d = &s->srv->drv;
