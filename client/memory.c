@@ -749,7 +749,32 @@ RC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, C
 		*(int *)data = 1;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+	case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: /* the GPU is elsewhere */
+	case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
 		*(int *)data = 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+		/* memory from cuMemAlloc is exported with the VMM API's
+		 * handles only where it was created for them */
+		*(unsigned long long *)data = CU_MEM_HANDLE_TYPE_NONE;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+		/* the device reads and writes what this process allocated or
+		 * registered with it */
+		*(unsigned *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+		/* not tracked per range: as for memory from no pool */
+		*(CUmemoryPool *)data = NULL;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+		*(CUdeviceptr *)data = r.base;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+		*(size_t *)data = r.size;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+		*(unsigned long long *)data = r.base;
 		return CUDA_SUCCESS;
 	default:
 		rc_unsupported("cuPointerGetAttribute for this attribute");
@@ -770,7 +795,13 @@ RC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *a
 				   attrs[i] == CU_POINTER_ATTRIBUTE_DEVICE_POINTER ||
 				   attrs[i] == CU_POINTER_ATTRIBUTE_HOST_POINTER ||
 				   attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
-				   attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE;
+				   attrs[i] == CU_POINTER_ATTRIBUTE_RANGE_SIZE ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_BUFFER_ID ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_MAPPING_SIZE ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR ||
+				   attrs[i] == CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID;
 			memset(data[i], 0, wide ? 8 : 4);
 		}
 		else if (rc && rc != CUDA_ERROR_NOT_SUPPORTED)

@@ -120,6 +120,20 @@ int main(int argc, char **argv)
 	      "succeeded (context %p)", (void *)owner);
 	/* the primary context still works */
 	CK(cuMemAlloc(&q, 64));
+	/* pointer attributes frameworks ask (XLA, NCCL): the device reads and
+	 * writes it; the mapping holds the allocation */
+	unsigned acc = 0;
+	CK(cuPointerGetAttribute(&acc, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, q + 8));
+	CHECK(acc == CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE, "access flags %#x", acc);
+	CUdeviceptr mbase = 0;
+	size_t msize = 0;
+	CK(cuPointerGetAttribute(&mbase, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, q + 8));
+	CK(cuPointerGetAttribute(&msize, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, q + 8));
+	CHECK(mbase <= q && mbase + msize >= q + 64, "mapping [%#llx, +%zu) does not hold the "
+	      "allocation at %#llx", (unsigned long long)mbase, msize, (unsigned long long)q);
+	int rdma = -1;
+	CK(cuPointerGetAttribute(&rdma, CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE, q));
+	CHECK(rdma == 0 || rdma == 1, "GPUDirect RDMA capable %d", rdma);
 	CK(cuMemFree(q));
 	primary_ctx_release(0);
 	say("PASS");
