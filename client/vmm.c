@@ -144,6 +144,14 @@ static void phys_unlink_free(struct rc_phys *p)
 	free(p);
 }
 
+/* Host memory through the VMM API (NCCL's host buffers, CUDA 12.2 on) */
+static int host_location(const CUmemAllocationProp *prop)
+{
+	return prop && (prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+			prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+			prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT);
+}
+
 static CUresult check_prop(const CUmemAllocationProp *prop, struct rc_dev **d)
 {
 	if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
@@ -156,8 +164,15 @@ RC_EXPORT CUresult cuMemGetAllocationGranularity(size_t *gran, const CUmemAlloca
 						 CUmemAllocationGranularity_flags option)
 {
 	struct rc_dev *d;
-	CUresult rc = check_prop(prop, &d);
+	CUresult rc = rc_initialized();
 	if (rc)
+		return rc;
+	/* host memory has a grain too, though rgpu does not create it
+	 * (cuMemCreate): NCCL asks for it first, then falls back to shared
+	 * memory of its own when the creation fails */
+	if (host_location(prop) && prop->type == CU_MEM_ALLOCATION_TYPE_PINNED)
+		d = NULL;
+	else if ((rc = check_prop(prop, &d)))
 		return rc;
 	if (!gran || (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
 		      option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED))
@@ -298,8 +313,15 @@ RC_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size
 			       const CUmemAllocationProp *prop, unsigned long long flags)
 {
 	struct rc_dev *d;
-	CUresult rc = check_prop(prop, &d);
+	CUresult rc = rc_initialized();
 	if (rc)
+		return rc;
+	if (host_location(prop)) {
+		/* the GPU is elsewhere: host memory it maps is not this host's */
+		rc_unsupported("cuMemCreate of host memory (a CU_MEM_LOCATION_TYPE_HOST* location)");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if ((rc = check_prop(prop, &d)))
 		return rc;
 	if (!handle || !size || size % GRAIN || flags)
 		return CUDA_ERROR_INVALID_VALUE;

@@ -98,7 +98,9 @@ int op_stream_wait_event(struct session *s, const struct rgpu_hdr *h, struct rd 
 	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
-	struct hentry *ev = req_obj(s, &q, eid, HK_EVENT);
+	/* the event may be another context's (another GPU's): CUDA orders
+	 * streams across devices this way (PyTorch's copies between GPUs) */
+	struct hentry *ev = ht_get(&s->ht, eid, HK_EVENT);
 	if (!ev)
 		return CUDA_ERROR_INVALID_HANDLE;
 	CUstream st;

@@ -389,6 +389,38 @@ static CUresult event_enter(CUevent h, struct emu_ctx **ctx, struct emu_event **
 	return emu_ctx_found(*ctx, *ev);
 }
 
+/* An event of another context (another device): waited for here, on the
+ * host, as the emulated streams of two contexts share no queue; the
+ * order CUDA promises holds. */
+static CUresult wait_foreign(CUevent h)
+{
+	struct emu_ctx **all;
+	size_t n;
+	CUresult rc = emu_ctx_hold_all(&all, &n);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = CUDA_ERROR_INVALID_HANDLE;
+	for (size_t i = 0; i < n; i++) {
+		struct emu_ctx *c = all[i];
+		if (rc == CUDA_ERROR_INVALID_HANDLE) {
+			pthread_mutex_lock(&c->lock);
+			struct emu_event *ev = event_find(c, h);
+			if (ev) {
+				ev->refs++;
+				uint64_t gen = ev->recorded;
+				while (ev->completed < gen)
+					emu_wait(&c->cond, &c->lock);
+				emu_event_unref(c, ev);
+				rc = CUDA_SUCCESS;
+			}
+			pthread_mutex_unlock(&c->lock);
+		}
+		emu_ctx_leave(c);
+	}
+	free(all);
+	return rc;
+}
+
 EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
 	struct emu_stream *s;
@@ -404,6 +436,10 @@ EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
 		return rc;
 	s = emu_stream_find(ctx, hStream);
 	ev = event_find(ctx, hEvent);
+	if (s && !ev && hEvent) {
+		emu_ctx_unlock_leave(ctx);
+		return wait_foreign(hEvent);
+	}
 	if (!s || !ev) {
 		rc = CUDA_ERROR_INVALID_HANDLE;
 	} else if (ev->recorded > 0) {

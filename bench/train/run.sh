@@ -48,6 +48,8 @@ OUT=$(cd "$OUT" && pwd)
 L=$OUT/logs
 RGPUD=$top_builddir/daemon/rgpud
 CLIENT=$top_builddir/client/.libs
+# the NVML drop-in beside it, as installed: frameworks count GPUs with NVML
+NVML=$top_builddir/nvml/.libs
 [ -x "$RGPUD" ] && [ -e "$CLIENT/libcuda.so.1" ] || { echo "SKIP: rgpu not built in $top_builddir"; exit 77; }
 [ -e "$REAL/libcuda.so.1" ] || { echo "SKIP: no real driver at $REAL"; exit 77; }
 "$PYTHON" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
@@ -60,7 +62,7 @@ if [ "$(id -u)" = 0 ]; then
 	W=$(mktemp -d /tmp/rgpu-train.XXXXXX) && chmod 755 "$W" || exit 1
 	tar -C "$src" --exclude=.git --exclude=.whl -cf - . | tar -C "$W" -xf - && chmod -R a+rX "$W" || exit 1
 	[ "$top_builddir" = "$src/_build" ] || { echo "run.sh: as root, top_builddir must be $src/_build"; exit 2; }
-	src=$W top_builddir=$W/_build RGPUD=$W/_build/daemon/rgpud CLIENT=$W/_build/client/.libs here=$W/bench/train
+	src=$W top_builddir=$W/_build RGPUD=$W/_build/daemon/rgpud CLIENT=$W/_build/client/.libs NVML=$W/_build/nvml/.libs here=$W/bench/train
 	[ -d "$W/.devcarry/lib" ] && export LD_LIBRARY_PATH=$W/.devcarry/lib:$LD_LIBRARY_PATH
 fi
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/rgpu-train-inductor}
@@ -98,10 +100,10 @@ for rep in $(seq 1 "$REPS"); do
 		local) env LD_LIBRARY_PATH=$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 			timeout 150 "$PYTHON" "$here/train.py" "${args[@]}" >"$log" 2>&1 ;;
 		tcp) env RGPU_STATS=1 RGPU_TRANSPORT=tcp RGPU_SERVERS=127.0.0.1:$PORT/0 \
-			LD_LIBRARY_PATH=$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+			LD_LIBRARY_PATH=$CLIENT:$NVML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 			timeout 150 "$PYTHON" "$here/train.py" "${args[@]}" >"$log" 2>&1 ;;
 		shm) env RGPU_STATS=1 RGPU_TRANSPORT=local RGPU_SERVERS=127.0.0.1:$PORT/0 \
-			LD_LIBRARY_PATH=$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+			LD_LIBRARY_PATH=$CLIENT:$NVML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 			timeout 150 "$PYTHON" "$here/train.py" "${args[@]}" >"$log" 2>&1 ;;
 		esac
 		rc=$?

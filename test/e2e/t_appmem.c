@@ -58,6 +58,17 @@ static void test_vmm(CUmodule mod)
 	size_t rec;
 	CK(cuMemGetAllocationGranularity(&rec, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
 	CHECK(rec % gran == 0, "recommended %zu", rec);
+	/* host memory through the VMM API (NCCL asks, then falls back when
+	 * the creation fails): a grain either way; through rgpu not made */
+	CUmemAllocationProp hp = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				   .location = { .type = CU_MEM_LOCATION_TYPE_HOST_NUMA, .id = 0 } };
+	size_t hgran = 0;
+	CK(cuMemGetAllocationGranularity(&hgran, &hp, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CHECK(hgran && (hgran & (hgran - 1)) == 0, "host granularity %zu", hgran);
+	if (on_rgpu()) {
+		CUmemGenericAllocationHandle hh;
+		EXPECT_RC(cuMemCreate(&hh, hgran, &hp, 0), CUDA_ERROR_NOT_SUPPORTED);
+	}
 
 	size_t chunk = 2 * gran, total = 2 * chunk;
 	size_t free0, tot0, free1, tot1;
@@ -457,6 +468,26 @@ static void test_peer(int same_server)
 		CHECK(back[4] == h[4] && back[5] == 0x3c && back[1004] == 0x3c && back[1005] == h[1000] &&
 			      back[2004] == h[1999],
 		      "async peer copy 1 -> 0 differs");
+		/* a stream of device 0 waits for an event of device 1 (how
+		 * PyTorch orders its copies between GPUs) */
+		CK(cuCtxSetCurrent(c1));
+		CUevent e1;
+		CK(cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING));
+		CK(cuMemsetD8Async(b, 0x5a, 64, s));
+		CK(cuEventRecord(e1, s));
+		CK(cuCtxSetCurrent(c0));
+		CUstream s0;
+		CK(cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+		CK(cuStreamWaitEvent(s0, e1, 0));
+		CK(cuMemcpyPeerAsync(a, c0, b, c1, 64, s0));
+		CK(cuStreamSynchronize(s0));
+		CK(cuMemcpyDtoH(back, a, 64));
+		CHECK(back[0] == 0x5a && back[63] == 0x5a, "a copy after another GPU's event saw %#x",
+		      back[0]);
+		CK(cuStreamDestroy(s0));
+		CK(cuCtxSetCurrent(c1));
+		CK(cuEventDestroy(e1));
+		CK(cuCtxSetCurrent(c0));
 		/* a pool of device 0 opened to device 1 */
 		CUmemPoolProps pp;
 		memset(&pp, 0, sizeof(pp));

@@ -80,7 +80,7 @@ train() {
 			timeout 150 "$PY" "$src/test/gpu/migrate.py" "$STEPS" >"$OUT/$name.out" 2>"$OUT/$name.err" &
 	else
 		RGPU_SERVERS=$server RGPU_TRANSPORT=tcp RGPU_LOG_LEVEL=info \
-			LD_LIBRARY_PATH=$B/client/.libs:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+			LD_LIBRARY_PATH=$B/client/.libs:$B/nvml/.libs:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 			timeout 150 "$PY" "$src/test/gpu/migrate.py" "$STEPS" >"$OUT/$name.out" 2>"$OUT/$name.err" &
 	fi
 	TPID=$!

@@ -96,7 +96,7 @@ run() {
 			>"$OUT/$name.log" 2>&1
 	else
 		timeout -k 5 "$t" env RGPU_SERVERS="$where" \
-			LD_LIBRARY_PATH="$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@" >"$OUT/$name.log" 2>&1
+			LD_LIBRARY_PATH="$CLIENT:$NVML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@" >"$OUT/$name.log" 2>&1
 	fi
 }
 
