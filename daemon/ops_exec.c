@@ -4,6 +4,7 @@
 #include "session.h"
 #include "sched/scheduler.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define D (&rgpud_server.drv)
@@ -45,6 +46,21 @@ static int read_attrs(struct rd *r, CUlaunchAttribute *attrs, uint32_t *n)
 	return 0;
 }
 
+/* the most argument bytes a kernel takes (CUDA 12.1 on: 32764) */
+#define PARAMS_MAX 32768
+
+const uint8_t *launch_params(struct session *s, const uint8_t *p, size_t n)
+{
+	/* at the alignment the kernel declares: a tensor map (TMA
+	 * descriptor) argument is 64-byte aligned, and where the request's
+	 * bytes lie in the frame is anyone's guess (Triton's kernels failed
+	 * with CUDA_ERROR_INVALID_VALUE on the H200) */
+	if (n > PARAMS_MAX || (!s->params && !(s->params = aligned_alloc(128, PARAMS_MAX))))
+		return NULL;
+	memcpy(s->params, p, n);
+	return s->params;
+}
+
 int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;
@@ -68,9 +84,12 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	struct param_layout *l = e->extra;
 	if (plen < l->total)
 		return CUDA_ERROR_INVALID_VALUE;
+	const uint8_t *ap = launch_params(s, params, l->total);
+	if (!ap)
+		return CUDA_ERROR_INVALID_VALUE;
 	void *args[l->n ? l->n : 1];
 	for (uint32_t i = 0; i < l->n; i++)
-		args[i] = (void *)(params + l->off[i]);
+		args[i] = (void *)(ap + l->off[i]);
 	/* the scheduler's gate (daemon/sched/): may wait for this session's
 	 * turn, and times the kernel */
 	struct sched_token tok;

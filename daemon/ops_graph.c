@@ -275,8 +275,11 @@ static int resolve(struct session *s, const struct req *q, uint32_t type, const 
 		struct param_layout *l = e->extra;
 		if (w->plen < l->total || l->n > 64)
 			return CUDA_ERROR_INVALID_VALUE;
+		const uint8_t *ap = launch_params(s, w->params, l->total);
+		if (!ap)
+			return CUDA_ERROR_INVALID_VALUE;
 		for (uint32_t i = 0; i < l->n; i++)
-			p->args[i] = (void *)(w->params + l->off[i]);
+			p->args[i] = (void *)(ap + l->off[i]);
 		p->k.func = e->obj;
 		p->k.gridDimX = w->g[0];
 		p->k.gridDimY = w->g[1];

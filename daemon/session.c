@@ -360,6 +360,7 @@ static void session_cleanup(struct session *s)
 	ht_free(&s->ht);
 	free(s->allocs);
 	free(s->tex);
+	free(s->params);
 	free(s->rx);
 	free(s->in);
 	wbuf_free(&s->tx);

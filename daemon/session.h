@@ -92,6 +92,7 @@ struct session {
 	uint8_t *rx;    /* the current request's payload */
 	size_t rxcap;
 	uint8_t *in;    /* bytes received, not yet consumed */
+	uint8_t *params; /* a launch's arguments, 128-byte aligned (ops_exec.c) */
 	size_t in_off, in_len;
 	struct wbuf tx;
 	int32_t deferred; /* first failure of a no-reply request */
@@ -222,6 +223,11 @@ int session_send_notice(struct session *s, int32_t status, uint64_t handle, uint
 int vmem_owns(struct session *s, uint64_t addr);
 void vmem_forget_ctx(struct session *s, uint64_t ctx);
 void vmem_cleanup(struct session *s);
+
+/* ops_exec.c: a kernel's n argument bytes copied to 128-byte alignment,
+ * valid until the next call (the driver copies them at the launch or
+ * when a node is added); NULL if more than a kernel takes or no memory. */
+const uint8_t *launch_params(struct session *s, const uint8_t *p, size_t n);
 
 /* ops_array.c: an array's quota charge back (its entry going with its
  * context); a context's texture and surface objects forgotten. */
