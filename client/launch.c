@@ -79,10 +79,22 @@ static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], 
 	} else if (extra) {
 		const void *eb;
 		size_t es;
-		if (rc_launch_extra(extra, &eb, &es) || es < l->total)
+		if (rc_launch_extra(extra, &eb, &es))
 			return CUDA_ERROR_INVALID_VALUE;
 		buf = eb;
 		len = es;
+		if (es < l->total) {
+			/* a buffer shorter than the parameters, as the driver
+			 * takes it (NCCL passes only the bytes its kernel reads
+			 * of a 4 KiB argument): the rest reads as zeros */
+			if (l->total > sizeof(small) && !(heap = malloc(l->total)))
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			uint8_t *p = heap ? heap : small;
+			memcpy(p, eb, es);
+			memset(p + es, 0, l->total - es);
+			buf = p;
+			len = l->total;
+		}
 	} else if (l->n) {
 		return CUDA_ERROR_INVALID_VALUE;
 	}

@@ -579,6 +579,10 @@ API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP
 	}
 NOT_SUPPORTED(nvmlDeviceGetNvLinkState, nvmlDevice_t d, unsigned int link, int *active)
 NOT_SUPPORTED(nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *p)
+/* PyTorch resolves these at start (c10/cuda/driver_api) and fails if one
+ * is missing; it asks them only for NVLink-connected peers */
+NOT_SUPPORTED(nvmlDeviceGetNvLinkRemoteDeviceType, nvmlDevice_t d, unsigned int link, int *type)
+NOT_SUPPORTED(nvmlDeviceGetGpuFabricInfoV, nvmlDevice_t d, void *info)
 NOT_SUPPORTED(nvmlDeviceGetNvLinkCapability, nvmlDevice_t d, unsigned int link, int cap, unsigned int *r)
 NOT_SUPPORTED(nvmlDeviceGetMigMode, nvmlDevice_t d, unsigned int *cur, unsigned int *pending)
 NOT_SUPPORTED(nvmlDeviceGetCpuAffinity, nvmlDevice_t d, unsigned int n, unsigned long *set)

@@ -58,6 +58,17 @@ int main(int argc, char **argv)
 	SYM(nvmlSystemGetCudaDriverVersion);
 	SYM(nvmlDeviceGetCudaComputeCapability);
 
+	/* what PyTorch resolves at start (c10/cuda/driver_api) and fails
+	 * without, though it calls some only for NVLink peers */
+	static const char *const torch_needs[] = {
+		"nvmlInit_v2", "nvmlDeviceGetHandleByPciBusId_v2", "nvmlDeviceGetNvLinkRemoteDeviceType",
+		"nvmlDeviceGetNvLinkRemotePciInfo_v2", "nvmlDeviceGetComputeRunningProcesses",
+		"nvmlSystemGetCudaDriverVersion_v2", "nvmlDeviceGetGpuFabricInfoV",
+	};
+	for (size_t i = 0; i < sizeof(torch_needs) / sizeof(*torch_needs); i++)
+		if (!dlsym(lib, torch_needs[i]))
+			fail("%s lacks %s (PyTorch needs it)", path, torch_needs[i]);
+
 	unsigned n = 0;
 	if (nvmlDeviceGetCount_v2(&n) != NVML_ERROR_UNINITIALIZED)
 		fail("a call before nvmlInit did not say UNINITIALIZED");
