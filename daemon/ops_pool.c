@@ -59,6 +59,13 @@ static void settle(struct pool *pl)
 	}
 }
 
+static int capturing(CUstream st)
+{
+	CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+	return D->cuStreamIsCapturing && D->cuStreamIsCapturing(st, &cs) == CUDA_SUCCESS &&
+	       cs != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 static struct pool *pool_get(struct session *s, uint64_t id)
 {
 	struct hentry *e = ht_get(&s->ht, id, HK_POOL);
@@ -312,7 +319,10 @@ int op_mem_alloc_async(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	pl->charged += size;
 	CUdeviceptr p = 0;
 	rc = D->cuMemAllocFromPoolAsync(&p, size, pl->p, st);
-	settle(pl);
+	/* captured, it is the graph's allocation node (the pool's memory does
+	 * not change now), and asking the pool during the capture may end it */
+	if (!capturing(st))
+		settle(pl);
 	if (rc)
 		return rc;
 	size_t i = (size_t)(appmem_palloc_find(a, p) + 1);
@@ -345,7 +355,8 @@ int op_mem_free_async(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 	struct pool *pl = a->pallocs[i].pool;
 	memmove(&a->pallocs[i], &a->pallocs[i + 1], (a->npallocs - (size_t)i - 1) * sizeof(*a->pallocs));
 	a->npallocs--;
-	settle(pl);
+	if (!capturing(st))
+		settle(pl);
 	return CUDA_SUCCESS;
 }
 
