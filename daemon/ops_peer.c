@@ -8,6 +8,7 @@
 #include "log.h"
 #include "rgpud.h"
 #include "session.h"
+#include "mem/mem.h"
 
 #include <string.h>
 
@@ -98,8 +99,15 @@ int op_peer_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		return CUDA_ERROR_INVALID_CONTEXT;
 	if (!D->cuCtxEnablePeerAccess || !D->cuCtxDisablePeerAccess)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	return enable ? (int)D->cuCtxEnablePeerAccess(pe->obj, 0)
-		      : (int)D->cuCtxDisablePeerAccess(pe->obj);
+	rc = enable ? (int)D->cuCtxEnablePeerAccess(pe->obj, 0)
+		    : (int)D->cuCtxDisablePeerAccess(pe->obj);
+	/* the session's memory on the peer's device is VMM-backed (mem/):
+	 * its access must name this device too */
+	struct ctx_state *me = NULL;
+	const struct ctx_state *them = pe->extra;
+	if (!rc && session_enter_ctx(s, ctx, &me) == 0 && me && them)
+		rc = mem_peer_access(s, them->dev, me->dev, enable != 0);
+	return rc;
 }
 
 int op_memcpy_peer(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

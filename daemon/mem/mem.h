@@ -66,6 +66,10 @@ int mem_restore_at(struct session *s, uint64_t ctx, unsigned dev, uint64_t addr,
 uint64_t mem_range_base(struct session *s, unsigned dev, uint64_t *size);
 /* Frees everything of context ctx (it is being destroyed). */
 void mem_forget_ctx(struct session *s, uint64_t ctx);
+/* Peer access (cuCtxEnablePeerAccess): device from's contexts may, or no
+ * longer may, reach the session's memory on device owner; later blocks
+ * on owner are mapped so too.  A CUresult. */
+int mem_peer_access(struct session *s, unsigned owner, unsigned from, int enable);
 /* Frees everything (session end). */
 void mem_cleanup(struct session *s);
 

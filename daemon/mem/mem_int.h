@@ -58,6 +58,10 @@ struct mem_state {
 	uint64_t reported_bps[3];  /* what the parent got of them */
 	unsigned room_asked;       /* devices an allocation asked room on */
 	struct mem_prep *prep;     /* host copies prepared in the background */
+	/* devices whose contexts enabled peer access to device d's memory:
+	 * VMM-backed memory is reachable only where its access says so
+	 * (cuCtxEnablePeerAccess opens cuMemAlloc memory, not this) */
+	uint32_t peers[RGPUD_MAX_GPUS];
 };
 
 struct mem_state *mem_state(struct session *s);

@@ -264,9 +264,17 @@ int mem_phys_map(struct session *s, struct mem_block *b, int ask)
 		return rc;
 	rc = D->cuMemMap(b->va, b->len, 0, h, 0);
 	if (!rc) {
-		CUmemAccessDesc acc = { .location = prop.location,
+		/* the owner, and the devices that enabled peer access to it */
+		CUmemAccessDesc acc[RGPUD_MAX_GPUS];
+		size_t n = 0;
+		acc[n++] = (CUmemAccessDesc){ .location = prop.location,
+					      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		for (unsigned d = 0; d < RGPUD_MAX_GPUS && n < RGPUD_MAX_GPUS; d++)
+			if (d != b->dev && (s->mem->peers[b->dev] >> d & 1))
+				acc[n++] = (CUmemAccessDesc){
+					.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)d },
 					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-		rc = D->cuMemSetAccess(b->va, b->len, &acc, 1);
+		rc = D->cuMemSetAccess(b->va, b->len, acc, n);
 		if (rc)
 			D->cuMemUnmap(b->va, b->len);
 	}
@@ -277,6 +285,30 @@ int mem_phys_map(struct session *s, struct mem_block *b, int ask)
 	b->h = h;
 	b->resident = 1;
 	return CUDA_SUCCESS;
+}
+
+int mem_peer_access(struct session *s, unsigned owner, unsigned from, int enable)
+{
+	struct mem_state *m = s->mem;
+	if (!m || owner >= RGPUD_MAX_GPUS || from >= RGPUD_MAX_GPUS || owner == from)
+		return CUDA_SUCCESS;
+	if (enable)
+		m->peers[owner] |= 1u << from;
+	else
+		m->peers[owner] &= ~(1u << from);
+	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)from },
+				.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+						: CU_MEM_ACCESS_FLAGS_PROT_NONE };
+	int rc = CUDA_SUCCESS;
+	for (size_t i = 0; i < m->nblocks; i++) {
+		struct mem_block *b = m->blocks[i];
+		if (b->dev != owner || b->plain || b->resident != 1)
+			continue;
+		int r = D->cuMemSetAccess(b->va, b->len, &acc, 1);
+		if (r && !rc)
+			rc = r;
+	}
+	return rc;
 }
 
 void mem_phys_unmap(struct mem_block *b)
