@@ -226,20 +226,16 @@ static CUresult resource_ok(const CUDA_RESOURCE_DESC *r)
 		rc = array_of(r->res.array.hArray) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 		break;
 	case CU_RESOURCE_TYPE_LINEAR:
-		emu_mem_rdlock(ctx);
+	case CU_RESOURCE_TYPE_PITCH2D: {
 		/* the start only: the driver takes a size past the allocation */
-		rc = r->res.linear.sizeInBytes && emu_mem_map(ctx, r->res.linear.devPtr, 1)
-			     ? CUDA_SUCCESS
-			     : CUDA_ERROR_INVALID_VALUE;
-		emu_mem_rdunlock(ctx);
-		break;
-	case CU_RESOURCE_TYPE_PITCH2D:
+		int lin = r->resType == CU_RESOURCE_TYPE_LINEAR;
+		CUdeviceptr p = lin ? r->res.linear.devPtr : r->res.pitch2D.devPtr;
+		size_t n = lin ? r->res.linear.sizeInBytes : r->res.pitch2D.height;
 		emu_mem_rdlock(ctx);
-		rc = r->res.pitch2D.height && emu_mem_map(ctx, r->res.pitch2D.devPtr, 1)
-			     ? CUDA_SUCCESS
-			     : CUDA_ERROR_INVALID_VALUE;
+		rc = n && emu_mem_map(ctx, p, 1) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 		emu_mem_rdunlock(ctx);
 		break;
+	}
 	default:
 		rc = CUDA_ERROR_INVALID_VALUE;
 	}
