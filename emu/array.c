@@ -136,7 +136,8 @@ static CUresult side_rows(struct emu_ctx *ctx, CUmemorytype t, const void *host,
 		struct emu_array *a = array_of(arr);
 		if (!a)
 			return CUDA_ERROR_INVALID_VALUE;
-		if (x + w > a->rowb || y + h > a->rows || z + d > a->slices || x % a->elem)
+		if (x > a->rowb || w > a->rowb - x || y > a->rows || h > a->rows - y ||
+		    z > a->slices || d > a->slices - z || x % a->elem)
 			return CUDA_ERROR_INVALID_VALUE;
 		r->pitch = a->rowb;
 		r->height = a->rows;
@@ -147,9 +148,13 @@ static CUresult side_rows(struct emu_ctx *ctx, CUmemorytype t, const void *host,
 		pitch = w;
 	if (!height)
 		height = h;
-	if (pitch < x + w || (d > 1 && height < y + h))
+	size_t first, span, k;
+	if (x > pitch || w > pitch - x || (d > 1 && (y > height || h > height - y)) ||
+	    __builtin_mul_overflow(z, height, &k) || __builtin_add_overflow(k, y, &k) ||
+	    __builtin_mul_overflow(k, pitch, &k) || __builtin_add_overflow(k, x, &first) ||
+	    __builtin_mul_overflow(d - 1, height, &k) || __builtin_add_overflow(k, h - 1, &k) ||
+	    __builtin_mul_overflow(k, pitch, &k) || __builtin_add_overflow(k, w, &span))
 		return CUDA_ERROR_INVALID_VALUE;
-	size_t first = (z * height + y) * pitch + x, span = ((d - 1) * height + h - 1) * pitch + w;
 	if (t == CU_MEMORYTYPE_HOST) {
 		if (!host)
 			return CUDA_ERROR_INVALID_VALUE;
