@@ -61,7 +61,7 @@ struct mem_state {
 	/* devices whose contexts enabled peer access to device d's memory:
 	 * VMM-backed memory is reachable only where its access says so
 	 * (cuCtxEnablePeerAccess opens cuMemAlloc memory, not this) */
-	uint32_t peers[RGPUD_MAX_GPUS];
+	uint64_t peers[RGPUD_MAX_GPUS];
 };
 
 struct mem_state *mem_state(struct session *s);

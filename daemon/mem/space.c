@@ -270,7 +270,7 @@ int mem_phys_map(struct session *s, struct mem_block *b, int ask)
 		acc[n++] = (CUmemAccessDesc){ .location = prop.location,
 					      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 		for (unsigned d = 0; d < RGPUD_MAX_GPUS && n < RGPUD_MAX_GPUS; d++)
-			if (d != b->dev && (s->mem->peers[b->dev] >> d & 1))
+			if (d != b->dev && (s->mem->peers[b->dev] >> d & 1u))
 				acc[n++] = (CUmemAccessDesc){
 					.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)d },
 					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
@@ -287,15 +287,17 @@ int mem_phys_map(struct session *s, struct mem_block *b, int ask)
 	return CUDA_SUCCESS;
 }
 
+_Static_assert(RGPUD_MAX_GPUS <= 64, "a peer mask has a bit per GPU");
+
 int mem_peer_access(struct session *s, unsigned owner, unsigned from, int enable)
 {
 	struct mem_state *m = s->mem;
 	if (!m || owner >= RGPUD_MAX_GPUS || from >= RGPUD_MAX_GPUS || owner == from)
 		return CUDA_SUCCESS;
 	if (enable)
-		m->peers[owner] |= 1u << from;
+		m->peers[owner] |= 1ull << from;
 	else
-		m->peers[owner] &= ~(1u << from);
+		m->peers[owner] &= ~(1ull << from);
 	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)from },
 				.flags = enable ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
 						: CU_MEM_ACCESS_FLAGS_PROT_NONE };
