@@ -51,6 +51,9 @@ EMU_API CUresult CUDAAPI cuArray3DCreate_v2(CUarray *out, const CUDA_ARRAY3D_DES
 	CUresult rc = emu_ctx_enter(&ctx);
 	if (rc)
 		return rc;
+	emu_lock(&emu_glock);
+	size_t total = emu_devices[ctx->dev].total;
+	emu_unlock(&emu_glock);
 	emu_ctx_leave(ctx);
 	size_t eb = d ? format_bytes(d->Format) : 0, n;
 	if (!out || !d || !eb || !d->Width ||
@@ -65,8 +68,10 @@ EMU_API CUresult CUDAAPI cuArray3DCreate_v2(CUarray *out, const CUDA_ARRAY3D_DES
 	a->rowb = a->elem * d->Width;
 	a->rows = d->Height ? d->Height : 1;
 	a->slices = d->Depth ? d->Depth : 1;
+	/* no larger than the device (nor, then, a host allocation the size
+	 * of an unchecked product) */
 	if (__builtin_mul_overflow(a->rowb, a->rows, &n) || __builtin_mul_overflow(n, a->slices, &n) ||
-	    !(a->bytes = calloc(1, n))) {
+	    n > total || !(a->bytes = calloc(1, n))) {
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
