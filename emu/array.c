@@ -15,6 +15,8 @@
 
 struct emu_array {
 	uint32_t magic;
+	struct emu_array *next; /* every live array (arrays_lock) */
+	struct emu_ctx *ctx;    /* made in; destroyed with it */
 	CUDA_ARRAY3D_DESCRIPTOR d;
 	size_t elem, rowb, rows, slices; /* bytes per element and row */
 	unsigned char *bytes;
@@ -37,6 +39,31 @@ static size_t format_bytes(CUarray_format f)
 	default:
 		return 0;
 	}
+}
+
+static struct emu_array *arrays;
+static pthread_mutex_t arrays_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void array_free(struct emu_array *a)
+{
+	a->magic = 0;
+	free(a->bytes);
+	free(a);
+}
+
+void emu_arrays_destroy_all(struct emu_ctx *ctx)
+{
+	pthread_mutex_lock(&arrays_lock);
+	for (struct emu_array **pp = &arrays; *pp;) {
+		struct emu_array *a = *pp;
+		if (a->ctx == ctx) {
+			*pp = a->next;
+			array_free(a);
+		} else {
+			pp = &a->next;
+		}
+	}
+	pthread_mutex_unlock(&arrays_lock);
 }
 
 static struct emu_array *array_of(CUarray a)
@@ -76,6 +103,11 @@ EMU_API CUresult CUDAAPI cuArray3DCreate_v2(CUarray *out, const CUDA_ARRAY3D_DES
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	a->magic = ARRAY_MAGIC;
+	a->ctx = ctx;
+	pthread_mutex_lock(&arrays_lock);
+	a->next = arrays;
+	arrays = a;
+	pthread_mutex_unlock(&arrays_lock);
 	*out = (CUarray)a;
 	return CUDA_SUCCESS;
 }
@@ -91,12 +123,17 @@ EMU_API CUresult CUDAAPI cuArrayCreate_v2(CUarray *out, const CUDA_ARRAY_DESCRIP
 
 EMU_API CUresult CUDAAPI cuArrayDestroy(CUarray h)
 {
-	struct emu_array *a = array_of(h);
+	pthread_mutex_lock(&arrays_lock);
+	struct emu_array **pp = &arrays;
+	while (*pp && *pp != (struct emu_array *)h)
+		pp = &(*pp)->next;
+	struct emu_array *a = *pp;
+	if (a)
+		*pp = a->next;
+	pthread_mutex_unlock(&arrays_lock);
 	if (!a)
 		return CUDA_ERROR_INVALID_HANDLE;
-	a->magic = 0;
-	free(a->bytes);
-	free(a);
+	array_free(a);
 	return CUDA_SUCCESS;
 }
 

@@ -245,6 +245,7 @@ EMU_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx)
 	 * modules, then the memory itself. */
 	emu_streams_destroy_all(ctx);
 	emu_modules_destroy_all(ctx);
+	emu_arrays_destroy_all(ctx);
 	emu_mem_free_all(ctx);
 
 	emu_lock(&emu_glock);

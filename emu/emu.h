@@ -99,6 +99,8 @@ struct emu_alloc {
 CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdeviceptr *out);
 CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p);
 void emu_mem_free_all(struct emu_ctx *ctx);
+/* array.c: a context's CUDA arrays go with it, as the driver's do */
+void emu_arrays_destroy_all(struct emu_ctx *ctx);
 /* Host address of [p, p+len) if it lies inside one allocation of ctx, or
  * in VMM memory accessible from ctx's device, else NULL.  Caller holds
  * emu_mem_rdlock(ctx).  len 0 is always valid. */

@@ -127,6 +127,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	RGPUD_DRIVER_FUNCS(FUZZ_DRV)
 	RGPUD_DRIVER_OPTIONAL(FUZZ_DRV)
 	RGPUD_DRIVER_MODFUNCS(FUZZ_DRV)
+	/* application memory, peers, arrays and textures: what the emulated
+	 * device serves of it */
+	RGPUD_DRIVER_APPMEM(FUZZ_DRV)
 #undef FUZZ_DRV
 	d->cuLaunchKernel = launch_capped;
 	d->cuLaunchKernelEx = launch_ex_capped;
