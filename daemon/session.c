@@ -323,6 +323,14 @@ static void session_cleanup(struct session *s)
 		gate_charge(s->allocs[i].dev, -(int64_t)s->allocs[i].size);
 		freed += s->allocs[i].size;
 	}
+	/* CUDA arrays (charged when made; the driver frees them with their
+	 * contexts, below) */
+	for (uint32_t i = 0; i < s->ht.n; i++)
+		if (s->ht.e[i].kind == HK_ARRAY) {
+			array_forget(&s->ht.e[i]);
+			free(s->ht.e[i].extra);
+			s->ht.e[i].extra = NULL;
+		}
 	/* pinned staging must go while a context still exists */
 	shm_cleanup(s);
 	stage_free(s);
