@@ -106,10 +106,6 @@ int session_capturing(struct session *s, uint64_t ctx)
 static int ctx_idle(struct session *s)
 {
 	struct rgpud_driver *d = &s->srv->drv;
-	/* querying a capturing stream, or the legacy stream beside one,
-	 * invalidates the capture */
-	if (session_capturing(s, s->cur_ctx))
-		return 0;
 	if (d->cuStreamQuery(CU_STREAM_LEGACY) == CUDA_ERROR_NOT_READY ||
 	    d->cuStreamQuery(CU_STREAM_PER_THREAD) == CUDA_ERROR_NOT_READY)
 		return 0;
@@ -126,6 +122,10 @@ static int ctx_idle(struct session *s)
 static int settles_soon(struct session *s, enum wait_kind kind, void *obj)
 {
 	struct rgpud_driver *d = &s->srv->drv;
+	/* querying a capturing stream, or the legacy stream beside one,
+	 * invalidates the capture: asked once, not on every look */
+	if (kind == WAIT_CTX && session_capturing(s, s->cur_ctx))
+		return 0;
 	uint64_t t0 = rgpu_now_ns();
 	for (;;) {
 		int busy = 0;
