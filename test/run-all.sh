@@ -261,6 +261,16 @@ if [ -z "${RGPU_SKIP_SLURM:-}" ] && [ -x "$top/test/slurm/run.sh" ]; then
 	fi
 fi
 
+# The failing checks again, last, where a CI log cut in the middle still
+# shows them: each failing make-check log's own failure lines
+if [ "$status" -ne 0 ] || [ "$FAIL" -ne 0 ]; then
+	echo "== failed checks"
+	for f in $(find . -name '*.log' -path '*test*' -newer check-started.stamp 2>/dev/null); do
+		grep -q -E '^(FAIL|ERROR)' "$f" 2>/dev/null || continue
+		echo "-- $f"
+		grep -E '^(FAIL|ERROR|not ok|Bail out)|^    ' "$f" | tail -15
+	done
+fi
 echo "== summary"
 printf '%s' "$SUMMARY"
 [ "$FAIL" -eq 0 ] || status=1

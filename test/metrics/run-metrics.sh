@@ -75,8 +75,15 @@ exec 4>"$LOGDIR/hold.in"
 if ! wait_until 30 grep -q '^held 3' "$LOGDIR/hold.out"; then
 	t_fail "three sessions opened"; cat "$LOGDIR/hold.out"
 fi
-sleep 0.3
-scrape
+# rgpud's parent learns of admissions and allocations from its workers
+# asynchronously: wait (bounded) until the scrape shows all three, and
+# their GPU time has grown past 0.1 s
+held() {
+	scrape && [ "$(value 'rgpud_sessions{slurm_job="0"}')" = 3 ] &&
+		[ "$(value 'rgpud_memory_used_bytes{gpu="0",slurm_job="0"}')" = $((3 * SIZE)) ] &&
+		ge 'rgpud_gpu_session_seconds_total{gpu="0",slurm_job="0"}' 0.1 >/dev/null
+}
+wait_until 20 held || scrape
 cp "$LOGDIR/scrape.txt" "$LOGDIR/scrape-held.txt"
 t_check "3 live sessions of job 0" is 'rgpud_sessions{slurm_job="0"}' 3
 t_check "3 live sessions on GPU 0" is 'rgpud_gpu_sessions{gpu="0",slurm_job="0"}' 3
