@@ -25,9 +25,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef RGPU_PKGLIBDIR
@@ -333,16 +335,17 @@ static int worker_main(const char *fds, const char *who, const char *runas, cons
 {
 	int cfd, ctl, mig = -1, parent, groups;
 	unsigned uid, gid, run_uid, run_gid;
-	unsigned long long job;
+	unsigned long long job, instance;
 	int admin, authd;
 	if (!driver || sscanf(fds, "%d,%d,%d", &cfd, &ctl, &mig) < 2 || !who || !runas ||
 	    sscanf(who, "%u,%u,%llu,%d,%d", &uid, &gid, &job, &admin, &authd) != 5 ||
-	    sscanf(runas, "%u,%u,%d,%d", &run_uid, &run_gid, &parent, &groups) != 4) {
+	    sscanf(runas, "%u,%u,%d,%d,%llx", &run_uid, &run_gid, &parent, &groups, &instance) != 5) {
 		fprintf(stderr, "rgpud: --session-worker is internal to rgpud\n");
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
 	struct rgpud *srv = &rgpud_server;
+	srv->instance = instance;
 	char err[600];
 	/* loaded as root (the library may sit where the served user cannot
 	 * read), initialised after the drop */
@@ -633,6 +636,8 @@ int main(int argc, char **argv)
 
 	if (gethostname(srv->hostname, sizeof(srv->hostname) - 1) < 0)
 		snprintf(srv->hostname, sizeof(srv->hostname), "localhost");
+	if (getrandom(&srv->instance, sizeof(srv->instance), 0) != (ssize_t)sizeof(srv->instance))
+		srv->instance = (uint64_t)time(NULL) << 20 ^ (uint64_t)getpid();
 	srv->use_syslog = use_syslog;
 	ssize_t xl = readlink("/proc/self/exe", srv->self_exe, sizeof(srv->self_exe) - 1);
 	if (xl <= 0) {

@@ -77,6 +77,7 @@ int op_hello(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct w
 	put_str(out, msg);
 	put_u32(out, (uint32_t)rgpud_server.ndev);
 	put_u32(out, (uint32_t)rgpud_server.checkpoint_s);
+	put_u64(out, rgpud_server.instance);
 	return CUDA_SUCCESS;
 }
 

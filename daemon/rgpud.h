@@ -32,6 +32,10 @@ struct rgpud {
 	int worker_random_layout;  /* --worker-layout=random: workers keep ASLR */
 	int checkpoint_s;          /* --checkpoint-interval: told to clients (0: none) */
 	volatile int draining;     /* `rgpu drain`: new sessions are refused */
+	/* random at start, told in HELLO's reply and to every worker: a
+	 * moving worker knows a target that is its own rgpud (memory then
+	 * goes GPU to GPU: migrate/out.c) */
+	uint64_t instance;
 };
 
 /* Defaults of the bounds above. */

@@ -136,7 +136,7 @@ static void worker_identity(const struct session *s, int cfd, unsigned *uid, uns
 static pid_t spawn_worker(struct session *s, int cfd, int ctl, int mig)
 {
 	struct rgpud *srv = &rgpud_server;
-	char fds[32], who[96], lvl[8], runas[64], sched_arg[32];
+	char fds[32], who[96], lvl[8], runas[96], sched_arg[32];
 	unsigned uid, gid;
 	int groups;
 	worker_identity(s, cfd, &uid, &gid, &groups);
@@ -145,7 +145,8 @@ static pid_t spawn_worker(struct session *s, int cfd, int ctl, int mig)
 	snprintf(who, sizeof(who), "%u,%u,%llu,%d,%d", s->who.uid, s->who.gid,
 		 (unsigned long long)s->who.job_id, s->who.admin, s->who.authenticated);
 	snprintf(lvl, sizeof(lvl), "%d", rgpu_log_level());
-	snprintf(runas, sizeof(runas), "%u,%u,%d,%d", uid, gid, (int)parent, groups);
+	snprintf(runas, sizeof(runas), "%u,%u,%d,%d,%llx", uid, gid, (int)parent, groups,
+		 (unsigned long long)srv->instance);
 	sched_worker_arg(sched_arg, sizeof(sched_arg));
 	int sched_fd = sched_parent_fd();
 	/* MPS (daemon/sched/mps.c): the worker's environment says which

@@ -73,6 +73,18 @@ int mem_peer_access(struct session *s, unsigned owner, unsigned from, int enable
 /* Frees everything (session end). */
 void mem_cleanup(struct session *s);
 
+/* ---- worker side: memory handed over by reference (export.c) ---- */
+
+/* The physical memory under the movable allocation at addr, put in the
+ * parent's share registry for a restore by another worker of this rgpud
+ * (a move between its GPUs): the token, and the mapping it covers
+ * [*va, *va + *len), which holds [addr, addr + size).  0, or a CUresult
+ * (not movable memory, or the driver cannot export it: send the bytes). */
+int mem_export(struct session *s, uint64_t addr, uint8_t token[16], uint64_t *va,
+	       uint64_t *len);
+/* Takes every export out of the registry (the move failed or is over). */
+void mem_export_drop(struct session *s);
+
 /* ---- worker side: eviction (swap.c) ---- */
 
 /* Copies every resident movable chunk to pinned host memory and unmaps it.

@@ -30,6 +30,8 @@ struct mem_block {
 	unsigned free_units; /* small: units not in use */
 	void *shadow;        /* host copy (evicted, or kept for the next time) */
 	int shadow_pinned;
+	int exported;        /* in the parent's share registry (export.c) */
+	uint8_t token[16];   /* its token there */
 };
 
 struct mem_a {
@@ -71,10 +73,14 @@ int mem_enter_ctx(struct session *s, uint64_t ctx);
 int mem_phys_map(struct session *s, struct mem_block *b, int ask);
 /* The block starting at va, or NULL (space.c). */
 struct mem_block *mem_block_at(struct mem_state *m, uint64_t va);
+/* The block whose mapping holds addr, or NULL. */
+struct mem_block *mem_block_holding(struct mem_state *m, uint64_t addr);
 void mem_phys_unmap(struct mem_block *b);
 /* Evicts resident chunks on dev (-1: all devices) in address order until
  * want bytes (0: all) are queued (swap.c). */
 int mem_evict_some(struct session *s, int dev, uint64_t want, uint64_t *freed);
+/* Takes b's physical memory out of the share registry (export.c). */
+void mem_export_forget(struct mem_block *b);
 /* Frees b's host copy (swap.c). */
 void mem_shadow_drop(struct mem_state *m, struct mem_block *b);
 /* Ends the background preparation, taking over what it prepared (before

@@ -50,6 +50,15 @@ struct mem_block *mem_block_at(struct mem_state *m, uint64_t va)
 	return i && m->blocks[i - 1]->va == va ? m->blocks[i - 1] : NULL;
 }
 
+struct mem_block *mem_block_holding(struct mem_state *m, uint64_t addr)
+{
+	size_t i = block_upper(m, addr);
+	if (!i)
+		return NULL;
+	struct mem_block *b = m->blocks[i - 1];
+	return addr < b->va + b->len ? b : NULL;
+}
+
 static int block_insert(struct mem_state *m, struct mem_block *b)
 {
 	if (m->nblocks == m->capblocks) {
@@ -238,6 +247,11 @@ static int range_free(struct mem_state *m, unsigned dev, uint64_t va, uint64_t l
 
 /* Maps fresh physical memory under b (b->va, b->len), asking the parent for
  * room while the GPU has none (with ask).  A CUresult. */
+/* Physical memory is made exportable (a POSIX file descriptor), so that a
+ * move to another GPU of this server can hand it over (export.c); a driver
+ * that refuses the handle type gets plain memory from then on. */
+static int fd_handles_refused;
+
 int mem_phys_map(struct session *s, struct mem_block *b, int ask)
 {
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
@@ -246,7 +260,14 @@ int mem_phys_map(struct session *s, struct mem_block *b, int ask)
 	int asked = 0, rc;
 	CUmemGenericAllocationHandle h = 0;
 	for (;;) {
+		prop.requestedHandleTypes = fd_handles_refused ? CU_MEM_HANDLE_TYPE_NONE
+							       : CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 		rc = D->cuMemCreate(&h, b->len, &prop, 0);
+		if ((rc == CUDA_ERROR_NOT_SUPPORTED || rc == CUDA_ERROR_INVALID_VALUE) &&
+		    !fd_handles_refused) {
+			fd_handles_refused = 1;
+			continue;
+		}
 		if (rc != CUDA_ERROR_OUT_OF_MEMORY || !ask)
 			break;
 		if (!asked) {
@@ -315,6 +336,7 @@ int mem_peer_access(struct session *s, unsigned owner, unsigned from, int enable
 
 void mem_phys_unmap(struct mem_block *b)
 {
+	mem_export_forget(b);
 	if (!b->resident)
 		return;
 	D->cuMemUnmap(b->va, b->len);

@@ -25,7 +25,7 @@
 
 struct cap {
 	struct session *s;
-	const struct snap_io *io;
+	struct snap_io *io;
 	uint64_t nrec;
 	char *why;
 	size_t whylen;
@@ -105,6 +105,24 @@ static int mem_rec(void *arg, const struct memif_alloc *a)
 		return -1;
 	}
 	D->cuCtxSetCurrent(e->obj);
+	uint8_t tok[16];
+	uint64_t va, len;
+	if (c->io->by_ref && a->kind == MEMK_ALLOC && mem_export(c->s, a->dptr, tok, &va, &len) == 0 &&
+	    a->dptr + a->size <= va + len) {
+		uint8_t g[32 + 16 + 16];
+		le(g, a->dptr, 8);
+		le(g + 8, a->size, 8);
+		le(g + 16, a->ctx, 8);
+		le(g + 24, a->dev, 4);
+		le(g + 28, (uint64_t)a->kind, 4);
+		memcpy(g + 32, tok, 16);
+		le(g + 48, va, 8);
+		le(g + 56, len, 8);
+		if (rec_hdr(c, SNAP_PEER, sizeof(g)) < 0 || put(c, g, sizeof(g)) < 0)
+			return -1;
+		c->io->ref_bytes += a->size;
+		return 0;
+	}
 	uint8_t f[32];
 	le(f, a->dptr, 8);
 	le(f + 8, a->size, 8);
@@ -240,7 +258,7 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 	return NULL;
 }
 
-int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, char *why,
+int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io, char *why,
 		 size_t whylen)
 {
 	char kb[200];
@@ -286,6 +304,8 @@ int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, 
 		le(n, c.nrec, 8);
 		rc = rec_hdr(&c, SNAP_END, 8) < 0 || put(&c, n, 8) < 0 ? -1 : 0;
 	}
+	if (rc && io->by_ref)
+		mem_export_drop(s);
 	D->cuCtxSetCurrent(NULL);
 	s->cur_ctx = 0;
 	return rc ? -1 : 0;

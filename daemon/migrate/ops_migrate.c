@@ -164,11 +164,16 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 		snprintf(gpus + l, sizeof(gpus) - l, "%s%u", i ? "," : "",
 			 gpu >= 0 ? (unsigned)gpu : info.gpus[i]);
 	}
+	char peer[96] = "";
+	if (info.peer_bytes)
+		snprintf(peer, sizeof(peer), ", %llu of them copied GPU to GPU",
+			 (unsigned long long)info.peer_bytes);
 	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
-		 "%.3f s, %llu bytes of memory received and copied in in %.3f s)",
+		 "%.3f s, %llu bytes of memory received and copied in%s in %.3f s)",
 		 s->name, gpus[0] ? gpus : "-", info.uid, (unsigned long long)info.job,
 		 mode ? "waiting for its client" : "its client goes on", (double)info.create_ns / 1e9,
-		 (unsigned long long)info.mem_bytes, (double)info.mem_ns / 1e9);
+		 (unsigned long long)(info.mem_bytes + info.peer_bytes), peer,
+		 (double)info.mem_ns / 1e9);
 	put_bytes(out, token, sizeof(token));
 	put_u64(out, info.last_id);
 	if (session_send_reply(s, &in.last, 0, 0, out->data, out->len) < 0) {

@@ -12,6 +12,7 @@
 #include "snapshot.h"
 #include "../rgpud.h"
 #include "../session.h"
+#include "../mem/mem.h"
 #include "clock.h"
 #include "frame.h"
 #include "log.h"
@@ -30,6 +31,7 @@
 #include <munge.h>
 #endif
 
+#define D (&rgpud_server.drv)
 #define OUT_CHUNK (4u << 20)
 #define CONNECT_MS 10000
 
@@ -165,6 +167,25 @@ static int split_target(const char *t, char *host, size_t hn, unsigned *port)
 	return 0;
 }
 
+/* Whether gpu (-1: each its own) can read every GPU the session uses over
+ * a peer link: then its memory may go by reference (a target of this
+ * very rgpud). */
+static int peer_reachable(struct session *s, int32_t gpu)
+{
+	if (!D->have_vmm || !D->cuDeviceCanAccessPeer || getenv("RGPUD_MIGRATE_NO_PEER"))
+		return 0;
+	for (unsigned d = 0; d < RGPUD_MAX_GPUS && d < 64; d++) {
+		if (!(s->dev_admitted >> d & 1) || gpu < 0 || (unsigned)gpu == d)
+			continue;
+		CUdevice to, from;
+		int ok = 0;
+		if (D->cuDeviceGet(&to, gpu) || D->cuDeviceGet(&from, (int)d) ||
+		    D->cuDeviceCanAccessPeer(&ok, to, from) || !ok)
+			return 0;
+	}
+	return 1;
+}
+
 /* Moves the session to target; 0 (the client has been told), or -1 with
  * why[] (the session stays, unharmed: nothing was torn down). */
 static int move_out(struct session *s, const char *target, int32_t gpu, char *why, size_t wl)
@@ -210,16 +231,29 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 		snprintf(why, wl, "%s refused the session: %s", target, m ? m : "no reason given");
 		goto out;
 	}
+	/* the reply: text, GPUs, checkpoint interval, the rgpud's instance */
+	(void)get_str(&r, 1024);
+	(void)get_u32(&r);
+	uint64_t instance = 0;
+	if (r.left >= 12) {
+		(void)get_u32(&r);
+		instance = get_u64(&r);
+	}
+	int by_ref = rd_ok(&r) && instance == rgpud_server.instance && peer_reachable(s, gpu);
 	free(rbuf);
 	rbuf = NULL;
 	uint64_t t0 = rgpu_now_ns();
-	struct snap_io io = { .write = out_write, .arg = &o };
+	struct snap_io io = { .write = out_write, .arg = &o, .by_ref = by_ref };
 	if (snap_capture(s, s->last_id, &io, why, wl) < 0 || flush(&o, 1) < 0) {
 		if (!why[0])
 			snprintf(why, wl, "sending the session's state to %s failed", target);
 		goto out;
 	}
-	if (read_reply(c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st) < 0) {
+	int got = read_reply(c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st);
+	/* the target has copied what it took by reference, or never will */
+	if (by_ref)
+		mem_export_drop(s);
+	if (got < 0) {
 		snprintf(why, wl, "%s did not answer the session's state", target);
 		goto out;
 	}
@@ -253,9 +287,14 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 		goto out;
 	}
 	double secs = (double)(rgpu_now_ns() - t0) / 1e9;
-	log_info("%s: session moved to %s%s: %llu bytes of state in %.3f s (%.2f GB/s)", s->name,
-		 target, gpu >= 0 ? " (another GPU)" : "", (unsigned long long)o.total, secs,
-		 secs > 0 ? o.total / secs / 1e9 : 0.0);
+	uint64_t all = o.total + io.ref_bytes;
+	char ref[96] = "";
+	if (io.ref_bytes)
+		snprintf(ref, sizeof(ref), ", %llu of them device memory copied GPU to GPU",
+			 (unsigned long long)io.ref_bytes);
+	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s)", s->name,
+		 target, gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
+		 secs > 0 ? all / secs / 1e9 : 0.0);
 	rc = 0;
 out:
 	free(rbuf);

@@ -12,6 +12,7 @@
 #include "memif.h"
 #include "../rgpud.h"
 #include "../session.h"
+#include "../share.h"
 #include "../stage.h"
 #include "log.h"
 #include "proto.h"
@@ -23,9 +24,21 @@
 #include <string.h>
 #include <sys/personality.h>
 #include <time.h>
+#include <unistd.h>
 
 #define D (&rgpud_server.drv)
 #define MAX_CREATE (RGPU_MAX_PAYLOAD + 64)
+
+/* The source's physical memory, mapped here for a PEER record's copy
+ * (kept until the restore ends: small allocations share one mapping). */
+struct imported {
+	uint8_t token[16];
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;   /* where it is mapped here */
+	uint64_t len;
+	unsigned dev;     /* the GPU it lies on */
+	struct imported *next;
+};
 
 struct rst {
 	struct session *s;
@@ -33,6 +46,7 @@ struct rst {
 	int gpu_to;
 	char *why;
 	size_t whylen;
+	struct imported *imp;
 };
 
 static uint64_t gl(const uint8_t *p, int n)
@@ -204,6 +218,118 @@ static int memory(struct rst *r, uint64_t len)
 	return 0;
 }
 
+/* The source's physical memory under token, mapped here and readable by
+ * dev; NULL with why[] set. */
+static struct imported *import(struct rst *r, const uint8_t token[16], uint64_t len, unsigned dev)
+{
+	for (struct imported *m = r->imp; m; m = m->next)
+		if (!memcmp(m->token, token, 16))
+			return m->len == len ? m : (BAD("malformed session state (peer memory)"), NULL);
+	int fd = -1;
+	unsigned gpu = 0;
+	uint64_t size = 0;
+	uint8_t tok[16];
+	memcpy(tok, token, 16);
+	int rc = gate_share_get(tok, &fd, &gpu, &size);
+	if (rc) {
+		BAD("the source's device memory is not shared with this worker (%s)",
+		    rc == CUDA_ERROR_NOT_PERMITTED ? "another job or user" : "unknown token");
+		return NULL;
+	}
+	struct imported *m = calloc(1, sizeof(*m));
+	if (!m || size != len) {
+		close(fd);
+		free(m);
+		BAD(m ? "malformed session state (peer memory of %llu bytes, %llu shared)"
+		      : "out of memory", (unsigned long long)len, (unsigned long long)size);
+		return NULL;
+	}
+	memcpy(m->token, token, 16);
+	m->len = len;
+	m->dev = gpu;
+	int stage = 0;
+	rc = D->cuMemImportFromShareableHandle(&m->h, (void *)(intptr_t)fd,
+					       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(fd);
+	if (!rc && ++stage && !(rc = D->cuMemAddressReserve(&m->va, len, 2ull << 20, 0, 0)) &&
+	    ++stage && !(rc = D->cuMemMap(m->va, len, 0, m->h, 0))) {
+		++stage;
+		/* the copying GPU reads it over the peer link */
+		CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
+						      .id = (int)dev },
+					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		rc = D->cuMemSetAccess(m->va, len, &acc, 1);
+	}
+	if (rc) {
+		if (stage >= 3)
+			D->cuMemUnmap(m->va, len);
+		if (stage >= 2)
+			D->cuMemAddressFree(m->va, len);
+		if (stage >= 1)
+			D->cuMemRelease(m->h);
+		free(m);
+		BAD("cannot map the source's device memory (GPU %u) for GPU %u: %s", gpu, dev,
+		    rgpud_cu_errname(D, rc));
+		return NULL;
+	}
+	m->next = r->imp;
+	r->imp = m;
+	return m;
+}
+
+static void imports_release(struct rst *r)
+{
+	while (r->imp) {
+		struct imported *m = r->imp;
+		r->imp = m->next;
+		D->cuMemUnmap(m->va, m->len);
+		D->cuMemAddressFree(m->va, m->len);
+		D->cuMemRelease(m->h);
+		free(m);
+	}
+}
+
+/* A PEER record: the memory re-created at its address, filled GPU to GPU
+ * from the source's own physical memory. */
+static int peer(struct rst *r, uint64_t len, struct snap_info *info)
+{
+	struct session *s = r->s;
+	uint8_t f[64];
+	if (len != sizeof(f))
+		return BAD("malformed session state (peer record)");
+	if (get(r, f, sizeof(f)) < 0)
+		return -1;
+	uint64_t dptr = gl(f, 8), size = gl(f + 8, 8), ctx = gl(f + 16, 8);
+	unsigned dev = (unsigned)gl(f + 24, 4);
+	int kind = (int)gl(f + 28, 4);
+	uint64_t va = gl(f + 48, 8), blen = gl(f + 56, 8);
+	if (kind != MEMK_ALLOC || !size || dptr < va || dptr - va > blen || size > blen - (dptr - va))
+		return BAD("malformed session state (peer record)");
+	if (r->gpu_to >= 0)
+		dev = (unsigned)r->gpu_to;
+	struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
+	if (!e)
+		return BAD("memory at %#llx names no restored context", (unsigned long long)dptr);
+	D->cuCtxSetCurrent(e->obj);
+	s->cur_ctx = ctx;
+	struct imported *m = import(r, f + 32, blen, dev);
+	if (!m)
+		return -1;
+	int rc = memif_restore_at(s, ctx, dev, dptr, size);
+	if (rc)
+		return BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
+			   (unsigned long long)size, (unsigned long long)dptr, rgpud_cu_errname(D, rc));
+	/* (a device-to-device copy does not wait for itself) */
+	rc = D->cuMemcpyDtoD_v2(dptr, m->va + (dptr - va), size);
+	if (!rc)
+		rc = D->cuStreamSynchronize(NULL);
+	if (rc)
+		return BAD("copying device memory at %#llx from GPU %u: %s", (unsigned long long)dptr,
+			   m->dev, rgpud_cu_errname(D, rc));
+	info->peer_bytes += size;
+	return 0;
+}
+
 static int table(struct rst *r, uint64_t len)
 {
 	uint8_t w[4];
@@ -287,6 +413,12 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			info->mem_bytes += len;
 			break;
 		}
+		case SNAP_PEER: {
+			uint64_t t0 = rgpu_now_ns();
+			rc = peer(r, len, info);
+			info->mem_ns += rgpu_now_ns() - t0;
+			break;
+		}
 		case SNAP_TABLE:
 			rc = table(r, len);
 			break;
@@ -305,6 +437,7 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		nrec++;
 	}
+	imports_release(r);
 	D->cuCtxSetCurrent(NULL);
 	s->cur_ctx = 0;
 	if (rc && !why[0])

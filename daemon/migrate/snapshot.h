@@ -19,6 +19,12 @@
  *           module and library images included)
  *   MEMORY  u64 dptr, u64 size, u64 ctx, u32 dev, u32 kind (MEMK_*),
  *           then the size bytes of device memory
+ *   PEER    u64 dptr, u64 size, u64 ctx, u32 dev, u32 kind, u8 token[16],
+ *           u64 va, u64 len: the same memory by reference, for a target
+ *           worker of the same rgpud (a move between its GPUs): the token
+ *           names, in the parent's share registry, the physical memory
+ *           mapped at [va, va + len) in the source, which holds
+ *           [dptr, dptr + size); the target maps it and copies GPU to GPU
  *   END     u64 records before it
  *
  * A reader refuses unknown tags, lengths that disagree with their fields,
@@ -41,6 +47,7 @@ enum snap_tag {
 	SNAP_CREATE = 3,
 	SNAP_MEMORY = 4,
 	SNAP_END = 5,
+	SNAP_PEER = 6,
 };
 
 /* MEMORY kinds */
@@ -58,11 +65,16 @@ struct snap_io {
 	int (*write)(void *arg, const void *p, size_t n); /* 0 or -1 */
 	int (*read)(void *arg, void *p, size_t n);        /* all n bytes: 0, or -1 */
 	void *arg;
+	/* capture: the reader is a worker of this rgpud whose GPU can reach
+	 * the session's GPUs (peer access), so movable device memory may go
+	 * as PEER records; ref_bytes counts what went so */
+	int by_ref;
+	uint64_t ref_bytes;
 };
 
 /* The session's state after draining its work (capture.c): 0, or -1 with
  * why[] saying what cannot be moved or that the sink failed. */
-int snap_capture(struct session *s, uint64_t last_id, const struct snap_io *io, char *why,
+int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io, char *why,
 		 size_t whylen);
 
 /* What a restore learnt from the header. */
@@ -74,6 +86,7 @@ struct snap_info {
 	/* where the restore's time went (the log says it): objects re-created
 	 * (modules loaded again, contexts) and device memory copied in */
 	uint64_t create_ns, mem_ns, mem_bytes;
+	uint64_t peer_bytes; /* of them, copied GPU to GPU (PEER records) */
 };
 
 /* Rebuilds a captured session into s, a fresh one (restore.c).  gpu_to:

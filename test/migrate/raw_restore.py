@@ -95,6 +95,19 @@ case("forged_request", header() + rec(3, create), "malformed session state (requ
 case("short_end", header() + rec(5, struct.pack("<Q", 7)), "session state of 7 records")
 mem = struct.pack("<QQQII", 0x7e0000000000, 16, 1 << 32 | 5, 0, 0) + b"\0" * 16
 case("memory_without_context", header() + rec(4, mem), "names no restored context")
+# memory by reference (PEER, a move between GPUs of one rgpud)
+def peer(dptr, size, va, length):
+    return rec(6, struct.pack("<QQQII", dptr, size, 1 << 32 | 5, 0, 0) + os.urandom(16) +
+               struct.pack("<QQ", va, length))
+
+
+case("peer_short", header() + rec(6, b"x" * 8), "malformed session state (peer record)")
+case("peer_outside_its_mapping", header() + peer(0x7e0000200000, 16, 0x7e0000000000, 2 << 20),
+     "malformed session state (peer record)")
+case("peer_overflow", header() + peer(0x7e0000000010, 2**64 - 8, 0x7e0000000000, 2 << 20),
+     "malformed session state (peer record)")
+case("peer_without_context", header() + peer(0x7e0000000000, 16, 0x7e0000000000, 2 << 20),
+     "names no restored context")
 # a token nobody parked
 try:
     s, (_, st, msg) = session(os.urandom(16))

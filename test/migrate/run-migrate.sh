@@ -8,6 +8,10 @@
 # server.  Each check is a TAP line:
 #   t_migrate_keeps_data        rgpu migrate A -> B, A killed, data and handles intact
 #   t_migrate_second_gpu        rgpu migrate A -> B/1 (another GPU), same checks
+#   t_migrate_same_server_peer  rgpu migrate A -> A/1: device memory handed to
+#                               the new worker and copied GPU to GPU (the logs
+#                               say how much), same checks
+#   t_migrate_same_server_bytes the same with RGPUD_MIGRATE_NO_PEER: streamed
 #   t_standby_after_sigkill     RGPU_STANDBY=B, A's parent and workers SIGKILLed
 #   t_lost_without_standby_fails  no standby: a clear error, no hang
 #   t_migrate_needs_admin       a user's credential is refused
@@ -67,7 +71,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..11"
+echo "1..13"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -149,6 +153,32 @@ else
 	ko t_migrate_second_gpu "$(detail gpu1)"
 fi
 kill_all "$BP"
+
+# ---- to the second GPU of the same server: GPU to GPU, then streamed ----
+# same_server NAME: moves t_migrate from GPU 0 to GPU 1 of one rgpud (the
+# caller's environment goes to that rgpud); its log lines about the move
+# in $LOGDIR/NAME.moved, the application's exit status in APP_RC
+same_server() {
+	local name=$1
+	APP_RC=x
+	: >"$LOGDIR/$name.moved"
+	start_open_rgpud "$name" || return 1
+	A=$PORT AP=$PID
+	if run_app "$name" "127.0.0.1:$A"; then
+		"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$LOGDIR/$name.cmd" 2>&1
+		go "$name"
+		grep -E "session moved to|session restored on" "$LOG" >"$LOGDIR/$name.moved"
+	fi
+	kill_all "$AP"
+}
+same_server peer
+check t_migrate_same_server_peer \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/peer.out" && grep -q "1 moved, 0 failed" "$LOGDIR/peer.cmd" && grep -q "session restored on GPU 1 .*[1-9][0-9]* of them copied GPU to GPU" "$LOGDIR/peer.moved" && grep -q "session moved to .*(another GPU).*of them device memory copied GPU to GPU" "$LOGDIR/peer.moved"' \
+	"$(cat "$LOGDIR/peer.cmd" "$LOGDIR/peer.moved"; detail peer)"
+RGPUD_MIGRATE_NO_PEER=1 same_server bytes
+check t_migrate_same_server_bytes \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/bytes.out" && grep -q "session restored on GPU 1 " "$LOGDIR/bytes.moved" && ! grep -q "GPU to GPU" "$LOGDIR/bytes.moved"' \
+	"$(cat "$LOGDIR/bytes.cmd" "$LOGDIR/bytes.moved"; detail bytes)"
 
 bad=$("$RGPUD" --emulated --open --worker-layout=sometimes 2>&1)
 BADRC=$?
