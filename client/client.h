@@ -56,6 +56,11 @@ struct rc_conn {
 	 * next request (rpc.c; under lock): frames, encoded */
 	struct wbuf txq;
 	unsigned txq_n;
+	/* frames the queue may gather before it goes (rpc.c: 0 = the next
+	 * request starts a burst and goes at once; then 2, 4, ... up to
+	 * TXQ_MAX_FRAMES) */
+	unsigned txq_burst;
+	uint64_t txq_last_ns; /* when the last request was queued or sent */
 	/* the reader's receive buffer (rpc.c; NULL until cuInit is done):
 	 * one system call takes a whole small reply */
 	uint8_t *rxbuf;

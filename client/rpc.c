@@ -192,7 +192,14 @@ static void waiter_remove(struct rc_conn *c, struct rc_waiter *w)
  * writes the queue ahead of its own frame in the same system call, so
  * requests keep their order.  A full queue goes at once; otherwise a
  * flusher thread sends it within RGPU_COALESCE_US, so work is never held
- * back by a program that stops calling. */
+ * back by a program that stops calling.
+ *
+ * The first request of a burst (after a call that waited for a reply, or
+ * after RGPU_COALESCE_US without one) goes at once, so that the server and the GPU
+ * start on it, idle as they are, instead of after the coalescing delay;
+ * then the queue goes at 2, 4, 8 ... frames, up to TXQ_MAX_FRAMES, so the
+ * server keeps getting work while the batches grow to what saves system
+ * calls. */
 
 #define TXQ_MAX_BYTES (64 * 1024)
 #define TXQ_MAX_FRAMES 64
@@ -338,15 +345,25 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 	rc_stats_request(op, w != NULL, RGPU_HDR_SIZE + alen + blen);
 	/* through shared memory a frame costs a copy, not a system call:
 	 * nothing to save by waiting */
-	if (queue && !c->shmq && rc_setting(RS_COALESCE_US) && !blen) {
+	uint64_t window = queue && !c->shmq ? rc_setting(RS_COALESCE_US) * 1000ull : 0;
+	if (window && !blen) {
+		uint64_t now = rgpu_now_ns();
+		if (!c->txq.len && now - c->txq_last_ns > window)
+			c->txq_burst = 0; /* a pause: the next burst starts */
+		c->txq_last_ns = now;
+	}
+	if (window && !blen && (c->txq.len || c->txq_burst)) {
 		size_t before = c->txq.len;
 		put_raw(&c->txq, hb, sizeof(hb));
 		put_raw(&c->txq, a, alen);
 		if (!c->txq.oom) {
-			if (++c->txq_n < TXQ_MAX_FRAMES && c->txq.len < TXQ_MAX_BYTES &&
+			if (++c->txq_n < c->txq_burst && c->txq.len < TXQ_MAX_BYTES &&
 			    (before || flush_later(c) == 0))
 				return CUDA_SUCCESS;
 			/* full (or no flusher): everything goes now */
+			c->txq_burst = c->txq_burst < 2 ? 2
+				     : c->txq_burst < TXQ_MAX_FRAMES ? 2 * c->txq_burst
+								      : TXQ_MAX_FRAMES;
 			if (write_locked(c, NULL, NULL, 0, NULL, 0) < 0)
 				return send_failed(c);
 			return CUDA_SUCCESS;
@@ -355,6 +372,9 @@ static CUresult send_locked(struct rc_conn *c, uint16_t op, uint32_t flags, cons
 		c->txq.len = before;
 		c->txq.oom = 0;
 	}
+	/* a burst starts with a request that may wait (it goes now); one
+	 * that waits for a reply ends it */
+	c->txq_burst = queue && !w ? 2 : 0;
 	if (write_locked(c, hb, a, alen, b, blen) < 0)
 		return send_failed(c);
 	return CUDA_SUCCESS;

@@ -172,12 +172,18 @@ int main(int argc, char **argv)
 		CHECK(coalesce ? nw <= 10 : nw >= 101, "100 launches and a synchronisation took %llu "
 						       "writes (coalescing %s)", nw, coalesce ? "on" : "off");
 	say("100 launches + a synchronisation: %llu writes", nw);
-	/* a program that stops calling still gets its work sent */
+	/* the first launch after a synchronisation goes at once (the GPU is
+	 * idle: nothing gains from waiting), not after the coalescing delay */
 	w0 = counter("writes");
+	launch1d(finc, (unsigned)n, s, args);
+	CHECK(off || counter("writes") - w0 == 1, "the first launch after a synchronisation "
+						  "waited in the queue (%llu writes)",
+	      counter("writes") - w0);
+	/* a program that stops calling still gets its work sent */
 	launch1d(finc, (unsigned)n, s, args);
 	struct timespec ts = { 0, 50 * 1000 * 1000 };
 	nanosleep(&ts, NULL);
-	CHECK(off || counter("writes") - w0 == 1, "a lone launch was not sent within 50 ms");
+	CHECK(off || counter("writes") - w0 == 2, "a lone launch was not sent within 50 ms");
 
 	CK(cuStreamDestroy(s));
 	CK(cuEventDestroy(ev));
