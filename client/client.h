@@ -73,6 +73,7 @@ struct rc_conn {
 	/* migration and recovery (replay.h) */
 	struct rc_replay *replay; /* the request log; NULL: not movable */
 	unsigned ckpt_interval;   /* HELLO: the server's checkpoint interval */
+	uint64_t instance;        /* HELLO: the rgpud's instance (IPC handles name it) */
 	/* same host (Unix socket): the shared staging ring */
 	pthread_mutex_t ring_lock; /* one copy through the ring at a time */
 	int local;
@@ -400,6 +401,12 @@ CUresult rc_capture_info(CUstream s, struct rc_ctx *c, uint64_t sh, CUgraph *gra
  * image is not PTX or no option asks for anything (load it as it is) */
 CUresult rc_jit_image(const void *image, unsigned nopt, CUjit_option *opts, void **vals,
 		      void **cubin, size_t *size);
+
+/* vmm.c: physical memory exported on c's server under token, imported as
+ * a handle of this process (cuMemImportFromShareableHandle, IPC); the
+ * device ordinal it lies on in *ordinal (if not NULL). */
+CUresult rc_vmm_import(struct rc_conn *c, const uint8_t token[16],
+		       CUmemGenericAllocationHandle *handle, int *ordinal);
 
 /* memory.c: device allocations of this process, for cuMemcpy's direction
  * and for pointer queries */

@@ -259,6 +259,8 @@ int rc_xchg_hello(struct rc_conn *c, struct rgpu_conn *nc, const uint8_t *token,
 		(void)get_u32(&r);
 		if (r.left >= 4)
 			rc_standby_set_interval(c, get_u32(&r));
+		if (r.left >= 8)
+			c->instance = get_u64(&r); /* another rgpud now */
 		rc = 0;
 	}
 	free(buf);

@@ -915,5 +915,7 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen)
 	c->ndev = (int)ndev;
 	if (r.left >= 4) /* the server's checkpoint interval (standby.c) */
 		c->ckpt_interval = get_u32(&r);
+	if (r.left >= 8) /* which rgpud (IPC handles: ipc.c) */
+		c->instance = get_u64(&r);
 	return rc_share(c, err, errlen);
 }

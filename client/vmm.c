@@ -665,8 +665,15 @@ RC_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
 			 "in RGPU_SERVERS", rec.server_id, rec.port);
 		return CUDA_ERROR_INVALID_DEVICE;
 	}
+	return rc_vmm_import(c, rec.token, handle, NULL);
+}
+
+CUresult rc_vmm_import(struct rc_conn *c, const uint8_t token[16], CUmemGenericAllocationHandle *handle,
+		       int *ordinal_out)
+{
+	CUresult rc;
 	struct wbuf *w = rc_req();
-	put_raw(w, rec.token, 16);
+	put_raw(w, token, 16);
 	struct rd r;
 	if ((rc = rc_call(c, RGPU_OP_VMM_IMPORT, w, &r)))
 		return rc;
@@ -691,5 +698,7 @@ RC_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *
 	};
 	if ((rc = phys_new(&rc_devs[ordinal], ordinal, h, size, &prop, handle)))
 		server_release(&rc_devs[ordinal], h);
+	else if (ordinal_out)
+		*ordinal_out = ordinal;
 	return rc;
 }

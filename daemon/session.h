@@ -274,6 +274,7 @@ DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
 /* arrays, 3D copies, texture and surface objects (ops_array.c) */
 DECL_OP(array_create) DECL_OP(array_destroy) DECL_OP(memcpy3d) DECL_OP(texobj_create)
 DECL_OP(texobj_destroy)
+DECL_OP(ipc_export)
 DECL_OP(mem_refused)
 DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
 DECL_OP(graph_op) DECL_OP(link)

@@ -386,7 +386,12 @@ typedef uint64_t rgpu_handle;
 	 * u64 object (the driver's value, passed to kernels as it is) */     \
 	X(TEXOBJ_CREATE, 184, "create a texture or surface object")          \
 	/* handle ctx, u32 surface, u64 object -> */                          \
-	X(TEXOBJ_DESTROY, 185, "destroy a texture or surface object")
+	X(TEXOBJ_DESTROY, 185, "destroy a texture or surface object")         \
+	/* CUDA IPC (daemon/ops_ipc.c).  u64 dptr (the start of a cuMemAlloc  \
+	 * allocation) -> bytes16 token of the physical memory under it (as   \
+	 * VMM_EXPORT's: VMM_IMPORT takes it), u64 offset of dptr in that     \
+	 * memory, u64 its size, u64 the allocation's size */                \
+	X(IPC_EXPORT, 186, "export an allocation for cuIpcGetMemHandle")
 
 /* Graphs, host functions, attributes, the linker (graphs, 128-159). */
 #define RGPU_OPS_GRAPHS(X)                                                     \

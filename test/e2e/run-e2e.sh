@@ -228,6 +228,8 @@ suite() {
 	run t_appmem "$ONE" -- t_appmem
 	run t_appmem_peer "127.0.0.1:$P1/0,127.0.0.1:$P1/1" -- T_APPMEM_PEER=1 t_appmem
 	run t_appmem_2srv "$TWO" -- T_APPMEM_PEER=0 t_appmem
+	# CUDA IPC between two processes of a job on one server
+	run t_ipc "$ONE" -- t_ipc
 	# rgpu's NVML lists exactly the GPUs of RGPU_SERVERS
 	run t_nvml "$ONE" -- T_NVML_LIB="$NVMLLIB" t_nvml
 	run t_nvml_2srv "$TWO" -- T_NVML_LIB="$NVMLLIB" T_NVML_SAME=0 t_nvml

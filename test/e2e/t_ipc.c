@@ -1,0 +1,139 @@
+/*
+ * CUDA IPC of device memory between two processes (cuIpcGetMemHandle,
+ * cuIpcOpenMemHandle, cuIpcCloseMemHandle), as PyTorch's multiprocessing
+ * and MPI libraries use it.  The parent allocates a large and a small
+ * buffer (the small one shares its memory with a neighbour), writes them,
+ * and hands their handles to a child process (argv: "child HEX HEX"),
+ * which checks the data, a kernel's view of it, and writes its own; the
+ * parent then sees the child's writes.  Also: a pointer inside an
+ * allocation has no handle, a forged handle is refused, a handle closed
+ * twice is refused.  Runs on the local driver too.
+ */
+#include "../e2e/common.h"
+
+#include <sys/wait.h>
+
+#define BIG (8u << 20) /* bytes */
+#define SMALL 4096u
+
+static void hex(const CUipcMemHandle *h, char *out)
+{
+	for (size_t i = 0; i < sizeof(h->reserved); i++)
+		sprintf(out + 2 * i, "%02x", (unsigned char)h->reserved[i]);
+}
+
+static int unhex(const char *s, CUipcMemHandle *h)
+{
+	if (strlen(s) != 2 * sizeof(h->reserved))
+		return -1;
+	for (size_t i = 0; i < sizeof(h->reserved); i++) {
+		unsigned v;
+		if (sscanf(s + 2 * i, "%2x", &v) != 1)
+			return -1;
+		h->reserved[i] = (char)v;
+	}
+	return 0;
+}
+
+static void pattern(uint32_t *p, size_t n, uint32_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = seed * 2654435761u + (uint32_t)i;
+}
+
+static int child(const char *hb, const char *hs)
+{
+	(void)primary_ctx(0, NULL);
+	CUipcMemHandle big, small;
+	CHECK(unhex(hb, &big) == 0 && unhex(hs, &small) == 0, "bad handles on the command line");
+	CUdeviceptr db = 0, ds = 0;
+	CK(cuIpcOpenMemHandle(&db, big, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	CK(cuIpcOpenMemHandle(&ds, small, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	uint32_t *buf = malloc(BIG), *want = malloc(BIG);
+	CHECK(buf && want, "malloc");
+	pattern(want, BIG / 4, 7);
+	CK(cuMemcpyDtoH(buf, db, BIG));
+	CHECK(!memcmp(buf, want, BIG), "the child does not see the parent's big buffer");
+	pattern(want, SMALL / 4, 8);
+	CK(cuMemcpyDtoH(buf, ds, SMALL));
+	CHECK(!memcmp(buf, want, SMALL), "the child does not see the parent's small buffer");
+	/* a kernel of the child writes the parent's memory */
+	CUmodule mod = load_test_module();
+	CUfunction fill = get_func(mod, "fill_u32");
+	unsigned long long n = SMALL / 4;
+	unsigned v = 0x5eed5eed;
+	void *args[] = { &ds, &v, &n };
+	CK(cuLaunchKernel(fill, (unsigned)(n + 127) / 128, 1, 1, 128, 1, 1, 0, NULL, args, NULL));
+	CK(cuCtxSynchronize());
+	pattern(want, BIG / 4, 9);
+	CK(cuMemcpyHtoD(db, want, BIG));
+	CK(cuIpcCloseMemHandle(db));
+	CK(cuIpcCloseMemHandle(ds));
+	CHECK(cuIpcCloseMemHandle(ds) != CUDA_SUCCESS, "a handle closed twice");
+	CUipcMemHandle forged;
+	memset(&forged, 0x5a, sizeof(forged));
+	CUdeviceptr dx = 0;
+	CHECK(cuIpcOpenMemHandle(&dx, forged, 0) != CUDA_SUCCESS, "a forged handle was opened");
+	CK(cuModuleUnload(mod));
+	primary_ctx_release(0);
+	free(buf);
+	free(want);
+	printf("child: opened both handles, read, launched on and wrote the parent's memory\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	e2e_init(argv[0]);
+	if (argc == 4 && !strcmp(argv[1], "child"))
+		return child(argv[2], argv[3]);
+	(void)primary_ctx(0, NULL);
+	CUdeviceptr db, ds, dn;
+	CK(cuMemAlloc(&db, BIG));
+	CK(cuMemAlloc(&dn, SMALL)); /* a neighbour in the same chunk */
+	CK(cuMemAlloc(&ds, SMALL));
+	uint32_t *buf = malloc(BIG), *want = malloc(BIG);
+	CHECK(buf && want, "malloc");
+	pattern(want, BIG / 4, 7);
+	CK(cuMemcpyHtoD(db, want, BIG));
+	pattern(want, SMALL / 4, 8);
+	CK(cuMemcpyHtoD(ds, want, SMALL));
+	CK(cuMemsetD32(dn, 0x11111111, SMALL / 4));
+	CUipcMemHandle hb, hs, hx;
+	CK(cuIpcGetMemHandle(&hb, db));
+	CK(cuIpcGetMemHandle(&hs, ds));
+	CHECK(cuIpcGetMemHandle(&hx, db + 4096) != CUDA_SUCCESS,
+	      "a pointer inside an allocation got a handle");
+	char sb[2 * sizeof(hb.reserved) + 1], ss[2 * sizeof(hs.reserved) + 1];
+	hex(&hb, sb);
+	hex(&hs, ss);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(argv[0], argv[0], "child", sb, ss, (char *)NULL);
+		_exit(127);
+	}
+	CHECK(pid > 0, "fork");
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %#x)", st);
+	pattern(want, BIG / 4, 9);
+	CK(cuMemcpyDtoH(buf, db, BIG));
+	CHECK(!memcmp(buf, want, BIG), "the parent does not see the child's writes");
+	CK(cuMemcpyDtoH(buf, ds, SMALL));
+	for (unsigned i = 0; i < SMALL / 4; i++)
+		CHECK(buf[i] == 0x5eed5eed, "word %u of the small buffer: %#x after the child's kernel",
+		      i, buf[i]);
+	CK(cuMemcpyDtoH(buf, dn, SMALL));
+	for (unsigned i = 0; i < SMALL / 4; i++)
+		CHECK(buf[i] == 0x11111111, "the neighbour changed: word %u is %#x", i, buf[i]);
+	CK(cuMemFree(db));
+	CK(cuMemFree(ds));
+	CK(cuMemFree(dn));
+	primary_ctx_release(0);
+	free(buf);
+	free(want);
+	say("IPC: two allocations shared with a child process, data both ways, a kernel's "
+	    "writes seen");
+	return 0;
+}
