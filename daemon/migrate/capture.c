@@ -92,6 +92,16 @@ static int mem_emit(void *arg, struct xfer_pool *pool, int i, size_t n, int last
 	return put(arg, pool->b[i].p, n);
 }
 
+/* The fields MEMORY and PEER records begin with (snapshot.h). */
+static void mem_fields(uint8_t f[32], const struct memif_alloc *a)
+{
+	le(f, a->dptr, 8);
+	le(f + 8, a->size, 8);
+	le(f + 16, a->ctx, 8);
+	le(f + 24, a->dev, 4);
+	le(f + 28, (uint64_t)a->kind, 4);
+}
+
 static int mem_rec(void *arg, const struct memif_alloc *a)
 {
 	struct mem_pass *mp = arg;
@@ -110,11 +120,7 @@ static int mem_rec(void *arg, const struct memif_alloc *a)
 	if (c->io->by_ref && a->kind == MEMK_ALLOC && mem_export(c->s, a->dptr, tok, &va, &len) == 0 &&
 	    a->dptr + a->size <= va + len) {
 		uint8_t g[32 + 16 + 16];
-		le(g, a->dptr, 8);
-		le(g + 8, a->size, 8);
-		le(g + 16, a->ctx, 8);
-		le(g + 24, a->dev, 4);
-		le(g + 28, (uint64_t)a->kind, 4);
+		mem_fields(g, a);
 		memcpy(g + 32, tok, 16);
 		le(g + 48, va, 8);
 		le(g + 56, len, 8);
@@ -124,11 +130,7 @@ static int mem_rec(void *arg, const struct memif_alloc *a)
 		return 0;
 	}
 	uint8_t f[32];
-	le(f, a->dptr, 8);
-	le(f + 8, a->size, 8);
-	le(f + 16, a->ctx, 8);
-	le(f + 24, a->dev, 4);
-	le(f + 28, (uint64_t)a->kind, 4);
+	mem_fields(f, a);
 	if (rec_hdr(c, SNAP_MEMORY, sizeof(f) + a->size) < 0 || put(c, f, sizeof(f)) < 0)
 		return -1;
 	int queued;

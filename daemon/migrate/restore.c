@@ -163,24 +163,48 @@ static int create(struct rst *r, uint64_t len)
 	return rc;
 }
 
+/* The fields MEMORY and PEER records begin with (snapshot.h). */
+struct mem_head {
+	uint64_t dptr, size, ctx;
+	unsigned dev; /* where it goes: the record's GPU, or the one moved to */
+	int kind;
+};
+
+static void mem_head_read(struct rst *r, const uint8_t f[32], struct mem_head *m)
+{
+	m->dptr = gl(f, 8);
+	m->size = gl(f + 8, 8);
+	m->ctx = gl(f + 16, 8);
+	m->dev = r->gpu_to >= 0 ? (unsigned)r->gpu_to : (unsigned)gl(f + 24, 4);
+	m->kind = (int)gl(f + 28, 4);
+}
+
+/* Makes the memory's restored context current. */
+static int mem_enter(struct rst *r, const struct mem_head *m)
+{
+	struct hentry *e = ht_get(&r->s->ht, m->ctx, HK_CTX);
+	if (!e)
+		return BAD("memory at %#llx names no restored context", (unsigned long long)m->dptr);
+	D->cuCtxSetCurrent(e->obj);
+	r->s->cur_ctx = m->ctx;
+	return 0;
+}
+
 static int memory(struct rst *r, uint64_t len)
 {
 	struct session *s = r->s;
 	uint8_t f[32];
 	if (len < sizeof(f) || get(r, f, sizeof(f)) < 0)
 		return len < sizeof(f) ? BAD("malformed session state (memory)") : -1;
-	uint64_t dptr = gl(f, 8), size = gl(f + 8, 8), ctx = gl(f + 16, 8);
-	unsigned dev = (unsigned)gl(f + 24, 4);
-	int kind = (int)gl(f + 28, 4);
+	struct mem_head m;
+	mem_head_read(r, f, &m);
+	uint64_t dptr = m.dptr, size = m.size, ctx = m.ctx;
+	unsigned dev = m.dev;
+	int kind = m.kind;
 	if (size != len - sizeof(f) || kind < MEMK_ALLOC || kind > MEMK_GLOBAL)
 		return BAD("malformed session state (memory record)");
-	if (r->gpu_to >= 0)
-		dev = (unsigned)r->gpu_to;
-	struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
-	if (!e)
-		return BAD("memory at %#llx names no restored context", (unsigned long long)dptr);
-	D->cuCtxSetCurrent(e->obj);
-	s->cur_ctx = ctx;
+	if (mem_enter(r, &m) < 0)
+		return -1;
 	if (kind == MEMK_ALLOC) {
 		int rc = memif_restore_at(s, ctx, dev, dptr, size);
 		if (rc)
@@ -299,19 +323,16 @@ static int peer(struct rst *r, uint64_t len, struct snap_info *info)
 		return BAD("malformed session state (peer record)");
 	if (get(r, f, sizeof(f)) < 0)
 		return -1;
-	uint64_t dptr = gl(f, 8), size = gl(f + 8, 8), ctx = gl(f + 16, 8);
-	unsigned dev = (unsigned)gl(f + 24, 4);
-	int kind = (int)gl(f + 28, 4);
+	struct mem_head h;
+	mem_head_read(r, f, &h);
+	uint64_t dptr = h.dptr, size = h.size, ctx = h.ctx;
+	unsigned dev = h.dev;
 	uint64_t va = gl(f + 48, 8), blen = gl(f + 56, 8);
-	if (kind != MEMK_ALLOC || !size || dptr < va || dptr - va > blen || size > blen - (dptr - va))
+	if (h.kind != MEMK_ALLOC || !size || dptr < va || dptr - va > blen ||
+	    size > blen - (dptr - va))
 		return BAD("malformed session state (peer record)");
-	if (r->gpu_to >= 0)
-		dev = (unsigned)r->gpu_to;
-	struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
-	if (!e)
-		return BAD("memory at %#llx names no restored context", (unsigned long long)dptr);
-	D->cuCtxSetCurrent(e->obj);
-	s->cur_ctx = ctx;
+	if (mem_enter(r, &h) < 0)
+		return -1;
 	struct imported *m = import(r, f + 32, blen, dev);
 	if (!m)
 		return -1;

@@ -167,33 +167,32 @@ result standby "$([ $SRC = 0 ] && [ "$final" = "$L0" ] && grep -q "recovered on"
 kill_all "$BP"
 
 # ---- two GPUs of one server ----
+# move_to_gpu1 RUN SERVER: trains RUN on a fresh rgpud named SERVER (the
+# caller's environment goes to it), moves it to that rgpud's GPU 1 at step
+# MOVE_AT; SAME=0 when the losses are those of the plain run, TRC its exit
+move_to_gpu1() {
+	start "$2" && A=$PORT AP=$PID
+	train "$1" "127.0.0.1:$A"
+	if wait_step "$1" "$MOVE_AT"; then
+		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$OUT/$1.cmd" 2>&1
+	fi
+	wait "$TPID"
+	TRC=$?
+	SAME=$(diff <(losses plain) <(losses "$1") >/dev/null && echo 0 || echo 1)
+	kill_all "$AP"
+}
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if [ "$ngpu" -ge 2 ]; then
-	start twoA && A=$PORT AP=$PID
-	train twogpu "127.0.0.1:$A"
-	if wait_step twogpu "$MOVE_AT"; then
-		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$OUT/twogpu.cmd" 2>&1
-	fi
-	wait "$TPID"
-	TRC=$?
-	same=$(diff <(losses plain) <(losses twogpu) >/dev/null && echo 0 || echo 1)
-	result two-gpus "$([ $TRC = 0 ] && [ "$same" = 0 ] && echo 0 || echo 1)" \
-		"moved to GPU 1 of the same rgpud at step $MOVE_AT: losses identical: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/twogpu.cmd"); pause $(pause_ms twogpu "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-twoA.log" | tail -1)"
-	kill_all "$AP"
+	move_to_gpu1 twogpu twoA
+	pp=$(pause_ms twogpu "$MOVE_AT")
+	result two-gpus "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && echo 0 || echo 1)" \
+		"moved to GPU 1 of the same rgpud at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/twogpu.cmd"); pause $pp ms; $(grep -o "session moved to .*" "$OUT/rgpud-twoA.log" | tail -1)"
 	# the same move with memory through host memory, as moves between
 	# servers go (the baseline of the GPU-to-GPU handover)
-	RGPUD_MIGRATE_NO_PEER=1 start twoH && A=$PORT AP=$PID
-	train twohost "127.0.0.1:$A"
-	if wait_step twohost "$MOVE_AT"; then
-		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$OUT/twohost.cmd" 2>&1
-	fi
-	wait "$TPID"
-	TRC=$?
-	same=$(diff <(losses plain) <(losses twohost) >/dev/null && echo 0 || echo 1)
-	pp=$(pause_ms twogpu "$MOVE_AT") ph=$(pause_ms twohost "$MOVE_AT")
-	result two-gpus-host "$([ $TRC = 0 ] && [ "$same" = 0 ] && echo 0 || echo 1)" \
-		"the same move with RGPUD_MIGRATE_NO_PEER (memory through host): losses identical: $([ "$same" = 0 ] && echo yes || echo NO); pause $ph ms (GPU to GPU: $pp ms, $(awk -v a="$pp" -v b="$ph" 'BEGIN { if (a > 0) printf "%.1fx shorter", b / a }')); $(grep -o "session moved to .*" "$OUT/rgpud-twoH.log" | tail -1)"
-	kill_all "$AP"
+	RGPUD_MIGRATE_NO_PEER=1 move_to_gpu1 twohost twoH
+	ph=$(pause_ms twohost "$MOVE_AT")
+	result two-gpus-host "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && echo 0 || echo 1)" \
+		"the same move with RGPUD_MIGRATE_NO_PEER (memory through host): losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $ph ms (GPU to GPU: $pp ms, $(awk -v a="$pp" -v b="$ph" 'BEGIN { if (a > 0) printf "%.1fx shorter", b / a }')); $(grep -o "session moved to .*" "$OUT/rgpud-twoH.log" | tail -1)"
 else
 	say "SKIP two-gpus: this machine has $ngpu GPU(s); moving between two GPUs of one server needs two"
 fi
