@@ -34,7 +34,8 @@
 # on an error, 77 when the build or a GPU is missing.
 #
 # Environment: top_builddir (default: _build beside the sources), NVCC,
-# RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PYTHON (python3).
+# RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PYTHON (python3),
+# SHARING_SYSTEMS (the systems to run, see below).
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
@@ -134,10 +135,12 @@ sys_up() { # name
 	mps)
 		[ -n "$MPSCTL" ] && mps_start || { log "$SYS: cannot start MPS"; return 1; } ;;
 	rgpud-*)
-		local args=(--open --driver "$REAL/libcuda.so.1" --sched="${SYS#rgpud-}")
+		local args=(--open --driver "$REAL/libcuda.so.1" --sched="${SYS#rgpud-}") pol share
 		case $SYS in
-		*-mps) args=(--open --driver "$REAL/libcuda.so.1" --sched=fair --mps=job
-			     --mps-dir="$W/rmps" --mps-default-share=50) ;;
+		*-mps*) # rgpud-POLICY-mps[SHARE]: an MPS server per job, default share 50
+			pol=${SYS#rgpud-}; pol=${pol%%-mps*}; share=${SYS##*-mps}
+			args=(--open --driver "$REAL/libcuda.so.1" --sched="$pol" --mps=job
+			      --mps-dir="$W/rmps" --mps-default-share="${share:-50}") ;;
 		esac
 		PORT=$(free_port)
 		"$BUILD/daemon/rgpud" --listen "127.0.0.1:$PORT" "${args[@]}" \
@@ -272,7 +275,10 @@ run_mixes() {
 	wait_tenants
 }
 
-SYSTEMS="ts mps rgpud-fifo rgpud-fair rgpud-las rgpud-fair-mps"
+# SHARING_SYSTEMS: another list (names as above; rgpud-POLICY-mps[SHARE]
+# for an MPS server per job with that default share, e.g. rgpud-fifo-mps,
+# rgpud-fair-mps100)
+SYSTEMS=${SHARING_SYSTEMS:-"ts mps rgpud-fifo rgpud-fair rgpud-las rgpud-fair-mps"}
 for sys in $SYSTEMS; do
 	if sys_up "$sys"; then
 		run_mixes
