@@ -137,6 +137,9 @@ int rgpu_conn_fd(struct rgpu_conn *c);
 size_t rgpu_shmq_size(size_t ring);
 int rgpu_shmq_make(size_t ring, int *fd, void **mem, char *err, size_t errlen);
 int rgpu_shmq_map(int fd, size_t ring, void **mem, char *err, size_t errlen);
+/* How many waits of this end slept on the socket (0 for another
+ * transport): spinning that pays keeps it low (tests, statistics). */
+unsigned long rgpu_shmq_sleeps(struct rgpu_conn *c);
 struct rgpu_conn *rgpu_shmq_wrap(struct rgpu_conn *sock, void *mem, size_t ring, int is_server,
 				 unsigned spin_us);
 
