@@ -49,11 +49,13 @@ RC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	struct rc_ctx *ctx = NULL;
 	CUdeviceptr base = 0;
 	size_t size = 0;
-	if (!handle || rc_alloc_lookup(dptr, &ctx, &base, &size) < 0 || base != dptr || !ctx)
+	/* a pointer inside an allocation exports the whole allocation, as
+	 * the driver does (measured on the H100: it gives a handle) */
+	if (!handle || rc_alloc_lookup(dptr, &ctx, &base, &size) < 0 || !ctx)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct rc_conn *c = ctx->dev->conn;
 	struct wbuf *w = rc_req();
-	put_u64(w, dptr);
+	put_u64(w, base);
 	struct rd r;
 	if ((rc = rc_call(c, RGPU_OP_IPC_EXPORT, w, &r)))
 		return rc;

@@ -168,11 +168,15 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	if (info.peer_bytes)
 		snprintf(peer, sizeof(peer), ", %llu of them copied GPU to GPU",
 			 (unsigned long long)info.peer_bytes);
+	char slow[96] = "";
+	if (info.slow_ns)
+		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", info.slow_n,
+			 rgpu_op_name(info.slow_op), (double)info.slow_ns / 1e9);
 	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
-		 "%.3f s, %llu bytes of memory received and copied in%s in %.3f s)",
+		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s)",
 		 s->name, gpus[0] ? gpus : "-", info.uid, (unsigned long long)info.job,
 		 mode ? "waiting for its client" : "its client goes on", (double)info.create_ns / 1e9,
-		 (unsigned long long)(info.mem_bytes + info.peer_bytes), peer,
+		 slow, (unsigned long long)(info.mem_bytes + info.peer_bytes), peer,
 		 (double)info.mem_ns / 1e9);
 	put_bytes(out, token, sizeof(token));
 	put_u64(out, info.last_id);

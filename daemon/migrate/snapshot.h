@@ -87,6 +87,11 @@ struct snap_info {
 	 * (modules loaded again, contexts) and device memory copied in */
 	uint64_t create_ns, mem_ns, mem_bytes;
 	uint64_t peer_bytes; /* of them, copied GPU to GPU (PEER records) */
+	/* the kind of request whose re-creation took longest in all, and how
+	 * long (where a move's pause goes) */
+	uint16_t slow_op;
+	uint32_t slow_n;
+	uint64_t slow_ns;
 };
 
 /* Rebuilds a captured session into s, a fresh one (restore.c).  gpu_to:

@@ -185,13 +185,17 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if [ "$ngpu" -ge 2 ]; then
 	move_to_gpu1 twogpu twoA
 	pp=$(pause_ms twogpu "$MOVE_AT")
-	result two-gpus "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && echo 0 || echo 1)" \
+	# (a move that failed leaves the run on GPU 0 with the same losses:
+	# the move itself must be reported done)
+	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twogpu.cmd" && echo 0 || echo 1)
+	result two-gpus "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
 		"moved to GPU 1 of the same rgpud at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/twogpu.cmd"); pause $pp ms; $(grep -o "session moved to .*" "$OUT/rgpud-twoA.log" | tail -1)"
 	# the same move with memory through host memory, as moves between
 	# servers go (the baseline of the GPU-to-GPU handover)
 	RGPUD_MIGRATE_NO_PEER=1 move_to_gpu1 twohost twoH
 	ph=$(pause_ms twohost "$MOVE_AT")
-	result two-gpus-host "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && echo 0 || echo 1)" \
+	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twohost.cmd" && echo 0 || echo 1)
+	result two-gpus-host "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
 		"the same move with RGPUD_MIGRATE_NO_PEER (memory through host): losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $ph ms (GPU to GPU: $pp ms, $(awk -v a="$pp" -v b="$ph" 'BEGIN { if (a > 0) printf "%.1fx shorter", b / a }')); $(grep -o "session moved to .*" "$OUT/rgpud-twoH.log" | tail -1)"
 else
 	say "SKIP two-gpus: this machine has $ngpu GPU(s); moving between two GPUs of one server needs two"
