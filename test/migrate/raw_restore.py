@@ -70,13 +70,14 @@ def header():
     return rec(1, b"RGPUSNAP" + struct.pack("<IIIQQI", 1, 0, 0, 0, 0, 0))
 
 
-def case(name, stream, want):
+def case(name, stream, want, frames=None):
     global fails
     try:
         s, (_, st, msg) = session()
         if st:
             raise RuntimeError(f"HELLO refused: {msg}")
-        s.sendall(frame(OP_RESTORE, struct.pack("<Ii", 0, -1) + stream))
+        s.sendall(frames if frames is not None else
+                  frame(OP_RESTORE, struct.pack("<Ii", 0, -1) + stream))
         op, st, msg = reply(s)
         closed = s.recv(1) == b""
         if st == 0 or want not in msg or not closed:
@@ -95,6 +96,13 @@ case("forged_request", header() + rec(3, create), "malformed session state (requ
 case("short_end", header() + rec(5, struct.pack("<Q", 7)), "session state of 7 records")
 mem = struct.pack("<QQQII", 0x7e0000000000, 16, 1 << 32 | 5, 0, 0) + b"\0" * 16
 case("memory_without_context", header() + rec(4, mem), "names no restored context")
+# the stream is read ahead by a thread (daemon/migrate/ahead.c): what comes
+# after the state's end, and a frame that is not part of the stream
+case("data_after_end", header() + rec(5, struct.pack("<Q", 1)) + b"more", "data after the end")
+NOREPLY = 2  # RGPU_F_NOREPLY
+case("foreign_frame", None, "ended early",
+     frames=frame(OP_RESTORE, struct.pack("<Ii", 0, -1) + header(), NOREPLY) +
+     frame(OP_HELLO, b"\0" * 16))
 # memory by reference (PEER, a move between GPUs of one rgpud)
 def peer(dptr, size, va, length):
     return rec(6, struct.pack("<QQQII", dptr, size, 1 << 32 | 5, 0, 0) + os.urandom(16) +
