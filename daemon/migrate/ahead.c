@@ -18,6 +18,28 @@
 /* how far the reader may run ahead: 2 GiB, an eighth of the node's memory
  * at most (a third of a second at 4 GB/s needs 1.3 GB) */
 #define AHEAD_MAX (2ull << 30)
+#define STACK (1u << 20)
+#define NCHUNK (AHEAD_MAX / CHUNK)
+
+/*
+ * The reader's buffers and its stack lie in an address range every worker
+ * reserves when it starts (ahead_reserve), before the driver maps anything.
+ * The driver places module data by the process's address-space layout: a
+ * mapping made during the restore (a buffer, a thread's stack, a malloc
+ * arena) moved a module's globals away from where the source had them
+ * (measured on two H200s).  So the reader maps nothing and allocates
+ * nothing: its memory is made accessible inside the reservation, and given
+ * back (contents dropped, access removed) when the restore ends.
+ */
+static uint8_t *area; /* STACK, then NCHUNK chunks; NULL: no reservation */
+static int busy;      /* a restore uses the area (one at a time) */
+
+void ahead_reserve(void)
+{
+	void *p = mmap(NULL, STACK + AHEAD_MAX, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	area = p == MAP_FAILED ? NULL : p;
+}
 /* after the restore's last record, how long the reader may take to reach
  * the end of the stream (a peer that stops sending is dropped) */
 #define FINISH_WAIT_S 30
@@ -30,6 +52,8 @@ struct chunk {
 
 struct ahead {
 	struct session *s;
+	struct chunk *all; /* NCHUNK, made by the restoring thread */
+	size_t made;       /* how many of them are in use */
 	pthread_t tid;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -64,20 +88,11 @@ static struct chunk *chunk_get(struct ahead *a)
 			c->next = NULL;
 			return c;
 		}
-		if (a->queued + CHUNK <= a->limit) {
-			struct chunk *c = calloc(1, sizeof(*c));
-			void *p = MAP_FAILED;
-			if (c && (p = mmap(NULL, CHUNK, PROT_READ | PROT_WRITE,
-					   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)) != MAP_FAILED) {
-#ifdef MADV_HUGEPAGE
-				madvise(p, CHUNK, MADV_HUGEPAGE);
-#endif
-				c->p = p;
-				a->queued += CHUNK;
-				return c;
-			}
-			free(c);
-			return NULL;
+		if (a->queued + CHUNK <= a->limit && a->made < NCHUNK) {
+			struct chunk *c = &a->all[a->made++];
+			c->p = area + STACK + (size_t)(c - a->all) * CHUNK;
+			a->queued += CHUNK;
+			return c;
 		}
 		pthread_cond_wait(&a->cv, &a->mu);
 	}
@@ -155,22 +170,42 @@ static void *reader(void *arg)
 
 struct ahead *ahead_start(struct session *s, const struct rgpu_hdr *first, size_t left)
 {
-	struct ahead *a = calloc(1, sizeof(*a));
-	if (!a)
+	if (!area || busy)
 		return NULL;
+	struct ahead *a = calloc(1, sizeof(*a));
+	struct chunk *all = calloc(NCHUNK, sizeof(*all));
+	uint64_t limit = ahead_limit();
+	pthread_attr_t at;
+	if (!a || !all || mprotect(area, STACK + limit, PROT_READ | PROT_WRITE) < 0) {
+		free(a);
+		free(all);
+		return NULL;
+	}
+#ifdef MADV_HUGEPAGE
+	madvise(area + STACK, limit, MADV_HUGEPAGE);
+#endif
 	a->s = s;
+	a->all = all;
 	a->last = *first;
 	a->left = left;
 	a->done = !(first->flags & RGPU_F_NOREPLY);
-	a->limit = ahead_limit();
+	a->limit = limit;
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);
-	if (pthread_create(&a->tid, NULL, reader, a) != 0) {
+	int ok = pthread_attr_init(&at) == 0;
+	if (!ok || pthread_attr_setstack(&at, area, STACK) != 0 ||
+	    pthread_create(&a->tid, &at, reader, a) != 0) {
+		if (ok)
+			pthread_attr_destroy(&at);
 		pthread_mutex_destroy(&a->mu);
 		pthread_cond_destroy(&a->cv);
+		mprotect(area, STACK + limit, PROT_NONE);
+		free(all);
 		free(a);
 		return NULL;
 	}
+	pthread_attr_destroy(&at);
+	busy = 1;
 	return a;
 }
 
@@ -206,15 +241,6 @@ int ahead_read(void *arg, void *p, size_t n)
 	return 0;
 }
 
-static void chunks_free(struct chunk *c)
-{
-	while (c) {
-		struct chunk *n = c->next;
-		munmap(c->p, CHUNK);
-		free(c);
-		c = n;
-	}
-}
 
 int ahead_finish(struct ahead *a, int restored, struct rgpu_hdr *last)
 {
@@ -241,10 +267,13 @@ int ahead_finish(struct ahead *a, int restored, struct rgpu_hdr *last)
 	pthread_mutex_unlock(&a->mu);
 	pthread_join(a->tid, NULL);
 	*last = a->last;
-	chunks_free(a->head);
-	chunks_free(a->spare);
+	/* the memory goes back, the addresses stay reserved */
+	madvise(area, STACK + a->limit, MADV_DONTNEED);
+	mprotect(area, STACK + a->limit, PROT_NONE);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
+	free(a->all);
 	free(a);
+	busy = 0;
 	return exact ? 0 : -1;
 }

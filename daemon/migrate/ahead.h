@@ -18,6 +18,10 @@
 struct session;
 struct ahead;
 
+/* Reserves the reader's address range: called by every worker before its
+ * driver maps anything (ahead.c says why). */
+void ahead_reserve(void);
+
 /* Starts reading the frames that follow first (a SESSION_RESTORE request
  * whose 8-byte prefix has been read: left bytes of its stream remain).
  * NULL when no thread can run: then the caller reads the stream itself. */
