@@ -20,7 +20,8 @@
 # whole run takes about 7-8 minutes on an H100 machine (--reps 5; training
 # stops early rather than run past TRAIN_BUDGET_S, 420 s).
 # Environment: top_builddir (default _build next to bench/),
-# RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PYTHON (python3).
+# RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PYTHON (python3),
+# TRAIN_MODELS (the default of --models), TRAIN_BUDGET_S.
 # Exit: 0 when everything ran (bars met or not), 1 on an error, 77 when
 # not built, 2 on bad usage.
 set -u -o pipefail
@@ -29,7 +30,7 @@ src=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$src/_build}"
 : "${PYTHON:=python3}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
-OUT="" REPS=5 STEPS=25 WARMUP=6 MODELS=gpt,cnn,gpt-compile MICRO=1
+OUT="" REPS=5 STEPS=25 WARMUP=6 MODELS=${TRAIN_MODELS:-gpt,cnn,gpt-compile} MICRO=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=${2:?}; shift ;;
