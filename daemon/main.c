@@ -6,7 +6,6 @@
 #include "lease.h"
 #include "metrics.h"
 #include "mem/mem.h"
-#include "migrate/ahead.h"
 #include "session.h"
 #include "sched/scheduler.h"
 #include "rgpud.h"
@@ -345,8 +344,6 @@ static int worker_main(const char *fds, const char *who, const char *runas, cons
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	/* first, before the driver maps anything (migrate/ahead.c) */
-	ahead_reserve();
 	struct rgpud *srv = &rgpud_server;
 	srv->instance = instance;
 	char err[600];

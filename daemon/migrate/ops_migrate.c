@@ -5,7 +5,6 @@
  * worker migrating it here) and MEM_ALLOC_AT (recovery replays).
  */
 #include "migrate.h"
-#include "ahead.h"
 #include "memif.h"
 #include "snapshot.h"
 #include "../gate.h"
@@ -129,13 +128,8 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 		snprintf(why, sizeof(why), "no GPU %d on this server", (int)gpu);
 		rc = CUDA_ERROR_INVALID_DEVICE;
 	} else {
-		/* read ahead by a thread where one runs (ahead.h) */
-		struct ahead *ah = ahead_start(s, h, h->len - 8);
-		if (ah)
-			io = (struct snap_io){ .read = ahead_read, .arg = ah };
 		rc = snap_restore(s, &io, gpu, &info, why, sizeof(why));
-		int rest = ah ? ahead_finish(ah, rc == 0, &in.last) : (in.left || !in.done) ? -1 : 0;
-		if (rc == 0 && rest) {
+		if (rc == 0 && (in.left || !in.done)) {
 			snprintf(why, sizeof(why), "data after the end of the session's state");
 			rc = -1;
 		}
