@@ -48,6 +48,7 @@ extern const size_t test_kernels_fatbin_size;
 #endif
 
 static const char *target = "local";
+static const char *only; /* --only: one latency measurement */
 static FILE *json;
 static double min_time = BENCH_MIN_TIME;
 
@@ -72,12 +73,13 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "Usage: bw_lat [--target NAME] [--json PATH] [--max SIZE] [--min-time SEC]\n"
-"              [--device N] [--no-bw] [--no-lat]\n"
+"              [--device N] [--no-bw] [--no-lat] [--only OP]\n"
 "  --target NAME   label of this run in the output (local, rgpud, ...)\n"
 "  --json PATH     append one JSON line per measurement to PATH\n"
 "  --max SIZE      largest copy (default 256M; also BENCH_MAX_SIZE)\n"
 "  --min-time SEC  minimum time per measurement (default 0.2)\n"
-"  --device N      CUDA device ordinal (default 0)\n");
+"  --device N      CUDA device ordinal (default 0)\n"
+"  --only OP       of the latencies, only OP (null_call, launch_async, ...)\n");
 }
 
 enum dir { H2D, D2H };
@@ -155,6 +157,8 @@ static void lat_call(const char *op, const struct lat_ctx *c)
 
 static void lat_one(const char *op, size_t bytes, const struct lat_ctx *c)
 {
+	if (only && strcmp(only, op))
+		return;
 	struct bench_samples s = { 0 };
 	double div = strcmp(op, "launch_async") == 0 ? LAUNCH_BATCH : 1;
 	for (int i = 0; i < 20; i++)
@@ -189,6 +193,7 @@ int main(int argc, char **argv)
 		{ "device", required_argument, NULL, 'd' },
 		{ "no-bw", no_argument, NULL, 'B' },
 		{ "no-lat", no_argument, NULL, 'L' },
+		{ "only", required_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -209,6 +214,7 @@ int main(int argc, char **argv)
 		case 'd': devno = atoi(optarg); break;
 		case 'B': do_bw = 0; break;
 		case 'L': do_lat = 0; break;
+		case 'O': only = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
