@@ -144,8 +144,11 @@ PROGS="t_device t_vecadd t_matmul t_struct t_globals t_streams t_async t_memory 
 # ---------------------------------------------------------------- (a) direct
 if [ "$ONLY" != rgpu ]; then
 	echo "--- (a) direct: real driver"
+	# GPU 0 alone, as the rgpu runs of the same programs see it (through
+	# one server's GPU 0): on a host of two GPUs the digests differed by
+	# the second device's line
 	for p in $PROGS; do
-		run direct "$p" -- "$p"
+		run direct "$p" -- CUDA_VISIBLE_DEVICES=0 "$p"
 	done
 	run direct t_multi -- t_multi
 	run direct t_fault -- t_fault
