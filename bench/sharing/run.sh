@@ -7,7 +7,9 @@
 # Systems: the plain driver time-slicing separate processes (ts), NVIDIA MPS
 # alone (mps), and rgpud under each policy (rgpud-fifo, rgpud-fair,
 # rgpud-las), time-sliced, and rgpud-fair with an MPS server per job
-# (rgpud-fair-mps: --mps=job --mps-default-share=50).  Mixes of synthetic
+# (rgpud-fair-mps: --mps=job --mps-default-share=50; rgpud-fair-mps75 and
+# rgpud-fair-mps100 with shares 75 and 100: the share trades throughput
+# against fairness and isolation, docs/sharing.md).  Mixes of synthetic
 # tenants (bench/sharing/tenant.cu: compute kernels of a calibrated length):
 #
 #   four    4 tenants whose grids fill 1/8 of the GPU, 2000 kernels of 0.5 ms
@@ -278,7 +280,7 @@ run_mixes() {
 # SHARING_SYSTEMS: another list (names as above; rgpud-POLICY-mps[SHARE]
 # for an MPS server per job with that default share, e.g. rgpud-fifo-mps,
 # rgpud-fair-mps100)
-SYSTEMS=${SHARING_SYSTEMS:-"ts mps rgpud-fifo rgpud-fair rgpud-las rgpud-fair-mps"}
+SYSTEMS=${SHARING_SYSTEMS:-"ts mps rgpud-fifo rgpud-fair rgpud-las rgpud-fair-mps rgpud-fair-mps75 rgpud-fair-mps100"}
 for sys in $SYSTEMS; do
 	if sys_up "$sys"; then
 		run_mixes
