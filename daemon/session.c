@@ -314,6 +314,7 @@ static void session_cleanup(struct session *s)
 {
 	struct rgpud_driver *d = &s->srv->drv;
 	uint64_t freed = 0;
+	migrate_ahead_drop(s); /* a move under way ends with the session */
 	/* streams held for the client's host functions go on (no client) */
 	hostfn_cleanup(s);
 	/* no wait may outlive the contexts it waits in */
@@ -450,11 +451,14 @@ static int read_payload(struct session *s, size_t n)
 
 /* the parent has a migration order for this worker (migrate.h) */
 #define RGPU_HDR_ORDER (-10)
+/* the target of a move whose objects went ahead is ready, or late */
+#define RGPU_HDR_AHEAD (-11)
 
 /* Between requests: waits for the client while answering the parent's
- * memory manager (mem.h) and watching for a migration order (migrate.h).
- * 1 when an order came, else 0 (the client has input, or a descriptor
- * failed: the next read or gate call finds out). */
+ * memory manager (mem.h) and watching for a migration order and a move
+ * under way (migrate.h).  1 when an order came, 2 when a move's target is
+ * ready (or late), else 0 (the client has input, or a descriptor failed:
+ * the next read or gate call finds out). */
 static int session_wait_client(struct session *s)
 {
 	int cfd = s->conn ? rgpu_conn_fd(s->conn) : -1;
@@ -462,15 +466,20 @@ static int session_wait_client(struct session *s)
 	if (cfd < 0 || (ctl < 0 && s->mig_fd <= 0))
 		return 0;
 	for (;;) {
+		int wait_ms = -1;
+		int mfd = migrate_ahead_fd(s, &wait_ms);
+		if (s->move && wait_ms == 0)
+			return 2;
 		/* shared-memory call queues: input may be there without the
 		 * socket saying so (transport.h) */
 		int armed = rgpu_conn_arm(s->conn);
 		if (armed)
 			return 0;
-		struct pollfd pf[3] = { { .fd = cfd, .events = POLLIN },
+		struct pollfd pf[4] = { { .fd = cfd, .events = POLLIN },
 					{ .fd = ctl, .events = POLLIN },
-					{ .fd = s->mig_fd > 0 ? s->mig_fd : -1, .events = POLLIN } };
-		int n = poll(pf, 3, -1);
+					{ .fd = s->mig_fd > 0 ? s->mig_fd : -1, .events = POLLIN },
+					{ .fd = mfd, .events = POLLIN } };
+		int n = poll(pf, 4, wait_ms);
 		rgpu_conn_disarm(s->conn);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -491,6 +500,9 @@ static int session_wait_client(struct session *s)
 		if (pf[0].revents &&
 		    ((pf[0].revents & (POLLHUP | POLLERR)) || rgpu_conn_ready(s->conn) != 0))
 			return 0;
+		/* the client's requests first: the pause begins when it waits */
+		if (pf[3].revents || (s->move && n == 0))
+			return 2;
 		if (s->mig_fd <= 0 && ctl < 0)
 			return 0;
 	}
@@ -498,8 +510,9 @@ static int session_wait_client(struct session *s)
 
 static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 {
-	if (s->in_len - s->in_off < RGPU_HDR_SIZE && session_wait_client(s))
-		return RGPU_HDR_ORDER;
+	int w = s->in_len - s->in_off < RGPU_HDR_SIZE ? session_wait_client(s) : 0;
+	if (w)
+		return w == 2 ? RGPU_HDR_AHEAD : RGPU_HDR_ORDER;
 	if (in_fill(s, RGPU_HDR_SIZE) < 0)
 		return RGPU_HDR_EOF;
 	rgpu_hdr_decode(s->in + s->in_off, h);
@@ -521,6 +534,8 @@ int session_serve_one(struct session *s)
 	int hs = recv_hdr(s, &h);
 	if (hs == RGPU_HDR_ORDER)
 		return migrate_serve_order(s) ? -1 : 0;
+	if (hs == RGPU_HDR_AHEAD)
+		return migrate_serve_ahead(s) ? -1 : 0;
 	if (hs == RGPU_HDR_EOF) {
 		if (errno)
 			log_info("%s: connection lost: %s", s->name, strerror(errno));

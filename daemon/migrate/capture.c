@@ -30,6 +30,8 @@ struct cap {
 	char *why;
 	size_t whylen;
 	int phase; /* 0: contexts, 1: the other CREATE records */
+	uint64_t after; /* only records after this journal seq (sent ahead) */
+	uint64_t last;  /* the last record's seq written */
 };
 
 static void le(uint8_t *p, uint64_t v, int n)
@@ -63,8 +65,10 @@ static int put(struct cap *c, const void *p, size_t n)
 static int create_rec(void *arg, const struct journal_rec *r)
 {
 	struct cap *c = arg;
-	if ((r->op == RGPU_OP_CTX_CREATE) != (c->phase == 0))
+	if ((r->op == RGPU_OP_CTX_CREATE) != (c->phase == 0) || r->seq <= c->after)
 		return 0;
+	if (r->seq > c->last)
+		c->last = r->seq;
 	uint8_t f[32];
 	le(f, r->op, 2);
 	le(f + 2, 0, 2);
@@ -260,8 +264,8 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 	return NULL;
 }
 
-int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io, char *why,
-		 size_t whylen)
+/* What cannot be captured, said in why[]: -1, else 0. */
+static int movable(struct session *s, char *why, size_t whylen)
 {
 	char kb[200];
 	const char *no = journal_unmovable(s);
@@ -273,6 +277,45 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io, char *
 	if (no) {
 		snprintf(why, whylen, "%s", no);
 		return -1;
+	}
+	return 0;
+}
+
+int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead *a, char *why,
+		       size_t whylen)
+{
+	if (movable(s, why, whylen) < 0)
+		return -1;
+	struct cap c = { .s = s, .io = io, .why = why, .whylen = whylen };
+	/* the last id served goes in LAST, after the pause */
+	int rc = header(&c, 0);
+	if (!rc)
+		rc = journal_each(s, create_rec, &c);
+	c.phase = 1;
+	if (!rc)
+		rc = journal_each(s, create_rec, &c);
+	if (!rc)
+		rc = rec_hdr(&c, SNAP_SYNC, 0);
+	if (rc)
+		return -1;
+	journal_freeze(s, c.last);
+	a->seq = c.last;
+	a->nrec = c.nrec;
+	return 0;
+}
+
+int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
+		 const struct snap_ahead *ahead, char *why, size_t whylen)
+{
+	if (movable(s, why, whylen) < 0)
+		return -1;
+	if (ahead) {
+		int intact = journal_frozen_intact(s);
+		journal_freeze(s, 0);
+		if (intact < 0) {
+			snprintf(why, whylen, "an object sent ahead changed or went meanwhile");
+			return -2;
+		}
 	}
 	if (drain(s, why, whylen) < 0)
 		return -1;
@@ -286,10 +329,11 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io, char *
 			 rgpud_cu_errname(D, mrc));
 		return -1;
 	}
-	struct cap c = { .s = s, .io = io, .why = why, .whylen = whylen };
+	struct cap c = { .s = s, .io = io, .why = why, .whylen = whylen,
+			 .after = ahead ? ahead->seq : 0, .nrec = ahead ? ahead->nrec : 0 };
 	struct mem_pass first = { &c, 1u << MEMK_ALLOC };
 	struct mem_pass rest = { &c, (1u << MEMK_FIXED) | (1u << MEMK_GLOBAL) };
-	int rc = header(&c, last_id);
+	int rc = ahead ? 0 : header(&c, last_id);
 	if (!rc)
 		rc = journal_each(s, create_rec, &c);
 	if (!rc)
@@ -301,6 +345,11 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io, char *
 		rc = memif_each(s, mem_rec, &rest);
 	if (!rc)
 		rc = table(&c);
+	if (!rc && ahead) {
+		uint8_t l[8];
+		le(l, last_id, 8);
+		rc = rec_hdr(&c, SNAP_LAST, 8) < 0 || put(&c, l, 8) < 0 ? -1 : 0;
+	}
 	if (!rc) {
 		uint8_t n[8];
 		le(n, c.nrec, 8);

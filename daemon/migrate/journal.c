@@ -22,6 +22,9 @@ struct journal {
 	struct jrec *v;
 	size_t n, cap;
 	int graphs; /* live graphs: not captured (docs/design.md) */
+	uint64_t seq;    /* the last record's */
+	uint64_t frozen; /* records up to this were sent ahead (0: none) */
+	int broken;      /* one of those changed or went since */
 };
 
 static uint64_t rd64(const uint8_t *p, size_t n, size_t off)
@@ -59,8 +62,9 @@ static void add(struct session *s, uint16_t op, const uint8_t *p, size_t n, uint
 	if (!copy)
 		return;
 	memcpy(copy, p, n);
-	j->v[j->n++] = (struct jrec){ .r = { .op = op, .id = id, .ctx = ctx, .parent = parent,
-					     .result = result, .plen = n, .payload = copy } };
+	j->v[j->n++] = (struct jrec){ .r = { .op = op, .seq = ++j->seq, .id = id, .ctx = ctx,
+					     .parent = parent, .result = result, .plen = n,
+					     .payload = copy } };
 }
 
 /* Drops the records of object x and, transitively, of what belongs to it
@@ -75,6 +79,8 @@ static void drop(struct journal *j, uint64_t x)
 		if (e->dead || (e->r.id != x && e->r.parent != x && e->r.ctx != x))
 			continue;
 		e->dead = 1;
+		if (e->r.seq <= j->frozen)
+			j->broken = 1;
 		if (e->r.id && e->r.id != x)
 			drop(j, e->r.id);
 	}
@@ -99,8 +105,11 @@ static void note_place(struct journal *j, uint64_t parent, uint64_t dptr)
 {
 	for (size_t i = 0; i < j->n; i++)
 		if (!j->v[i].dead && j->v[i].r.id == parent && j->v[i].r.op == RGPU_OP_MODULE_LOAD &&
-		    !j->v[i].r.place)
+		    !j->v[i].r.place) {
 			j->v[i].r.place = dptr & ~(uint64_t)4095;
+			if (j->v[i].r.seq <= j->frozen)
+				j->broken = 1;
+		}
 }
 
 void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, int status,
@@ -136,7 +145,7 @@ void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, in
 		if ((j = jget(s)) && op == RGPU_OP_MODULE_GET_GLOBAL)
 			note_place(j, h1, made);
 		if (j && op == RGPU_OP_LIBRARY_GET_GLOBAL && j->n)
-			j->v[j->n - 1].r.place = made & ~(uint64_t)4095;
+			j->v[j->n - 1].r.place = made & ~(uint64_t)4095; /* (its own record) */
 		break;
 	case RGPU_OP_FUNC_SET_ATTR:
 	case RGPU_OP_FUNC_SET_CACHE:
@@ -180,14 +189,32 @@ void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, in
 	case RGPU_OP_VMEM_UNMAP:
 		if ((j = jget(s))) {
 			for (size_t i = 0; i < j->n; i++)
-				if (j->v[i].r.op == RGPU_OP_VMEM_MAP && j->v[i].r.result == h1)
+				if (j->v[i].r.op == RGPU_OP_VMEM_MAP && j->v[i].r.result == h1) {
 					j->v[i].dead = 1;
+					if (j->v[i].r.seq <= j->frozen)
+						j->broken = 1;
+				}
 			compact(j);
 		}
 		break;
 	default:
 		break;
 	}
+}
+
+void journal_freeze(struct session *s, uint64_t seq)
+{
+	struct journal *j = jget(s);
+	if (j) {
+		j->frozen = seq;
+		j->broken = 0;
+	}
+}
+
+int journal_frozen_intact(struct session *s)
+{
+	struct journal *j = s->journal;
+	return j && j->frozen && !j->broken ? 0 : -1;
 }
 
 int journal_each(struct session *s, int (*fn)(void *arg, const struct journal_rec *r), void *arg)

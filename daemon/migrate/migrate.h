@@ -29,10 +29,23 @@ struct rgpud_principal;
 struct rd;
 struct wbuf;
 
+/* how long a target may take to re-create objects sent ahead */
+#define MIGRATE_AHEAD_S 60
+
 /* ---- worker side (out.c) ---- */
 /* Serves one order from the parent: 1 when the session has moved (the
- * caller ends it), 0 when it stays here (the reason went to the parent). */
+ * caller ends it), 0 when it stays here (the reason went to the parent) or
+ * when its objects went ahead (RGPUD_MIGRATE_AHEAD=1: s->move, the session
+ * goes on until migrate_ahead_fd is readable or its timeout passes). */
 int migrate_serve_order(struct session *s);
+/* A move under way: the descriptor to poll with the client's, and how
+ * long (ms) until it is due; -1 when none. */
+int migrate_ahead_fd(struct session *s, int *timeout_ms);
+/* The target is ready (or the time is up): pauses the session and sends
+ * the rest.  1 when the session has moved, 0 when it stays. */
+int migrate_serve_ahead(struct session *s);
+/* The session ends with a move under way: dropped. */
+void migrate_ahead_drop(struct session *s);
 /* After a restore in mode 1: waits, through the parent, for the client to
  * attach, and serves it from then on.  0, or -1 (nobody came). */
 int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN]);

@@ -59,7 +59,7 @@ int op_session_save(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	if (!o.buf)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct snap_io io = { .write = save_write, .arg = &o };
-	int rc = snap_capture(s, h->id, &io, why, sizeof(why));
+	int rc = snap_capture(s, h->id, &io, NULL, why, sizeof(why));
 	if (rc == 0) {
 		rc = session_send_reply(s, h, 0, 0, o.buf, o.n);
 		free(o.buf);
@@ -112,6 +112,15 @@ static int restore_read(void *arg, void *p, size_t n)
 	return 0;
 }
 
+/* A SYNC record: the objects sent ahead are re-created (snapshot.h). */
+static int restore_sync(void *arg)
+{
+	struct restore_in *in = arg;
+	uint8_t f[4] = { SNAP_SYNC_ACK & 0xff, (SNAP_SYNC_ACK >> 8) & 0xff,
+			 (SNAP_SYNC_ACK >> 16) & 0xff, SNAP_SYNC_ACK >> 24 };
+	return session_send_reply(in->s, &in->last, 0, 0, f, sizeof(f)) < 0 ? -1 : 0;
+}
+
 int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint32_t mode = get_u32(r);
@@ -120,7 +129,7 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 		return OP_DROP;
 	struct restore_in in = { .s = s, .last = *h, .left = h->len - 8,
 				 .done = !(h->flags & RGPU_F_NOREPLY) };
-	struct snap_io io = { .read = restore_read, .arg = &in };
+	struct snap_io io = { .read = restore_read, .arg = &in, .sync = restore_sync };
 	struct snap_info info;
 	char why[300] = "";
 	int rc;

@@ -186,12 +186,32 @@ static int peer_reachable(struct session *s, int32_t gpu)
 	return 1;
 }
 
-/* Moves the session to target; 0 (the client has been told), or -1 with
- * why[] (the session stays, unharmed: nothing was torn down). */
-static int move_out(struct session *s, const char *target, int32_t gpu, char *why, size_t wl)
+/* A move under way: the connection to the target and what went there. */
+struct move {
+	struct rgpu_conn *c;
+	struct out_stream o;
+	char target[300];
+	int by_ref;
+	struct snap_ahead ahead; /* objects sent ahead (ahead.seq 0: none) */
+	uint64_t deadline_ns;    /* for the target to re-create them */
+};
+
+static void move_close(struct move *m)
+{
+	if (m->c)
+		rgpu_conn_close(m->c);
+	free(m->o.buf);
+	memset(m, 0, sizeof(*m));
+}
+
+/* Connects to target as the session's user and says HELLO.  0, or -1 with
+ * why[] (m closed). */
+static int move_connect(struct session *s, const char *target, int32_t gpu, struct move *m,
+			char *why, size_t wl)
 {
 	char host[256];
 	unsigned port;
+	memset(m, 0, sizeof(*m));
 	if (split_target(target, host, sizeof(host), &port) < 0) {
 		snprintf(why, wl, "bad target address '%s' (HOST:PORT)", target);
 		return -1;
@@ -205,12 +225,12 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 		return -1;
 	}
 	char err[256];
-	struct rgpu_conn *c = rgpu_tcp_connect(host, port, CONNECT_MS, err, sizeof(err));
-	if (!c) {
+	snprintf(m->target, sizeof(m->target), "%s", target);
+	m->c = rgpu_tcp_connect(host, port, CONNECT_MS, err, sizeof(err));
+	if (!m->c) {
 		snprintf(why, wl, "cannot reach %s: %s", target, err);
 		return -1;
 	}
-	int rc = -1;
 	uint8_t *rbuf = NULL;
 	struct wbuf w;
 	wbuf_init(&w);
@@ -219,89 +239,172 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 	credential(s, &w);
 	struct rd r;
 	int32_t st;
-	struct out_stream o = { .c = c, .gpu = gpu, .buf = malloc(OUT_CHUNK), .id = 1 };
-	if (w.oom || !o.buf ||
-	    rgpu_frame_send(c, RGPU_OP_HELLO, 0, 1, w.data, w.len, NULL, 0) < 0 ||
-	    read_reply(c, RGPU_OP_HELLO, &rbuf, &r, &st) < 0) {
+	m->o = (struct out_stream){ .c = m->c, .gpu = gpu, .buf = malloc(OUT_CHUNK), .id = 1 };
+	int rc = -1;
+	if (w.oom || !m->o.buf ||
+	    rgpu_frame_send(m->c, RGPU_OP_HELLO, 0, 1, w.data, w.len, NULL, 0) < 0 ||
+	    read_reply(m->c, RGPU_OP_HELLO, &rbuf, &r, &st) < 0) {
 		snprintf(why, wl, "no handshake with %s", target);
-		goto out;
-	}
-	if (st) {
-		const char *m = get_str(&r, 1024);
-		snprintf(why, wl, "%s refused the session: %s", target, m ? m : "no reason given");
-		goto out;
-	}
-	/* the reply: text, GPUs, checkpoint interval, the rgpud's instance */
-	(void)get_str(&r, 1024);
-	(void)get_u32(&r);
-	uint64_t instance = 0;
-	if (r.left >= 12) {
+	} else if (st) {
+		const char *t = get_str(&r, 1024);
+		snprintf(why, wl, "%s refused the session: %s", target, t ? t : "no reason given");
+	} else {
+		/* the reply: text, GPUs, checkpoint interval, the rgpud's instance */
+		(void)get_str(&r, 1024);
 		(void)get_u32(&r);
-		instance = get_u64(&r);
+		uint64_t instance = 0;
+		if (r.left >= 12) {
+			(void)get_u32(&r);
+			instance = get_u64(&r);
+		}
+		m->by_ref = rd_ok(&r) && instance == rgpud_server.instance && peer_reachable(s, gpu);
+		rc = 0;
 	}
-	int by_ref = rd_ok(&r) && instance == rgpud_server.instance && peer_reachable(s, gpu);
 	free(rbuf);
-	rbuf = NULL;
+	wbuf_free(&w);
+	if (rc)
+		move_close(m);
+	return rc;
+}
+
+/* Pauses the session and sends its state (what did not go ahead), then
+ * tells the client where its session is.  0 (moved), -1 with why[] (the
+ * session stays), -2 (an object sent ahead changed: nothing more sent). */
+static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
+{
 	uint64_t t0 = rgpu_now_ns();
-	struct snap_io io = { .write = out_write, .arg = &o, .by_ref = by_ref };
-	if (snap_capture(s, s->last_id, &io, why, wl) < 0 || flush(&o, 1) < 0) {
+	struct snap_io io = { .write = out_write, .arg = &m->o, .by_ref = m->by_ref };
+	const struct snap_ahead *ahead = m->ahead.seq ? &m->ahead : NULL;
+	int cap = snap_capture(s, s->last_id, &io, ahead, why, wl);
+	if (cap == -2)
+		return -2;
+	if (cap < 0 || flush(&m->o, 1) < 0) {
 		if (!why[0])
-			snprintf(why, wl, "sending the session's state to %s failed", target);
-		goto out;
+			snprintf(why, wl, "sending the session's state to %s failed", m->target);
+		return -1;
 	}
-	int got = read_reply(c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st);
+	uint8_t *rbuf = NULL;
+	struct rd r;
+	int32_t st;
+	int got = read_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st);
 	/* the target has copied what it took by reference, or never will */
-	if (by_ref)
+	if (m->by_ref)
 		mem_export_drop(s);
+	int rc = -1;
 	if (got < 0) {
-		snprintf(why, wl, "%s did not answer the session's state", target);
+		snprintf(why, wl, "%s did not answer the session's state", m->target);
 		goto out;
 	}
 	if (st) {
-		const char *m = get_str(&r, 1024);
-		snprintf(why, wl, "%s could not restore the session: %s", target, m ? m : "?");
+		const char *t = get_str(&r, 1024);
+		snprintf(why, wl, "%s could not restore the session: %s", m->target, t ? t : "?");
 		goto out;
 	}
 	size_t tn;
 	const void *token = get_bytes(&r, &tn);
 	uint64_t last = get_u64(&r);
 	if (!rd_ok(&r) || tn != MIGRATE_TOKEN_LEN || last != s->last_id) {
-		snprintf(why, wl, "%s answered the session's state with a malformed reply", target);
+		snprintf(why, wl, "%s answered the session's state with a malformed reply", m->target);
 		goto out;
 	}
 	/* tell the client where its session is now; it sends again what
 	 * came after last_id */
-	wbuf_reset(&w);
-	put_str(&w, target);
-	put_u32(&w, gpu < 0 ? UINT32_MAX : (uint32_t)gpu);
+	struct wbuf w;
+	wbuf_init(&w);
+	put_str(&w, m->target);
+	put_u32(&w, m->o.gpu < 0 ? UINT32_MAX : (uint32_t)m->o.gpu);
 	put_bytes(&w, token, tn);
 	put_u64(&w, s->last_id);
 	pthread_mutex_lock(&s->send_lock);
 	int sent = w.oom ? -1 : rgpu_frame_send(s->conn, RGPU_OP_MOVED, RGPU_F_REPLY, 0, w.data, w.len,
 						 NULL, 0);
 	pthread_mutex_unlock(&s->send_lock);
+	wbuf_free(&w);
+	rc = 0; /* either way this copy is over */
 	if (sent < 0) {
 		/* the client is gone; the restored copy waits for it in vain */
 		snprintf(why, wl, "the client went away while its session moved");
-		rc = 0; /* either way this copy is over */
 		goto out;
 	}
 	double secs = (double)(rgpu_now_ns() - t0) / 1e9;
-	uint64_t all = o.total + io.ref_bytes;
-	char ref[96] = "";
+	uint64_t all = m->o.total + io.ref_bytes;
+	char ref[96] = "", pre[96] = "";
 	if (io.ref_bytes)
 		snprintf(ref, sizeof(ref), ", %llu of them device memory copied GPU to GPU",
 			 (unsigned long long)io.ref_bytes);
-	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s)", s->name,
-		 target, gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
-		 secs > 0 ? all / secs / 1e9 : 0.0);
-	rc = 0;
+	if (ahead)
+		snprintf(pre, sizeof(pre), ", its objects re-created there before the pause");
+	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s)%s", s->name,
+		 m->target, m->o.gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
+		 secs > 0 ? all / secs / 1e9 : 0.0, pre);
 out:
 	free(rbuf);
-	free(o.buf);
-	wbuf_free(&w);
-	rgpu_conn_close(c);
 	return rc;
+}
+
+/* Moves the session to target at once; 0 (the client has been told), or
+ * -1 with why[] (the session stays, unharmed: nothing was torn down). */
+static int move_out(struct session *s, const char *target, int32_t gpu, char *why, size_t wl)
+{
+	struct move m;
+	if (move_connect(s, target, gpu, &m, why, wl) < 0)
+		return -1;
+	int rc = move_finish(s, &m, why, wl);
+	move_close(&m);
+	return rc == 0 ? 0 : -1;
+}
+
+/* RGPUD_MIGRATE_AHEAD=1: a move sends the session's objects first, while
+ * the session runs on, and pauses it once the target has re-created them
+ * (contexts and library loads were a third of a second of the pause). */
+static int ahead_wanted(void)
+{
+	const char *e = getenv("RGPUD_MIGRATE_AHEAD");
+	return e && !strcmp(e, "1");
+}
+
+/* Starts a move whose objects go ahead: 0 when under way (s->move; the
+ * session goes on until the target is ready), -1 when it could not start
+ * (the caller moves the session at once). */
+static int move_ahead_start(struct session *s, const char *target, int32_t gpu)
+{
+	char why[300] = "";
+	struct move *m = calloc(1, sizeof(*m));
+	if (!m || move_connect(s, target, gpu, m, why, sizeof(why)) < 0) {
+		free(m);
+		return -1;
+	}
+	struct snap_io io = { .write = out_write, .arg = &m->o };
+	if (snap_capture_ahead(s, &io, &m->ahead, why, sizeof(why)) < 0 || flush(&m->o, 0) < 0) {
+		journal_freeze(s, 0);
+		move_close(m);
+		free(m);
+		return -1;
+	}
+	m->deadline_ns = rgpu_now_ns() + (uint64_t)MIGRATE_AHEAD_S * 1000000000ull;
+	s->move = m;
+	return 0;
+}
+
+int migrate_ahead_fd(struct session *s, int *timeout_ms)
+{
+	struct move *m = s->move;
+	if (!m)
+		return -1;
+	uint64_t now = rgpu_now_ns();
+	*timeout_ms = now >= m->deadline_ns ? 0 : (int)((m->deadline_ns - now) / 1000000 + 1);
+	return rgpu_conn_fd(m->c);
+}
+
+void migrate_ahead_drop(struct session *s)
+{
+	if (!s->move)
+		return;
+	answer(s, -1, "the session ended while its objects went ahead");
+	journal_freeze(s, 0);
+	move_close(s->move);
+	free(s->move);
+	s->move = NULL;
 }
 
 /* After MOVED: no more to say, and what the client still sends is sent
@@ -348,7 +451,64 @@ int migrate_serve_order(struct session *s)
 	memcpy(&gpu, m, 4);
 	m[n] = '\0';
 	char why[512] = "";
+	if (s->move) {
+		answer(s, -1, "a move of this session is under way");
+		return 0;
+	}
+	/* the answer waits for the target to be ready (migrate_serve_ahead) */
+	if (ahead_wanted() && move_ahead_start(s, (const char *)m + 4, gpu) == 0)
+		return 0;
 	if (move_out(s, (const char *)m + 4, gpu, why, sizeof(why)) == 0) {
+		answer(s, 0, why[0] ? why : "moved");
+		let_go(s);
+		return 1;
+	}
+	log_warn("%s: session not moved: %s", s->name, why);
+	answer(s, -1, why);
+	return 0;
+}
+
+int migrate_serve_ahead(struct session *s)
+{
+	struct move *m = s->move;
+	if (!m)
+		return 0;
+	s->move = NULL;
+	char why[512] = "";
+	uint8_t *rbuf = NULL;
+	struct rd r;
+	int32_t st = -1;
+	struct pollfd pf = { .fd = rgpu_conn_fd(m->c), .events = POLLIN };
+	int readable = poll(&pf, 1, 0) == 1;
+	int ready = readable && read_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st) == 0;
+	int rc = -1;
+	if (ready && st == 0 && get_u32(&r) == SNAP_SYNC_ACK && rd_ok(&r)) {
+		rc = move_finish(s, m, why, sizeof(why));
+	} else if (ready) {
+		const char *t = st ? get_str(&r, 1024) : NULL;
+		snprintf(why, sizeof(why), "%s could not re-create the session's objects: %s",
+			 m->target, t ? t : "malformed answer");
+	} else if (readable) {
+		snprintf(why, sizeof(why), "%s went away while re-creating the session's objects",
+			 m->target);
+	} else {
+		snprintf(why, sizeof(why), "%s did not re-create the session's objects in %d s",
+			 m->target, MIGRATE_AHEAD_S);
+	}
+	free(rbuf);
+	char target[300];
+	snprintf(target, sizeof(target), "%s", m->target);
+	int32_t gpu = m->o.gpu;
+	journal_freeze(s, 0);
+	move_close(m);
+	free(m);
+	if (rc == -2) {
+		/* an object sent ahead changed: the whole state goes now */
+		log_info("%s: %s; moving it at once", s->name, why);
+		why[0] = '\0';
+		rc = move_out(s, target, gpu, why, sizeof(why));
+	}
+	if (rc == 0) {
 		answer(s, 0, why[0] ? why : "moved");
 		let_go(s);
 		return 1;

@@ -490,6 +490,22 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		case SNAP_TABLE:
 			rc = table(r, len);
 			break;
+		case SNAP_SYNC:
+			/* the objects sent ahead are made: say so, then wait
+			 * for the rest */
+			if (len || !io->sync)
+				rc = BAD("malformed session state (sync)");
+			else if (io->sync(io->arg) < 0)
+				rc = BAD("the sender of the session's state went away");
+			break;
+		case SNAP_LAST: {
+			uint8_t l[8];
+			if (len != 8 || get(r, l, 8) < 0)
+				rc = len != 8 ? BAD("malformed session state (last)") : -1;
+			else
+				info->last_id = gl(l, 8);
+			break;
+		}
 		case SNAP_END: {
 			uint8_t n[8];
 			if (len != 8 || get(r, n, 8) < 0)

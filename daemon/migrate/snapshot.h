@@ -25,6 +25,12 @@
  *           names, in the parent's share registry, the physical memory
  *           mapped at [va, va + len) in the source, which holds
  *           [dptr, dptr + size); the target maps it and copies GPU to GPU
+ *   SYNC    (empty) the objects sent ahead of a move's pause end here: the
+ *           reader answers once it has re-created them (a SESSION_RESTORE
+ *           reply of status 0 whose fields are u32 SNAP_SYNC_ACK), and the
+ *           rest of the stream follows when the source has paused
+ *   LAST    u64 last_id: the last request the source served, when the
+ *           HEADER went out before the pause (then it says 0)
  *   END     u64 records before it
  *
  * A reader refuses unknown tags, lengths that disagree with their fields,
@@ -48,7 +54,11 @@ enum snap_tag {
 	SNAP_MEMORY = 4,
 	SNAP_END = 5,
 	SNAP_PEER = 6,
+	SNAP_SYNC = 7,
+	SNAP_LAST = 8,
 };
+
+#define SNAP_SYNC_ACK 0x434e5953u /* "SYNC" */
 
 /* MEMORY kinds */
 enum {
@@ -70,12 +80,29 @@ struct snap_io {
 	 * as PEER records; ref_bytes counts what went so */
 	int by_ref;
 	uint64_t ref_bytes;
+	/* restore: a SYNC record was read (NULL: SYNC is refused) */
+	int (*sync)(void *arg);
 };
 
+/* What went ahead of a move's pause (snap_capture_ahead). */
+struct snap_ahead {
+	uint64_t seq;  /* the journal's records up to this one */
+	uint64_t nrec; /* records written */
+};
+
+/* A move's first part, while the session runs on: HEADER, every CREATE
+ * record (contexts first, as a capture orders them), SYNC; the journal is
+ * frozen (journal_freeze) so that the rest can say whether they still
+ * hold.  0, or -1 with why[] set. */
+int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead *a, char *why,
+		       size_t whylen);
+
 /* The session's state after draining its work (capture.c): 0, or -1 with
- * why[] saying what cannot be moved or that the sink failed. */
-int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io, char *why,
-		 size_t whylen);
+ * why[] saying what cannot be moved or that the sink failed.  ahead: what
+ * snap_capture_ahead sent (NULL: nothing), then only the rest goes, and
+ * -2 (nothing written) when an object sent ahead changed or went since. */
+int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
+		 const struct snap_ahead *ahead, char *why, size_t whylen);
 
 /* What a restore learnt from the header. */
 struct snap_info {
@@ -109,10 +136,16 @@ void journal_free(struct session *s);
 /* Visits the kept records in order; stops at a nonzero return. */
 struct journal_rec {
 	uint16_t op;
+	uint64_t seq; /* 1, 2, ... in the order served */
 	uint64_t id, ctx, parent, result, place;
 	size_t plen;
 	uint8_t *payload;
 };
+/* Sending ahead (a move's objects before its pause): the records up to
+ * seq are frozen; 0 while none changed or went since (a capture then sends
+ * only what came after), -1 when one did.  journal_freeze(s, 0) ends it. */
+void journal_freeze(struct session *s, uint64_t seq);
+int journal_frozen_intact(struct session *s);
 int journal_each(struct session *s, int (*fn)(void *arg, const struct journal_rec *r), void *arg);
 /* Whether the session holds state that cannot be captured (graphs); why. */
 const char *journal_unmovable(struct session *s);

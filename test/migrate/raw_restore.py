@@ -96,8 +96,11 @@ case("forged_request", header() + rec(3, create), "malformed session state (requ
 case("short_end", header() + rec(5, struct.pack("<Q", 7)), "session state of 7 records")
 mem = struct.pack("<QQQII", 0x7e0000000000, 16, 1 << 32 | 5, 0, 0) + b"\0" * 16
 case("memory_without_context", header() + rec(4, mem), "names no restored context")
-# the stream is read ahead by a thread (daemon/migrate/ahead.c): what comes
-# after the state's end, and a frame that is not part of the stream
+# the records of a move whose objects went ahead (SYNC, LAST)
+case("sync_with_data", header() + rec(7, b"x"), "malformed session state (sync)")
+case("last_short", header() + rec(8, b"x" * 4), "malformed session state (last)")
+# what comes after the state's end, and a frame that is not part of the
+# stream
 case("data_after_end", header() + rec(5, struct.pack("<Q", 1)) + b"more", "data after the end")
 NOREPLY = 2  # RGPU_F_NOREPLY
 case("foreign_frame", None, "ended early",

@@ -12,6 +12,10 @@
 #                               the new worker and copied GPU to GPU (the logs
 #                               say how much), same checks
 #   t_migrate_same_server_bytes the same with RGPUD_MIGRATE_NO_PEER: streamed
+#   t_migrate_objects_ahead     RGPUD_MIGRATE_AHEAD=1: objects re-created on B
+#                               before the pause, then the rest; same checks
+#   t_migrate_ahead_changed     the same while the application destroys an
+#                               object sent ahead: the whole state goes instead
 #   t_standby_after_sigkill     RGPU_STANDBY=B, A's parent and workers SIGKILLed
 #   t_lost_without_standby_fails  no standby: a clear error, no hang
 #   t_migrate_needs_admin       a user's credential is refused
@@ -71,7 +75,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..13"
+echo "1..15"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -137,6 +141,34 @@ else
 	ko t_migrate_keeps_data "$(detail migrate)"
 fi
 kill_all "$BP"
+
+# ---- objects ahead of the pause (RGPUD_MIGRATE_AHEAD=1 on the source) ----
+# ahead NAME [t_migrate mode]: moves t_migrate from a source that sends
+# the session's objects before pausing it to another server
+ahead() {
+	local name=$1
+	shift
+	APP_RC=x
+	RGPUD_MIGRATE_AHEAD=1 start_open_rgpud "$name-a" && A=$PORT AP=$PID ALOG=$LOG
+	start_open_rgpud "$name-b" && B=$PORT BP=$PID BLOG=$LOG
+	if run_app "$name" "127.0.0.1:$A" "$@"; then
+		[ "${1:-}" = churn ] && echo churn >&3
+		env -u RGPU_MUNGE_SOCKET "$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B" \
+			>"$LOGDIR/$name.cmd" 2>&1
+		kill_all "$AP"
+		go "$name"
+	fi
+	kill_all "$BP"
+}
+ahead ahead
+check t_migrate_objects_ahead \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/ahead.out" && grep -q "1 moved, 0 failed" "$LOGDIR/ahead.cmd" && grep -q "re-created there before the pause" "$ALOG" && grep -q "client attached" "$BLOG"' \
+	"$(cat "$LOGDIR/ahead.cmd"; detail ahead; grep -E "moved|ahead" "$ALOG")"
+# an object sent ahead goes before the pause: the whole state goes then
+ahead churn churn
+check t_migrate_ahead_changed \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/churn.out" && grep -q "1 moved, 0 failed" "$LOGDIR/churn.cmd" && grep -q "changed or went meanwhile; moving it at once" "$ALOG"' \
+	"$(cat "$LOGDIR/churn.cmd"; detail churn; grep -E "moved|ahead|meanwhile" "$ALOG")"
 
 # ---- to the second GPU of another server ----
 start_open_rgpud a2 --worker-layout=random && A=$PORT AP=$PID

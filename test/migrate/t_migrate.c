@@ -11,21 +11,42 @@
  * globals, launches on the old stream, the old event, then creates and
  * destroys objects.  It prints OK on success.  With "pool" it also holds
  * a memory pool, which is not migrated: the move must be refused and the
- * session go on where it was.
+ * session go on where it was.  With "churn" it makes events before READY
+ * and, told "churn" on stdin, destroys them one after another while the
+ * test moves the session, so that objects sent ahead of a move's pause go
+ * meanwhile (RGPUD_MIGRATE_AHEAD: the move must then send it all).
  */
+#include <poll.h>
 #include "../e2e/common.h"
 
 #define N (1 << 18)           /* floats per vector */
 #define BIG (8u << 20)        /* u32 words in the big buffer (32 MiB) */
 #define PATTERN 0xabcd1234u
 
-static void wait_go(void)
+#define CHURN 3000 /* events made before READY, destroyed after "churn" */
+
+static void wait_go(int churn)
 {
 	char line[64];
+	static CUevent ev[CHURN];
+	for (int i = 0; churn && i < CHURN; i++)
+		CK(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
 	printf("READY\n");
 	fflush(stdout);
+	int gone = 0;
+	if (churn) {
+		/* "churn": the move starts now; destroy back to back (a request
+		 * always waiting) until "go" or no event is left */
+		if (!fgets(line, sizeof(line), stdin))
+			fail("no churn line on stdin");
+		struct pollfd p = { .fd = 0, .events = POLLIN };
+		while (gone < CHURN && poll(&p, 1, 0) == 0)
+			CK(cuEventDestroy(ev[gone++]));
+	}
 	if (!fgets(line, sizeof(line), stdin))
 		fail("no go-ahead on stdin");
+	while (churn && gone < CHURN)
+		CK(cuEventDestroy(ev[gone++]));
 }
 
 int main(int argc, char **argv)
@@ -33,6 +54,7 @@ int main(int argc, char **argv)
 	e2e_init(argv[0]);
 	int standby = argc > 1 && !strcmp(argv[1], "standby");
 	int pool = argc > 1 && !strcmp(argv[1], "pool");
+	int churn = argc > 1 && !strcmp(argv[1], "churn");
 	(void)primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction f_add = get_func(mod, "vec_add");
@@ -105,7 +127,7 @@ int main(int argc, char **argv)
 		launch1d(f_inc, N, s, inc_args);
 		CK(cuStreamSynchronize(s));
 	}
-	wait_go();
+	wait_go(churn);
 
 	/* ---- after the move: everything as it was ---- */
 	CK(cuMemcpyDtoH(c, dc, N * sizeof(float)));
