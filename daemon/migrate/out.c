@@ -193,6 +193,7 @@ struct move {
 	char target[300];
 	int by_ref;
 	struct snap_ahead ahead; /* objects sent ahead (ahead.seq 0: none) */
+	uint64_t ahead_bytes;    /* their bytes */
 	uint64_t deadline_ns;    /* for the target to re-create them */
 };
 
@@ -327,13 +328,14 @@ static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
 		goto out;
 	}
 	double secs = (double)(rgpu_now_ns() - t0) / 1e9;
-	uint64_t all = m->o.total + io.ref_bytes;
-	char ref[96] = "", pre[96] = "";
+	uint64_t all = m->o.total - m->ahead_bytes + io.ref_bytes;
+	char ref[96] = "", pre[128] = "";
 	if (io.ref_bytes)
 		snprintf(ref, sizeof(ref), ", %llu of them device memory copied GPU to GPU",
 			 (unsigned long long)io.ref_bytes);
 	if (ahead)
-		snprintf(pre, sizeof(pre), ", its objects re-created there before the pause");
+		snprintf(pre, sizeof(pre), ", its objects (%llu bytes) re-created there before the "
+			 "pause", (unsigned long long)m->ahead_bytes);
 	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s)%s", s->name,
 		 m->target, m->o.gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
 		 secs > 0 ? all / secs / 1e9 : 0.0, pre);
@@ -381,6 +383,7 @@ static int move_ahead_start(struct session *s, const char *target, int32_t gpu)
 		free(m);
 		return -1;
 	}
+	m->ahead_bytes = m->o.total;
 	m->deadline_ns = rgpu_now_ns() + (uint64_t)MIGRATE_AHEAD_S * 1000000000ull;
 	s->move = m;
 	return 0;

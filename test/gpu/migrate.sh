@@ -17,7 +17,11 @@
 #              with L0's final loss; recovery time (the slowest step after
 #              the kill minus the median) and the checkpoint overhead on
 #              the median and mean step time are recorded
+#   migrate-ahead  the same with RGPUD_MIGRATE_AHEAD=1 on A: the session's
+#              objects are re-created on B before the pause
 #   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
+#              (then through host, two-gpus-host, and with the objects
+#              ahead of the pause, two-gpus-ahead)
 # Prints one line per result and "migrate.sh: N passed, N failed"; writes
 # DIR/migrate-summary.txt and the logs under DIR.
 set -u
@@ -117,35 +121,52 @@ result plain "$([ $PRC = 0 ] && [ -n "$L0" ] && echo 0 || echo 1)" \
 [ -n "$L0" ] || { say "migrate.sh: $pass passed, $fail failed"; exit 1; }
 
 # ---- migrate mid-run ----
-start migA && A=$PORT AP=$PID
-start migB && BPORT=$PORT BP=$PID
-train migrate "127.0.0.1:$A"
-if wait_step migrate "$MOVE_AT"; then
+# tcp_move NAME SRC DST [DESC]: trains NAME on a fresh rgpud SRC (the
+# caller's environment goes to it), moves it at step MOVE_AT to a fresh
+# rgpud DST over TCP and kills SRC; one result line, the target's time
+# and the pause against plain loopback TCP
+RAW_TCP=""
+tcp_move() {
+	local name=$1 src=$2 dst=$3 desc=${4:-} t0 t1="" MRC same moved bytes secs pause per_gib
+	start "$src" && A=$PORT AP=$PID
+	start "$dst" && BPORT=$PORT BP=$PID
+	train "$name" "127.0.0.1:$A"
 	t0=$(date +%s.%N)
-	"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$BPORT" >"$OUT/migrate.cmd" 2>&1
-	t1=$(date +%s.%N)
-	kill_all "$AP"
-fi
-wait "$TPID"
-MRC=$?
-same=$(diff <(losses plain) <(losses migrate) >/dev/null && echo 0 || echo 1)
-moved=$(grep -o "session moved to .*" "$OUT/rgpud-migA.log" | tail -1)
-bytes=$(echo "$moved" | sed -n 's/.*: \([0-9]*\) bytes of state in \([0-9.]*\) s.*/\1/p')
-secs=$(echo "$moved" | sed -n 's/.*bytes of state in \([0-9.]*\) s.*/\1/p')
-pause=$(pause_ms migrate "$MOVE_AT")
-per_gib=$(awk -v p="$pause" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.0f", p / (b / 1073741824); else print "?" }')
-result migrate "$([ $MRC = 0 ] && [ "$same" = 0 ] && grep -q "1 moved" "$OUT/migrate.cmd" && echo 0 || echo 1)" \
-	"moved at step $MOVE_AT to a second rgpud over TCP, old server killed; losses identical to plain: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/migrate.cmd"); state ${bytes:-?} bytes streamed in ${secs:-?} s; rgpu migrate took $(awk -v a="$t0" -v b="${t1:-$t0}" 'BEGIN{printf "%.2f", b-a}') s; pause seen by the run $pause ms = $per_gib ms per GiB"
-kill_all "$BP"
-# where the target's time went (objects re-created, memory copied in)
-grep -o "objects re-created in .*" "$OUT/rgpud-migB.log" 2>/dev/null | tail -1 | sed 's/^/migrate target: /' | tee -a "$S"
-# the path's own copy bandwidth, measured here: plain TCP over loopback
-# (bench/raw_tcp, 256 MiB, the faster of its two modes) against the pause
-if [ -x "$B/bench/raw_tcp" ] && [ -n "${bytes:-}" ]; then
-	raw=$(timeout 60 "$B/bench/raw_tcp" --max 268435456 --min-time 0.5 2>/dev/null |
-		awk '$2 == 256 && $3 == "MiB" && $4 > m { m = $4 } END { if (m) print m }')
-	[ -n "$raw" ] && say "migrate path: raw loopback TCP ${raw} GB/s (256 MiB); state moved at $(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.2f", b / s / 1e9 }') GB/s = $(awk -v b="$bytes" -v s="$secs" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / s / 1e9 / r }')% of it; the pause ($pause ms) moved $(awk -v b="$bytes" -v p="$pause" 'BEGIN { printf "%.2f", b / (p / 1000) / 1e9 }') GB/s = $(awk -v b="$bytes" -v p="$pause" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / (p / 1000) / 1e9 / r }')% of it (target 80%)"
-fi
+	if wait_step "$name" "$MOVE_AT"; then
+		t0=$(date +%s.%N)
+		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$BPORT" >"$OUT/$name.cmd" 2>&1
+		t1=$(date +%s.%N)
+		kill_all "$AP"
+	fi
+	wait "$TPID"
+	MRC=$?
+	same=$(diff <(losses plain) <(losses "$name") >/dev/null && echo 0 || echo 1)
+	moved=$(grep -o "session moved to .*" "$OUT/rgpud-$src.log" | tail -1)
+	bytes=$(echo "$moved" | sed -n 's/.*: \([0-9]*\) bytes of state in \([0-9.]*\) s.*/\1/p')
+	secs=$(echo "$moved" | sed -n 's/.*bytes of state in \([0-9.]*\) s.*/\1/p')
+	pause=$(pause_ms "$name" "$MOVE_AT")
+	per_gib=$(awk -v p="$pause" -v b="${bytes:-0}" 'BEGIN { if (b > 0) printf "%.0f", p / (b / 1073741824); else print "?" }')
+	result "$name" "$([ $MRC = 0 ] && [ "$same" = 0 ] && grep -q "1 moved" "$OUT/$name.cmd" && echo 0 || echo 1)" \
+		"moved at step $MOVE_AT to a second rgpud over TCP$desc, old server killed; losses identical to plain: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/$name.cmd"); state ${bytes:-?} bytes streamed in ${secs:-?} s; rgpu migrate took $(awk -v a="$t0" -v b="${t1:-$t0}" 'BEGIN{printf "%.2f", b-a}') s; pause seen by the run $pause ms = $per_gib ms per GiB"
+	kill_all "$BP"
+	# where the target's time went (objects re-created, memory copied in)
+	grep -o "objects re-created in .*" "$OUT/rgpud-$dst.log" 2>/dev/null | tail -1 | sed "s/^/$name target: /" | tee -a "$S"
+	grep -o "its objects (.*" "$OUT/rgpud-$src.log" 2>/dev/null | tail -1 | sed "s/^/$name source: /" | tee -a "$S"
+	# the path's own copy bandwidth, measured here: plain TCP over loopback
+	# (bench/raw_tcp, 256 MiB, the faster of its two modes) against the pause
+	if [ -z "$RAW_TCP" ] && [ -x "$B/bench/raw_tcp" ]; then
+		RAW_TCP=$(timeout 60 "$B/bench/raw_tcp" --max 268435456 --min-time 0.5 2>/dev/null |
+			awk '$2 == 256 && $3 == "MiB" && $4 > m { m = $4 } END { if (m) print m }')
+	fi
+	if [ -n "$RAW_TCP" ] && [ -n "${bytes:-}" ]; then
+		local raw=$RAW_TCP
+		say "$name path: raw loopback TCP ${raw} GB/s (256 MiB); state moved at $(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.2f", b / s / 1e9 }') GB/s = $(awk -v b="$bytes" -v s="$secs" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / s / 1e9 / r }')% of it; the pause ($pause ms) moved $(awk -v b="$bytes" -v p="$pause" 'BEGIN { printf "%.2f", b / (p / 1000) / 1e9 }') GB/s = $(awk -v b="$bytes" -v p="$pause" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / (p / 1000) / 1e9 / r }')% of it (target 80%)"
+	fi
+}
+tcp_move migrate migA migB
+# the same with the session's objects re-created on the target before the
+# pause (RGPUD_MIGRATE_AHEAD=1 on the source)
+RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-ahead migAA migAB " (objects ahead of the pause)"
 
 # ---- standby, SIGKILL of the whole server ----
 start sbA --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID
@@ -197,6 +218,13 @@ if [ "$ngpu" -ge 2 ]; then
 	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twohost.cmd" && echo 0 || echo 1)
 	result two-gpus-host "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
 		"the same move with RGPUD_MIGRATE_NO_PEER (memory through host): losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $ph ms (GPU to GPU: $pp ms, $(awk -v a="$pp" -v b="$ph" 'BEGIN { if (a > 0) printf "%.1fx shorter", b / a }')); $(grep -o "session moved to .*" "$OUT/rgpud-twoH.log" | tail -1)"
+	# GPU to GPU with the objects re-created before the pause: what is
+	# left of the pause is the copy (NVLink) and the handover
+	RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 twoahead twoX
+	px=$(pause_ms twoahead "$MOVE_AT")
+	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twoahead.cmd" && echo 0 || echo 1)
+	result two-gpus-ahead "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
+		"GPU to GPU with RGPUD_MIGRATE_AHEAD=1: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $px ms (without: $pp ms); $(grep -o "session moved to .*" "$OUT/rgpud-twoX.log" | tail -1)"
 else
 	say "SKIP two-gpus: this machine has $ngpu GPU(s); moving between two GPUs of one server needs two"
 fi
