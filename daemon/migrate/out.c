@@ -435,6 +435,20 @@ static void let_go(struct session *s)
 	}
 }
 
+/* Reports a move's outcome (rc 0: moved) to the parent: 1 when the
+ * session has moved (the caller ends it), else 0. */
+static int moved(struct session *s, int rc, const char *why)
+{
+	if (rc == 0) {
+		answer(s, 0, why[0] ? why : "moved");
+		let_go(s);
+		return 1;
+	}
+	log_warn("%s: session not moved: %s", s->name, why);
+	answer(s, -1, why);
+	return 0;
+}
+
 int migrate_serve_order(struct session *s)
 {
 	uint8_t m[600];
@@ -461,14 +475,7 @@ int migrate_serve_order(struct session *s)
 	/* the answer waits for the target to be ready (migrate_serve_ahead) */
 	if (ahead_wanted() && move_ahead_start(s, (const char *)m + 4, gpu) == 0)
 		return 0;
-	if (move_out(s, (const char *)m + 4, gpu, why, sizeof(why)) == 0) {
-		answer(s, 0, why[0] ? why : "moved");
-		let_go(s);
-		return 1;
-	}
-	log_warn("%s: session not moved: %s", s->name, why);
-	answer(s, -1, why);
-	return 0;
+	return moved(s, move_out(s, (const char *)m + 4, gpu, why, sizeof(why)), why);
 }
 
 int migrate_serve_ahead(struct session *s)
@@ -511,14 +518,7 @@ int migrate_serve_ahead(struct session *s)
 		why[0] = '\0';
 		rc = move_out(s, target, gpu, why, sizeof(why));
 	}
-	if (rc == 0) {
-		answer(s, 0, why[0] ? why : "moved");
-		let_go(s);
-		return 1;
-	}
-	log_warn("%s: session not moved: %s", s->name, why);
-	answer(s, -1, why);
-	return 0;
+	return moved(s, rc, why);
 }
 
 int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN])
