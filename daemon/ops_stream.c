@@ -73,6 +73,10 @@ int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	 * main loop.  The per-thread stream is the main loop's own. */
 	CUstream st;
 	int rc = stream_call(s, r, D->cuStreamQuery, &st);
+	/* done: the driver's own sync returns at once, and it is where
+	 * stream-ordered pools give memory back (their release threshold) */
+	if (rc == CUDA_SUCCESS)
+		rc = D->cuStreamSynchronize(st);
 	if (rc == CUDA_ERROR_NOT_READY) {
 		if (st != CU_STREAM_PER_THREAD &&
 		    session_wait_elsewhere(s, h, WAIT_STREAM, session_ctx_obj(s), st) == 0)
