@@ -13,6 +13,9 @@
 #               15 s) and tenants that run about 20 s: they must take
 #               turns (the swap bandwidth numbers come from here); both
 #               must finish with their data intact
+#   pair_turns  the same pair with --memory-wait=16: they take turns every
+#               few seconds, so most evictions go into host memory kept
+#               from the session's previous one (the steady state)
 #   pair_wait   the same under --memory-policy=wait: the second waits for
 #               the first to finish and free
 #   alt2        two tenants of 75% (1.5x the GPU in all), alternating GPU
@@ -26,7 +29,7 @@
 # bandwidth, and per case what the memory manager did (switches.py:
 # evictions, restores and their waits, how long each session had the GPU
 # before its eviction, and a timeline of the switches).  Writes
-# DIR/summary.txt (the numbers) and the logs; finishes in about 4 minutes on
+# DIR/summary.txt (the numbers) and the logs; finishes in about 5 minutes on
 # an H100.
 set -u
 OUT=""
@@ -147,6 +150,20 @@ if start_rgpud pair_swap --memory-wait=30; then
 	[ $BAD = 0 ] || RC=1
 else
 	say "pair_swap: rgpud did not start"; RC=1
+fi
+stop_rgpud
+# the same pair taking turns every few seconds (--memory-wait=16: a
+# quantum of at most 8 s, and a waiter's 8 s plus a first eviction into
+# fresh host memory stay within the wait): after each session's first
+# eviction the host copies it keeps are ready, so the later evictions show
+# the steady state's swap-out bandwidth
+if start_rgpud pair_turns --memory-wait=16; then
+	tenants pair_turns "$(pct 60)" 8 20 1500 2 conc
+	say "pair_turns: two sessions x 60% taking turns (quantum at most 8 s): $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
+	phases pair_turns 2
+	[ $BAD = 0 ] || RC=1
+else
+	say "pair_turns: rgpud did not start"; RC=1
 fi
 stop_rgpud
 if start_rgpud pair_wait --memory-policy=wait --memory-wait=120; then
