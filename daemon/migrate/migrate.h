@@ -21,6 +21,8 @@
 #define MIGRATE_TOKEN_LEN 16
 /* how long a restored session waits for its client to attach */
 #define MIGRATE_PARK_S 60
+/* how long a client attaching waits for its restored session to park */
+#define MIGRATE_ATTACH_WAIT_S 5
 /* how long a parent waits for one worker to move its session */
 #define MIGRATE_ORDER_S 600
 

@@ -62,6 +62,7 @@ int migrate_parent_park(const struct rgpud_principal *who, const uint8_t *token,
 	pthread_mutex_lock(&park_lock);
 	me.next = parked;
 	parked = &me;
+	pthread_cond_broadcast(&park_cv); /* a client may already wait for it */
 	while (me.fd < 0 && pthread_cond_timedwait(&park_cv, &park_lock, &until) != ETIMEDOUT)
 		;
 	for (struct parked **pp = &parked; *pp; pp = &(*pp)->next)
@@ -78,8 +79,17 @@ int migrate_parent_park(const struct rgpud_principal *who, const uint8_t *token,
 int migrate_parent_attach_check(const struct rgpud_principal *who, const uint8_t *token,
 				char *why, size_t whylen)
 {
+	/* the restored worker parks right after answering the source, which
+	 * then tells the client: a quick client can come first (seen in CI),
+	 * so it waits a little for the session to park */
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += MIGRATE_ATTACH_WAIT_S;
 	pthread_mutex_lock(&park_lock);
-	struct parked *p = park_find(token);
+	struct parked *p;
+	while (!(p = park_find(token)) &&
+	       pthread_cond_timedwait(&park_cv, &park_lock, &until) != ETIMEDOUT)
+		;
 	int ok = p && p->fd < 0 && same_owner(p->who, who);
 	pthread_mutex_unlock(&park_lock);
 	if (!ok)
