@@ -9,6 +9,7 @@
 #include "mem/mem.h"
 #include "migrate/migrate.h"
 #include "migrate/snapshot.h"
+#include "opstats.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -70,6 +71,7 @@ void session_prepare(struct session *s)
 		return;
 	s->prepared = 1;
 	pthread_mutex_init(&s->send_lock, NULL);
+	s->opstats = opstats_open();
 	if (s->out_fd >= 0) {
 		s->out = devout_start(s->out_fd);
 		if (!s->out)
@@ -315,6 +317,8 @@ static void session_cleanup(struct session *s)
 	struct rgpud_driver *d = &s->srv->drv;
 	uint64_t freed = 0;
 	migrate_ahead_drop(s); /* a move under way ends with the session */
+	opstats_close(s->opstats, s->name);
+	s->opstats = NULL;
 	/* streams held for the client's host functions go on (no client) */
 	hostfn_cleanup(s);
 	/* no wait may outlive the contexts it waits in */
@@ -531,7 +535,10 @@ int session_serve_one(struct session *s)
 {
 	session_prepare(s);
 	struct rgpu_hdr h;
+	uint64_t t0 = s->opstats ? rgpu_now_ns() : 0;
 	int hs = recv_hdr(s, &h);
+	if (s->opstats)
+		opstats_idle(s->opstats, rgpu_now_ns() - t0);
 	if (hs == RGPU_HDR_ORDER)
 		return migrate_serve_order(s) ? -1 : 0;
 	if (hs == RGPU_HDR_AHEAD)
@@ -581,9 +588,12 @@ int session_serve_one(struct session *s)
 	if ((s->mem_err = mem_before_request(s, h.op)))
 		od = &refused;
 	/* the main loop's frames never interleave with a waiter's reply */
+	uint64_t t1 = s->opstats ? rgpu_now_ns() : 0;
 	pthread_mutex_lock(&s->send_lock);
 	int rc = reply(s, od, &h, &r);
 	pthread_mutex_unlock(&s->send_lock);
+	if (s->opstats)
+		opstats_op(s->opstats, h.op, rgpu_now_ns() - t1);
 	mem_after_request(s);
 	s->last_id = h.id;
 	return rc;

@@ -28,6 +28,7 @@ struct appmem;
 struct mem_state;
 struct journal;
 struct move;
+struct opstats;
 struct memif_run;
 
 /* Limits that are device memory (cuCtxSetLimit): their cost above the
@@ -109,6 +110,7 @@ struct session {
 	struct memif_run *memif_runs;  /* memory re-created at fixed addresses */
 	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
 	struct move *move;             /* a move whose objects went ahead (migrate/out.c) */
+	struct opstats *opstats;       /* RGPUD_OP_STATS (opstats.h), or NULL */
 	uint64_t last_id;              /* id of the last request served */
 	int attach;                    /* parent: HELLO named a moved session */
 	uint8_t attach_token[16];

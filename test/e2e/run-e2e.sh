@@ -56,6 +56,9 @@ print(s.getsockname()[1])'
 # a per-session cap on client memory rgpud shares (and pins) for same-host
 # copies; t_copy_proto checks it with the same value
 export RGPUD_MAX_PINNED=${RGPUD_MAX_PINNED:-1G}
+# every session logs where its worker's time went when it ends (checked
+# once below, t_op_stats)
+export RGPUD_OP_STATS=1
 
 DAEMON_PIDS=""
 cleanup() {
@@ -582,6 +585,13 @@ fi
 # rgpud --leases)
 if want t_quota; then
 	run t_quota "" -- t_quota "$RGPUD"
+fi
+
+# RGPUD_OP_STATS=1: a session that launched kernels says how many and how
+# long their handling took
+if want t_vecadd; then
+	grep -qE "op stats: [0-9]+ requests, .*LAUNCH [0-9]+ x [0-9.]+ us" "$LOGDIR/d1.log"
+	verdict t_op_stats $? "no op stats line with launches in $LOGDIR/d1.log"
 fi
 
 if want t_fuzz; then

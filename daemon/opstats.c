@@ -1,0 +1,69 @@
+/* Where a session's worker spent its time (opstats.h). */
+#include "opstats.h"
+#include "log.h"
+#include "proto.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct opstats {
+	uint64_t n[RGPU_OP_MAX], ns[RGPU_OP_MAX];
+	uint64_t idle_ns;
+};
+
+struct opstats *opstats_open(void)
+{
+	const char *e = getenv("RGPUD_OP_STATS");
+	if (!e || strcmp(e, "1"))
+		return NULL;
+	return calloc(1, sizeof(struct opstats));
+}
+
+void opstats_idle(struct opstats *o, uint64_t ns)
+{
+	if (o)
+		o->idle_ns += ns;
+}
+
+void opstats_op(struct opstats *o, unsigned op, uint64_t ns)
+{
+	if (o && op < RGPU_OP_MAX) {
+		o->n[op]++;
+		o->ns[op] += ns;
+	}
+}
+
+void opstats_close(struct opstats *o, const char *name)
+{
+	if (!o)
+		return;
+	/* every kind served, the longest in all first */
+	char line[8192];
+	size_t len = 0;
+	uint64_t total = 0, calls = 0;
+	for (unsigned op = 0; op < RGPU_OP_MAX; op++) {
+		total += o->ns[op];
+		calls += o->n[op];
+	}
+	for (int k = 0; k < RGPU_OP_MAX; k++) {
+		unsigned best = RGPU_OP_MAX;
+		for (unsigned op = 0; op < RGPU_OP_MAX; op++)
+			if (o->n[op] && (best == RGPU_OP_MAX || o->ns[op] > o->ns[best]))
+				best = op;
+		if (best == RGPU_OP_MAX)
+			break;
+		int w = snprintf(line + len, sizeof(line) - len, "%s %s %llu x %.2f us",
+				 k ? ";" : "", rgpu_op_name(best), (unsigned long long)o->n[best],
+				 (double)o->ns[best] / 1e3 / (double)o->n[best]);
+		if (w < 0 || (size_t)w >= sizeof(line) - len)
+			break;
+		len += (size_t)w;
+		o->n[best] = 0;
+	}
+	if (calls)
+		log_info("%s: op stats: %llu requests, %.3f s handling them, %.3f s waiting for the "
+			 "client;%s", name, (unsigned long long)calls, (double)total / 1e9,
+			 (double)o->idle_ns / 1e9, line);
+	free(o);
+}

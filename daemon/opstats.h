@@ -1,0 +1,22 @@
+/*
+ * RGPUD_OP_STATS=1: where a session's worker spent its time, logged when
+ * the session ends (opstats.c): per kind of request, how many and how long
+ * their handling took (the driver's call included), and how long the
+ * worker waited for its client.  A diagnosis of rgpud's own overhead
+ * against the driver's (rgpud(8)).
+ */
+#ifndef RGPUD_OPSTATS_H
+#define RGPUD_OPSTATS_H
+
+#include <stdint.h>
+
+struct opstats;
+
+/* NULL unless RGPUD_OP_STATS=1 (then nothing is measured). */
+struct opstats *opstats_open(void);
+void opstats_idle(struct opstats *o, uint64_t ns);
+void opstats_op(struct opstats *o, unsigned op, uint64_t ns);
+/* Logs the session's line (if it served any request) and frees o. */
+void opstats_close(struct opstats *o, const char *name);
+
+#endif
