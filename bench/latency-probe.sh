@@ -33,10 +33,10 @@ up() {
 	[ -n "$PID" ] && { kill $PID 2>/dev/null; wait $PID 2>/dev/null; }
 	P=$(port)
 	if [ "$1" = emu ]; then
-		RGPUD_SPIN_US=$2 RGPU_EMU_LIB=$B/emu/.libs/librgpu-emu.so "$B/daemon/rgpud" --emulated --open \
+		RGPUD_OP_STATS=1 RGPUD_SPIN_US=$2 RGPU_EMU_LIB=$B/emu/.libs/librgpu-emu.so "$B/daemon/rgpud" --emulated --open \
 			--listen 127.0.0.1:$P >"$OUT/rgpud-$1-$2.log" 2>&1 &
 	else
-		RGPUD_SPIN_US=$2 LD_LIBRARY_PATH=$REAL:${LD_LIBRARY_PATH:-} ${3:+taskset -c $3} "$B/daemon/rgpud" --open \
+		RGPUD_OP_STATS=1 RGPUD_SPIN_US=$2 LD_LIBRARY_PATH=$REAL:${LD_LIBRARY_PATH:-} ${3:+taskset -c $3} "$B/daemon/rgpud" --open \
 			--listen 127.0.0.1:$P >"$OUT/rgpud-$1-$2.log" 2>&1 &
 	fi
 	PID=$!
@@ -77,4 +77,12 @@ if [ -e "$REAL/libcuda.so.1" ] && [ "$(nproc)" -ge 4 ] && up real 100 1-2; then
 	one real-shm-c50-s100-cpus12-3 50 RGPU_TRANSPORT=local RGPU_SERVERS=127.0.0.1:$P \
 		LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-} taskset -c 3
 fi
+[ -n "$PID" ] && { kill $PID 2>/dev/null; wait $PID 2>/dev/null; PID=""; }
+# rgpud's side of each run (RGPUD_OP_STATS): a launch's mean handling time
+# against the local launch rate tells whether the worker or the client
+# bounds the launch throughput
+echo "rgpud's handling time per request (RGPUD_OP_STATS), the launches of each run's session:"
+for f in "$OUT"/rgpud-*.log; do
+	grep -o "op stats: .*" "$f" | grep -o "LAUNCH [0-9]* x [0-9.]* us" | sed "s|^|  $(basename "$f" .log): |"
+done
 exit 0
