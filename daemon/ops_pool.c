@@ -260,8 +260,8 @@ int op_pool_set_attr(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 
 /* The session's streams whose work is done, synchronised (at once): a
  * pool gives memory back at synchronisations, and a program's own may not
- * have reached the driver (rgpud answers a finished stream's sync from a
- * query; the client answers one it knows idle).  A trim through rgpud
+ * have reached the driver (the client answers the sync of a stream it
+ * knows idle).  A trim through rgpud
  * left a freed 32 MiB block reserved on the H100 and the H200 where the
  * driver alone gave it all back; this is the likely cause, not yet
  * confirmed on a GPU. */

@@ -1,4 +1,5 @@
 /* Streams and events. */
+#include "appmem.h"
 #include "rgpud.h"
 #include "session.h"
 #include "waiter.h"
@@ -73,9 +74,9 @@ int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	 * main loop.  The per-thread stream is the main loop's own. */
 	CUstream st;
 	int rc = stream_call(s, r, D->cuStreamQuery, &st);
-	/* done: the driver's own sync returns at once, and it is where
-	 * stream-ordered pools give memory back (their release threshold) */
-	if (rc == CUDA_SUCCESS)
+	/* done: with stream-ordered pools, the driver's own sync (it returns
+	 * at once) is where they give memory back (their release threshold) */
+	if (rc == CUDA_SUCCESS && s->appmem && s->appmem->pools)
 		rc = D->cuStreamSynchronize(st);
 	if (rc == CUDA_ERROR_NOT_READY) {
 		if (st != CU_STREAM_PER_THREAD &&

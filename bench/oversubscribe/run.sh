@@ -142,38 +142,30 @@ RC=0
 # (RGPUD_SWAP_KEEP, per session): set per case below.
 
 # ---- two sessions of 60% each, swap and wait
+# pair NAME ITERS WHAT [RGPUD ARGS...]: two tenants of 60% at once on a
+# fresh rgpud; their phases shown where swapping was expected
 KEEP=24G
-if start_rgpud pair_swap --memory-wait=30; then
-	tenants pair_swap "$(pct 60)" 8 20 1500 2 conc
-	say "pair_swap: two sessions x 60% under swap: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
-	phases pair_swap 2
-	[ $BAD = 0 ] || RC=1
-else
-	say "pair_swap: rgpud did not start"; RC=1
-fi
-stop_rgpud
+pair() {
+	local name=$1 it=$2 what=$3
+	shift 3
+	if start_rgpud "$name" "$@"; then
+		tenants "$name" "$(pct 60)" "$it" 20 1500 2 conc
+		say "$name: two sessions x 60% $what: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
+		[ "$name" = pair_wait ] || phases "$name" 2
+		[ $BAD = 0 ] || RC=1
+	else
+		say "$name: rgpud did not start"; RC=1
+	fi
+	stop_rgpud
+}
+pair pair_swap 8 "under swap" --memory-wait=30
 # the same pair taking turns every few seconds (--memory-wait=16: a
 # quantum of at most 8 s, and a waiter's 8 s plus a first eviction into
 # fresh host memory stay within the wait): after each session's first
 # eviction the host copies it keeps are ready, so the later evictions show
 # the steady state's swap-out bandwidth
-if start_rgpud pair_turns --memory-wait=16; then
-	tenants pair_turns "$(pct 60)" 8 20 1500 2 conc
-	say "pair_turns: two sessions x 60% taking turns (quantum at most 8 s): $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
-	phases pair_turns 2
-	[ $BAD = 0 ] || RC=1
-else
-	say "pair_turns: rgpud did not start"; RC=1
-fi
-stop_rgpud
-if start_rgpud pair_wait --memory-policy=wait --memory-wait=120; then
-	tenants pair_wait "$(pct 60)" 2 20 1500 2 conc
-	say "pair_wait: two sessions x 60% under wait: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
-	[ $BAD = 0 ] || RC=1
-else
-	say "pair_wait: rgpud did not start"; RC=1
-fi
-stop_rgpud
+pair pair_turns 8 "taking turns (quantum at most 8 s)" --memory-wait=16
+pair pair_wait 2 "under wait" --memory-policy=wait --memory-wait=120
 
 # ---- alternating tenants: at once (swap) against one after another
 alt() { # NAME PCT N PASSES KEEP

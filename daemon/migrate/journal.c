@@ -67,6 +67,13 @@ static void add(struct session *s, uint16_t op, const uint8_t *p, size_t n, uint
 					     .payload = copy } };
 }
 
+/* A record sent ahead of a move's pause changed or went (journal_freeze). */
+static void touched(struct journal *j, const struct jrec *e)
+{
+	if (e->r.seq <= j->frozen)
+		j->broken = 1;
+}
+
 /* Drops the records of object x and, transitively, of what belongs to it
  * (a context's objects, a module's functions, a library's kernels and
  * their functions). */
@@ -79,8 +86,7 @@ static void drop(struct journal *j, uint64_t x)
 		if (e->dead || (e->r.id != x && e->r.parent != x && e->r.ctx != x))
 			continue;
 		e->dead = 1;
-		if (e->r.seq <= j->frozen)
-			j->broken = 1;
+		touched(j, e);
 		if (e->r.id && e->r.id != x)
 			drop(j, e->r.id);
 	}
@@ -107,8 +113,7 @@ static void note_place(struct journal *j, uint64_t parent, uint64_t dptr)
 		if (!j->v[i].dead && j->v[i].r.id == parent && j->v[i].r.op == RGPU_OP_MODULE_LOAD &&
 		    !j->v[i].r.place) {
 			j->v[i].r.place = dptr & ~(uint64_t)4095;
-			if (j->v[i].r.seq <= j->frozen)
-				j->broken = 1;
+			touched(j, &j->v[i]);
 		}
 }
 
@@ -191,8 +196,7 @@ void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, in
 			for (size_t i = 0; i < j->n; i++)
 				if (j->v[i].r.op == RGPU_OP_VMEM_MAP && j->v[i].r.result == h1) {
 					j->v[i].dead = 1;
-					if (j->v[i].r.seq <= j->frozen)
-						j->broken = 1;
+					touched(j, &j->v[i]);
 				}
 			compact(j);
 		}

@@ -116,9 +116,12 @@ static int restore_read(void *arg, void *p, size_t n)
 static int restore_sync(void *arg)
 {
 	struct restore_in *in = arg;
-	uint8_t f[4] = { SNAP_SYNC_ACK & 0xff, (SNAP_SYNC_ACK >> 8) & 0xff,
-			 (SNAP_SYNC_ACK >> 16) & 0xff, SNAP_SYNC_ACK >> 24 };
-	return session_send_reply(in->s, &in->last, 0, 0, f, sizeof(f)) < 0 ? -1 : 0;
+	struct wbuf w;
+	wbuf_init(&w);
+	put_u32(&w, SNAP_SYNC_ACK);
+	int rc = w.oom ? -1 : session_send_reply(in->s, &in->last, 0, 0, w.data, w.len);
+	wbuf_free(&w);
+	return rc < 0 ? -1 : 0;
 }
 
 int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

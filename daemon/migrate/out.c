@@ -205,6 +205,14 @@ static void move_close(struct move *m)
 	memset(m, 0, sizeof(*m));
 }
 
+/* A move whose objects went ahead, given up or done: the journal thaws. */
+static void move_free(struct session *s, struct move *m)
+{
+	journal_freeze(s, 0);
+	move_close(m);
+	free(m);
+}
+
 /* Connects to target as the session's user and says HELLO.  0, or -1 with
  * why[] (m closed). */
 static int move_connect(struct session *s, const char *target, int32_t gpu, struct move *m,
@@ -378,9 +386,7 @@ static int move_ahead_start(struct session *s, const char *target, int32_t gpu)
 	}
 	struct snap_io io = { .write = out_write, .arg = &m->o };
 	if (snap_capture_ahead(s, &io, &m->ahead, why, sizeof(why)) < 0 || flush(&m->o, 0) < 0) {
-		journal_freeze(s, 0);
-		move_close(m);
-		free(m);
+		move_free(s, m);
 		return -1;
 	}
 	m->ahead_bytes = m->o.total;
@@ -404,9 +410,7 @@ void migrate_ahead_drop(struct session *s)
 	if (!s->move)
 		return;
 	answer(s, -1, "the session ended while its objects went ahead");
-	journal_freeze(s, 0);
-	move_close(s->move);
-	free(s->move);
+	move_free(s, s->move);
 	s->move = NULL;
 }
 
@@ -509,9 +513,7 @@ int migrate_serve_ahead(struct session *s)
 	char target[300];
 	snprintf(target, sizeof(target), "%s", m->target);
 	int32_t gpu = m->o.gpu;
-	journal_freeze(s, 0);
-	move_close(m);
-	free(m);
+	move_free(s, m);
 	if (rc == -2) {
 		/* an object sent ahead changed: the whole state goes now */
 		log_info("%s: %s; moving it at once", s->name, why);

@@ -63,7 +63,6 @@ struct rst {
 	size_t whylen;
 	struct imported *imp;
 	struct peer_copy *copies, **copies_tail;
-	unsigned last_op; /* the last CREATE record's request */
 };
 
 static uint64_t gl(const uint8_t *p, int n)
@@ -115,8 +114,8 @@ static int header(struct rst *r, uint64_t len, struct snap_info *info)
 	return 0;
 }
 
-/* One CREATE record served again by its handler. */
-static int create(struct rst *r, uint64_t len)
+/* One CREATE record served again by its handler; *op: its request. */
+static int create(struct rst *r, uint64_t len, unsigned *op_out)
 {
 	struct session *s = r->s;
 	uint8_t f[32];
@@ -125,7 +124,7 @@ static int create(struct rst *r, uint64_t len)
 	if (get(r, f, sizeof(f)) < 0)
 		return -1;
 	uint16_t op = (uint16_t)gl(f, 2);
-	r->last_op = op;
+	*op_out = op;
 	uint64_t plen = gl(f + 4, 4), id = gl(f + 8, 8), result = gl(f + 16, 8),
 		 place = gl(f + 24, 8);
 	if (plen != len - sizeof(f))
@@ -465,12 +464,13 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			break;
 		case SNAP_CREATE: {
 			uint64_t t0 = rgpu_now_ns();
-			rc = create(r, len);
+			unsigned op = RGPU_OP_MAX;
+			rc = create(r, len, &op);
 			uint64_t dt = rgpu_now_ns() - t0;
 			info->create_ns += dt;
-			if (r->last_op < RGPU_OP_MAX) {
-				op_ns[r->last_op] += dt;
-				op_n[r->last_op]++;
+			if (op < RGPU_OP_MAX) {
+				op_ns[op] += dt;
+				op_n[op]++;
 			}
 			break;
 		}
