@@ -12,7 +12,8 @@
  * its share returns as a dead process's GPU memory does.
  *
  * The segment is named after RGPU_EMU_POOL, else RGPU_EMU_TAG, else the
- * parent process (the rgpud whose workers share it), and the uid.  Without
+ * parent process (the rgpud whose workers share it: its pid and start
+ * time), and the uid.  Without
  * shared memory (no /dev/shm) each process keeps its own accounting.
  *
  * Locking: callers hold emu_glock; the segment's robust mutex is taken
@@ -139,13 +140,17 @@ static int live_records(void)
 static void name_segment(void)
 {
 	const char *key = getenv("RGPU_EMU_POOL");
-	char ppid[32], clean[128];
+	char ppid[48], clean[128];
 	size_t k = 0;
 
 	if (!key || !*key)
 		key = getenv("RGPU_EMU_TAG");
 	if (!key || !*key) {
-		snprintf(ppid, sizeof ppid, "p%ld", (long)getppid());
+		/* the parent's start time too: an rgpud that got a recycled
+		 * pid found the pool of the one before it, still held by its
+		 * last workers, and refused it (seen in CI's soak test) */
+		pid_t pp = getppid();
+		snprintf(ppid, sizeof ppid, "p%ld-%llu", (long)pp, (unsigned long long)proc_start(pp));
 		key = ppid;
 	}
 	/* a shm name is one path component */
