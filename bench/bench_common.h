@@ -79,16 +79,18 @@ static inline int bench_env_max(const char *prog, size_t *max)
 }
 
 /* The options both programs take, as getopt_long returned option c:
- * --target ('t'), --json ('j'), --max ('m'), --min-time ('T').  1 when c
- * was one of them, 0 when not, -1 on a bad size (said on stderr). */
+ * --target ('t'), --json ('j'), --max ('m'), --min ('n': the smallest
+ * copy measured), --min-time ('T').  1 when c was one of them, 0 when not,
+ * -1 on a bad size (said on stderr). */
 static inline int bench_common_opt(const char *prog, int c, const char **target, const char **json_path,
-				   size_t *max, double *min_time)
+				   size_t *min, size_t *max, double *min_time)
 {
 	switch (c) {
 	case 't': *target = optarg; return 1;
 	case 'j': *json_path = optarg; return 1;
 	case 'm':
-		if (bench_parse_size(optarg, max)) {
+	case 'n':
+		if (bench_parse_size(optarg, c == 'm' ? max : min)) {
 			fprintf(stderr, "%s: bad size '%s'\n", prog, optarg);
 			return -1;
 		}

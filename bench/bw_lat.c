@@ -27,6 +27,12 @@
  *   launch_sync   cuLaunchKernel of a do-nothing kernel (inc_i32 with n = 0,
  *                 1 block of 1 thread: the emulated device knows only the
  *                 test kernels) + cuCtxSynchronize; built only with nvcc
+ *   launch_async  a batch of such launches + one cuCtxSynchronize, per
+ *                 launch: the launch throughput
+ *   launch_enqueue the same batches, the launches' own time (the sync
+ *                 left out), per launch: what a launch costs the caller's
+ *                 CPU (locally the driver's; through rgpu the client's);
+ *                 below launch_async, the GPU or the server bounds the rate
  *
  * Output: a table on stdout; one JSON line per measurement to --json PATH
  * (format in bench_common.h).  Exit 0, or 1 on any CUDA error.
@@ -72,14 +78,15 @@ static const char *cu_name(CUresult rc)
 static void usage(FILE *f)
 {
 	fprintf(f,
-"Usage: bw_lat [--target NAME] [--json PATH] [--max SIZE] [--min-time SEC]\n"
+"Usage: bw_lat [--target NAME] [--json PATH] [--min SIZE] [--max SIZE] [--min-time SEC]\n"
 "              [--device N] [--no-bw] [--no-lat] [--only OP]\n"
 "  --target NAME   label of this run in the output (local, rgpud, ...)\n"
 "  --json PATH     append one JSON line per measurement to PATH\n"
 "  --max SIZE      largest copy (default 256M; also BENCH_MAX_SIZE)\n"
+"  --min SIZE      smallest copy (default: every size from 4K)\n"
 "  --min-time SEC  minimum time per measurement (default 0.2)\n"
 "  --device N      CUDA device ordinal (default 0)\n"
-"  --only OP       of the latencies, only OP (null_call, launch_async, ...)\n");
+"  --only OPS      of the latencies, only these (null_call,launch_async,...)\n");
 }
 
 enum dir { H2D, D2H };
@@ -127,6 +134,9 @@ struct lat_ctx {
 	CUfunction fn;
 };
 
+/* launch_enqueue: the last batch's launches alone */
+static double enqueue_s;
+
 static void lat_call(const char *op, const struct lat_ctx *c)
 {
 	if (strcmp(op, "ctx_sync") == 0) {
@@ -138,13 +148,15 @@ static void lat_call(const char *op, const struct lat_ctx *c)
 		CK(cuMemcpyHtoD(c->dp, c->pinned, 4));
 	} else if (strcmp(op, "dtoh_4B") == 0) {
 		CK(cuMemcpyDtoH(c->pinned, c->dp, 4));
-	} else if (strcmp(op, "launch_async") == 0) {
+	} else if (strcmp(op, "launch_async") == 0 || strcmp(op, "launch_enqueue") == 0) {
 		/* launch throughput: a batch of launches, then one sync */
 		CUdeviceptr p = c->dp;
 		int n = 0;
 		void *args[] = { &p, &n };
+		double t0 = bench_now();
 		for (int i = 0; i < LAUNCH_BATCH; i++)
 			CK(cuLaunchKernel(c->fn, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+		enqueue_s = bench_now() - t0;
 		CK(cuCtxSynchronize());
 	} else {
 		CUdeviceptr p = c->dp;
@@ -155,12 +167,26 @@ static void lat_call(const char *op, const struct lat_ctx *c)
 	}
 }
 
+/* whether op is one of the comma-separated names in list */
+static int listed(const char *list, const char *op)
+{
+	size_t n = strlen(op);
+	for (const char *p = list; p; p = strchr(p, ',')) {
+		if (*p == ',')
+			p++;
+		if (strncmp(p, op, n) == 0 && (p[n] == ',' || p[n] == '\0'))
+			return 1;
+	}
+	return 0;
+}
+
 static void lat_one(const char *op, size_t bytes, const struct lat_ctx *c)
 {
-	if (only && strcmp(only, op))
+	if (only && !listed(only, op))
 		return;
 	struct bench_samples s = { 0 };
-	double div = strcmp(op, "launch_async") == 0 ? LAUNCH_BATCH : 1;
+	int enq = strcmp(op, "launch_enqueue") == 0;
+	double div = strcmp(op, "launch_async") == 0 || enq ? LAUNCH_BATCH : 1;
 	for (int i = 0; i < 20; i++)
 		lat_call(op, c);
 	double start = bench_now();
@@ -168,7 +194,7 @@ static void lat_one(const char *op, size_t bytes, const struct lat_ctx *c)
 		double t0 = bench_now();
 		lat_call(op, c);
 		double t1 = bench_now();
-		if (bench_add(&s, (t1 - t0) / div) < 0) {
+		if (bench_add(&s, (enq ? enqueue_s : t1 - t0) / div) < 0) {
 			fprintf(stderr, "bw_lat: out of memory\n");
 			exit(1);
 		}
@@ -178,7 +204,7 @@ static void lat_one(const char *op, size_t bytes, const struct lat_ctx *c)
 	bench_json_lat(json, "bw_lat", target, op, bytes, &s);
 	double med = bench_quantile(s.v, s.n, 0.5, 1);
 	double p90 = bench_quantile(s.v, s.n, 0.9, 1);
-	printf("  %-12s %10.2f us median %10.2f us p90 %8zu reps\n", op,
+	printf("  %-14s %10.2f us median %10.2f us p90 %8zu reps\n", op,
 	       med * 1e6, p90 * 1e6, s.n);
 	free(s.v);
 }
@@ -189,6 +215,7 @@ int main(int argc, char **argv)
 		{ "target", required_argument, NULL, 't' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "max", required_argument, NULL, 'm' },
+		{ "min", required_argument, NULL, 'n' },
 		{ "min-time", required_argument, NULL, 'T' },
 		{ "device", required_argument, NULL, 'd' },
 		{ "no-bw", no_argument, NULL, 'B' },
@@ -197,7 +224,7 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	size_t max = bench_sizes[BENCH_NSIZES - 1];
+	size_t max = bench_sizes[BENCH_NSIZES - 1], min = 0;
 	const char *json_path = NULL;
 	int devno = 0, do_bw = 1, do_lat = 1, c;
 
@@ -205,7 +232,7 @@ int main(int argc, char **argv)
 	if (bench_env_max("bw_lat", &max))
 		return 2;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		int common = bench_common_opt("bw_lat", c, &target, &json_path, &max, &min_time);
+		int common = bench_common_opt("bw_lat", c, &target, &json_path, &min, &max, &min_time);
 		if (common < 0)
 			return 2;
 		if (common)
@@ -265,7 +292,8 @@ int main(int argc, char **argv)
 		for (int d = H2D; d <= D2H; d++) {
 			for (int m = 0; m < 2; m++) {
 				for (size_t i = 0; i < BENCH_NSIZES && bench_sizes[i] <= max; i++)
-					bw_one((enum dir)d, m ? "pageable" : "pinned", dp,
+					if (bench_sizes[i] >= min)
+						bw_one((enum dir)d, m ? "pageable" : "pinned", dp,
 					       m ? pageable : pinned, bench_sizes[i]);
 			}
 		}
@@ -284,6 +312,7 @@ int main(int argc, char **argv)
 		CK(cuModuleGetFunction(&lc.fn, mod, "inc_i32"));
 		lat_one("launch_sync", 0, &lc);
 		lat_one("launch_async", 0, &lc);
+		lat_one("launch_enqueue", 0, &lc);
 		CK(cuModuleUnload(mod));
 #else
 		printf("  launch_sync  skipped (built without nvcc: no kernel)\n");

@@ -78,11 +78,40 @@ if [ -e "$REAL/libcuda.so.1" ] && [ "$(nproc)" -ge 4 ] && up real 100 1-2; then
 		LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-} taskset -c 3
 fi
 [ -n "$PID" ] && { kill $PID 2>/dev/null; wait $PID 2>/dev/null; PID=""; }
+# Launch throughput (issue 13: 90% of local): batches of 200 launches and
+# a sync, per launch (launch_async), and the launches' own time in the
+# caller (launch_enqueue: locally the driver's CPU time; through rgpud the
+# client's).  A fresh rgpud for each path, so that its op stats are these
+# launches only: rgpud's handling of one, the driver's call within it,
+# and how long the worker waited for its client.
+echo "launch throughput (us per launch; rgpud's op stats for the same run):"
+launches() {
+	local label=$1
+	shift
+	env "$@" "$BW" --no-bw --only launch_async,launch_enqueue --min-time 1 --target "$label" \
+		>"$OUT/launch-$label.out" 2>"$OUT/launch-$label.err"
+	printf '  %-10s ' "$label"
+	awk '$1 ~ /^launch_(async|enqueue)$/ { printf "%s %s  ", $1, $2 }' "$OUT/launch-$label.out"
+	echo
+}
+if [ -e "$REAL/libcuda.so.1" ]; then
+	launches local LD_LIBRARY_PATH=$REAL
+	for path in tcp local; do
+		up real-launch-$path 100 || continue
+		launches rgpud-$path RGPU_TRANSPORT=$path RGPU_SERVERS=127.0.0.1:$P \
+			LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-}
+		kill $PID 2>/dev/null; wait $PID 2>/dev/null; PID=""
+		grep -o "op stats: [0-9]* requests, [0-9.]* s handling them, [0-9.]* s waiting" \
+			"$OUT/rgpud-real-launch-$path-100.log" | sed 's|^|      |'
+		grep -o "LAUNCH [0-9]* x [0-9.]* us (driver [0-9.]* us)" \
+			"$OUT/rgpud-real-launch-$path-100.log" | sed 's|^|      |'
+	done
+fi
 # rgpud's side of each run (RGPUD_OP_STATS): a launch's mean handling time
 # against the local launch rate tells whether the worker or the client
 # bounds the launch throughput
 echo "rgpud's handling time per request (RGPUD_OP_STATS), the launches of each run's session:"
 for f in "$OUT"/rgpud-*.log; do
-	grep -o "op stats: .*" "$f" | grep -o "LAUNCH [0-9]* x [0-9.]* us" | sed "s|^|  $(basename "$f" .log): |"
+	grep -o "op stats: .*" "$f" | grep -o "LAUNCH [0-9]* x [0-9.]* us[^;]*" | sed "s|^|  $(basename "$f" .log): |"
 done
 exit 0

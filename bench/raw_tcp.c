@@ -207,7 +207,7 @@ static int connect_to(const struct sockaddr_in *sa, char mode)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "Usage: raw_tcp [--target NAME] [--json PATH] [--max SIZE] [--min-time SEC]\n");
+	fprintf(f, "Usage: raw_tcp [--target NAME] [--json PATH] [--min SIZE] [--max SIZE] [--min-time SEC]\n");
 }
 
 int main(int argc, char **argv)
@@ -216,12 +216,13 @@ int main(int argc, char **argv)
 		{ "target", required_argument, NULL, 't' },
 		{ "json", required_argument, NULL, 'j' },
 		{ "max", required_argument, NULL, 'm' },
+		{ "min", required_argument, NULL, 'n' },
 		{ "min-time", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	const char *target = "raw_tcp", *json_path = NULL;
-	size_t max = bench_sizes[BENCH_NSIZES - 1];
+	size_t max = bench_sizes[BENCH_NSIZES - 1], min = 0;
 	FILE *json = NULL;
 	int c;
 
@@ -229,7 +230,7 @@ int main(int argc, char **argv)
 	if (bench_env_max("raw_tcp", &max))
 		return 2;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		int common = bench_common_opt("raw_tcp", c, &target, &json_path, &max, &min_time);
+		int common = bench_common_opt("raw_tcp", c, &target, &json_path, &min, &max, &min_time);
 		if (common < 0)
 			return 2;
 		if (common)
@@ -300,6 +301,8 @@ int main(int argc, char **argv)
 	for (size_t k = 0; k < BENCH_NSIZES * NMODES && bench_sizes[k / NMODES] <= max; k++) {
 		size_t n = bench_sizes[k / NMODES];
 		int mode = (int)(k % NMODES);
+		if (n < min)
+			continue;
 		struct bench_samples s = { 0 };
 		double start = 0;
 		for (int warm = 1;; warm = 0) {

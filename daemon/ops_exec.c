@@ -1,5 +1,7 @@
 /* Kernel launches, function attributes and occupancy. */
 #include "log.h"
+#include "clock.h"
+#include "opstats.h"
 #include "rgpud.h"
 #include "session.h"
 #include "sched/scheduler.h"
@@ -96,6 +98,7 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	struct hentry *ce = ht_get(&s->ht, q.ctx, HK_CTX);
 	CUcontext cu = ce ? ce->obj : NULL;
 	sched_before_launch(q.cs ? q.cs->dev : 0, cu, st, &tok);
+	uint64_t t0 = s->opstats ? rgpu_now_ns() : 0;
 	if (!nattrs) {
 		rc = D->cuLaunchKernel(e->obj, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st,
 				       l->n ? args : NULL, NULL);
@@ -106,6 +109,8 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 				       .numAttrs = nattrs };
 		rc = D->cuLaunchKernelEx(&cfg, e->obj, l->n ? args : NULL, NULL);
 	}
+	if (s->opstats)
+		opstats_driver(s->opstats, RGPU_OP_LAUNCH, rgpu_now_ns() - t0);
 	sched_after_launch(&tok, cu, st, rc);
 	return rc;
 }

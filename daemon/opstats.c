@@ -8,7 +8,7 @@
 #include <string.h>
 
 struct opstats {
-	uint64_t n[RGPU_OP_MAX], ns[RGPU_OP_MAX];
+	uint64_t n[RGPU_OP_MAX], ns[RGPU_OP_MAX], drv_ns[RGPU_OP_MAX];
 	uint64_t idle_ns;
 };
 
@@ -32,6 +32,12 @@ void opstats_op(struct opstats *o, unsigned op, uint64_t ns)
 		o->n[op]++;
 		o->ns[op] += ns;
 	}
+}
+
+void opstats_driver(struct opstats *o, unsigned op, uint64_t ns)
+{
+	if (o && op < RGPU_OP_MAX)
+		o->drv_ns[op] += ns;
 }
 
 void opstats_close(struct opstats *o, const char *name)
@@ -59,6 +65,13 @@ void opstats_close(struct opstats *o, const char *name)
 		if (w < 0 || (size_t)w >= sizeof(line) - len)
 			break;
 		len += (size_t)w;
+		if (o->drv_ns[best]) {
+			w = snprintf(line + len, sizeof(line) - len, " (driver %.2f us)",
+				     (double)o->drv_ns[best] / 1e3 / (double)o->n[best]);
+			if (w < 0 || (size_t)w >= sizeof(line) - len)
+				break;
+			len += (size_t)w;
+		}
 		o->n[best] = 0;
 	}
 	if (calls)

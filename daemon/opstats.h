@@ -16,6 +16,9 @@ struct opstats;
 struct opstats *opstats_open(void);
 void opstats_idle(struct opstats *o, uint64_t ns);
 void opstats_op(struct opstats *o, unsigned op, uint64_t ns);
+/* Of that handling, the time inside the driver's call (where a handler
+ * measures it: launches); the rest is rgpud's own. */
+void opstats_driver(struct opstats *o, unsigned op, uint64_t ns);
 /* Logs the session's line (if it served any request) and frees o. */
 void opstats_close(struct opstats *o, const char *name);
 
