@@ -407,10 +407,27 @@ void rc_rx_buffered(struct rc_conn *c)
  * large remainder straight into dst, a small one through the buffer
  * (whatever else has arrived comes with it).  0, or -1 (errno set; 0 on
  * EOF), as rgpu_recv. */
+/* While the reading thread waits for a reply that waits for the GPU
+ * (rc_reply_frame): how long it spins before a receive that would sleep. */
+static _Thread_local int rx_sync;
+static _Thread_local uint64_t rx_spin_ns;
+
+static void rx_spin(struct rc_conn *c)
+{
+	if (!rx_sync)
+		return;
+	enum rc_sync_wait how = RC_WAIT_READY;
+	if (rgpu_conn_ready(c->c) == 0)
+		how = rx_spin_ns && rgpu_conn_spin(c->c, rx_spin_ns) > 0 ? RC_WAIT_SPUN : RC_WAIT_SLEPT;
+	rc_stats_sync_wait(how);
+}
+
 static int rx(struct rc_conn *c, void *dst, size_t n)
 {
-	if (!c->rxbuf)
+	if (!c->rxbuf) {
+		rx_spin(c);
 		return rgpu_recv(c->c, dst, n);
+	}
 	uint8_t *d = dst;
 	size_t have = c->rx_len - c->rx_off, k = have < n ? have : n;
 	memcpy(d, c->rxbuf + c->rx_off, k);
@@ -422,6 +439,7 @@ static int rx(struct rc_conn *c, void *dst, size_t n)
 	if (n >= RXBUF_CAP / 2)
 		return rgpu_recv(c->c, d, n);
 	c->rx_off = c->rx_len = 0;
+	rx_spin(c);
 	while (c->rx_len < n) {
 		ssize_t r = rgpu_recv_some(c->c, c->rxbuf + c->rx_len, RXBUF_CAP - c->rx_len);
 		if (r <= 0) {
@@ -728,6 +746,32 @@ static CUresult take_frame(struct rc_conn *c, struct rc_waiter *w, struct rc_rep
 	return CUDA_SUCCESS;
 }
 
+/* A reply that comes when the GPU is done with queued work: its waiter
+ * spins first (RGPU_SYNC_SPIN_US), as CUDA's own synchronisation does in
+ * a context not made with CU_CTX_SCHED_BLOCKING_SYNC.  A sleeping waiter
+ * costs a wake-up per sync, and batches of launches with a sync after
+ * each ran at 84% of the local rate over TCP, 78% on the same host, with
+ * rgpud idle at every sync (H100, 2026-11-28). */
+static int sync_spin_ns(uint16_t op, uint64_t *ns)
+{
+	switch (op) {
+	case RGPU_OP_CTX_SYNC:
+	case RGPU_OP_STREAM_SYNC:
+	case RGPU_OP_EVENT_SYNC:
+	case RGPU_OP_MEMCPY_DTOH:
+	case RGPU_OP_SHM_DTOH:
+		break;
+	default:
+		return 0;
+	}
+	struct rc_ctx *x = rc_current();
+	if (x && (x->flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_BLOCKING_SYNC)
+		*ns = 0;
+	else
+		*ns = rc_setting(RS_SYNC_SPIN_US) * 1000ull;
+	return 1;
+}
+
 CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_reply *f,
 			void *sink, size_t sinkcap)
 {
@@ -740,7 +784,9 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 		return is_dead(c) ? CUDA_ERROR_DEVICE_UNAVAILABLE : CUDA_ERROR_INVALID_VALUE;
 	}
 	uint64_t t0 = rc_stats_on ? rgpu_now_ns() : 0;
+	rx_sync = sync_spin_ns(op, &rx_spin_ns);
 	CUresult rc = take_frame(c, w, f, sink, sinkcap);
+	rx_sync = 0;
 	if (!rc && op == RGPU_OP_MEM_ALLOC && !f->st && !sink && f->len >= 8) {
 		struct rd t = f->r;
 		rc_replay_alloc(c, id, get_u64(&t));

@@ -4,6 +4,7 @@
  *   rgpu stats: calls=N sync=S async=A sent=BYTES received=BYTES
  *   rgpu stats:   OP count=C wait_us=W           (one per synchronous kind)
  *   rgpu stats:   OP answered locally=L          (one per kind, if any)
+ *   rgpu stats:   waits for the GPU: ready=R spun=S slept=T
  *
  * calls: requests sent to rgpud; sync: those whose caller waited for a
  * reply (a round trip); async: those sent without waiting (launches,
@@ -11,7 +12,10 @@
  * (frame headers included; data through shared memory is not counted).
  * Then one line per kind of synchronous request, most frequent first,
  * with the total time its callers waited, and the calls answered from the
- * client's own state that would otherwise have been a round trip.
+ * client's own state that would otherwise have been a round trip.  The
+ * waits for the GPU (synchronize, device-to-host copy): how often the
+ * reply was there when the caller looked, came within its spin
+ * (RGPU_SYNC_SPIN_US), or found the caller asleep (a wake-up later).
  *
  * Counters are atomics (any thread may call); a program can read them
  * while it runs through rgpu_stats_counter (exported: a benchmark counts
@@ -32,10 +36,17 @@ int rc_stats_on;
 static pid_t stats_pid;
 
 static uint64_t n_calls, n_sync, n_async, n_sent, n_recv, n_local, n_writes;
+static uint64_t n_wait[3];
 static uint64_t op_count[RGPU_OP_MAX], op_wait_ns[RGPU_OP_MAX], op_local[RGPU_OP_MAX];
 
 #define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_RELAXED)
 #define GET(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+
+void rc_stats_sync_wait(enum rc_sync_wait how)
+{
+	if (rc_stats_on && (unsigned)how < 3)
+		ADD(n_wait[how], 1);
+}
 
 void rc_stats_init(void)
 {
@@ -87,7 +98,8 @@ void rc_stats_local(unsigned op)
 
 /* For programs and benchmarks (dlsym or ctypes on libcuda.so.1): the
  * counter named by name ("calls", "sync", "async", "sent", "received",
- * "local", "writes": system calls that sent requests), or the synchronous count of one request kind by its protocol
+ * "local", "writes": system calls that sent requests, "waits_ready",
+ * "waits_spun", "waits_slept": waits for the GPU), or the synchronous count of one request kind by its protocol
  * name ("STREAM_SYNC"); 0 for an unknown name or when RGPU_STATS is off. */
 RC_EXPORT unsigned long long rgpu_stats_counter(const char *name)
 {
@@ -107,6 +119,12 @@ RC_EXPORT unsigned long long rgpu_stats_counter(const char *name)
 		return GET(n_local);
 	if (!strcmp(name, "writes"))
 		return GET(n_writes);
+	if (!strcmp(name, "waits_ready"))
+		return GET(n_wait[RC_WAIT_READY]);
+	if (!strcmp(name, "waits_spun"))
+		return GET(n_wait[RC_WAIT_SPUN]);
+	if (!strcmp(name, "waits_slept"))
+		return GET(n_wait[RC_WAIT_SLEPT]);
 	for (unsigned op = 0; op < RGPU_OP_MAX; op++) {
 		const char *n = rgpu_op_name(op);
 		if (n && !strcmp(n, name))
@@ -152,6 +170,11 @@ static void report(void)
 			OUT("rgpu stats:   %s answered locally=%llu\n", n ? n : "?",
 			    (unsigned long long)GET(op_local[op]));
 		}
+	if (GET(n_wait[0]) + GET(n_wait[1]) + GET(n_wait[2]))
+		OUT("rgpu stats:   waits for the GPU: ready=%llu spun=%llu slept=%llu\n",
+		    (unsigned long long)GET(n_wait[RC_WAIT_READY]),
+		    (unsigned long long)GET(n_wait[RC_WAIT_SPUN]),
+		    (unsigned long long)GET(n_wait[RC_WAIT_SLEPT]));
 #undef OUT
 	/* one write: lines of concurrent processes do not interleave */
 	for (size_t off = 0; off < len;) {

@@ -7,6 +7,7 @@
 #include "error.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -82,6 +83,20 @@ static inline void rgpu_conn_disarm(struct rgpu_conn *c)
 }
 /* 1 if a receive would find bytes now, 0 if not, -1 if it cannot tell. */
 int rgpu_conn_ready(struct rgpu_conn *c);
+/* In a spin loop: tells the CPU (and a hyperthread beside this one). */
+static inline void rgpu_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+/* Waits up to ns for input without sleeping: 1 when a receive would find
+ * bytes (or the end), 0 when the time ran out, -1 when the transport
+ * cannot tell (then at once).  A thread that expects its answer soon
+ * spares the wake-up a sleeping receive costs (tens of microseconds). */
+int rgpu_conn_spin(struct rgpu_conn *c, uint64_t ns);
 
 /* TCP (transport_tcp.c).  Errors are written to err as a sentence. */
 struct rgpu_conn *rgpu_tcp_connect(const char *host, unsigned port,

@@ -86,15 +86,6 @@ struct shmq_conn {
 
 static const struct rgpu_transport shmq_transport;
 
-static void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 static int is_shut(struct shmq_conn *q) { return __atomic_load_n(&q->shut, __ATOMIC_ACQUIRE); }
 
 /* Bytes waiting in the receive queue, or -1 (errno EPROTO) if the peer's
@@ -196,7 +187,7 @@ static int spin(struct shmq_conn *q)
 				break;
 			sched_yield(); /* the writer may be waiting for this core */
 		} else {
-			cpu_relax();
+			rgpu_cpu_relax();
 		}
 	}
 	q->spin_ns = len / 2 < 1000 ? 0 : len / 2;

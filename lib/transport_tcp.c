@@ -1,4 +1,5 @@
 #include "transport.h"
+#include "clock.h"
 #include "proto.h"
 
 #include <arpa/inet.h>
@@ -188,6 +189,19 @@ int rgpu_conn_ready(struct rgpu_conn *c)
 	struct pollfd p = { .fd = fd, .events = POLLIN };
 	int n = poll(&p, 1, 0);
 	return n < 0 ? -1 : n > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+int rgpu_conn_spin(struct rgpu_conn *c, uint64_t ns)
+{
+	uint64_t t0 = rgpu_now_ns();
+	for (;;) {
+		int r = rgpu_conn_ready(c);
+		if (r != 0)
+			return r;
+		if (rgpu_now_ns() - t0 >= ns)
+			return 0;
+		rgpu_cpu_relax();
+	}
 }
 
 int rgpu_conn_set_recv_timeout(struct rgpu_conn *c, int ms)

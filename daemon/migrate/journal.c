@@ -120,7 +120,8 @@ static void note_place(struct journal *j, uint64_t parent, uint64_t dptr)
 void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, int status,
 		  const uint8_t *reply, size_t rlen)
 {
-	if (status != 0)
+	/* (launches, the hot path, make and change nothing kept) */
+	if (status != 0 || op == RGPU_OP_LAUNCH)
 		return;
 	struct journal *j;
 	uint64_t made = rd64(reply, rlen, 0);

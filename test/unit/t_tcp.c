@@ -114,6 +114,17 @@ int main(void)
 	ok(rgpu_sendv(srv, (struct iovec[]){ { "k", 1 } }, 1) == 0 && rgpu_recv(cli, got, 1) == 0 &&
 	   got[0] == 'k', "the connection still works after a timed-out receive");
 
+	/* spinning for input (rgpu_conn_spin): none comes, the time runs out;
+	 * a byte there, or the peer's end, is found without the time */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int sr = rgpu_conn_spin(cli, 20000000ull);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+	ok(sr == 0 && ms >= 19, "a spin for a silent peer's input runs out (%d after %ld ms)", sr, ms);
+	ok(rgpu_sendv(srv, (struct iovec[]){ { "s", 1 } }, 1) == 0 &&
+	   rgpu_conn_spin(cli, 10000000000ull) == 1, "a spin finds a byte sent");
+	ok(rgpu_recv(cli, got, 1) == 0 && got[0] == 's', "which the receive then takes");
+
 	/* 32 MiB in the middle of three iovecs; the receiver runs concurrently */
 	uint8_t *big = malloc(BIG);
 	if (!big)
