@@ -9,7 +9,8 @@
 #   bash bench/latency-probe.sh [--out DIR]
 #
 # Environment: top_builddir (default: _build beside the sources),
-# RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64).
+# RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PROBE_ONLY=launch (the
+# launch throughput part alone).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)
@@ -58,8 +59,9 @@ one() {
 }
 echo "latency-probe: $(date -u '+%F %T UTC'), $(nproc) CPUs, $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 echo "(medians in microseconds; client spin / server spin in us)"
-[ -e "$REAL/libcuda.so.1" ] && one local - LD_LIBRARY_PATH=$REAL
+[ -e "$REAL/libcuda.so.1" ] && [ "${PROBE_ONLY:-}" != launch ] && one local - LD_LIBRARY_PATH=$REAL
 for kind in real emu; do
+	[ "${PROBE_ONLY:-}" = launch ] && break
 	[ $kind = real ] && [ ! -e "$REAL/libcuda.so.1" ] && continue
 	for ss in 100 1000 0; do
 		up $kind $ss || continue
@@ -73,7 +75,8 @@ for kind in real emu; do
 done
 # the real driver again, rgpud and the client on neighbouring CPUs (is it
 # where the threads run?)
-if [ -e "$REAL/libcuda.so.1" ] && [ "$(nproc)" -ge 4 ] && up real 100 1-2; then
+if [ "${PROBE_ONLY:-}" != launch ] && [ -e "$REAL/libcuda.so.1" ] && [ "$(nproc)" -ge 4 ] &&
+	up real 100 1-2; then
 	one real-shm-c50-s100-cpus12-3 50 RGPU_TRANSPORT=local RGPU_SERVERS=127.0.0.1:$P \
 		LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-} taskset -c 3
 fi
@@ -96,15 +99,23 @@ launches() {
 }
 if [ -e "$REAL/libcuda.so.1" ]; then
 	launches local LD_LIBRARY_PATH=$REAL
+	# nospin: as before 2026-11-28, the client sleeps at a sync
+	# (RGPU_SYNC_SPIN_US=0) and a TCP worker for the next call
+	# (RGPUD_SPIN_US=0; the same-host queues spun 100 us already)
 	for path in tcp local; do
-		up real-launch-$path 100 || continue
-		launches rgpud-$path RGPU_TRANSPORT=$path RGPU_SERVERS=127.0.0.1:$P \
-			LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-}
-		kill $PID 2>/dev/null; wait $PID 2>/dev/null; PID=""
-		grep -o "op stats: [0-9]* requests, [0-9.]* s handling them, [0-9.]* s waiting" \
-			"$OUT/rgpud-real-launch-$path-100.log" | sed 's|^|      |'
-		grep -o "LAUNCH [0-9]* x [0-9.]* us (driver [0-9.]* us)" \
-			"$OUT/rgpud-real-launch-$path-100.log" | sed 's|^|      |'
+		for sp in spin nospin; do
+			ss=100 cs=1000
+			[ $sp = nospin ] && cs=0
+			[ $sp = nospin ] && [ $path = tcp ] && ss=0
+			up real-launch-$path $ss || continue
+			launches rgpud-$path-$sp RGPU_SYNC_SPIN_US=$cs RGPU_TRANSPORT=$path \
+				RGPU_SERVERS=127.0.0.1:$P LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-}
+			kill $PID 2>/dev/null; wait $PID 2>/dev/null; PID=""
+			grep -o "op stats: [0-9]* requests, [0-9.]* s handling them, [0-9.]* s waiting" \
+				"$OUT/rgpud-real-launch-$path-$ss.log" | sed 's|^|      |'
+			grep -o "LAUNCH [0-9]* x [0-9.]* us (driver [0-9.]* us)" \
+				"$OUT/rgpud-real-launch-$path-$ss.log" | sed 's|^|      |'
+		done
 	done
 fi
 # rgpud's side of each run (RGPUD_OP_STATS): a launch's mean handling time
