@@ -166,6 +166,33 @@ def main(argv):
                     "rgpud_per_s": 1e6 / la_sm, "rgpud_over_local": la_loc / la_sm})
     if not have_local:
         print("(no local column: %s)" % meta.get("local_skipped", "not measured"))
+    # launch rate in interleaved rounds (run-bench.sh, BENCH_LAUNCH_ROUNDS)
+    lrounds = sorted({int(t.rsplit("_r", 1)[1]) for t in targets
+                      if t and t.startswith("launch_") and t.rsplit("_r", 1)[-1].isdigit()})
+    if lrounds:
+        print("launch rate in %d interleaved rounds, us per launch (local, tcp, shm) and"
+              " local/rgpud per round:" % len(lrounds))
+        per = {"tcp": [], "shm": []}
+        for k in lrounds:
+            loc = lat.get(("launch_local_r%d" % k, "launch_async"))
+            row = []
+            for path in ("tcp", "shm"):
+                rg = lat.get(("launch_%s_r%d" % (path, k), "launch_async"))
+                r = ratio(loc, rg)
+                if r is not None:
+                    per[path].append(r)
+                row.append("%s %s (%s)" % (path, f(rg, ".2f"), f(r, ".1%")))
+            print("  round %d: local %s  %s" % (k, f(loc, ".2f"), "  ".join(row)))
+        for path in ("tcp", "shm"):
+            v = sorted(per[path])
+            if not v:
+                continue
+            m = len(v)
+            med = v[m // 2] if m % 2 else (v[m // 2 - 1] + v[m // 2]) / 2
+            print("  %s: median %.1f%% of local (range %.1f%%-%.1f%%)" % (
+                path, med * 100, v[0] * 100, v[-1] * 100))
+            out.append({"kind": "launch_rounds", "path": path, "ratios": per[path],
+                        "median_ratio": med})
 
     print()
     print("=== bar: bulk copies >= %s through rgpud reach >= %d%% of raw loopback TCP"

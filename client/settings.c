@@ -55,11 +55,10 @@ static const struct setting table[RS_COUNT] = {
 	[RS_SPIN_US] = { "RGPU_SPIN_US", K_INT, 50, 0, 100000, NULL,
 			 "microseconds a thread waiting for a same-host server's reply spins "
 			 "before it sleeps (0: sleeps at once)" },
-	[RS_SYNC_SPIN_US] = { "RGPU_SYNC_SPIN_US", K_INT, 1000, 0, 1000000, NULL,
+	[RS_SYNC_SPIN_US] = { "RGPU_SYNC_SPIN_US", K_INT, 0, 0, 1000000, NULL,
 			      "microseconds a thread waiting for the GPU (a synchronize, a "
-			      "device-to-host copy) spins before it sleeps, as CUDA's own "
-			      "waits spin; not in a context made with "
-			      "CU_CTX_SCHED_BLOCKING_SYNC (0: sleeps at once)" },
+			      "device-to-host copy) spins before it sleeps; not in a context "
+			      "made with CU_CTX_SCHED_BLOCKING_SYNC (0: sleeps at once)" },
 };
 
 static unsigned long long value[RS_COUNT];

@@ -19,7 +19,7 @@
 /* RGPUD_SPIN_US: how long a session's thread spins for the next call
  * before it sleeps on the socket (default 100; 0 sleeps at once, a
  * doorbell then wakes it for every call). */
-unsigned server_spin_us(const char *name)
+static unsigned server_spin_us(const char *name)
 {
 	const char *e = getenv("RGPUD_SPIN_US");
 	if (!e || !*e)

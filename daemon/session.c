@@ -72,7 +72,6 @@ void session_prepare(struct session *s)
 	s->prepared = 1;
 	pthread_mutex_init(&s->send_lock, NULL);
 	s->opstats = opstats_open();
-	s->spin_full_ns = s->spin_ns = (uint64_t)server_spin_us(s->name) * 1000u;
 	if (s->out_fd >= 0) {
 		s->out = devout_start(s->out_fd);
 		if (!s->out)
@@ -513,36 +512,9 @@ static int session_wait_client(struct session *s)
 	}
 }
 
-/* Spinning for a socket client's next call (the shared-memory queues spin
- * in their transport): a spin that finds it keeps its full length, one
- * that does not halves the next (down to none, a full one tried every 32
- * waits), so an idle session soon stops spinning.  Without it, the first
- * launch after each sync's reply waited for this thread to wake up, with
- * the GPU idle.  1: input is there. */
-static int spin_for_client(struct session *s)
-{
-	if (!s->spin_full_ns || !s->conn || s->conn->tp->arm)
-		return 0;
-	uint64_t len = ++s->spin_waits % 32 == 0 ? s->spin_full_ns : s->spin_ns;
-	if (!len)
-		return 0;
-	int r = rgpu_conn_spin(s->conn, len);
-	if (r > 0) {
-		s->spin_ns = s->spin_full_ns;
-		return 1;
-	}
-	if (r < 0) { /* a transport that cannot tell (verbs) */
-		s->spin_full_ns = 0;
-		return 0;
-	}
-	s->spin_ns = len / 2 < 1000 ? 0 : len / 2;
-	return 0;
-}
-
 static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 {
-	int w = s->in_len - s->in_off < RGPU_HDR_SIZE && !spin_for_client(s) ? session_wait_client(s)
-									       : 0;
+	int w = s->in_len - s->in_off < RGPU_HDR_SIZE ? session_wait_client(s) : 0;
 	if (w)
 		return w == 2 ? RGPU_HDR_AHEAD : RGPU_HDR_ORDER;
 	if (in_fill(s, RGPU_HDR_SIZE) < 0)

@@ -111,9 +111,6 @@ struct session {
 	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
 	struct move *move;             /* a move whose objects went ahead (migrate/out.c) */
 	struct opstats *opstats;       /* RGPUD_OP_STATS (opstats.h), or NULL */
-	/* spinning for a socket client's next call (session.c) */
-	uint64_t spin_full_ns, spin_ns;
-	unsigned spin_waits;
 	uint64_t last_id;              /* id of the last request served */
 	int attach;                    /* parent: HELLO named a moved session */
 	uint8_t attach_token[16];
@@ -153,9 +150,6 @@ const struct op_desc *rgpud_op(unsigned op);
 /* Starts what a session needs besides its fields (send lock, output
  * reader); idempotent, called by session_run and session_serve_one. */
 void session_prepare(struct session *s);
-/* RGPUD_SPIN_US (ops_transport.c): how long a session's thread spins for
- * its client's next call, in microseconds. */
-unsigned server_spin_us(const char *name);
 /* Reads and serves one request: 0, or -1 when the session is over. */
 int session_serve_one(struct session *s);
 /* Worker: serves the session until the client leaves, then frees all. */
