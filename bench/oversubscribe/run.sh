@@ -23,6 +23,10 @@
 #               other; the ratio should be at most 1.2
 #   alt4        four tenants of 30% (1.2x), the same comparison
 #
+# OVERSUB_CASES="pair_turns alt2" runs only those cases; OVERSUB_PAIR_KEEP
+# sets RGPUD_SWAP_KEEP for the pairs (default 24G: two sessions' worth of
+# swapped-out and kept memory fit the 128 GiB host).
+#
 # and, from rgpud's log, the swap-out and swap-in bandwidth of every
 # eviction (host memory ready beforehand: kept from an earlier eviction or
 # prepared ahead; or prepared during the eviction) against the pinned copy
@@ -144,10 +148,12 @@ RC=0
 # ---- two sessions of 60% each, swap and wait
 # pair NAME ITERS WHAT [RGPUD ARGS...]: two tenants of 60% at once on a
 # fresh rgpud; their phases shown where swapping was expected
-KEEP=24G
+KEEP=${OVERSUB_PAIR_KEEP:-24G}
+want() { [ -z "${OVERSUB_CASES:-}" ] || [[ " $OVERSUB_CASES " == *" $1 "* ]]; }
 pair() {
 	local name=$1 it=$2 what=$3
 	shift 3
+	want "$name" || return 0
 	if start_rgpud "$name" "$@"; then
 		tenants "$name" "$(pct 60)" "$it" 20 1500 2 conc
 		say "$name: two sessions x 60% $what: $([ $BAD = 0 ] && echo 'both completed, data intact' || echo "FAILED ($BAD)") in $WALL s"
@@ -170,6 +176,7 @@ pair pair_wait 2 "under wait" --memory-policy=wait --memory-wait=120
 # ---- alternating tenants: at once (swap) against one after another
 alt() { # NAME PCT N PASSES KEEP
 	local name=$1 p=$2 n=$3 pa=$4 seq conc
+	want "$name" || return 0
 	KEEP=$5
 	start_rgpud "$name" || { say "$name: rgpud did not start"; RC=1; return; }
 	tenants "$name-seq" "$(pct "$p")" 3 "$pa" 2000 "$n" seq
