@@ -24,8 +24,9 @@
 #   alt4        four tenants of 30% (1.2x), the same comparison
 #
 # OVERSUB_CASES="pair_turns alt2" runs only those cases; OVERSUB_PAIR_KEEP
-# sets RGPUD_SWAP_KEEP for the pairs (default 24G: two sessions' worth of
-# swapped-out and kept memory fit the 128 GiB host).
+# sets RGPUD_SWAP_KEEP for the pairs (default 48G: a 60% session's memory
+# on an 80 GiB GPU, so its host copy stays from one eviction to the next;
+# two of them, 96 GiB, fit the 128 GiB host; 24G before 2026-11-28).
 #
 # and, from rgpud's log, the swap-out and swap-in bandwidth of every
 # eviction (host memory ready beforehand: kept from an earlier eviction or
@@ -148,7 +149,7 @@ RC=0
 # ---- two sessions of 60% each, swap and wait
 # pair NAME ITERS WHAT [RGPUD ARGS...]: two tenants of 60% at once on a
 # fresh rgpud; their phases shown where swapping was expected
-KEEP=${OVERSUB_PAIR_KEEP:-24G}
+KEEP=${OVERSUB_PAIR_KEEP:-48G}
 want() { [ -z "${OVERSUB_CASES:-}" ] || [[ " $OVERSUB_CASES " == *" $1 "* ]]; }
 pair() {
 	local name=$1 it=$2 what=$3
