@@ -42,6 +42,7 @@ static void ctx_measure(struct rgpud_driver *d, CUdevice cd, struct ctx_state *c
 	    sms < 0 || per_sm < 0)
 		sms = per_sm = 0;
 	cs->resident_threads = (uint64_t)sms * (uint64_t)per_sm;
+	cs->sms = (uint32_t)sms;
 	for (int i = 0; i < LIM_N; i++) {
 		size_t v = 0;
 		if (d->cuCtxGetLimit(&v, lim_id[i]))

@@ -63,6 +63,27 @@ const uint8_t *launch_params(struct session *s, const uint8_t *p, size_t n)
 	return s->params;
 }
 
+/* The part of the GPU a launch needs (sched/policy.h): its grid against
+ * the blocks of its shape the GPU holds at once, the driver's occupancy
+ * asked once per function and block shape. */
+static uint32_t launch_demand(const struct ctx_state *cs, CUfunction f, struct param_layout *l,
+			      const uint32_t g[3], const uint32_t b[3], uint32_t shmem)
+{
+	uint64_t tpb = (uint64_t)b[0] * b[1] * b[2];
+	if (!tpb || tpb > 4096)
+		return 100; /* the launch fails anyway */
+	if (l->occ_tpb != tpb || l->occ_smem != shmem) {
+		int n = 0;
+		if (D->cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&n, f, (int)tpb, shmem, 0) ||
+		    n < 0)
+			n = 0;
+		l->occ_tpb = (uint32_t)tpb;
+		l->occ_smem = shmem;
+		l->occ_blocks = (uint32_t)n;
+	}
+	return sched_grid_demand((uint64_t)g[0] * g[1] * g[2], l->occ_blocks, cs->sms);
+}
+
 int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;
@@ -97,7 +118,10 @@ int op_launch(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct 
 	struct sched_token tok;
 	struct hentry *ce = ht_get(&s->ht, q.ctx, HK_CTX);
 	CUcontext cu = ce ? ce->obj : NULL;
-	sched_before_launch(q.cs ? q.cs->dev : 0, cu, st, &tok);
+	unsigned dev = q.cs ? q.cs->dev : 0;
+	uint32_t demand = q.cs && sched_wants_demand(dev) ? launch_demand(q.cs, e->obj, l, g, b, shmem)
+							  : 100;
+	sched_before_launch(dev, cu, st, demand, &tok);
 	uint64_t t0 = s->opstats ? rgpu_now_ns() : 0;
 	if (!nattrs) {
 		rc = D->cuLaunchKernel(e->obj, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st,

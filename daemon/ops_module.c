@@ -37,6 +37,7 @@ static struct param_layout *layout_get(void *obj, param_info_fn info, struct wbu
 		return NULL;
 	l->n = n;
 	l->total = 0;
+	l->occ_tpb = l->occ_smem = l->occ_blocks = 0;
 	put_u32(out, n);
 	for (uint32_t i = 0; i < n; i++) {
 		l->off[i] = (uint32_t)offs[i];

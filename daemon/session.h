@@ -40,6 +40,7 @@ struct ctx_state {
 	unsigned dev;
 	uint64_t cost;              /* charged for the context (gate_ctx_cost) */
 	uint64_t resident_threads;  /* SMs x threads per SM: stack copies */
+	uint32_t sms;               /* the GPU's multiprocessors */
 	uint64_t lim_base[LIM_N];   /* bytes at creation (in the context's cost) */
 	uint64_t lim_charged[LIM_N]; /* bytes charged above lim_base */
 };
@@ -48,6 +49,9 @@ struct ctx_state {
 struct param_layout {
 	uint32_t n;
 	uint32_t total; /* bytes spanned: max(offset + size) */
+	/* the driver's occupancy for the last block shape launched (blocks
+	 * per SM; the scheduler's demand under MPS, ops_exec.c) */
+	uint32_t occ_tpb, occ_smem, occ_blocks;
 	uint32_t off[];  /* n offsets, then n sizes */
 };
 #define LAYOUT_SIZE(l, i) ((l)->off[(l)->n + (i)])

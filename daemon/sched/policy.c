@@ -51,7 +51,12 @@ static uint64_t key(int policy, uint64_t quantum, const struct sched_view *v)
 	return v->vtime + r < v->vtime ? UINT64_MAX : v->vtime + r;
 }
 
-int sched_may_submit(int policy, uint64_t quantum, const struct sched_view *me,
+static uint32_t demand_of(const struct sched_view *v)
+{
+	return v->demand && v->demand <= 100 ? v->demand : 100;
+}
+
+int sched_may_submit(int policy, uint64_t quantum, int mps, const struct sched_view *me,
 		     const struct sched_view *others, size_t n)
 {
 	if (policy == SCHED_POL_FIFO)
@@ -62,16 +67,37 @@ int sched_may_submit(int policy, uint64_t quantum, const struct sched_view *me,
 		return 0;
 	uint64_t mine = key(policy, quantum, me);
 	uint64_t least = UINT64_MAX;
+	uint32_t need = demand_of(me);
+	int busy = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (!others[i].active)
 			continue;
 		uint64_t v = key(policy, quantum, &others[i]);
 		if (v < least)
 			least = v;
+		need += demand_of(&others[i]);
+		busy |= others[i].inflight > 0;
 	}
 	if (least == UINT64_MAX) /* alone: work-conserving */
 		return 1;
+	if (mps && need <= 100) /* side by side (policy.h) */
+		return 1;
+	/* turns under MPS: while another's kernels run, only a tenant a
+	 * quantum behind starts (the other then stops and drains) */
+	if (mps && busy)
+		return mine < least && least - mine > quantum;
 	return mine <= least || mine - least <= quantum;
+}
+
+uint32_t sched_grid_demand(uint64_t blocks, uint32_t per_sm, uint32_t sms)
+{
+	if (!per_sm || !sms || !blocks)
+		return 100;
+	uint64_t cap = (uint64_t)per_sm * sms;
+	if (blocks >= cap)
+		return 100;
+	uint64_t pct = (blocks * 100 + cap - 1) / cap;
+	return pct ? (uint32_t)pct : 1;
 }
 
 uint64_t sched_charge(uint64_t dur, uint32_t pct, uint32_t busy_pct, int mps)

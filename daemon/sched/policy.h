@@ -21,6 +21,16 @@
  *   tenant starting a short episode runs ahead of long-running ones.
  * fifo: no gate (the driver's own time-slicing, rgpud's old behaviour).
  *
+ * Under MPS (fair and las) tenants' kernels run side by side, each within
+ *   its active thread percentage.  While the parts of the GPU their kernels
+ *   need (demand: the grid against what the GPU holds resident, capped by
+ *   the percentage) add up to at most all of it, nobody waits: they fit
+ *   beside each other whatever their history.  Past that they contend for
+ *   the same SMs, and a kernel that fills its share keeps the other's
+ *   blocks waiting for SMs; then they take turns: only the tenant furthest
+ *   behind submits (measured on an H100 with shares of 75%: side by side,
+ *   two full-grid tenants with kernels 10x apart had a Jain index of 0.79).
+ *
  * Besides the policy (fair and las; not fifo), a tenant keeps at most one
  * quantum of estimated work, or two launches, in flight (sched_inflight_ok):
  * work queued in the GPU cannot be taken back, so queues must stay short
@@ -47,6 +57,8 @@ struct sched_view {
 	uint64_t running_ns; /* work in flight since its last completion: past a
 			      * grace it counts provisionally, so a kernel that
 			      * never ends cannot hold the others back for ever */
+	uint32_t demand;     /* MPS: percent of the GPU its (next or last)
+			      * kernel needs, 1..100 (0: unknown, counts 100) */
 };
 
 /* "fair", "las", "fifo" -> the policy, or -1. */
@@ -54,9 +66,15 @@ int sched_policy_parse(const char *s);
 const char *sched_policy_name(int p);
 
 /* Whether tenant me may submit now, given the others of its GPU (me not
- * among them).  quantum: ns. */
-int sched_may_submit(int policy, uint64_t quantum, const struct sched_view *me,
+ * among them).  quantum: ns; mps: kernels run side by side (demand
+ * counts). */
+int sched_may_submit(int policy, uint64_t quantum, int mps, const struct sched_view *me,
 		     const struct sched_view *others, size_t n);
+
+/* The part of a GPU (percent, 1..100) a grid of blocks needs, the GPU
+ * holding per_sm such blocks on each of its sms SMs at once (the driver's
+ * occupancy); 100 when either is unknown (0). */
+uint32_t sched_grid_demand(uint64_t blocks, uint32_t per_sm, uint32_t sms);
 
 /* Whether one more launch keeps me's work in flight within a quantum (or
  * two launches). */

@@ -98,7 +98,13 @@ struct sched_token {
 	void *start;
 	int gpu;
 };
-void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched_token *t);
+void sched_before_launch(unsigned gpu, void *cuctx, void *custream, uint32_t demand,
+			 struct sched_token *t);
+/* Whether launches on gpu should say what part of it they need (demand,
+ * percent, for sched_before_launch; sched_grid_demand): only under MPS
+ * with other tenants, where the gate weighs it (policy.h).  Otherwise
+ * they pass 100 and spare the work. */
+int sched_wants_demand(unsigned gpu);
 void sched_after_launch(struct sched_token *t, void *cuctx, void *custream, int rc);
 /* ctx is about to be destroyed: forget its records. */
 void sched_forget_ctx(void *cuctx);

@@ -28,6 +28,7 @@ void sched_slot_view(struct sched_slot *s, uint64_t now, struct sched_view *v)
 	v->vtime = atomic_load(&s->vtime);
 	v->episode = atomic_load(&s->episode);
 	v->mean_ns = atomic_load(&s->mean);
+	v->demand = atomic_load(&s->demand);
 	uint64_t prog = atomic_load(&s->progress);
 	v->running_ns = v->inflight && prog && now > prog ? now - prog : 0;
 	int alive = beat && (now < beat || now - beat < SCHED_STALE_NS);

@@ -25,6 +25,7 @@ struct sched_slot {
 	_Atomic uint64_t beat;      /* CLOCK_MONOTONIC ns: last sign of life */
 	_Atomic uint64_t idle_since;
 	_Atomic uint64_t progress;  /* last completion, or the first launch after idling */
+	_Atomic uint32_t demand;    /* MPS: percent of the GPU its last launch needs */
 };
 
 struct sched_seg {

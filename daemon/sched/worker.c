@@ -179,7 +179,13 @@ static size_t others(unsigned gpu, struct sched_slot *mine, uint64_t now, struct
 
 static void *charger(void *arg);
 
-void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched_token *t)
+int sched_wants_demand(unsigned gpu)
+{
+	return enabled() && seg->mps && gpu < RGPUD_MAX_GPUS && shared(gpu);
+}
+
+void sched_before_launch(unsigned gpu, void *cuctx, void *custream, uint32_t demand,
+			 struct sched_token *t)
 {
 	t->start = NULL;
 	t->gpu = -1;
@@ -201,6 +207,11 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 	static struct sched_view v[SCHED_SLOTS];
 	uint64_t now = rgpu_now_ns();
 	atomic_store(&s->beat, now);
+	/* within its active thread percentage, what it can take of the GPU */
+	uint32_t pct = atomic_load(&s->pct);
+	if (!demand || demand > 100)
+		demand = 100;
+	atomic_store(&s->demand, pct && pct < demand ? pct : demand);
 	if (atomic_load(&s->inflight) == 0 && !atomic_load(&s->waiting)) {
 		/* becoming active: bounded credit for the time it idled */
 		uint64_t vmin;
@@ -219,7 +230,7 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, struct sched
 		size_t n = others(gpu, s, now, v, &vmin, NULL);
 		struct sched_view mine;
 		sched_slot_view(s, now, &mine);
-		if (sched_may_submit(seg->policy, seg->quantum, &mine, v, n))
+		if (sched_may_submit(seg->policy, seg->quantum, seg->mps, &mine, v, n))
 			break;
 		if (!waited) {
 			atomic_store(&s->waiting, 1);

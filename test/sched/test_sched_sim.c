@@ -65,6 +65,11 @@ static struct sched_view view_of(struct sim *s, int j)
 {
 	struct sched_view v = s->t[j].v;
 	v.running_ns = v.inflight && s->now > s->t[j].progress ? s->now - s->t[j].progress : 0;
+	/* the part of the GPU its kernels need, within its thread cap (what
+	 * sched_grid_demand and the worker make of a launch) */
+	double w = s->t[j].width > 1 ? 1 : s->t[j].width;
+	uint32_t d = (uint32_t)ceil(w * 100 - 1e-9);
+	v.demand = d < s->t[j].pct ? d : s->t[j].pct;
 	return v;
 }
 
@@ -110,7 +115,7 @@ static void submit_phase(struct sim *s)
 			}
 			others_of(s, i, o, &no);
 			struct sched_view mine = view_of(s, i);
-			if (!sched_may_submit(s->policy, s->quantum, &mine, o, no)) {
+			if (!sched_may_submit(s->policy, s->quantum, s->mps, &mine, o, no)) {
 				t->waiting = 1;
 				t->v.active = 1;
 				break;
@@ -374,22 +379,108 @@ int main(void)
 	       "no credit taken away");
 	struct sched_view me = { .active = 1, .vtime = 5000000, .inflight = 0 };
 	struct sched_view other = { .active = 1, .vtime = 1000000 };
-	ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, &me, &other, 1), "fair: too far ahead waits");
-	ok(sched_may_submit(SCHED_POL_FIFO, 2000000, &me, &other, 1), "fifo: never waits");
+	ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &me, &other, 1), "fair: too far ahead waits");
+	ok(sched_may_submit(SCHED_POL_FIFO, 2000000, 0, &me, &other, 1), "fifo: never waits");
 	other.active = 0;
-	ok(sched_may_submit(SCHED_POL_FAIR, 2000000, &me, &other, 1), "fair: work-conserving");
+	ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &me, &other, 1), "fair: work-conserving");
 	other.active = 1;
 	me.vtime = 500000;
 	me.inflight = 2;
 	me.mean_ns = 1000000;
-	ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, &me, &other, 1), "in-flight bound: 2 x 1 ms >= 2 ms");
+	ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &me, &other, 1), "in-flight bound: 2 x 1 ms >= 2 ms");
 	other.active = 0;
-	ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, &me, &other, 1), "  even alone");
+	ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &me, &other, 1), "  even alone");
 	other.active = 1;
 	me.inflight = 1;
-	ok(sched_may_submit(SCHED_POL_FAIR, 2000000, &me, &other, 1), "behind and within the bound");
+	ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &me, &other, 1), "behind and within the bound");
 	double j1[2] = { 1, 1 }, j2[2] = { 1, 3 };
 	ok(fabs(sched_jain(j1, 2) - 1) < 1e-9 && fabs(sched_jain(j2, 2) - 0.8) < 1e-9, "Jain");
+
+	/* under MPS, demand decides: tenants that fit side by side never
+	 * wait, whatever their history; past the GPU they take turns */
+	{
+		struct sched_view a = { .active = 1, .weight = 100, .vtime = 9000000, .demand = 30 };
+		struct sched_view b = { .active = 1, .weight = 100, .inflight = 1, .vtime = 0,
+					.demand = 30 };
+		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "MPS: 30%% beside 30%% in flight goes however far ahead");
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &a, &b, 1),
+		   "  (time-sliced it waits)");
+		a.demand = b.demand = 75;
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "MPS: 75%% beside 75%% in flight: the one ahead waits");
+		a.vtime = 1000000;
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "  even within a quantum (turns)");
+		a.vtime = 0;
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "  level with the one in flight: waits for its turn to end");
+		b.vtime = 3000000;
+		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "  a quantum behind it: goes (the other stops and drains)");
+		b.inflight = 0; /* b waits for its turn */
+		a.vtime = 9000000;
+		b.vtime = 0;
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "  nothing in flight, far ahead of a waiting one: waits");
+		a.vtime = 1000000;
+		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "  within a quantum of it: goes (its turn)");
+		b.inflight = 1;
+		b.vtime = 0;
+		a.vtime = 9000000;
+		b.demand = 0;
+		a.demand = 1;
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
+		   "  an unknown demand counts as the whole GPU");
+		is_u64(sched_grid_demand(132, 8, 132), 13, "a grid of 132 blocks, 8 per SM on 132 SMs: 13%%");
+		is_u64(sched_grid_demand(1056, 8, 132), 100, "  1056 blocks: all of it");
+		is_u64(sched_grid_demand(1, 8, 132), 1, "  one block: 1%%");
+		is_u64(sched_grid_demand(5000, 0, 132), 100, "  occupancy unknown: all of it");
+	}
+	{
+		/* four tenants of an eighth of the GPU each, capped at 75%: side
+		 * by side as without the gate */
+		uint64_t done[2];
+		for (int pol = 0; pol < 2; pol++) {
+			struct sim sm;
+			init(&sm, 1, pol ? SCHED_POL_FAIR : SCHED_POL_FIFO, 4);
+			for (int i = 0; i < 4; i++) {
+				sm.t[i].kernel_ns = 500000;
+				sm.t[i].width = 0.125;
+				sm.t[i].pct = 75;
+			}
+			run(&sm, 500000000ull);
+			done[pol] = 0;
+			for (int i = 0; i < 4; i++)
+				done[pol] += sm.t[i].done;
+		}
+		ok(done[1] >= done[0] * 98 / 100,
+		   "MPS, four 1/8 tenants capped at 75%%: fair runs %llu kernels, ungated %llu",
+		   (unsigned long long)done[1], (unsigned long long)done[0]);
+		/* two full-grid tenants capped at 75%, kernels 10x apart: turns,
+		 * not side by side; equal GPU time */
+		struct sim sm;
+		init(&sm, 1, SCHED_POL_FAIR, 2);
+		sm.t[0].kernel_ns = 1000000;
+		sm.t[1].kernel_ns = 100000;
+		sm.t[0].pct = sm.t[1].pct = 75;
+		uint64_t both = 0, any = 0;
+		while (sm.now < 1000000000ull) {
+			submit_phase(&sm);
+			if (sm.t[0].q && sm.t[1].q)
+				both++;
+			if (sm.t[0].q || sm.t[1].q)
+				any++;
+			gpu_phase(&sm);
+		}
+		double att[2] = { (double)sm.t[0].attained, (double)sm.t[1].attained };
+		ok((double)both / (double)any < 0.5,
+		   "MPS, two full-grid tenants at 75%%: both in flight %.0f%% of the busy time (turns)",
+		   100.0 * (double)both / (double)any);
+		ok(sched_jain(att, 2) >= 0.97, "  attained %.3f s and %.3f s (Jain %.3f)", att[0] / 1e9,
+		   att[1] / 1e9, sched_jain(att, 2));
+	}
 
 	/* equal shares, kernels 10x apart */
 	double j = equal_shares_jain(0, SCHED_POL_FAIR);
@@ -425,17 +516,23 @@ int main(void)
 					   .running_ns = 0 };
 		struct sched_view late = { .active = 1, .weight = 100, .vtime = 10000000,
 					   .episode = 10000000 };
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, &late, &hung, 1),
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &late, &hung, 1),
 		   "fair: far ahead of a tenant that just launched: waits");
 		hung.running_ns = 9000000;
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, &late, &hung, 1),
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &late, &hung, 1),
 		   "  its kernel running 9 ms is in the grace (4 quanta)");
 		hung.running_ns = 19000000;
-		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, &late, &hung, 1),
+		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &late, &hung, 1),
 		   "  running 19 ms counts past the grace: goes");
-		ok(sched_may_submit(SCHED_POL_LAS, 2000000, &late, &hung, 1), "las: the same");
+		ok(sched_may_submit(SCHED_POL_LAS, 2000000, 0, &late, &hung, 1), "las: the same");
+		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &late, &hung, 1),
+		   "  under MPS, taking turns, it waits a quantum longer");
+		hung.running_ns = 25000000;
+		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &late, &hung, 1),
+		   "  and goes at 25 ms");
+		hung.running_ns = 19000000;
 		hung.running_ns = 0;
-		ok(!sched_may_submit(SCHED_POL_LAS, 2000000, &late, &hung, 1), "  (las waits otherwise)");
+		ok(!sched_may_submit(SCHED_POL_LAS, 2000000, 0, &late, &hung, 1), "  (las waits otherwise)");
 	}
 
 	/* las favours short episodes */
