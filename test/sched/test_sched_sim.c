@@ -398,41 +398,34 @@ int main(void)
 
 	/* under MPS, demand decides: tenants that fit side by side never
 	 * wait, whatever their history; past the GPU they take turns */
+#define MPS_GATE(me, other) sched_may_submit(SCHED_POL_FAIR, 2000000, 1, me, other, 1)
+#define TS_GATE(me, other) sched_may_submit(SCHED_POL_FAIR, 2000000, 0, me, other, 1)
 	{
 		struct sched_view a = { .active = 1, .weight = 100, .vtime = 9000000, .demand = 30 };
 		struct sched_view b = { .active = 1, .weight = 100, .inflight = 1, .vtime = 0,
 					.demand = 30 };
-		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "MPS: 30%% beside 30%% in flight goes however far ahead");
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 0, &a, &b, 1),
-		   "  (time-sliced it waits)");
+		ok(MPS_GATE(&a, &b), "MPS: 30%% beside 30%% in flight goes however far ahead");
+		ok(!TS_GATE(&a, &b), "  (time-sliced it waits)");
 		a.demand = b.demand = 75;
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "MPS: 75%% beside 75%% in flight: the one ahead waits");
+		ok(!MPS_GATE(&a, &b), "MPS: 75%% beside 75%% in flight: the one ahead waits");
 		a.vtime = 1000000;
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "  even within a quantum (turns)");
+		ok(!MPS_GATE(&a, &b), "  even within a quantum (turns)");
 		a.vtime = 0;
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "  level with the one in flight: waits for its turn to end");
+		ok(!MPS_GATE(&a, &b), "  level with the one in flight: waits for its turn to end");
 		b.vtime = 3000000;
-		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "  a quantum behind it: goes (the other stops and drains)");
+		ok(MPS_GATE(&a, &b), "  a quantum behind it: goes (the other stops and drains)");
 		b.inflight = 0; /* b waits for its turn */
 		a.vtime = 9000000;
 		b.vtime = 0;
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "  nothing in flight, far ahead of a waiting one: waits");
+		ok(!MPS_GATE(&a, &b), "  nothing in flight, far ahead of a waiting one: waits");
 		a.vtime = 1000000;
-		ok(sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "  within a quantum of it: goes (its turn)");
+		ok(MPS_GATE(&a, &b), "  within a quantum of it: goes (its turn)");
 		b.inflight = 1;
 		b.vtime = 0;
 		a.vtime = 9000000;
 		b.demand = 0;
 		a.demand = 1;
-		ok(!sched_may_submit(SCHED_POL_FAIR, 2000000, 1, &a, &b, 1),
-		   "  an unknown demand counts as the whole GPU");
+		ok(!MPS_GATE(&a, &b), "  an unknown demand counts as the whole GPU");
 		is_u64(sched_grid_demand(132, 8, 132), 13, "a grid of 132 blocks, 8 per SM on 132 SMs: 13%%");
 		is_u64(sched_grid_demand(1056, 8, 132), 100, "  1056 blocks: all of it");
 		is_u64(sched_grid_demand(1, 8, 132), 1, "  one block: 1%%");
