@@ -403,25 +403,26 @@ void rc_rx_buffered(struct rc_conn *c)
 		c->rxbuf = malloc(RXBUF_CAP); /* none: unbuffered reads */
 }
 
-/* n bytes of the reply stream, by the reader: from the buffer, then a
- * large remainder straight into dst, a small one through the buffer
- * (whatever else has arrived comes with it).  0, or -1 (errno set; 0 on
- * EOF), as rgpu_recv. */
 /* While the reading thread waits for a reply that waits for the GPU
- * (rc_reply_frame): how long it spins before a receive that would sleep. */
+ * (rc_reply_frame): how long it spins before a receive that would sleep
+ * (and, with RGPU_STATS, whether it had to). */
 static _Thread_local int rx_sync;
 static _Thread_local uint64_t rx_spin_ns;
 
 static void rx_spin(struct rc_conn *c)
 {
-	if (!rx_sync)
-		return;
+	if (!rx_sync || (!rx_spin_ns && !rc_stats_on))
+		return; /* (the default: no look at the socket) */
 	enum rc_sync_wait how = RC_WAIT_READY;
 	if (rgpu_conn_ready(c->c) == 0)
 		how = rx_spin_ns && rgpu_conn_spin(c->c, rx_spin_ns) > 0 ? RC_WAIT_SPUN : RC_WAIT_SLEPT;
 	rc_stats_sync_wait(how);
 }
 
+/* n bytes of the reply stream, by the reader: from the buffer, then a
+ * large remainder straight into dst, a small one through the buffer
+ * (whatever else has arrived comes with it).  0, or -1 (errno set; 0 on
+ * EOF), as rgpu_recv. */
 static int rx(struct rc_conn *c, void *dst, size_t n)
 {
 	if (!c->rxbuf) {
