@@ -18,8 +18,9 @@
 
 /* RGPUD_SPIN_US: how long a session's thread spins for the next call
  * before it sleeps on the socket (default 100; 0 sleeps at once, a
- * doorbell then wakes it for every call). */
-static unsigned server_spin_us(const char *name)
+ * doorbell then wakes it for every call); over a socket, after a sync
+ * answered at once (session.c). */
+unsigned server_spin_us(const char *name)
 {
 	const char *e = getenv("RGPUD_SPIN_US");
 	if (!e || !*e)

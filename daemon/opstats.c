@@ -10,6 +10,7 @@
 struct opstats {
 	uint64_t n[RGPU_OP_MAX], ns[RGPU_OP_MAX], drv_ns[RGPU_OP_MAX];
 	uint64_t idle_ns;
+	uint64_t spins[2]; /* after a sync: ran out, caught the next call */
 };
 
 struct opstats *opstats_open(void)
@@ -38,6 +39,12 @@ void opstats_driver(struct opstats *o, unsigned op, uint64_t ns)
 {
 	if (o && op < RGPU_OP_MAX)
 		o->drv_ns[op] += ns;
+}
+
+void opstats_spin(struct opstats *o, int caught)
+{
+	if (o)
+		o->spins[caught ? 1 : 0]++;
 }
 
 void opstats_close(struct opstats *o, const char *name)
@@ -74,9 +81,13 @@ void opstats_close(struct opstats *o, const char *name)
 		}
 		o->n[best] = 0;
 	}
+	char spins[128] = "";
+	if (o->spins[0] + o->spins[1])
+		snprintf(spins, sizeof(spins), " (after syncs, %llu spins caught the next call, %llu "
+			 "ran out)", (unsigned long long)o->spins[1], (unsigned long long)o->spins[0]);
 	if (calls)
 		log_info("%s: op stats: %llu requests, %.3f s handling them, %.3f s waiting for the "
-			 "client;%s", name, (unsigned long long)calls, (double)total / 1e9,
-			 (double)o->idle_ns / 1e9, line);
+			 "client%s;%s", name, (unsigned long long)calls, (double)total / 1e9,
+			 (double)o->idle_ns / 1e9, spins, line);
 	free(o);
 }

@@ -19,6 +19,9 @@ void opstats_op(struct opstats *o, unsigned op, uint64_t ns);
 /* Of that handling, the time inside the driver's call (where a handler
  * measures it: launches); the rest is rgpud's own. */
 void opstats_driver(struct opstats *o, unsigned op, uint64_t ns);
+/* A spin for the client's next call after a sync (session.c): caught it
+ * (1) or ran out (0). */
+void opstats_spin(struct opstats *o, int caught);
 /* Logs the session's line (if it served any request) and frees o. */
 void opstats_close(struct opstats *o, const char *name);
 

@@ -72,6 +72,7 @@ void session_prepare(struct session *s)
 	s->prepared = 1;
 	pthread_mutex_init(&s->send_lock, NULL);
 	s->opstats = opstats_open();
+	s->sync_spin_ns = (uint64_t)server_spin_us(s->name) * 1000u;
 	if (s->out_fd >= 0) {
 		s->out = devout_start(s->out_fd);
 		if (!s->out)
@@ -512,8 +513,26 @@ static int session_wait_client(struct session *s)
 	}
 }
 
+/* After a sync answered at once, a socket client's next call (its next
+ * launches, typically) comes within tens of microseconds: spun for
+ * (RGPUD_SPIN_US), so that the GPU does not also wait for this thread to
+ * wake up.  Only then: a worker that spun for every call over TCP, with a
+ * client spinning too, slowed launches on the H100 (2026-11-28).  (The
+ * shared-memory queues spin in their transport.) */
+static void spin_after_sync(struct session *s)
+{
+	s->spin_next = 0;
+	if (!s->sync_spin_ns || !s->conn || s->conn->tp->arm)
+		return;
+	int r = rgpu_conn_spin(s->conn, s->sync_spin_ns);
+	if (r >= 0)
+		opstats_spin(s->opstats, r > 0);
+}
+
 static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 {
+	if (s->spin_next && s->in_len - s->in_off < RGPU_HDR_SIZE)
+		spin_after_sync(s);
 	int w = s->in_len - s->in_off < RGPU_HDR_SIZE ? session_wait_client(s) : 0;
 	if (w)
 		return w == 2 ? RGPU_HDR_AHEAD : RGPU_HDR_ORDER;
@@ -613,8 +632,12 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 			 rgpu_op_name(h->op), h->len);
 		return -1;
 	}
-	if (st == OP_REPLIED)
+	if (st == OP_REPLIED) {
+		/* (a device-to-host copy streams its reply here; a sync
+		 * replied to from a waiter thread is not over yet) */
+		s->spin_next = h->op == RGPU_OP_MEMCPY_DTOH;
 		return s->ended ? -1 : 0;
+	}
 	if (h->flags & RGPU_F_NOREPLY) {
 		if (st && !s->deferred)
 			s->deferred = st;
@@ -642,6 +665,15 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 	if (session_send_reply(s, h, 0, st, s->tx.data, s->tx.len) < 0) {
 		log_info("%s: cannot send reply: %s", s->name, strerror(errno));
 		return -1;
+	}
+	switch (h->op) {
+	case RGPU_OP_CTX_SYNC:
+	case RGPU_OP_STREAM_SYNC:
+	case RGPU_OP_EVENT_SYNC:
+		s->spin_next = 1;
+		break;
+	default:
+		break;
 	}
 	return s->ended ? -1 : 0;
 }

@@ -115,6 +115,8 @@ struct session {
 	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
 	struct move *move;             /* a move whose objects went ahead (migrate/out.c) */
 	struct opstats *opstats;       /* RGPUD_OP_STATS (opstats.h), or NULL */
+	uint64_t sync_spin_ns;         /* RGPUD_SPIN_US: a socket's next call after a sync */
+	int spin_next;                 /* a sync was just answered here */
 	uint64_t last_id;              /* id of the last request served */
 	int attach;                    /* parent: HELLO named a moved session */
 	uint8_t attach_token[16];
@@ -154,6 +156,9 @@ const struct op_desc *rgpud_op(unsigned op);
 /* Starts what a session needs besides its fields (send lock, output
  * reader); idempotent, called by session_run and session_serve_one. */
 void session_prepare(struct session *s);
+/* RGPUD_SPIN_US in microseconds (ops_transport.c; a bad value is logged
+ * under name and the default used). */
+unsigned server_spin_us(const char *name);
 /* Reads and serves one request: 0, or -1 when the session is over. */
 int session_serve_one(struct session *s);
 /* Worker: serves the session until the client leaves, then frees all. */

@@ -600,6 +600,13 @@ if want t_vecadd; then
 	grep -qE "op stats: [0-9]+ requests, .*LAUNCH [0-9]+ x [0-9.]+ us" "$LOGDIR/d1.log"
 	verdict t_op_stats $? "no op stats line with launches in $LOGDIR/d1.log"
 fi
+# over TCP, after a sync answered at once the worker spins for the
+# client's next call (RGPUD_SPIN_US): t_sync_spin launches right after each
+# of its syncs, so spins catch calls
+if want t_sync_spin; then
+	grep -qE "op stats: .*after syncs, [1-9][0-9]* spins caught the next call" "$LOGDIR/d1.log"
+	verdict t_op_stats_spin $? "no spin after a sync caught a call in $LOGDIR/d1.log"
+fi
 
 if want t_fuzz; then
 	run t_fuzz "" -- t_fuzz 127.0.0.1 "$P1" 3000
