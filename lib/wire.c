@@ -43,27 +43,13 @@ static uint8_t *wbuf_grow(struct wbuf *w, size_t n)
 	return p;
 }
 
-void put_raw(struct wbuf *w, const void *p, size_t n)
+void put_raw_grow(struct wbuf *w, const void *p, size_t n)
 {
 	if (!n)
 		return; /* nothing to add: no offset on a still-NULL buffer */
 	uint8_t *d = wbuf_grow(w, n);
 	if (d)
 		memcpy(d, p, n);
-}
-
-void put_u32(struct wbuf *w, uint32_t v)
-{
-	v = htole32(v);
-	put_raw(w, &v, 4);
-}
-
-void put_i32(struct wbuf *w, int32_t v) { put_u32(w, (uint32_t)v); }
-
-void put_u64(struct wbuf *w, uint64_t v)
-{
-	v = htole64(v);
-	put_raw(w, &v, 8);
 }
 
 void put_f32(struct wbuf *w, float v)
@@ -95,40 +81,6 @@ void rd_init(struct rd *r, const void *p, size_t n)
 	r->p = p;
 	r->left = n;
 	r->bad = 0;
-}
-
-const void *get_raw(struct rd *r, size_t n)
-{
-	if (r->bad || n > r->left) {
-		r->bad = 1;
-		return NULL;
-	}
-	const void *p = r->p;
-	r->p += n;
-	r->left -= n;
-	return p;
-}
-
-uint32_t get_u32(struct rd *r)
-{
-	uint32_t v;
-	const void *p = get_raw(r, 4);
-	if (!p)
-		return 0;
-	memcpy(&v, p, 4);
-	return le32toh(v);
-}
-
-int32_t get_i32(struct rd *r) { return (int32_t)get_u32(r); }
-
-uint64_t get_u64(struct rd *r)
-{
-	uint64_t v;
-	const void *p = get_raw(r, 8);
-	if (!p)
-		return 0;
-	memcpy(&v, p, 8);
-	return le64toh(v);
 }
 
 float get_f32(struct rd *r)
