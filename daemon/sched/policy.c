@@ -80,11 +80,10 @@ int sched_may_submit(int policy, uint64_t quantum, int mps, const struct sched_v
 	}
 	if (least == UINT64_MAX) /* alone: work-conserving */
 		return 1;
-	if (mps && need <= 100) /* side by side (policy.h) */
-		return 1;
-	/* turns under MPS: while another's kernels run, only a tenant a
-	 * quantum behind starts (the other then stops and drains) */
-	if (mps && busy)
+	/* turns under MPS when they do not fit side by side (policy.h):
+	 * while another's kernels run, only a tenant a quantum behind starts
+	 * (the other, a quantum ahead, stops and drains) */
+	if (mps && need > 100 && busy)
 		return mine < least && least - mine > quantum;
 	return mine <= least || mine - least <= quantum;
 }

@@ -22,14 +22,15 @@
  * fifo: no gate (the driver's own time-slicing, rgpud's old behaviour).
  *
  * Under MPS (fair and las) tenants' kernels run side by side, each within
- *   its active thread percentage.  While the parts of the GPU their kernels
- *   need (demand: the grid against what the GPU holds resident, capped by
- *   the percentage) add up to at most all of it, nobody waits: they fit
- *   beside each other whatever their history.  Past that they contend for
+ *   its active thread percentage, and the rule above lets them (within a
+ *   quantum of each other) while the parts of the GPU their kernels need
+ *   (demand: the grid against what the GPU holds resident, capped by the
+ *   percentage) add up to at most all of it.  Past that they contend for
  *   the same SMs, and a kernel that fills its share keeps the other's
- *   blocks waiting for SMs; then they take turns: only the tenant furthest
- *   behind submits (measured on an H100 with shares of 75%: side by side,
- *   two full-grid tenants with kernels 10x apart had a Jain index of 0.79).
+ *   blocks waiting for SMs (on an H100 with shares of 75%, two full-grid
+ *   tenants with kernels 10x apart side by side had a Jain index of 0.79);
+ *   then they take turns: while another's kernels are in flight a tenant
+ *   starts only a quantum behind it, and the one ahead stops and drains.
  *
  * Besides the policy (fair and las; not fifo), a tenant keeps at most one
  * quantum of estimated work, or two launches, in flight (sched_inflight_ok):

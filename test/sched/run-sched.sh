@@ -13,7 +13,9 @@
 #  - /metrics exports the attained GPU time (when built with libmicrohttpd)
 #  - --mps=job: without the control program sessions run as before; with a
 #    stand-in for it, one daemon per uid (outside a job) is started with its
-#    pipe and log directories and told to quit after the last session
+#    pipe and log directories and told to quit after the last session; and
+#    the gate weighs each launch's grid: tenants that fit side by side
+#    run, full grids take turns (the heavier one gets more)
 # Exit 77 (skip) when not built (t_tenant needs nvcc).
 set -u
 . "$(dirname "$0")/../soak/lib.sh"
@@ -243,6 +245,36 @@ mps_calls() {
 }
 t_check "--mps=job: a control daemon per uid started with its directories, quit after" mps_calls
 stop_rgpud "$MPS_PID"
+
+# ---- under MPS the gate weighs what each launch needs of the GPU (the
+# emulated device: 132 SMs, 32 blocks of 32 threads each at once): with
+# shares of 75% of the threads, tenants of one-block grids fit side by
+# side; tenants of grids that fill the GPU do not fit (75 + 75) and take
+# turns, the weights (75:25) deciding who gets more.  (The emulated device
+# runs one kernel at a time even under MPS, while the MPS charge divides
+# a kernel's time among the tenants busy beside it: the split is not the
+# GPU's, which bench/sharing measures; these check that both paths run,
+# nobody starves, and turns follow the weights.)
+start_rgpud mps-demand --open --mps=job --mps-dir="$LOGDIR/mps-demand" --mps-control="$FAKE" \
+	--mps-default-share=75
+MD_PID=$RGPUD_PID
+tenant m 75 3000
+tenant n 25 3000
+wait "$TPID_m"; RM=$?
+wait "$TPID_n"; RN=$?
+KM=$(kernels m) KN=$(kernels n)
+echo "    MPS, one-block grids: tenant 75 ran ${KM:-?} kernels, tenant 25 ${KN:-?}"
+t_check "MPS, grids that fit side by side: both completed" test "$RM$RN" = 00
+t_check "  neither starved" ratio_in "${KM:-0}" "${KN:-0}" 0.33 4.5
+tenant o 75 3000 T_BLOCKS=4224
+tenant p 25 3000 T_BLOCKS=4224
+wait "$TPID_o"; RO=$?
+wait "$TPID_p"; RP=$?
+KO=$(kernels o) KP=$(kernels p)
+echo "    MPS, full grids: tenant 75 ran ${KO:-?} kernels, tenant 25 ${KP:-?}"
+t_check "MPS, full grids (75% + 75%): both completed" test "$RO$RP" = 00
+t_check "  taking turns, the heavier tenant gets more" ratio_in "${KO:-0}" "${KP:-0}" 1.15 4.5
+stop_rgpud "$MD_PID"
 
 [ $FAILS = 0 ] || { echo "$FAILS check(s) failed; logs in $LOGDIR"; exit 1; }
 echo "all passed"

@@ -8,7 +8,9 @@
  *   TENANT kernels=N elapsed_ms=T p50_us=A p99_us=B
  *
  * T_FAULT_MS=M: instead, after M ms it launches illegal_write at a bad
- * address and expects its context to fail (CUDA_ERROR_ILLEGAL_ADDRESS). */
+ * address and expects its context to fail (CUDA_ERROR_ILLEGAL_ADDRESS).
+ * T_BLOCKS=B: its busy kernels have B blocks of 32 threads (default 1;
+ * under MPS the scheduler weighs the part of the GPU a grid needs). */
 #include "common.h"
 
 static int cmp_d(const void *a, const void *b)
@@ -25,6 +27,7 @@ int main(int argc, char **argv)
 	double secs = (double)env_long("T_SECONDS_MS", 2000) / 1e3;
 	long depth = env_long("T_DEPTH", 8);
 	long fault_ms = env_long("T_FAULT_MS", 0);
+	unsigned blocks = (unsigned)env_long("T_BLOCKS", 1);
 	const char *mode = getenv("T_MODE");
 	int sync = mode && !strcmp(mode, "sync");
 	primary_ctx(0, NULL);
@@ -56,7 +59,7 @@ int main(int argc, char **argv)
 		}
 		if (sync) {
 			double a = now_ms();
-			CK(cuLaunchKernel(fbusy, 1, 1, 1, 32, 1, 1, 0, NULL, pb, NULL));
+			CK(cuLaunchKernel(fbusy, blocks, 1, 1, 32, 1, 1, 0, NULL, pb, NULL));
 			CK(cuCtxSynchronize());
 			if (nlat < cap)
 				lat[nlat++] = (now_ms() - a) * 1e3;
@@ -64,7 +67,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		for (long i = 0; i < depth; i++)
-			CK(cuLaunchKernel(fbusy, 1, 1, 1, 32, 1, 1, 0, NULL, pb, NULL));
+			CK(cuLaunchKernel(fbusy, blocks, 1, 1, 32, 1, 1, 0, NULL, pb, NULL));
 		CK(cuLaunchKernel(finc, 1, 1, 1, 1, 1, 1, 0, NULL, pi, NULL));
 		incs++;
 		CK(cuCtxSynchronize());

@@ -33,6 +33,8 @@ struct tenant {
 	uint32_t weight, pct;
 	int depth;          /* closed loop: kernels it keeps queued */
 	int sync;           /* 1: launch one, wait for it, think, repeat */
+	int batch;          /* > 0: launch that many, wait for all, think, repeat
+			     * (a synchronisation after each batch) */
 	uint64_t think_ns;
 	uint64_t start_ns, stop_after; /* arrives at; stops after that many kernels (0: never) */
 	/* state */
@@ -40,6 +42,7 @@ struct tenant {
 	uint64_t sub[QMAX], began[QMAX];
 	int q;
 	uint64_t next_try;  /* sync: when it launches next */
+	int in_batch;       /* batch: launched in this batch so far */
 	uint64_t done, submitted;
 	int waiting;
 	uint64_t idle_since;
@@ -96,6 +99,11 @@ static int wants(struct sim *s, struct tenant *t)
 		return 0;
 	if (t->sync)
 		return t->q == 0 && s->now >= t->next_try;
+	if (t->batch) {
+		if (t->in_batch == t->batch && t->q == 0 && s->now >= t->next_try)
+			t->in_batch = 0; /* the sync returned: the next batch */
+		return t->in_batch < t->batch;
+	}
 	return t->q < t->depth;
 }
 
@@ -126,6 +134,8 @@ static void submit_phase(struct sim *s)
 			t->began[t->q] = t->q || !s->mps ? 0 : s->now;
 			t->q++;
 			t->submitted++;
+			if (t->batch && ++t->in_batch == t->batch)
+				t->next_try = 0;
 			if (t->v.inflight++ == 0)
 				t->progress = s->now;
 			t->v.active = 1;
@@ -163,7 +173,7 @@ static void complete(struct sim *s, int i)
 	else {
 		t->idle_since = s->now;
 		t->v.active = t->waiting;
-		if (t->sync)
+		if (t->sync || (t->batch && t->in_batch == t->batch))
 			t->next_try = s->now + t->think_ns;
 	}
 	if (t->stop_after && t->done == t->stop_after)
@@ -404,8 +414,11 @@ int main(void)
 		struct sched_view a = { .active = 1, .weight = 100, .vtime = 9000000, .demand = 30 };
 		struct sched_view b = { .active = 1, .weight = 100, .inflight = 1, .vtime = 0,
 					.demand = 30 };
-		ok(MPS_GATE(&a, &b), "MPS: 30%% beside 30%% in flight goes however far ahead");
-		ok(!TS_GATE(&a, &b), "  (time-sliced it waits)");
+		ok(!MPS_GATE(&a, &b), "MPS: 30%% beside 30%% in flight, far ahead: waits (fair's rule)");
+		a.vtime = 1000000;
+		ok(MPS_GATE(&a, &b), "  within a quantum: side by side");
+		ok(TS_GATE(&a, &b), "  (time-sliced the same)");
+		a.vtime = 9000000;
 		a.demand = b.demand = 75;
 		ok(!MPS_GATE(&a, &b), "MPS: 75%% beside 75%% in flight: the one ahead waits");
 		a.vtime = 1000000;
