@@ -486,6 +486,17 @@ int main(void)
 		   100.0 * (double)both / (double)any);
 		ok(sched_jain(att, 2) >= 0.97, "  attained %.3f s and %.3f s (Jain %.3f)", att[0] / 1e9,
 		   att[1] / 1e9, sched_jain(att, 2));
+		/* the same pair with weights 75:25: turns keep the 3:1 */
+		init(&sm, 1, SCHED_POL_FAIR, 2);
+		for (int i = 0; i < 2; i++) {
+			sm.t[i].kernel_ns = 2000000;
+			sm.t[i].pct = 75;
+		}
+		sm.t[0].weight = sm.t[0].v.weight = 75;
+		sm.t[1].weight = sm.t[1].v.weight = 25;
+		run(&sm, 3000000000ull);
+		double r = (double)sm.t[0].attained / (double)sm.t[1].attained;
+		ok(fabs(r / 3 - 1) <= 0.10, "  weights 75:25 taking turns: attained ratio %.2f", r);
 	}
 
 	/* equal shares, kernels 10x apart */
