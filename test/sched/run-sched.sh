@@ -72,6 +72,19 @@ tenant() { # name share seconds_ms [VAR=VALUE...]: runs in the background
 	eval "TPID_$name=$!"
 }
 kernels() { sed -n 's/^TENANT kernels=\([0-9]*\).*/\1/p' "$LOGDIR/$1.out"; }
+# pair WHAT A B MS [VAR=VALUE...]: tenants A (share 75) and B (25) at once
+# for MS ms; their exit statuses in PAIR_RC ("00": both fine), their
+# kernels in KA and KB
+pair() {
+	local what=$1 a=$2 b=$3 ms=$4 ra rb
+	shift 4
+	tenant "$a" 75 "$ms" "$@"
+	tenant "$b" 25 "$ms" "$@"
+	eval "wait \"\$TPID_$a\""; ra=$?
+	eval "wait \"\$TPID_$b\""; rb=$?
+	PAIR_RC=$ra$rb KA=$(kernels "$a") KB=$(kernels "$b")
+	echo "    $what: tenant 75 ran ${KA:-?} kernels, tenant 25 ${KB:-?}"
+}
 ratio_in() { # a b lo hi
 	awk -v a="$1" -v b="$2" -v lo="$3" -v hi="$4" \
 		'BEGIN { r = b > 0 ? a / b : 0; printf "    ratio %.2f (want %s..%s)\n", r, lo, hi; exit !(r >= lo && r <= hi) }'
@@ -175,14 +188,9 @@ stop_rgpud "$FAIR_PID"
 # ---- fifo: shares ignored
 start_rgpud fifo --open --sched=fifo
 FIFO_PID=$RGPUD_PID
-tenant c 75 2000
-tenant d 25 2000
-wait "$TPID_c"; RC=$?
-wait "$TPID_d"; RD=$?
-KC=$(kernels c) KD=$(kernels d)
-echo "    fifo: tenant 75 ran ${KC:-?} kernels, tenant 25 ${KD:-?}"
-t_check "fifo: both completed" test "$RC$RD" = 00
-t_check "fifo: no shares, about 1:1 (not 3:1)" ratio_in "${KC:-0}" "${KD:-0}" 0.5 2.0
+pair fifo c d 2000
+t_check "fifo: both completed" test "$PAIR_RC" = 00
+t_check "fifo: no shares, about 1:1 (not 3:1)" ratio_in "${KA:-0}" "${KB:-0}" 0.5 2.0
 stop_rgpud "$FIFO_PID"
 
 # ---- a faulting tenant beside a running one; metrics
@@ -258,22 +266,12 @@ stop_rgpud "$MPS_PID"
 start_rgpud mps-demand --open --mps=job --mps-dir="$LOGDIR/mps-demand" --mps-control="$FAKE" \
 	--mps-default-share=75
 MD_PID=$RGPUD_PID
-tenant m 75 3000
-tenant n 25 3000
-wait "$TPID_m"; RM=$?
-wait "$TPID_n"; RN=$?
-KM=$(kernels m) KN=$(kernels n)
-echo "    MPS, one-block grids: tenant 75 ran ${KM:-?} kernels, tenant 25 ${KN:-?}"
-t_check "MPS, grids that fit side by side: both completed" test "$RM$RN" = 00
-t_check "  neither starved" ratio_in "${KM:-0}" "${KN:-0}" 0.33 4.5
-tenant o 75 3000 T_BLOCKS=4224
-tenant p 25 3000 T_BLOCKS=4224
-wait "$TPID_o"; RO=$?
-wait "$TPID_p"; RP=$?
-KO=$(kernels o) KP=$(kernels p)
-echo "    MPS, full grids: tenant 75 ran ${KO:-?} kernels, tenant 25 ${KP:-?}"
-t_check "MPS, full grids (75% + 75%): both completed" test "$RO$RP" = 00
-t_check "  taking turns, the heavier tenant gets more" ratio_in "${KO:-0}" "${KP:-0}" 1.15 4.5
+pair "MPS, one-block grids" m n 3000
+t_check "MPS, grids that fit side by side: both completed" test "$PAIR_RC" = 00
+t_check "  neither starved" ratio_in "${KA:-0}" "${KB:-0}" 0.33 4.5
+pair "MPS, full grids" o p 3000 T_BLOCKS=4224
+t_check "MPS, full grids (75% + 75%): both completed" test "$PAIR_RC" = 00
+t_check "  taking turns, the heavier tenant gets more" ratio_in "${KA:-0}" "${KB:-0}" 1.15 4.5
 stop_rgpud "$MD_PID"
 
 [ $FAILS = 0 ] || { echo "$FAILS check(s) failed; logs in $LOGDIR"; exit 1; }
