@@ -766,11 +766,10 @@ static int sync_spin_ns(uint16_t op, uint64_t *ns)
 	default:
 		return 0;
 	}
-	struct rc_ctx *x = rc_current();
+	*ns = rc_setting(RS_SYNC_SPIN_US) * 1000ull;
+	struct rc_ctx *x = *ns ? rc_current() : NULL;
 	if (x && (x->flags & CU_CTX_SCHED_MASK) == CU_CTX_SCHED_BLOCKING_SYNC)
 		*ns = 0;
-	else
-		*ns = rc_setting(RS_SYNC_SPIN_US) * 1000ull;
 	return 1;
 }
 

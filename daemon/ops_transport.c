@@ -71,7 +71,7 @@ static int shmq_upgrade(struct session *s, const struct rgpu_hdr *h, uint32_t fd
 		put_str(out, err);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	struct rgpu_conn *q = rgpu_shmq_wrap(s->conn, mem, (size_t)ring, 1, server_spin_us(s->name));
+	struct rgpu_conn *q = rgpu_shmq_wrap(s->conn, mem, (size_t)ring, 1, s->spin_us);
 	if (!q) {
 		munmap(mem, rgpu_shmq_size((size_t)ring));
 		return CUDA_ERROR_OUT_OF_MEMORY;

@@ -72,7 +72,7 @@ void session_prepare(struct session *s)
 	s->prepared = 1;
 	pthread_mutex_init(&s->send_lock, NULL);
 	s->opstats = opstats_open();
-	s->sync_spin_ns = (uint64_t)server_spin_us(s->name) * 1000u;
+	s->spin_us = server_spin_us(s->name);
 	if (s->out_fd >= 0) {
 		s->out = devout_start(s->out_fd);
 		if (!s->out)
@@ -522,9 +522,9 @@ static int session_wait_client(struct session *s)
 static void spin_after_sync(struct session *s)
 {
 	s->spin_next = 0;
-	if (!s->sync_spin_ns || !s->conn || s->conn->tp->arm)
+	if (!s->spin_us || !s->conn || s->conn->tp->arm)
 		return;
-	int r = rgpu_conn_spin(s->conn, s->sync_spin_ns);
+	int r = rgpu_conn_spin(s->conn, (uint64_t)s->spin_us * 1000u);
 	if (r >= 0)
 		opstats_spin(s->opstats, r > 0);
 }
@@ -666,15 +666,7 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 		log_info("%s: cannot send reply: %s", s->name, strerror(errno));
 		return -1;
 	}
-	switch (h->op) {
-	case RGPU_OP_CTX_SYNC:
-	case RGPU_OP_STREAM_SYNC:
-	case RGPU_OP_EVENT_SYNC:
-		s->spin_next = 1;
-		break;
-	default:
-		break;
-	}
+	s->spin_next = (od->flags & OPF_WAITS_GPU) != 0;
 	return s->ended ? -1 : 0;
 }
 

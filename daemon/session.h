@@ -115,7 +115,7 @@ struct session {
 	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
 	struct move *move;             /* a move whose objects went ahead (migrate/out.c) */
 	struct opstats *opstats;       /* RGPUD_OP_STATS (opstats.h), or NULL */
-	uint64_t sync_spin_ns;         /* RGPUD_SPIN_US: a socket's next call after a sync */
+	unsigned spin_us;              /* RGPUD_SPIN_US (shared-memory queues; a socket after a sync) */
 	int spin_next;                 /* a sync was just answered here */
 	uint64_t last_id;              /* id of the last request served */
 	int attach;                    /* parent: HELLO named a moved session */
@@ -149,6 +149,10 @@ struct op_desc {
 /* Destroys or replaces what a pending wait may use: runs after every
  * pending synchronising call has been answered. */
 #define OPF_DRAINS 2u
+/* Answers when the GPU is done with queued work (a synchronize, a
+ * device-to-host copy): over a socket the client's next launches usually
+ * follow at once (session.c spins for them). */
+#define OPF_WAITS_GPU 4u
 
 /* The table lives in dispatch.c; ops_*.c define the handlers. */
 const struct op_desc *rgpud_op(unsigned op);

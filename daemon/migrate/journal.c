@@ -10,6 +10,7 @@
 #include "../session.h"
 #include "proto.h"
 
+#include <endian.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,14 +28,14 @@ struct journal {
 	int broken;      /* one of those changed or went since */
 };
 
+/* (every request passes here, launches too: a load, not a byte loop) */
 static uint64_t rd64(const uint8_t *p, size_t n, size_t off)
 {
-	uint64_t v = 0;
+	uint64_t v;
 	if (off + 8 > n)
 		return 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[off + (size_t)i];
-	return v;
+	memcpy(&v, p + off, 8);
+	return le64toh(v);
 }
 
 static struct journal *jget(struct session *s)
@@ -120,8 +121,7 @@ static void note_place(struct journal *j, uint64_t parent, uint64_t dptr)
 void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, int status,
 		  const uint8_t *reply, size_t rlen)
 {
-	/* (launches, the hot path, make and change nothing kept) */
-	if (status != 0 || op == RGPU_OP_LAUNCH)
+	if (status != 0)
 		return;
 	struct journal *j;
 	uint64_t made = rd64(reply, rlen, 0);
