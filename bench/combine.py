@@ -20,6 +20,7 @@ and prints the table.  Exit 0 unless the inputs are unreadable: a missed
 bar is reported, not an error.
 """
 import json
+import statistics
 import sys
 
 BAR_RATIO = 0.80
@@ -187,8 +188,7 @@ def main(argv):
             v = sorted(per[path])
             if not v:
                 continue
-            m = len(v)
-            med = v[m // 2] if m % 2 else (v[m // 2 - 1] + v[m // 2]) / 2
+            med = statistics.median(v)
             print("  %s: median %.1f%% of local (range %.1f%%-%.1f%%)" % (
                 path, med * 100, v[0] * 100, v[-1] * 100))
             out.append({"kind": "launch_rounds", "path": path, "ratios": per[path],
@@ -236,9 +236,7 @@ def main(argv):
                             rs.append(r)
                     if not rs:
                         continue
-                    rs_sorted = sorted(rs)
-                    m = len(rs_sorted)
-                    med = rs_sorted[m // 2] if m % 2 else (rs_sorted[m // 2 - 1] + rs_sorted[m // 2]) / 2
+                    med = statistics.median(rs)
                     med95.setdefault(mem, []).append((op, n, med))
                     out.append({"kind": "bulk_rounds", "op": op, "mem": mem, "bytes": n,
                                 "ratios": rs, "median_ratio": med})
