@@ -88,7 +88,7 @@ static void usage(FILE *f)
 "      --mps-control=PATH    the MPS control program (default\n"
 "                            nvidia-cuda-mps-control in PATH, /usr/local/nvidia/bin)\n"
 "      --mps-default-share=P with --mps=job: the part of the GPU's threads (percent)\n"
-"                            of a session whose lease gives no --rgpu-share (100)\n"
+"                            of a session whose lease gives no --rgpu-share (75)\n"
 "      --memory-policy=POLICY  when an allocation does not fit on the GPU:\n"
 "                            swap (default: evict idle sessions to host memory),\n"
 "                            wait (until memory is freed), or fail\n"
@@ -449,7 +449,7 @@ int main(int argc, char **argv)
 	struct sched_config scfg = { .policy = SCHED_POL_FAIR, .quantum = SCHED_QUANTUM_NS_DEFAULT,
 				     .mps = SCHED_MPS_OFF, .mps_dir = "/run/rgpud/mps",
 				     .mps_control = "", /* found in PATH */
-				     .mps_default_share = 100 };
+				     .mps_default_share = 75 };
 	enum mem_policy mem_policy = MEM_POLICY_SWAP;
 	unsigned mem_wait = 60, mem_overcommit_pct = 100, mem_quantum_ms = MEM_QUANTUM_DEFAULT_MS;
 	int c;

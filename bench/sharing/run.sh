@@ -7,9 +7,9 @@
 # Systems: the plain driver time-slicing separate processes (ts), NVIDIA MPS
 # alone (mps), and rgpud under each policy (rgpud-fifo, rgpud-fair,
 # rgpud-las), time-sliced, and rgpud-fair with an MPS server per job
-# (rgpud-fair-mps: --mps=job --mps-default-share=50; rgpud-fair-mps75 and
-# rgpud-fair-mps100 with shares 75 and 100: the share trades throughput
-# against fairness and isolation, docs/sharing.md).  Mixes of synthetic
+# (rgpud-fair-mps: --mps=job with rgpud's default share, 75 since
+# 2026-11-28; rgpud-fair-mps50, rgpud-fair-mps100, ... with that share: the
+# share trades throughput against fairness and isolation, docs/sharing.md).  Mixes of synthetic
 # tenants (bench/sharing/tenant.cu: compute kernels of a calibrated length):
 #
 #   four    4 tenants whose grids fill 1/8 of the GPU, 2000 kernels of 0.5 ms
@@ -139,10 +139,11 @@ sys_up() { # name
 	rgpud-*)
 		local args=(--open --driver "$REAL/libcuda.so.1" --sched="${SYS#rgpud-}") pol share
 		case $SYS in
-		*-mps*) # rgpud-POLICY-mps[SHARE]: an MPS server per job, default share 50
+		*-mps*) # rgpud-POLICY-mps[SHARE]: an MPS server per job; without
+			# SHARE, rgpud's default share
 			pol=${SYS#rgpud-}; pol=${pol%%-mps*}; share=${SYS##*-mps}
 			args=(--open --driver "$REAL/libcuda.so.1" --sched="$pol" --mps=job
-			      --mps-dir="$W/rmps" --mps-default-share="${share:-50}") ;;
+			      --mps-dir="$W/rmps" ${share:+--mps-default-share="$share"}) ;;
 		esac
 		PORT=$(free_port)
 		"$BUILD/daemon/rgpud" --listen "127.0.0.1:$PORT" "${args[@]}" \
@@ -280,7 +281,7 @@ run_mixes() {
 # SHARING_SYSTEMS: another list (names as above; rgpud-POLICY-mps[SHARE]
 # for an MPS server per job with that default share, e.g. rgpud-fifo-mps,
 # rgpud-fair-mps100)
-SYSTEMS=${SHARING_SYSTEMS:-"ts mps rgpud-fifo rgpud-fair rgpud-las rgpud-fair-mps rgpud-fair-mps75 rgpud-fair-mps100"}
+SYSTEMS=${SHARING_SYSTEMS:-"ts mps rgpud-fifo rgpud-fair rgpud-las rgpud-fair-mps rgpud-fair-mps50 rgpud-fair-mps100"}
 for sys in $SYSTEMS; do
 	if sys_up "$sys"; then
 		run_mixes

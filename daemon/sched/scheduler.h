@@ -38,7 +38,7 @@ struct sched_config {
 	int mps;            /* SCHED_MPS_* */
 	char mps_dir[512];  /* where per-job MPS pipe and log directories go */
 	char mps_control[512]; /* nvidia-cuda-mps-control */
-	uint32_t mps_default_share; /* thread percentage without a lease share (100) */
+	uint32_t mps_default_share; /* thread percentage without a lease share (75) */
 };
 enum { SCHED_MPS_OFF = 0, SCHED_MPS_JOB = 1 };
 

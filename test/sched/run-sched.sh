@@ -239,6 +239,17 @@ start_rgpud mps --open --mps=job --mps-dir="$LOGDIR/mps" --mps-control="$FAKE"
 MPS_PID=$RGPUD_PID
 tenant g 50 600
 tenant h 50 600
+# a session whose lease gives no share runs capped to --mps-default-share,
+# 75 by default: its worker is started with the MPS variable
+mps_default_pct() {
+	local p
+	for p in $(cat /proc/"$MPS_PID"/task/*/children 2>/dev/null); do
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null
+	done | grep -qx "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=75"
+}
+wait_until 5 mps_default_pct; RPCT=$?
+t_check "--mps=job: a session without a share is capped to the default 75% of the threads" \
+	test "$RPCT" = 0
 wait "$TPID_g"; RG=$?
 wait "$TPID_h"; RH=$?
 t_check "--mps=job: the sessions ran" test "$RG$RH" = 00
