@@ -2,7 +2,7 @@
 """Training steps of realistic size, for bench/train/run.sh.
 
   train.py [--models gpt,cnn,gpt-compile] [--steps N] [--warmup N]
-           [--label NAME] [--json PATH]
+           [--label NAME] [--rep N] [--json PATH] [--serve]
 
 gpt          a small GPT-style decoder (6 layers, d=512, 8 heads, sequence
              256, batch 32, vocabulary 8192), AdamW, bf16 autocast, batches
@@ -19,9 +19,26 @@ JSON line per model: median and spread of the step time, and, through the
 rgpu client with RGPU_STATS=1, the round trips (synchronous requests),
 requests and bytes per timed step read from rgpu_stats_counter.  Under the
 real driver those fields are null.
+
+--serve: one process for a whole run (bench/train/run.sh starts one per
+target and keeps it), so that Python, `import torch`, CUDA and cuBLAS start
+once rather than once per repetition (that start-up, 20-30 s a process,
+was most of a repetition's time).  The process starts CUDA, prints
+`ready`, then reads commands from stdin, one a line: `rep N` runs every
+model of --models once, exactly as a run without --serve does (the same
+JSON line per model, with "rep": N), then prints `done N`.  After each
+repetition it frees what the repetition held (the models, optimizers and
+loaders are gone; garbage collection, torch.compile's caches, the CUDA
+caching allocator's blocks), so that an idle process keeps no memory the
+other targets' processes need, and each repetition compiles its model
+afresh as a new process would.  The rgpu counters are read around each
+model's timed steps, so their per-step values do not depend on what the
+process ran before.  End of stdin ends the process: exit status 0 when
+every model of every repetition ran, else 1.
 """
 import argparse
 import ctypes
+import gc
 import json
 import math
 import os
@@ -218,21 +235,8 @@ def run_model(name, steps, warmup, counters):
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--models", default="gpt,cnn")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--label", default="local")
-    ap.add_argument("--rep", type=int, default=0)
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = True
-    # no autotuning: it runs every convolution algorithm at start-up (a
-    # second locally, ten through rgpu) and picks by a noisy clock
-    torch.backends.cudnn.benchmark = False
-    counters = rgpu_counters()
-    out = open(a.json, "a") if a.json else None
+def run_rep(a, rep, counters, out):
+    """every model of --models once: one JSON line each; 0 when all ran"""
     status = 0
     for m in a.models.split(","):
         t0 = time.time()
@@ -243,13 +247,69 @@ def main():
             traceback.print_exc()
             r = {"model": m, "ok": False, "error": f"{type(e).__name__}: {e}"[:300]}
             status = 1
-        r.update(target=a.label, rep=a.rep, wall_s=round(time.time() - t0, 2))
+        r.update(target=a.label, rep=rep, wall_s=round(time.time() - t0, 2))
         line = json.dumps(r)
         print(line, flush=True)
         if out:
             out.write(line + "\n")
             out.flush()
     return status
+
+
+def release():
+    """what a repetition held, given back before the process idles"""
+    dynamo = sys.modules.get("torch._dynamo")  # imported by torch.compile
+    if dynamo is not None:
+        dynamo.reset()  # the compiled graphs and their guards on the old model
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def serve(a, counters, out):
+    """--serve: `rep N` lines from stdin until its end"""
+    # the start-up that every repetition would otherwise pay: the CUDA
+    # context, cuBLAS (a matrix product), the caching allocator
+    x = torch.ones(64, 64, device="cuda")
+    (x @ x).sum().item()
+    del x
+    release()
+    print("ready", flush=True)
+    status = 0
+    for line in iter(sys.stdin.readline, ""):
+        w = line.split()
+        if not w:
+            continue
+        if len(w) == 2 and w[0] == "rep" and w[1].isdigit():
+            n = int(w[1])
+            status |= run_rep(a, n, counters, out)
+            release()
+            print(f"done {n}", flush=True)
+        else:
+            print(f"train.py: unknown command {line.strip()!r}", file=sys.stderr, flush=True)
+            status = 1
+    return status
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="gpt,cnn")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--label", default="local")
+    ap.add_argument("--rep", type=int, default=0)
+    ap.add_argument("--json")
+    ap.add_argument("--serve", action="store_true",
+                    help="run the models once per `rep N` line on stdin (see above)")
+    a = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    # no autotuning: it runs every convolution algorithm at start-up (a
+    # second locally, ten through rgpu) and picks by a noisy clock
+    torch.backends.cudnn.benchmark = False
+    counters = rgpu_counters()
+    out = open(a.json, "a") if a.json else None
+    if a.serve:
+        return serve(a, counters, out)
+    return run_rep(a, a.rep, counters, out)
 
 
 if __name__ == "__main__":
