@@ -21,6 +21,8 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -195,13 +197,52 @@ struct move {
 	struct snap_ahead ahead; /* objects sent ahead (ahead.seq 0: none) */
 	uint64_t ahead_bytes;    /* their bytes */
 	uint64_t deadline_ns;    /* for the target to re-create them */
+	/* the objects ahead, captured here and sent by a thread of their own:
+	 * the target reads them as it re-creates them (module loads: most of
+	 * half a second), and a send that waited for it would pause the
+	 * session, which the objects go ahead to avoid */
+	struct wbuf ahead_buf;
+	pthread_t sender;
+	int sending;     /* the sender runs (join it) */
+	int sent_failed; /* the sender's outcome, once joined */
 };
+
+static int buf_write(void *arg, const void *p, size_t n)
+{
+	struct wbuf *w = arg;
+	put_raw(w, p, n);
+	return w->oom ? -1 : 0;
+}
+
+static void *ahead_send(void *arg)
+{
+	struct move *m = arg;
+	m->sent_failed = out_write(&m->o, m->ahead_buf.data, m->ahead_buf.len) < 0 ||
+			 flush(&m->o, 0) < 0;
+	return NULL;
+}
+
+/* Waits for the sender; cut (a target that went quiet): its send fails
+ * at once instead of waiting for room.  0 when everything went. */
+static int sender_join(struct move *m, int cut)
+{
+	if (m->sending) {
+		if (cut)
+			rgpu_conn_shutdown(m->c);
+		pthread_join(m->sender, NULL);
+		m->sending = 0;
+		wbuf_free(&m->ahead_buf);
+	}
+	return m->sent_failed ? -1 : 0;
+}
 
 static void move_close(struct move *m)
 {
+	(void)sender_join(m, 1);
 	if (m->c)
 		rgpu_conn_close(m->c);
 	free(m->o.buf);
+	wbuf_free(&m->ahead_buf);
 	memset(m, 0, sizeof(*m));
 }
 
@@ -384,12 +425,23 @@ static int move_ahead_start(struct session *s, const char *target, int32_t gpu)
 		free(m);
 		return -1;
 	}
-	struct snap_io io = { .write = out_write, .arg = &m->o };
-	if (snap_capture_ahead(s, &io, &m->ahead, why, sizeof(why)) < 0 || flush(&m->o, 0) < 0) {
+	wbuf_init(&m->ahead_buf);
+	struct snap_io io = { .write = buf_write, .arg = &m->ahead_buf };
+	if (snap_capture_ahead(s, &io, &m->ahead, why, sizeof(why)) < 0) {
 		move_free(s, m);
 		return -1;
 	}
-	m->ahead_bytes = m->o.total;
+	m->ahead_bytes = m->ahead_buf.len;
+	/* the sender must not take signals meant for the worker */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	m->sending = pthread_create(&m->sender, NULL, ahead_send, m) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!m->sending && (ahead_send(m), m->sent_failed)) {
+		move_free(s, m);
+		return -1;
+	}
 	m->deadline_ns = rgpu_now_ns() + (uint64_t)MIGRATE_AHEAD_S * 1000000000ull;
 	s->move = m;
 	return 0;
@@ -495,6 +547,10 @@ int migrate_serve_ahead(struct session *s)
 	struct pollfd pf = { .fd = rgpu_conn_fd(m->c), .events = POLLIN };
 	int readable = poll(&pf, 1, 0) == 1;
 	int ready = readable && read_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st) == 0;
+	/* a target that answered has read all the objects: the sender is done
+	 * (or its send failed); otherwise it is cut short */
+	if (sender_join(m, !ready) < 0)
+		ready = 0;
 	int rc = -1;
 	if (ready && st == 0 && get_u32(&r) == SNAP_SYNC_ACK && rd_ok(&r)) {
 		rc = move_finish(s, m, why, sizeof(why));

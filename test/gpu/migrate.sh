@@ -127,9 +127,10 @@ result plain "$([ $PRC = 0 ] && [ -n "$L0" ] && echo 0 || echo 1)" \
 # and the pause against plain loopback TCP
 RAW_TCP=""
 tcp_move() {
-	local name=$1 src=$2 dst=$3 desc=${4:-} t0 t1="" MRC same moved bytes secs pause per_gib
-	start "$src" && A=$PORT AP=$PID
-	start "$dst" && BPORT=$PORT BP=$PID
+	# (not "src": train() reads the global $src, the source tree)
+	local name=$1 from=$2 to=$3 desc=${4:-} t0 t1="" MRC same moved bytes secs pause per_gib
+	start "$from" && A=$PORT AP=$PID
+	start "$to" && BPORT=$PORT BP=$PID
 	train "$name" "127.0.0.1:$A"
 	t0=$(date +%s.%N)
 	if wait_step "$name" "$MOVE_AT"; then
@@ -141,7 +142,7 @@ tcp_move() {
 	wait "$TPID"
 	MRC=$?
 	same=$(diff <(losses plain) <(losses "$name") >/dev/null && echo 0 || echo 1)
-	moved=$(grep -o "session moved to .*" "$OUT/rgpud-$src.log" | tail -1)
+	moved=$(grep -o "session moved to .*" "$OUT/rgpud-$from.log" | tail -1)
 	bytes=$(echo "$moved" | sed -n 's/.*: \([0-9]*\) bytes of state in \([0-9.]*\) s.*/\1/p')
 	secs=$(echo "$moved" | sed -n 's/.*bytes of state in \([0-9.]*\) s.*/\1/p')
 	pause=$(pause_ms "$name" "$MOVE_AT")
@@ -150,8 +151,8 @@ tcp_move() {
 		"moved at step $MOVE_AT to a second rgpud over TCP$desc, old server killed; losses identical to plain: $([ "$same" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/$name.cmd"); state ${bytes:-?} bytes streamed in ${secs:-?} s; rgpu migrate took $(awk -v a="$t0" -v b="${t1:-$t0}" 'BEGIN{printf "%.2f", b-a}') s; pause seen by the run $pause ms = $per_gib ms per GiB"
 	kill_all "$BP"
 	# where the target's time went (objects re-created, memory copied in)
-	grep -o "objects re-created in .*" "$OUT/rgpud-$dst.log" 2>/dev/null | tail -1 | sed "s/^/$name target: /" | tee -a "$S"
-	grep -o "its objects (.*" "$OUT/rgpud-$src.log" 2>/dev/null | tail -1 | sed "s/^/$name source: /" | tee -a "$S"
+	grep -o "objects re-created in .*" "$OUT/rgpud-$to.log" 2>/dev/null | tail -1 | sed "s/^/$name target: /" | tee -a "$S"
+	grep -o "its objects (.*" "$OUT/rgpud-$from.log" 2>/dev/null | tail -1 | sed "s/^/$name source: /" | tee -a "$S"
 	# the path's own copy bandwidth, measured here: plain TCP over loopback
 	# (bench/raw_tcp, 256 MiB, the faster of its two modes) against the pause
 	if [ -z "$RAW_TCP" ] && [ -x "$B/bench/raw_tcp" ]; then
