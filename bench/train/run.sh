@@ -51,7 +51,7 @@ src=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$src/_build}"
 : "${PYTHON:=python3}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
-OUT="" REPS=7 STEPS=25 WARMUP=6 MODELS=${TRAIN_MODELS:-gpt,gpt-compile} MICRO=1
+OUT="" REPS=${TRAIN_REPS:-7} STEPS=${TRAIN_STEPS:-25} WARMUP=6 MODELS=${TRAIN_MODELS:-gpt,gpt-compile} MICRO=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=${2:?}; shift ;;

@@ -8,7 +8,8 @@
 #   local      the real driver, no rgpu (reference losses)
 #   plain      rgpu on server A, nothing happens (the baseline: losses L0,
 #              median step time)
-#   migrate    rgpu on A; at step MOVE_AT `rgpu migrate --from A --to B`,
+#   migrate    rgpu on A (RGPUD_MIGRATE_AHEAD=0: the whole state in the
+#              pause); at step MOVE_AT `rgpu migrate --from A --to B`,
 #              then A is killed: the losses must equal L0 step for step;
 #              the pause (the slowest step minus the median) and the state
 #              moved (from A's log) give the pause per GiB
@@ -17,11 +18,12 @@
 #              with L0's final loss; recovery time (the slowest step after
 #              the kill minus the median) and the checkpoint overhead on
 #              the median and mean step time are recorded
-#   migrate-ahead  the same with RGPUD_MIGRATE_AHEAD=1 on A: the session's
+#   migrate-ahead  the same as rgpud moves by default: the session's
 #              objects are re-created on B before the pause
 #   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
-#              (then through host, two-gpus-host, and with the objects
-#              ahead of the pause, two-gpus-ahead)
+#              (everything in the pause; then through host, two-gpus-host,
+#              and as by default, the objects ahead of the pause,
+#              two-gpus-ahead)
 # Prints one line per result and "migrate.sh: N passed, N failed"; writes
 # DIR/migrate-summary.txt and the logs under DIR.
 set -u
@@ -164,9 +166,9 @@ tcp_move() {
 		say "$name path: raw loopback TCP ${raw} GB/s (256 MiB); state moved at $(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.2f", b / s / 1e9 }') GB/s = $(awk -v b="$bytes" -v s="$secs" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / s / 1e9 / r }')% of it; the pause ($pause ms) moved $(awk -v b="$bytes" -v p="$pause" 'BEGIN { printf "%.2f", b / (p / 1000) / 1e9 }') GB/s = $(awk -v b="$bytes" -v p="$pause" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / (p / 1000) / 1e9 / r }')% of it (target 80%)"
 	fi
 }
-tcp_move migrate migA migB
+RGPUD_MIGRATE_AHEAD=0 tcp_move migrate migA migB
 # the same with the session's objects re-created on the target before the
-# pause (RGPUD_MIGRATE_AHEAD=1 on the source)
+# pause (the default; explicit here)
 RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-ahead migAA migAB " (objects ahead of the pause)"
 
 # ---- standby, SIGKILL of the whole server ----
@@ -205,7 +207,7 @@ move_to_gpu1() {
 }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if [ "$ngpu" -ge 2 ]; then
-	move_to_gpu1 twogpu twoA
+	RGPUD_MIGRATE_AHEAD=0 move_to_gpu1 twogpu twoA
 	pp=$(pause_ms twogpu "$MOVE_AT")
 	# (a move that failed leaves the run on GPU 0 with the same losses:
 	# the move itself must be reported done)
@@ -214,7 +216,7 @@ if [ "$ngpu" -ge 2 ]; then
 		"moved to GPU 1 of the same rgpud at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/twogpu.cmd"); pause $pp ms; $(grep -o "session moved to .*" "$OUT/rgpud-twoA.log" | tail -1)"
 	# the same move with memory through host memory, as moves between
 	# servers go (the baseline of the GPU-to-GPU handover)
-	RGPUD_MIGRATE_NO_PEER=1 move_to_gpu1 twohost twoH
+	RGPUD_MIGRATE_AHEAD=0 RGPUD_MIGRATE_NO_PEER=1 move_to_gpu1 twohost twoH
 	ph=$(pause_ms twohost "$MOVE_AT")
 	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twohost.cmd" && echo 0 || echo 1)
 	result two-gpus-host "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \

@@ -7,13 +7,14 @@
 # checks all of it after the test has moved its session or killed its
 # server.  Each check is a TAP line:
 #   t_migrate_keeps_data        rgpu migrate A -> B, A killed, data and handles intact
+#                               (RGPUD_MIGRATE_AHEAD=0: everything in the pause)
 #   t_migrate_second_gpu        rgpu migrate A -> B/1 (another GPU), same checks
 #   t_migrate_same_server_peer  rgpu migrate A -> A/1: device memory handed to
 #                               the new worker and copied GPU to GPU (the logs
 #                               say how much), same checks
 #   t_migrate_same_server_bytes the same with RGPUD_MIGRATE_NO_PEER: streamed
-#   t_migrate_objects_ahead     RGPUD_MIGRATE_AHEAD=1: objects re-created on B
-#                               before the pause, then the rest; same checks
+#   t_migrate_objects_ahead     the default: objects re-created on B before
+#                               the pause, then the rest; same checks
 #   t_migrate_ahead_changed     the same while the application destroys an
 #                               object sent ahead: the whole state goes instead
 #   t_standby_after_sigkill     RGPU_STANDBY=B, A's parent and workers SIGKILLed
@@ -128,8 +129,9 @@ personality() {
 }
 no_aslr() { [ -n "$1" ] && [ $((0x$1 & 0x0040000)) != 0 ]; }
 
-# ---- rgpu migrate: to another server, then the old one dies ----
-start_open_rgpud a1 && A=$PORT AP=$PID
+# ---- rgpu migrate: to another server, then the old one dies (the whole
+# state in the pause, as with RGPUD_MIGRATE_AHEAD=0) ----
+RGPUD_MIGRATE_AHEAD=0 start_open_rgpud a1 && A=$PORT AP=$PID
 start_open_rgpud b1 && B=$PORT BP=$PID
 if run_app migrate "127.0.0.1:$A"; then
 	PERS_FIXED=$(personality "$AP")
@@ -139,21 +141,21 @@ if run_app migrate "127.0.0.1:$A"; then
 	kill_all "$AP"
 	go migrate
 	check t_migrate_keeps_data \
-		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/migrate.out" && grep -q "1 moved, 0 failed" "$LOGDIR/migrate.cmd" && grep -q "client attached" "$LOGDIR/b1.log"' \
+		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/migrate.out" && grep -q "1 moved, 0 failed" "$LOGDIR/migrate.cmd" && grep -q "client attached" "$LOGDIR/b1.log" && ! grep -q "before the pause" "$LOGDIR/a1.log"' \
 		"$(cat "$LOGDIR/migrate.cmd"; detail migrate; tail -5 "$LOGDIR/b1.log")"
 else
 	ko t_migrate_keeps_data "$(detail migrate)"
 fi
 kill_all "$BP"
 
-# ---- objects ahead of the pause (RGPUD_MIGRATE_AHEAD=1 on the source) ----
+# ---- objects ahead of the pause (the default) ----
 # ahead NAME [t_migrate mode]: moves t_migrate from a source that sends
 # the session's objects before pausing it to another server
 ahead() {
 	local name=$1
 	shift
 	APP_RC=x
-	RGPUD_MIGRATE_AHEAD=1 start_open_rgpud "$name-a" && A=$PORT AP=$PID ALOG=$LOG
+	start_open_rgpud "$name-a" && A=$PORT AP=$PID ALOG=$LOG
 	start_open_rgpud "$name-b" && B=$PORT BP=$PID BLOG=$LOG
 	if run_app "$name" "127.0.0.1:$A" "$@"; then
 		[ "${1:-}" = churn ] && echo churn >&3
