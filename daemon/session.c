@@ -632,6 +632,11 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 			 rgpu_op_name(h->op), h->len);
 		return -1;
 	}
+	/* --log-level=debug: which request failed, for programs that report
+	 * only a status (XLA's autotuner: "CUDA_ERROR_INVALID_VALUE") */
+	if (st > 0)
+		log_debug("%s: %s failed: %s", s->name, rgpu_op_name(h->op),
+			  rgpud_cu_errname(&rgpud_server.drv, st));
 	if (st == OP_REPLIED) {
 		/* (a device-to-host copy streams its reply here; a sync
 		 * replied to from a waiter thread is not over yet) */

@@ -77,7 +77,9 @@ start_daemon() {
 	local name=$1 try pid
 	for try in 1 2 3 4 5; do
 		PORT=$(free_port) || { echo "Bail out! cannot pick a free port"; exit 1; }
-		"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" >"$LOGDIR/$name.log" 2>&1 &
+		# (debug: each request the driver fails is logged, t_fault_logged)
+		"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" --log-level=debug \
+			>"$LOGDIR/$name.log" 2>&1 &
 		pid=$!
 		# ready when it accepts a connection
 		for _ in $(seq 1 100); do
@@ -333,8 +335,13 @@ suite() {
 
 	# a kernel fault, then another client on the same rgpud
 	if want t_fault; then
+		local nf
+		nf=$(grep -c "failed: CUDA_ERROR_ILLEGAL_ADDRESS" "$LOGDIR/d1.log")
 		run t_fault "$ONE" -- t_fault
 		run t_fault_then_vecadd "$ONE" -- t_vecadd
+		# rgpud --log-level=debug names the request the fault failed
+		[ "$(grep -c "failed: CUDA_ERROR_ILLEGAL_ADDRESS" "$LOGDIR/d1.log")" -gt "$nf" ]
+		verdict "t_fault_logged$SUFFIX" $? "no new 'failed: CUDA_ERROR_ILLEGAL_ADDRESS' in d1.log"
 	fi
 
 	# no server: cuInit fails and the log names host:port

@@ -69,8 +69,9 @@ if [ "$NGPU" -lt 1 ] || [ ! -x "$RGPUD" ] || [ ! -e "$CLIENT/libcuda.so.1" ]; th
 fi
 
 PORT=$(free_port)
+# (debug: each request the driver fails is logged with its name)
 LD_LIBRARY_PATH=$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$RGPUD" --open --listen "127.0.0.1:$PORT" \
-	>"$OUT/rgpud.log" 2>&1 &
+	--log-level=debug >"$OUT/rgpud.log" 2>&1 &
 RPID=$!
 trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null' EXIT
 for _ in $(seq 1 100); do
