@@ -31,18 +31,19 @@
 #
 # Writes DIR/train.jsonl, DIR/micro/bench.json, DIR/summary.txt,
 # DIR/summary.json and the logs.  Each repetition of a target must answer
-# within 150 s (else it is reported, stopped and sent nothing more).  On
-# an H100 machine the whole run should take about 5-7 minutes (estimated
-# before the first run with --serve): the processes' start about 30 s,
-# then --reps 7 of the two default models at about 20-50 s a repetition
-# (the three targets' model wall times, 8-10 s for gpt and about 7 s for
-# gpt-compile in a fresh process, less in a started one), then about a
-# minute of small calls.  Training stops early rather than run past
-# TRAIN_BUDGET_S, 460 s from its start: a repetition that would end later,
-# at the average pace of those before, is not begun.
+# within 150 s (else it is reported, stopped and sent nothing more).
+# Measured on two H200s (2026-11-28 02:52, 15 repetitions of 40 steps
+# asked, TRAIN_BUDGET_S=170): the processes started in 6 s, the first
+# repetition took 76 s (torch.compile), each later one about 9 s; ten fit,
+# then a minute of small calls.  The defaults, --reps 11 of --steps 40
+# within TRAIN_BUDGET_S=300, take about 4-5 minutes in all.  Training
+# stops early rather than run past TRAIN_BUDGET_S from its start: a
+# repetition that would end later, at the average pace of those before,
+# is not begun.
 # Environment: top_builddir (default _build next to bench/),
 # RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PYTHON (python3),
-# TRAIN_MODELS (the default of --models), TRAIN_BUDGET_S.
+# TRAIN_MODELS (the default of --models), TRAIN_REPS and TRAIN_STEPS (the
+# defaults of --reps and --steps), TRAIN_BUDGET_S.
 # Exit: 0 when everything ran (bars met or not), 1 on an error, 77 when
 # not built, 2 on bad usage.
 set -u -o pipefail
@@ -51,7 +52,7 @@ src=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$src/_build}"
 : "${PYTHON:=python3}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
-OUT="" REPS=${TRAIN_REPS:-7} STEPS=${TRAIN_STEPS:-25} WARMUP=6 MODELS=${TRAIN_MODELS:-gpt,gpt-compile} MICRO=1
+OUT="" REPS=${TRAIN_REPS:-11} STEPS=${TRAIN_STEPS:-40} WARMUP=6 MODELS=${TRAIN_MODELS:-gpt,gpt-compile} MICRO=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=${2:?}; shift ;;
@@ -210,7 +211,7 @@ t_reps=$(date +%s)
 # the lead's runner allows 9 minutes a script: repetitions stop where one
 # more (as long as those before, on average) would end training past
 # TRAIN_BUDGET_S from its start (the small calls follow)
-: "${TRAIN_BUDGET_S:=460}"
+: "${TRAIN_BUDGET_S:=300}"
 for rep in $(seq 1 "$REPS"); do
 	now=$(date +%s)
 	el=$((now - t_start))
