@@ -357,25 +357,34 @@ static int peer(struct rst *r, uint64_t len)
 	return 0;
 }
 
-/* The PEER records' copies, in their order. */
+/* The PEER records' copies, in their order: queued on each context's
+ * default stream one after another, with one wait per context (they were
+ * a synchronous copy each; the source's memory stays mapped until the
+ * restore ends). */
 static int peer_copies(struct rst *r, struct snap_info *info)
 {
+	uint64_t cur = 0; /* the context whose copies are queued */
+	int rc = 0;
 	for (struct peer_copy *c = r->copies; c; c = c->next) {
+		if (cur && c->h.ctx != cur && (rc = D->cuStreamSynchronize(NULL)))
+			break;
 		if (mem_enter(r, &c->h) < 0)
 			return -1;
+		cur = c->h.ctx;
 		struct imported *m = import(r, c->token, c->blen, c->h.dev);
 		if (!m)
 			return -1;
 		uint64_t dptr = c->h.dptr;
-		/* (a device-to-device copy does not wait for itself) */
-		int rc = D->cuMemcpyDtoD_v2(dptr, m->va + (dptr - c->va), c->h.size);
-		if (!rc)
-			rc = D->cuStreamSynchronize(NULL);
-		if (rc)
+		if ((rc = D->cuMemcpyDtoDAsync_v2(dptr, m->va + (dptr - c->va), c->h.size, NULL)))
 			return BAD("copying device memory at %#llx from GPU %u: %s",
 				   (unsigned long long)dptr, m->dev, rgpud_cu_errname(D, rc));
 		info->peer_bytes += c->h.size;
 	}
+	if (!rc && cur)
+		rc = D->cuStreamSynchronize(NULL);
+	if (rc)
+		return BAD("waiting for the GPU-to-GPU copies of device memory: %s",
+			   rgpud_cu_errname(D, rc));
 	return 0;
 }
 
