@@ -406,7 +406,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 				p.rc = rgpud_access_charge(who, q.gpu, q.bytes);
 			if (p.rc == 0) {
 				charged[q.gpu] += q.bytes;
-				mem_parent_charged(mw, q.gpu, (int64_t)q.bytes);
+				mem_parent_charged(mw, q.gpu, q.bytes, 0);
 			}
 			if (p.rc)
 				metrics_refused("quota");
@@ -425,7 +425,7 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 			if (p.rc == 0) {
 				charged[q.gpu] -= q.bytes;
 				metrics_session_refund(ms, q.gpu, q.bytes);
-				mem_parent_charged(mw, q.gpu, -(int64_t)q.bytes);
+				mem_parent_charged(mw, q.gpu, q.bytes, 1);
 			}
 			break;
 		case G_USAGE:

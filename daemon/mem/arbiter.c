@@ -228,13 +228,17 @@ pthread_mutex_t *mem_parent_send_lock(struct mem_worker *w)
 	return w ? &w->send_lock : NULL;
 }
 
-void mem_parent_charged(struct mem_worker *w, unsigned gpu, int64_t delta)
+void mem_parent_charged(struct mem_worker *w, unsigned gpu, uint64_t bytes, int refund)
 {
 	if (!w || gpu >= RGPUD_MAX_GPUS)
 		return;
 	pthread_mutex_lock(&lock);
-	w->charged[gpu] += (uint64_t)delta;
-	if (delta < 0) {
+	/* (unsigned: a charge may be any 64-bit size the quota allows; a
+	 * signed delta could not say a refund of 2^63, found by fuzz_dispatch) */
+	if (!refund) {
+		w->charged[gpu] += bytes;
+	} else {
+		w->charged[gpu] -= bytes;
 		gen[gpu]++;
 		pthread_cond_broadcast(&cond);
 	}

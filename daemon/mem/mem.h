@@ -213,9 +213,9 @@ struct mem_worker *mem_parent_open(int ctl_fd, struct metrics_session *ms);
 void mem_parent_close(struct mem_worker *w);
 /* Serialises what the parent sends a worker (gate replies and requests). */
 pthread_mutex_t *mem_parent_send_lock(struct mem_worker *w);
-/* Memory of a worker was charged (+) or refunded (-) on gpu: refunds wake
- * allocations waiting for room. */
-void mem_parent_charged(struct mem_worker *w, unsigned gpu, int64_t delta);
+/* bytes of a worker's memory were charged (refund 0) or refunded on gpu:
+ * refunds wake allocations waiting for room. */
+void mem_parent_charged(struct mem_worker *w, unsigned gpu, uint64_t bytes, int refund);
 /* Serves a G_MEM request: the reply's rc, or MEM_NO_REPLY. */
 #define MEM_NO_REPLY (-1000)
 int mem_parent_request(struct mem_worker *w, unsigned op, unsigned gpu, const void *payload,
