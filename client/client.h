@@ -113,6 +113,7 @@ struct rc_ctx {
 	uint32_t lim_known;
 	uint64_t lim_val[CU_LIMIT_MAX];
 	uint64_t idle_all, idle_legacy;
+	uint64_t own_stream; /* rc_stream_internal's (0: not made yet) */
 };
 
 struct rc_layout {
@@ -373,6 +374,13 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 #define RC_COH_NONE (~0ull - 1)
 uint64_t rc_coh_epoch(void);
 CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since);
+/* Before a host function queued on stream (at epoch since) runs: what
+ * launches before it on that stream wrote is fetched, on a stream that
+ * does not wait for the one the host function holds (coherence.c). */
+CUresult rc_coh_hostfn(struct rc_conn *conn, uint64_t stream, uint64_t since);
+/* A non-blocking stream of c's own, made on first use (its handle), for
+ * copies that must not wait for the application's streams. */
+CUresult rc_stream_internal(struct rc_ctx *c, uint64_t *h);
 void rc_coh_host_use(const void *p, size_t n, int write);
 void rc_coh_device_use(uint64_t p);
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,

@@ -468,6 +468,44 @@ CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since)
 	return rc;
 }
 
+/* Before a host function queued on stream at epoch since: a region that
+ * only launches on that stream wrote holds, on the device, what they
+ * wrote (those before the host function are done: the stream reached it;
+ * those after it wait for it).  It is fetched on the context's own
+ * non-blocking stream: the legacy stream would wait for the stream the
+ * host function holds, which waits for this.  A region written on several
+ * streams is left to the next synchronisation. */
+CUresult rc_coh_hostfn(struct rc_conn *conn, uint64_t stream, uint64_t since)
+{
+	CUresult rc = CUDA_SUCCESS;
+	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
+		return rc;
+	pthread_mutex_lock(&coh_lock);
+	int hw = regions_hw;
+	for (int i = 0; i < hw; i++) {
+		struct region *r = &regions[i];
+		if (!__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) || !r->dev_dirty || !r->mirror ||
+		    r->mirror->dev->conn != conn || r->dev_stream != stream)
+			continue;
+		uint64_t own;
+		CUresult x = rc_stream_internal(r->mirror, &own);
+		if (!x) {
+			unprotect(r);
+			x = rc_dtoh_any(r->mirror, own, (void *)(r->base + r->xoff), r->dev + r->xoff,
+					r->xlen, 0);
+			/* a launch after the host function writes it again */
+			if (!x && r->dev_epoch <= since)
+				r->dev_dirty = 0;
+			r->host_dirty = 0;
+			protect(r);
+		}
+		if (x && !rc)
+			rc = x;
+	}
+	pthread_mutex_unlock(&coh_lock);
+	return rc;
+}
+
 /* Before the client itself reads or writes [p, p+n) of a region (copies
  * from or into managed memory): fetch if the device may have written. */
 void rc_coh_host_use(const void *p, size_t n, int write)

@@ -31,6 +31,10 @@ struct call {
 	CUstreamCallback cb; /* or cb(stream, status, data) */
 	CUstream stream;
 	void *data;
+	/* a one-shot's stream (server handle) and the coherence epoch when it
+	 * was queued: what to fetch before it runs (coh 0: a graph node) */
+	int coh;
+	uint64_t sh, epoch;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -148,13 +152,20 @@ static void run_one(struct rc_conn *c, uint64_t seq, uint64_t id)
 	if (cl && cl->oneshot)
 		cl->used = 0;
 	pthread_mutex_unlock(&lock);
-	if (!cl)
+	if (!cl) {
 		log_warn("the server named host function %llx, which this process does not have",
 			 (unsigned long long)id);
-	else if (copy.cb)
-		copy.cb(copy.stream, CUDA_SUCCESS, copy.data);
-	else if (copy.fn)
-		copy.fn(copy.data);
+	} else {
+		/* what the kernels before it on its stream wrote, as on a GPU */
+		if (copy.coh && rc_coh_hostfn(c, copy.sh, copy.epoch))
+			log_warn("host function %llx: managed or mapped memory its stream "
+				 "wrote could not be fetched before it ran",
+				 (unsigned long long)id);
+		if (copy.cb)
+			copy.cb(copy.stream, CUDA_SUCCESS, copy.data);
+		else if (copy.fn)
+			copy.fn(copy.data);
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, seq);
 	(void)rc_post(c, RGPU_OP_HOSTFN_DONE, w);
@@ -266,6 +277,9 @@ static CUresult launch(CUstream s, const struct call *cl)
 		return rc;
 	struct call one = *cl;
 	one.oneshot = 1;
+	one.coh = 1;
+	one.sh = h;
+	one.epoch = rc_coh_epoch();
 	pthread_mutex_lock(&lock);
 	uint64_t id = call_add(&one);
 	pthread_mutex_unlock(&lock);
@@ -302,7 +316,7 @@ static CUresult launch(CUstream s, const struct call *cl)
 		pthread_mutex_lock(&lock);
 		struct call *p = call_get(id);
 		if (p)
-			p->oneshot = 0;
+			p->oneshot = p->coh = 0;
 		pthread_mutex_unlock(&lock);
 		/* counted for the capture's graph when it is this stream's own
 		 * (a joined stream's host nodes go uncounted: hostfn.c's gate

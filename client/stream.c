@@ -208,6 +208,33 @@ RC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, 
 	return CUDA_SUCCESS;
 }
 
+CUresult rc_stream_internal(struct rc_ctx *c, uint64_t *h)
+{
+	uint64_t have = __atomic_load_n(&c->own_stream, __ATOMIC_ACQUIRE);
+	if (have) {
+		*h = have;
+		return CUDA_SUCCESS;
+	}
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, CU_STREAM_NON_BLOCKING);
+	put_i32(w, 0);
+	struct rd r;
+	CUresult rc = rc_call(c->dev->conn, RGPU_OP_STREAM_CREATE, w, &r);
+	if (rc)
+		return rc;
+	uint64_t made = get_u64(&r);
+	/* two threads at once: the first stays, the other's is destroyed */
+	uint64_t expect = 0;
+	if (!__atomic_compare_exchange_n(&c->own_stream, &expect, made, 0, __ATOMIC_ACQ_REL,
+					 __ATOMIC_ACQUIRE)) {
+		(void)two_handles(c, RGPU_OP_STREAM_DESTROY, made);
+		made = expect;
+	}
+	*h = made;
+	return CUDA_SUCCESS;
+}
+
 RC_EXPORT CUresult cuStreamCreate(CUstream *ps, unsigned int flags)
 {
 	return cuStreamCreateWithPriority(ps, flags, 0);

@@ -9,12 +9,11 @@
  *    NULL stream wait for it and do not hang;
  *  - a host function captured in a graph runs once per graph launch.
  * `t_hostfn managed`: a host function reads managed memory that a kernel
- * before it on its stream wrote, and must see the kernel's values (CUDA
- * allows the access: the stream's work before it is done).  Through rgpu
- * it sees the values from before the kernel: managed memory is fetched
- * at synchronisations only (README, "Managed and mapped host memory");
- * run-e2e.sh tolerates the failure until that is fixed (the fetch must not
- * wait behind the stream the host function holds).
+ * before it on its (blocking) stream wrote, and must see the kernel's
+ * values (CUDA allows the access: the stream's work before it is done).
+ * rgpu fetches that memory before the host function runs, on a stream
+ * that does not wait for the one the host function holds (through the
+ * legacy stream the fetch would hang: the emulated device hangs too).
  * Exits non-zero on any mismatch; the test's timeout catches a hang. */
 #include "common.h"
 

@@ -150,6 +150,7 @@ if [ "$ONLY" != rgpu ]; then
 	for p in $PROGS; do
 		run direct "$p" -- CUDA_VISIBLE_DEVICES=0 "$p"
 	done
+	run direct t_hostfn_managed -- CUDA_VISIBLE_DEVICES=0 t_hostfn managed
 	run direct t_multi -- t_multi
 	run direct t_fault -- t_fault
 	if [ -x "$E2E/t_runtime" ]; then
@@ -208,6 +209,7 @@ if [ "$ONLY" != direct ]; then
 		for p in $PROGS; do
 			run rgpu "$p" -- "$p"
 		done
+		run rgpu t_hostfn_managed -- t_hostfn managed
 		SERVERS=$TWO
 		run rgpu t_device_2 -- T_ALLOW_SAME_UUID=$SAME t_device
 		run rgpu t_multi -- t_multi
