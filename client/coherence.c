@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The shared range: honoured by the driver at 0x600000000000 (NOTES.md);
@@ -480,7 +481,16 @@ CUresult rc_coh_hostfn(struct rc_conn *conn, uint64_t stream, uint64_t since)
 	CUresult rc = CUDA_SUCCESS;
 	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
 		return rc;
-	pthread_mutex_lock(&coh_lock);
+	/* Another thread's acquire may hold the lock while its copy waits, in
+	 * hostfn.c's gate, for this very host function to return: then the
+	 * fetch is given up (after a millisecond), not waited for. */
+	int tries = 0;
+	while (pthread_mutex_trylock(&coh_lock)) {
+		if (++tries == 20)
+			return CUDA_ERROR_NOT_READY;
+		struct timespec ts = { 0, 50 * 1000 };
+		nanosleep(&ts, NULL);
+	}
 	int hw = regions_hw;
 	for (int i = 0; i < hw; i++) {
 		struct region *r = &regions[i];

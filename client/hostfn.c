@@ -157,10 +157,13 @@ static void run_one(struct rc_conn *c, uint64_t seq, uint64_t id)
 			 (unsigned long long)id);
 	} else {
 		/* what the kernels before it on its stream wrote, as on a GPU */
-		if (copy.coh && rc_coh_hostfn(c, copy.sh, copy.epoch))
-			log_warn("host function %llx: managed or mapped memory its stream "
-				 "wrote could not be fetched before it ran",
-				 (unsigned long long)id);
+		CUresult f = copy.coh ? rc_coh_hostfn(c, copy.sh, copy.epoch) : CUDA_SUCCESS;
+		if (f)
+			log_warn("host function %llx runs without the managed or mapped memory its "
+				 "stream wrote (%s): %s", (unsigned long long)id,
+				 f == CUDA_ERROR_NOT_READY ? "another thread's synchronisation holds it"
+							   : "fetching it failed",
+				 "it is fetched at the next synchronisation");
 		if (copy.cb)
 			copy.cb(copy.stream, CUDA_SUCCESS, copy.data);
 		else if (copy.fn)

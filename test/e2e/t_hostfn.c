@@ -14,6 +14,10 @@
  * rgpu fetches that memory before the host function runs, on a stream
  * that does not wait for the one the host function holds (through the
  * legacy stream the fetch would hang: the emulated device hangs too).
+ * Then another thread synchronises while a host function is out: its
+ * acquire holds the coherence lock while its copy waits for the host
+ * function, so the host function's fetch must give up, not wait (a
+ * blocking lock there hangs this test).
  * Exits non-zero on any mismatch; the test's timeout catches a hang. */
 #include "common.h"
 
@@ -108,6 +112,24 @@ static int managed_mode(CUfunction inc)
 	CHECK(m[100] == 101, "after the synchronisation m[100] = %d, want 101", m[100]);
 	CHECK(managed_seen == 101, "the host function read m[100] = %d, want 101 (the kernel's)",
 	      managed_seen);
+
+	/* another thread synchronises (an acquire of every region it may
+	 * fetch) while the host function is out: neither may wait for the
+	 * other for good (the test's timeout catches a hang) */
+	CUfunction busy = get_func(load_test_module(), "busy_wait_ns");
+	CUstream other;
+	CK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+	CK(cuLaunchKernel(inc, (n + 255) / 256, 1, 1, 256, 1, 1, 0, s, args, NULL));
+	unsigned long long ns = 300ull * 1000 * 1000;
+	void *bargs[] = { &ns };
+	CK(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, s, bargs, NULL));
+	managed_seen = -1;
+	CK(cuLaunchHostFunc(s, read_managed, NULL));
+	CK(cuStreamSynchronize(other));
+	CK(cuStreamSynchronize(s));
+	CHECK(managed_seen == 101 || managed_seen == 102,
+	      "the host function beside a synchronisation read m[100] = %d", managed_seen);
+	CHECK(m[100] == 102, "after both synchronisations m[100] = %d, want 102", m[100]);
 	return 0;
 }
 
