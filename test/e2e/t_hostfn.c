@@ -90,7 +90,7 @@ static void CUDA_CB read_managed(void *p)
 }
 
 /* a host function after a kernel that wrote managed memory */
-static int managed_mode(CUfunction inc)
+static int managed_mode(CUmodule mod, CUfunction inc)
 {
 	const int n = 4096;
 	CUdeviceptr d;
@@ -116,7 +116,7 @@ static int managed_mode(CUfunction inc)
 	/* another thread synchronises (an acquire of every region it may
 	 * fetch) while the host function is out: neither may wait for the
 	 * other for good (the test's timeout catches a hang) */
-	CUfunction busy = get_func(load_test_module(), "busy_wait_ns");
+	CUfunction busy = get_func(mod, "busy_wait_ns");
 	CUstream other;
 	CK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
 	CK(cuLaunchKernel(inc, (n + 255) / 256, 1, 1, 256, 1, 1, 0, s, args, NULL));
@@ -130,6 +130,11 @@ static int managed_mode(CUfunction inc)
 	CHECK(managed_seen == 101 || managed_seen == 102,
 	      "the host function beside a synchronisation read m[100] = %d", managed_seen);
 	CHECK(m[100] == 102, "after both synchronisations m[100] = %d, want 102", m[100]);
+	CK(cuStreamDestroy(other));
+	CK(cuStreamDestroy(s));
+	CK(cuMemFree(d));
+	CK(cuModuleUnload(mod));
+	say("PASS");
 	return 0;
 }
 
@@ -140,7 +145,7 @@ int main(int argc, char **argv)
 	CUmodule mod = load_test_module();
 	CUfunction inc = get_func(mod, "inc_i32");
 	if (argc > 1 && strcmp(argv[1], "managed") == 0)
-		return managed_mode(inc);
+		return managed_mode(mod, inc);
 	const int n = 1024;
 	CUdeviceptr d[3];
 	CUstream st[3];
