@@ -158,12 +158,13 @@ static void run_one(struct rc_conn *c, uint64_t seq, uint64_t id)
 	} else {
 		/* what the kernels before it on its stream wrote, as on a GPU */
 		CUresult f = copy.coh ? rc_coh_hostfn(c, copy.sh, copy.epoch) : CUDA_SUCCESS;
-		if (f)
-			log_warn("host function %llx runs without the managed or mapped memory its "
-				 "stream wrote (%s): %s", (unsigned long long)id,
+		static int said; /* once a process: it may recur with every call */
+		if (f && !__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+			log_warn("a host function runs without the managed or mapped memory its "
+				 "stream wrote (%s); it is fetched at the next synchronisation "
+				 "(said once)",
 				 f == CUDA_ERROR_NOT_READY ? "another thread's synchronisation holds it"
-							   : "fetching it failed",
-				 "it is fetched at the next synchronisation");
+							   : "fetching it failed");
 		if (copy.cb)
 			copy.cb(copy.stream, CUDA_SUCCESS, copy.data);
 		else if (copy.fn)
