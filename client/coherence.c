@@ -383,14 +383,16 @@ static CUresult publish(struct region *r, uint64_t stream, int async)
 }
 
 /* done: the device is known to have finished writing it (else the copy is
- * fetched and stays marked, to be fetched again at the next acquire) */
-static CUresult fetch(struct region *r, int done)
+ * fetched and stays marked, to be fetched again at the next acquire);
+ * stream: the one the copy goes on (0: the legacy stream) */
+static CUresult fetch(struct region *r, uint64_t stream, int done)
 {
 	if (!r->dev_dirty)
 		return CUDA_SUCCESS;
 	unprotect(r);
-	CUresult rc = rc_dtoh_any(r->mirror, 0, (void *)(r->base + r->xoff), r->dev + r->xoff, r->xlen, 0);
-	if (done)
+	CUresult rc = rc_dtoh_any(r->mirror, stream, (void *)(r->base + r->xoff), r->dev + r->xoff,
+				  r->xlen, 0);
+	if (done && !rc)
 		r->dev_dirty = 0;
 	r->host_dirty = 0;
 	protect(r);
@@ -460,7 +462,7 @@ CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since)
 		    r->mirror->dev->conn == conn) {
 			int done = r->dev_epoch <= since &&
 				   (stream == RC_COH_ALL || (stream != RC_COH_NONE && r->dev_stream == stream));
-			CUresult x = fetch(r, done);
+			CUresult x = fetch(r, 0, done);
 			if (x && !rc)
 				rc = x;
 		}
@@ -499,16 +501,9 @@ CUresult rc_coh_hostfn(struct rc_conn *conn, uint64_t stream, uint64_t since)
 			continue;
 		uint64_t own;
 		CUresult x = rc_stream_internal(r->mirror, &own);
-		if (!x) {
-			unprotect(r);
-			x = rc_dtoh_any(r->mirror, own, (void *)(r->base + r->xoff), r->dev + r->xoff,
-					r->xlen, 0);
-			/* a launch after the host function writes it again */
-			if (!x && r->dev_epoch <= since)
-				r->dev_dirty = 0;
-			r->host_dirty = 0;
-			protect(r);
-		}
+		/* (a launch after the host function writes it again) */
+		if (!x)
+			x = fetch(r, own, r->dev_epoch <= since);
 		if (x && !rc)
 			rc = x;
 	}
@@ -528,7 +523,7 @@ void rc_coh_host_use(const void *p, size_t n, int write)
 	if (r && r->mirror) {
 		/* a copy out of or into managed memory: as before, a stream
 		 * ordering the application asked for */
-		fetch(r, 1);
+		fetch(r, 0, 1);
 		if (write) {
 			unprotect(r);
 			r->host_dirty = 1;

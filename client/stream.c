@@ -179,6 +179,20 @@ static CUresult two_handles(struct rc_ctx *c, uint16_t op, uint64_t a)
 	return rc_call(c->dev->conn, op, w, &r);
 }
 
+/* A stream of c on the server: its handle in *h. */
+static CUresult stream_make(struct rc_ctx *c, unsigned flags, int prio, uint64_t *h)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u32(w, flags);
+	put_i32(w, prio);
+	struct rd r;
+	CUresult rc = rc_call(c->dev->conn, RGPU_OP_STREAM_CREATE, w, &r);
+	if (!rc)
+		*h = get_u64(&r);
+	return rc;
+}
+
 RC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, int prio)
 {
 	struct rc_ctx *c;
@@ -187,20 +201,16 @@ RC_EXPORT CUresult cuStreamCreateWithPriority(CUstream *ps, unsigned int flags, 
 		return rc;
 	if (!ps)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	put_u32(w, flags);
-	put_i32(w, prio);
-	struct rd r;
+	uint64_t h;
 	uint64_t mark = rc_idle_mark(c->dev->conn); /* a new stream is idle */
-	if ((rc = rc_call(c->dev->conn, RGPU_OP_STREAM_CREATE, w, &r)))
+	if ((rc = stream_make(c, flags, prio, &h)))
 		return rc;
 	struct rc_stream *st = calloc(1, sizeof(*st));
 	if (!st)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	st->magic = RC_STREAM;
 	st->ctx = c;
-	st->h = get_u64(&r);
+	st->h = h;
 	st->flags = flags;
 	st->priority = prio;
 	st->idle_at = mark;
@@ -215,15 +225,10 @@ CUresult rc_stream_internal(struct rc_ctx *c, uint64_t *h)
 		*h = have;
 		return CUDA_SUCCESS;
 	}
-	struct wbuf *w = rc_req();
-	put_u64(w, c->h);
-	put_u32(w, CU_STREAM_NON_BLOCKING);
-	put_i32(w, 0);
-	struct rd r;
-	CUresult rc = rc_call(c->dev->conn, RGPU_OP_STREAM_CREATE, w, &r);
+	uint64_t made;
+	CUresult rc = stream_make(c, CU_STREAM_NON_BLOCKING, 0, &made);
 	if (rc)
 		return rc;
-	uint64_t made = get_u64(&r);
 	/* two threads at once: the first stays, the other's is destroyed */
 	uint64_t expect = 0;
 	if (!__atomic_compare_exchange_n(&c->own_stream, &expect, made, 0, __ATOMIC_ACQ_REL,

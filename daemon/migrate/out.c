@@ -231,7 +231,6 @@ static int sender_join(struct move *m, int cut)
 			rgpu_conn_shutdown(m->c);
 		pthread_join(m->sender, NULL);
 		m->sending = 0;
-		wbuf_free(&m->ahead_buf);
 	}
 	return m->sent_failed ? -1 : 0;
 }
