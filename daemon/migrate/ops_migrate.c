@@ -180,16 +180,22 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	if (info.peer_bytes)
 		snprintf(peer, sizeof(peer), ", %llu of them copied GPU to GPU",
 			 (unsigned long long)info.peer_bytes);
+	char prep[160] = "";
+	if (info.prep_bytes)
+		snprintf(prep, sizeof(prep), "; before the pause %llu bytes of memory made ready in "
+			 "%.3f s, %llu of them still in use at the pause",
+			 (unsigned long long)info.prep_bytes, (double)info.prep_ns / 1e9,
+			 (unsigned long long)info.prep_used);
 	char slow[96] = "";
 	if (info.slow_ns)
 		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", info.slow_n,
 			 rgpu_op_name(info.slow_op), (double)info.slow_ns / 1e9);
 	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
-		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s)",
+		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s)",
 		 s->name, gpus[0] ? gpus : "-", info.uid, (unsigned long long)info.job,
 		 mode ? "waiting for its client" : "its client goes on", (double)info.create_ns / 1e9,
 		 slow, (unsigned long long)(info.mem_bytes + info.peer_bytes), peer,
-		 (double)info.mem_ns / 1e9);
+		 (double)info.mem_ns / 1e9, prep);
 	put_bytes(out, token, sizeof(token));
 	put_u64(out, info.last_id);
 	if (session_send_reply(s, &in.last, 0, 0, out->data, out->len) < 0) {

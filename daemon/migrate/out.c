@@ -249,6 +249,8 @@ static void move_close(struct move *m)
 static void move_free(struct session *s, struct move *m)
 {
 	journal_freeze(s, 0);
+	if (m->by_ref)
+		mem_export_drop(s); /* (what went ahead by reference) */
 	move_close(m);
 	free(m);
 }
@@ -432,7 +434,7 @@ static int move_ahead_start(struct session *s, const char *target, int32_t gpu)
 		return -1;
 	}
 	wbuf_init(&m->ahead_buf);
-	struct snap_io io = { .write = buf_write, .arg = &m->ahead_buf };
+	struct snap_io io = { .write = buf_write, .arg = &m->ahead_buf, .by_ref = m->by_ref };
 	if (snap_capture_ahead(s, &io, &m->ahead, why, sizeof(why)) < 0) {
 		move_free(s, m);
 		return -1;

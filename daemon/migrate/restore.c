@@ -14,6 +14,8 @@
 #include "../session.h"
 #include "../share.h"
 #include "../stage.h"
+#include "../gate.h"
+#include "../mem/mem.h"
 #include "log.h"
 #include "proto.h"
 #include "xfer.h"
@@ -47,11 +49,13 @@ struct mem_head {
 	int kind;
 };
 
-/* A PEER record's copy, made after every object is restored. */
+/* A PEER record's copy, made after every object is restored; or a PREP
+ * record's memory, made ready ahead of the pause. */
 struct peer_copy {
 	struct mem_head h;
 	uint8_t token[16];
 	uint64_t va, blen;
+	int used; /* (PREP) named again by the pause */
 	struct peer_copy *next;
 };
 
@@ -63,6 +67,8 @@ struct rst {
 	size_t whylen;
 	struct imported *imp;
 	struct peer_copy *copies, **copies_tail;
+	struct peer_copy *preps; /* PREP records' memory */
+	struct snap_info *info;
 };
 
 static uint64_t gl(const uint8_t *p, int n)
@@ -200,6 +206,9 @@ static int mem_enter(struct rst *r, const struct mem_head *m)
 	return 0;
 }
 
+static int restore_at(struct rst *r, const struct mem_head *h);
+static void preps_drop(struct rst *r, uint64_t dptr, uint64_t size);
+
 static int memory(struct rst *r, uint64_t len)
 {
 	struct session *s = r->s;
@@ -209,14 +218,14 @@ static int memory(struct rst *r, uint64_t len)
 	struct mem_head m;
 	mem_head_read(r, f, &m);
 	uint64_t dptr = m.dptr, size = m.size, ctx = m.ctx;
-	unsigned dev = m.dev;
 	int kind = m.kind;
 	if (size != len - sizeof(f) || kind < MEMK_ALLOC || kind > MEMK_GLOBAL)
 		return BAD("malformed session state (memory record)");
 	if (mem_enter(r, &m) < 0)
 		return -1;
 	if (kind == MEMK_ALLOC) {
-		int rc = memif_restore_at(s, ctx, dev, dptr, size);
+		preps_drop(r, dptr, size);
+		int rc = restore_at(r, &m);
 		if (rc)
 			return BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
 				   (unsigned long long)size, (unsigned long long)dptr,
@@ -323,34 +332,115 @@ static void imports_release(struct rst *r)
 	}
 }
 
-/* A PEER record: the memory re-created at its address now, to be filled
- * GPU to GPU from the source's own physical memory once every object is
- * restored.  (Mapping the source's memory here takes address space from
- * the driver; done between module loads, it moved the modules' data away
- * from the addresses the client knows: measured on two H100s.) */
-static int peer(struct rst *r, uint64_t len)
+/* Device memory re-created at its address; the source's blocks mapped
+ * here ahead (PREP) may lie where memory allocated since must go: then
+ * they are let go (mapped again for the copies) and it is tried again. */
+static int restore_at(struct rst *r, const struct mem_head *h)
+{
+	int rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
+	if (rc == CUDA_ERROR_INVALID_VALUE && r->imp) {
+		imports_release(r);
+		rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
+	}
+	return rc;
+}
+
+/* The fields of a PEER or PREP record into c, checked. */
+static int peer_read(struct rst *r, uint64_t len, struct peer_copy *c)
 {
 	uint8_t f[64];
 	if (len != sizeof(f))
 		return BAD("malformed session state (peer record)");
 	if (get(r, f, sizeof(f)) < 0)
 		return -1;
-	struct peer_copy *c = calloc(1, sizeof(*c));
-	if (!c)
-		return BAD("out of memory");
 	mem_head_read(r, f, &c->h);
 	memcpy(c->token, f + 32, 16);
 	c->va = gl(f + 48, 8);
 	c->blen = gl(f + 56, 8);
-	*r->copies_tail = c;
-	r->copies_tail = &c->next;
 	uint64_t dptr = c->h.dptr, size = c->h.size;
 	if (c->h.kind != MEMK_ALLOC || !size || dptr < c->va || dptr - c->va > c->blen ||
 	    size > c->blen - (dptr - c->va))
 		return BAD("malformed session state (peer record)");
-	if (mem_enter(r, &c->h) < 0)
+	return 0;
+}
+
+/* Frees memory a PREP record made that the pause did not name. */
+static void prep_free(struct rst *r, struct peer_copy *p)
+{
+	struct alloc a = session_alloc_del(r->s, p->h.dptr);
+	if (!a.size)
+		return;
+	if (mem_enter(r, &p->h) == 0)
+		(void)mem_free(r->s, p->h.dptr);
+	gate_refund_bytes(a.dev, a.size);
+}
+
+/* Prepared memory that no PEER record claimed, within [dptr, dptr + size)
+ * (all of it for size 0), freed: what the source freed since. */
+static void preps_drop(struct rst *r, uint64_t dptr, uint64_t size)
+{
+	for (struct peer_copy **pp = &r->preps; *pp;) {
+		struct peer_copy *p = *pp;
+		if (!p->used && (!size || (p->h.dptr < dptr + size && dptr < p->h.dptr + p->h.size))) {
+			prep_free(r, p);
+			*pp = p->next;
+			free(p);
+			continue;
+		}
+		pp = &p->next;
+	}
+}
+
+/* A PREP record: the memory re-created at its address and the source's
+ * block mapped here, while the session still runs on the source. */
+static int prep(struct rst *r, uint64_t len)
+{
+	struct peer_copy *p = calloc(1, sizeof(*p));
+	if (!p)
+		return BAD("out of memory");
+	if (peer_read(r, len, p) < 0 || mem_enter(r, &p->h) < 0) {
+		free(p);
 		return -1;
-	int rc = memif_restore_at(r->s, c->h.ctx, c->h.dev, dptr, size);
+	}
+	int rc = restore_at(r, &p->h);
+	if (rc) {
+		BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
+		    (unsigned long long)p->h.size, (unsigned long long)p->h.dptr,
+		    rgpud_cu_errname(D, rc));
+		free(p);
+		return -1;
+	}
+	p->next = r->preps;
+	r->preps = p;
+	r->info->prep_bytes += p->h.size;
+	return import(r, p->token, p->blen, p->h.dev) ? 0 : -1;
+}
+
+/* A PEER record: the memory re-created at its address now (unless a PREP
+ * record made it already), to be filled GPU to GPU from the source's own
+ * physical memory once every object is restored.  (Mapping the source's
+ * memory here takes address space from the driver; done between module
+ * loads, it moved the modules' data away from the addresses the client
+ * knows: measured on two H100s.) */
+static int peer(struct rst *r, uint64_t len)
+{
+	struct peer_copy *c = calloc(1, sizeof(*c));
+	if (!c)
+		return BAD("out of memory");
+	*r->copies_tail = c;
+	r->copies_tail = &c->next;
+	if (peer_read(r, len, c) < 0 || mem_enter(r, &c->h) < 0)
+		return -1;
+	uint64_t dptr = c->h.dptr, size = c->h.size;
+	for (struct peer_copy *p = r->preps; p; p = p->next)
+		if (!p->used && p->h.dptr == dptr && p->h.size == size && p->h.ctx == c->h.ctx &&
+		    p->h.dev == c->h.dev) {
+			p->used = 1;
+			r->info->prep_used += size;
+			return 0;
+		}
+	preps_drop(r, dptr, size);
+	int rc = restore_at(r, &c->h);
 	if (rc)
 		return BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
 			   (unsigned long long)size, (unsigned long long)dptr, rgpud_cu_errname(D, rc));
@@ -445,14 +535,15 @@ out:
 int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct snap_info *info,
 		 char *why, size_t whylen)
 {
-	struct rst rr = { .s = s, .io = io, .gpu_to = gpu_to, .why = why, .whylen = whylen };
+	struct rst rr = { .s = s, .io = io, .gpu_to = gpu_to, .why = why, .whylen = whylen,
+			  .info = info };
 	struct rst *r = &rr;
 	r->copies_tail = &r->copies;
 	memset(info, 0, sizeof(*info));
 	if (s->ht.n)
 		return BAD("a session is restored only into a fresh one");
 	uint64_t nrec = 0;
-	int rc = 0, ended = 0;
+	int rc = 0, ended = 0, paused_mem = 0, synced = 0;
 	uint64_t op_ns[RGPU_OP_MAX] = { 0 };
 	uint32_t op_n[RGPU_OP_MAX] = { 0 };
 	while (!rc && !ended) {
@@ -472,6 +563,14 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			rc = nrec ? BAD("malformed session state (two headers)") : header(r, len, info);
 			break;
 		case SNAP_CREATE: {
+			/* objects made since the PREP records: the driver's
+			 * address space as the source's was (module data goes
+			 * where it went there), so the source's blocks mapped
+			 * ahead go (mapped again for the copies), and in the
+			 * pause, prepared memory no record has claimed */
+			imports_release(r);
+			if (synced)
+				preps_drop(r, 0, 0);
 			uint64_t t0 = rgpu_now_ns();
 			unsigned op = RGPU_OP_MAX;
 			rc = create(r, len, &op);
@@ -485,6 +584,7 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		case SNAP_MEMORY: {
 			uint64_t t0 = rgpu_now_ns();
+			paused_mem = 1;
 			rc = memory(r, len);
 			info->mem_ns += rgpu_now_ns() - t0;
 			info->mem_bytes += len;
@@ -492,8 +592,16 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		case SNAP_PEER: {
 			uint64_t t0 = rgpu_now_ns();
+			paused_mem = 1;
 			rc = peer(r, len);
 			info->mem_ns += rgpu_now_ns() - t0;
+			break;
+		}
+		case SNAP_PREP: {
+			uint64_t t0 = rgpu_now_ns();
+			rc = paused_mem ? BAD("malformed session state (prepared memory late)")
+					: prep(r, len);
+			info->prep_ns += rgpu_now_ns() - t0;
 			break;
 		}
 		case SNAP_TABLE:
@@ -506,6 +614,7 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 				rc = BAD("malformed session state (sync)");
 			else if (io->sync(io->arg) < 0)
 				rc = BAD("the sender of the session's state went away");
+			synced = 1;
 			break;
 		case SNAP_LAST: {
 			uint8_t l[8];
@@ -530,6 +639,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		nrec++;
 	}
+	if (!rc)
+		preps_drop(r, 0, 0);
 	if (!rc && r->copies) {
 		uint64_t t0 = rgpu_now_ns();
 		rc = peer_copies(r, info);
@@ -537,6 +648,11 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 	}
 	peer_copies_free(r);
 	imports_release(r);
+	while (r->preps) { /* (the session is torn down on failure) */
+		struct peer_copy *p = r->preps;
+		r->preps = p->next;
+		free(p);
+	}
 	for (unsigned op = 0; op < RGPU_OP_MAX; op++)
 		if (op_ns[op] > info->slow_ns) {
 			info->slow_ns = op_ns[op];

@@ -25,6 +25,11 @@
  *           names, in the parent's share registry, the physical memory
  *           mapped at [va, va + len) in the source, which holds
  *           [dptr, dptr + size); the target maps it and copies GPU to GPU
+ *   PREP    the fields of a PEER record, sent ahead of a move's pause:
+ *           the target re-creates that memory and maps the source's block
+ *           now; a PEER record of the pause that names the same memory
+ *           only copies, and prepared memory no PEER record names (freed
+ *           meanwhile) is freed before anything else is re-created
  *   SYNC    (empty) the objects sent ahead of a move's pause end here: the
  *           reader answers once it has re-created them (a SESSION_RESTORE
  *           reply of status 0 whose fields are u32 SNAP_SYNC_ACK), and the
@@ -56,6 +61,7 @@ enum snap_tag {
 	SNAP_PEER = 6,
 	SNAP_SYNC = 7,
 	SNAP_LAST = 8,
+	SNAP_PREP = 9,
 };
 
 #define SNAP_SYNC_ACK 0x434e5953u /* "SYNC" */
@@ -91,7 +97,8 @@ struct snap_ahead {
 };
 
 /* A move's first part, while the session runs on: HEADER, every CREATE
- * record (contexts first, as a capture orders them), SYNC; the journal is
+ * record (contexts first, as a capture orders them), with io->by_ref a
+ * PREP record for each allocation that can go by reference, SYNC; the journal is
  * frozen (journal_freeze) so that the rest can say whether they still
  * hold.  0, or -1 with why[] set. */
 int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead *a, char *why,
@@ -114,6 +121,9 @@ struct snap_info {
 	 * (modules loaded again, contexts) and device memory copied in */
 	uint64_t create_ns, mem_ns, mem_bytes;
 	uint64_t peer_bytes; /* of them, copied GPU to GPU (PEER records) */
+	/* memory made ready ahead of the pause (PREP records), and of it what
+	 * the pause found unchanged */
+	uint64_t prep_ns, prep_bytes, prep_used;
 	/* the kind of request whose re-creation took longest in all, and how
 	 * long (where a move's pause goes) */
 	uint16_t slow_op;

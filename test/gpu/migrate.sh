@@ -228,6 +228,16 @@ if [ "$ngpu" -ge 2 ]; then
 	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twoahead.cmd" && echo 0 || echo 1)
 	result two-gpus-ahead "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
 		"GPU to GPU with RGPUD_MIGRATE_AHEAD=1: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $px ms (without: $pp ms); $(grep -o "session moved to .*" "$OUT/rgpud-twoX.log" | tail -1)"
+	grep -o "objects re-created in .*" "$OUT/rgpud-twoX.log" 2>/dev/null | tail -1 | sed "s/^/two-gpus-ahead target: /" | tee -a "$S"
+	# the path's own copy bandwidth, measured here: a local peer copy of
+	# 256 MiB GPU 0 -> 1 (torch), against what the pause moved
+	LD_LIBRARY_PATH=$R:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
+		timeout 120 $PY "$src/test/gpu/multi/p2p_bw.py" >"$OUT/p2p-local.log" 2>&1
+	link=$(awk '$1 == "BW" && $2 == "0to1" { print $3 }' "$OUT/p2p-local.log")
+	xb=$(grep -o "[0-9]* of them device memory copied GPU to GPU" "$OUT/rgpud-twoX.log" | tail -1 | cut -d' ' -f1)
+	if [ -n "$link" ] && [ -n "$xb" ]; then
+		say "two-gpus-ahead path: local peer copy GPU 0 -> 1 ${link} GB/s (256 MiB); the pause ($px ms) moved $xb bytes of device memory at $(awk -v b="$xb" -v p="$px" 'BEGIN { printf "%.1f", b / (p / 1000) / 1e9 }') GB/s = $(awk -v b="$xb" -v p="$px" -v r="$link" 'BEGIN { printf "%.0f", 100 * b / (p / 1000) / 1e9 / r }')% of it (target 80%); $(awk -v b="$xb" -v p="$px" 'BEGIN { printf "%.1f", p / (b / 1073741824) }') ms per GiB"
+	fi
 else
 	say "SKIP two-gpus: this machine has $ngpu GPU(s); moving between two GPUs of one server needs two"
 fi

@@ -10,8 +10,13 @@
 #                               (RGPUD_MIGRATE_AHEAD=0: everything in the pause)
 #   t_migrate_second_gpu        rgpu migrate A -> B/1 (another GPU), same checks
 #   t_migrate_same_server_peer  rgpu migrate A -> A/1: device memory handed to
-#                               the new worker and copied GPU to GPU (the logs
+#                               the new worker (made ready there before the
+#                               pause) and copied GPU to GPU (the logs
 #                               say how much), same checks
+#   t_migrate_memory_churn      the same while the application frees and
+#                               allocates memory all through the move (made
+#                               ready ahead, then gone, or new since): every
+#                               buffer left holds its data
 #   t_migrate_same_server_bytes the same with RGPUD_MIGRATE_NO_PEER: streamed
 #   t_migrate_objects_ahead     the default: objects re-created on B before
 #                               the pause, then the rest; same checks
@@ -80,7 +85,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..15"
+echo "1..16"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -198,11 +203,13 @@ kill_all "$BP"
 # in $LOGDIR/NAME.moved, the application's exit status in APP_RC
 same_server() {
 	local name=$1
+	shift
 	APP_RC=x
 	: >"$LOGDIR/$name.moved"
 	start_open_rgpud "$name" || return 1
 	A=$PORT AP=$PID
-	if run_app "$name" "127.0.0.1:$A"; then
+	if run_app "$name" "127.0.0.1:$A" "$@"; then
+		[ "${1:-}" = memchurn ] && echo churn >&3
 		"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$LOGDIR/$name.cmd" 2>&1
 		go "$name"
 		grep -E "session moved to|session restored on" "$LOG" >"$LOGDIR/$name.moved"
@@ -211,8 +218,16 @@ same_server() {
 }
 same_server peer
 check t_migrate_same_server_peer \
-	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/peer.out" && grep -q "1 moved, 0 failed" "$LOGDIR/peer.cmd" && grep -q "session restored on GPU 1 .*[1-9][0-9]* of them copied GPU to GPU" "$LOGDIR/peer.moved" && grep -q "session moved to .*(another GPU).*of them device memory copied GPU to GPU" "$LOGDIR/peer.moved"' \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/peer.out" && grep -q "1 moved, 0 failed" "$LOGDIR/peer.cmd" && grep -q "session restored on GPU 1 .*[1-9][0-9]* of them copied GPU to GPU.*before the pause [1-9][0-9]* bytes of memory made ready in [0-9.]* s, [1-9][0-9]* of them still in use" "$LOGDIR/peer.moved" && grep -q "session moved to .*(another GPU).*of them device memory copied GPU to GPU" "$LOGDIR/peer.moved"' \
 	"$(cat "$LOGDIR/peer.cmd" "$LOGDIR/peer.moved"; detail peer)"
+# memory freed and allocated while the move's memory is made ready ahead
+# (the buffers go one a millisecond, the target makes ready in tens of
+# them: some of what was made ready is gone by the pause)
+same_server memchurn memchurn
+read -r READY_B INUSE_B <<<"$(sed -n 's/.*before the pause \([0-9]*\) bytes of memory made ready in [0-9.]* s, \([0-9]*\) of them still in use.*/\1 \2/p' "$LOGDIR/memchurn.moved")"
+check t_migrate_memory_churn \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/memchurn.out" && grep -q "1 moved, 0 failed" "$LOGDIR/memchurn.cmd" && grep -q "session restored on GPU 1 .*copied GPU to GPU" "$LOGDIR/memchurn.moved" && [ "${INUSE_B:-0}" -gt 0 ] && [ "$INUSE_B" -lt "${READY_B:-0}" ]' \
+	"$(cat "$LOGDIR/memchurn.cmd" "$LOGDIR/memchurn.moved"; detail memchurn)"
 RGPUD_MIGRATE_NO_PEER=1 same_server bytes
 check t_migrate_same_server_bytes \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/bytes.out" && grep -q "session restored on GPU 1 " "$LOGDIR/bytes.moved" && ! grep -q "GPU to GPU" "$LOGDIR/bytes.moved"' \

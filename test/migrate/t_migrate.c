@@ -14,7 +14,12 @@
  * session go on where it was.  With "churn" it makes events before READY
  * and, told "churn" on stdin, destroys them one after another while the
  * test moves the session, so that objects sent ahead of a move's pause go
- * meanwhile (RGPUD_MIGRATE_AHEAD: the move must then send it all).
+ * meanwhile (RGPUD_MIGRATE_AHEAD: the move must then send it all).  With
+ * "memchurn" it allocates MCHURN small buffers before READY and, told
+ * "churn", frees them one every millisecond, each replaced by a larger one,
+ * while the test moves the session between GPUs of one server: memory made
+ * ready on the target ahead of the pause then goes meanwhile, and memory
+ * comes that was not there ahead; every buffer left is checked after.
  */
 #include <poll.h>
 #include "../e2e/common.h"
@@ -24,16 +29,73 @@
 #define PATTERN 0xabcd1234u
 
 #define CHURN 3000 /* events made before READY, destroyed after "churn" */
+#define MCHURN 400 /* buffers made before READY, replaced after "churn" */
+#define MOLD (64u << 10)
+#define MNEW (96u << 10)
 
-static void wait_go(int churn)
+static CUdeviceptr mold[MCHURN], mnew[MCHURN];
+static int mgone; /* mold[0..mgone) replaced by mnew[] */
+
+static void mem_fill(CUdeviceptr d, unsigned bytes, unsigned v)
+{
+	CK(cuMemsetD32(d, v, bytes / 4));
+}
+
+static void mem_expect(CUdeviceptr d, unsigned bytes, unsigned v, const char *what, int i)
+{
+	static unsigned h[MNEW / 4];
+	CK(cuMemcpyDtoH(h, d, bytes));
+	for (unsigned k = 0; k < bytes / 4; k++)
+		if (h[k] != v) {
+			CHECK(0, "%s buffer %d word %u = %#x, want %#x", what, i, k, h[k], v);
+			return;
+		}
+}
+
+/* one old buffer freed, a larger one made in its place */
+static void mem_replace(void)
+{
+	CK(cuMemFree(mold[mgone]));
+	CK(cuMemAlloc(&mnew[mgone], MNEW));
+	mem_fill(mnew[mgone], MNEW, 0x5a000000u + (unsigned)mgone);
+	mgone++;
+}
+
+static void memchurn(int phase)
+{
+	if (phase == 0) {
+		for (int i = 0; i < MCHURN; i++) {
+			CK(cuMemAlloc(&mold[i], MOLD));
+			mem_fill(mold[i], MOLD, 0x0d000000u + (unsigned)i);
+		}
+		return;
+	}
+	for (int i = mgone; i < MCHURN; i++)
+		mem_expect(mold[i], MOLD, 0x0d000000u + (unsigned)i, "old", i);
+	for (int i = 0; i < mgone; i++)
+		mem_expect(mnew[i], MNEW, 0x5a000000u + (unsigned)i, "new", i);
+	for (int i = 0; i < MCHURN; i++)
+		CK(cuMemFree(i < mgone ? mnew[i] : mold[i]));
+}
+
+static void wait_go(int churn, int mchurn)
 {
 	char line[64];
 	static CUevent ev[CHURN];
 	for (int i = 0; churn && i < CHURN; i++)
 		CK(cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
+	if (mchurn)
+		memchurn(0);
 	printf("READY\n");
 	fflush(stdout);
 	int gone = 0;
+	if (mchurn) {
+		if (!fgets(line, sizeof(line), stdin))
+			fail("no churn line on stdin");
+		struct pollfd p = { .fd = 0, .events = POLLIN };
+		while (mgone < MCHURN && poll(&p, 1, 1) == 0)
+			mem_replace();
+	}
 	if (churn) {
 		/* "churn": the move starts now; destroy back to back (a request
 		 * always waiting) until "go" or no event is left */
@@ -55,6 +117,7 @@ int main(int argc, char **argv)
 	int standby = argc > 1 && !strcmp(argv[1], "standby");
 	int pool = argc > 1 && !strcmp(argv[1], "pool");
 	int churn = argc > 1 && !strcmp(argv[1], "churn");
+	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
 	(void)primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction f_add = get_func(mod, "vec_add");
@@ -127,7 +190,7 @@ int main(int argc, char **argv)
 		launch1d(f_inc, N, s, inc_args);
 		CK(cuStreamSynchronize(s));
 	}
-	wait_go(churn);
+	wait_go(churn, mchurn);
 
 	/* ---- after the move: everything as it was ---- */
 	CK(cuMemcpyDtoH(c, dc, N * sizeof(float)));
@@ -140,6 +203,8 @@ int main(int argc, char **argv)
 	CK(cuMemcpyDtoH(bigh, dbig, (size_t)BIG * 4));
 	for (unsigned i = 0; i < BIG; i++)
 		CHECK(bigh[i] == PATTERN, "big[%u] = %#x", i, bigh[i]);
+	if (mchurn)
+		memchurn(1);
 	if (standby) {
 		CK(cuMemcpyDtoH(d, dd, N * sizeof(int)));
 		for (int i = 0; i < N; i++)
