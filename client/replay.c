@@ -13,6 +13,7 @@
  */
 #include "replay_int.h"
 #include "client.h"
+#include "clock.h"
 #include "cred.h"
 #include "frame.h"
 #include "log.h"
@@ -186,6 +187,7 @@ int rc_replay_moved(struct rc_conn *c, const uint8_t *b, uint32_t len)
 		rp->moved_gpu = gpu;
 		memcpy(rp->token, token, tn);
 		rp->moved_last = last;
+		rp->moved_ns = rgpu_now_ns();
 		rp->moved = 1;
 		pthread_mutex_unlock(&rp->lock);
 		log_info("the session on %s:%u moved to %s: reconnecting", c->host, c->port, addr);
@@ -349,7 +351,7 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 	char addr[300];
 	uint8_t token[RC_TOKEN_LEN];
 	uint32_t gpu = rp->moved_gpu;
-	uint64_t base = rp->moved_last;
+	uint64_t base = rp->moved_last, since = rp->moved_ns;
 	snprintf(addr, sizeof(addr), "%s", rp->moved_addr);
 	memcpy(token, rp->token, sizeof(token));
 	pthread_mutex_unlock(&rp->lock);
@@ -406,7 +408,11 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 	wbuf_reset(&c->txq);
 	c->txq_n = 0;
 	__atomic_store_n(&c->c, nc, __ATOMIC_RELEASE);
-	log_info("session %s on %s", moved ? "re-attached" : "recovered", addr);
+	if (moved)
+		log_info("session re-attached on %s (%.1f ms after the notice that it moved)", addr,
+			 (double)(rgpu_now_ns() - since) / 1e6);
+	else
+		log_info("session recovered on %s", addr);
 	rc = 0;
 out:
 	if (!have_lock)

@@ -42,6 +42,7 @@ struct rc_replay {
 	uint32_t moved_gpu;
 	uint8_t token[RC_TOKEN_LEN];
 	uint64_t moved_last;
+	uint64_t moved_ns; /* when the notice came (the log says how long re-attaching took) */
 	unsigned recoveries;
 	/* connections replaced by a recovery: a thread may still be about to
 	 * read from one (it fails and finds c->c changed); closed once older

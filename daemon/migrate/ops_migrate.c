@@ -198,7 +198,9 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 		 (double)info.mem_ns / 1e9, prep);
 	put_bytes(out, token, sizeof(token));
 	put_u64(out, info.last_id);
-	if (session_send_reply(s, &in.last, 0, 0, out->data, out->len) < 0) {
+	int sent = session_send_reply(s, &in.last, 0, 0, out->data, out->len);
+	snap_restore_done();
+	if (sent < 0) {
 		s->ended = 1;
 		return OP_REPLIED;
 	}

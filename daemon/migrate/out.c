@@ -196,6 +196,7 @@ struct move {
 	int by_ref;
 	struct snap_ahead ahead; /* objects sent ahead (ahead.seq 0: none) */
 	uint64_t ahead_bytes;    /* their bytes */
+	uint64_t ahead_ns;       /* the session's stall capturing them */
 	uint64_t deadline_ns;    /* for the target to re-create them */
 	/* the objects ahead, captured here and sent by a thread of their own:
 	 * the target reads them as it re-creates them (module loads: most of
@@ -334,13 +335,15 @@ static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
 			snprintf(why, wl, "sending the session's state to %s failed", m->target);
 		return -1;
 	}
+	uint64_t t_sent = rgpu_now_ns();
 	uint8_t *rbuf = NULL;
 	struct rd r;
 	int32_t st;
 	int got = read_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st);
-	/* the target has copied what it took by reference, or never will */
-	if (m->by_ref)
-		mem_export_drop(s);
+	uint64_t t_restored = rgpu_now_ns();
+	/* the target has copied what it took by reference, or never will:
+	 * the exports go after the client has been told (move_free; one
+	 * request to the parent each, part of the pause when made here) */
 	int rc = -1;
 	if (got < 0) {
 		snprintf(why, wl, "%s did not answer the session's state", m->target);
@@ -384,11 +387,14 @@ static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
 		snprintf(ref, sizeof(ref), ", %llu of them device memory copied GPU to GPU",
 			 (unsigned long long)io.ref_bytes);
 	if (ahead)
-		snprintf(pre, sizeof(pre), ", its objects (%llu bytes) re-created there before the "
-			 "pause", (unsigned long long)m->ahead_bytes);
-	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s)%s", s->name,
-		 m->target, m->o.gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
-		 secs > 0 ? all / secs / 1e9 : 0.0, pre);
+		snprintf(pre, sizeof(pre), ", its objects (%llu bytes, captured in %.1f ms) re-created "
+			 "there before the pause", (unsigned long long)m->ahead_bytes,
+			 (double)m->ahead_ns / 1e6);
+	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s; drained "
+		 "and sent in %.1f ms, restored there in %.1f ms)%s", s->name, m->target,
+		 m->o.gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
+		 secs > 0 ? all / secs / 1e9 : 0.0, (double)(t_sent - t0) / 1e6,
+		 (double)(t_restored - t_sent) / 1e6, pre);
 out:
 	free(rbuf);
 	return rc;
@@ -402,6 +408,8 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 	if (move_connect(s, target, gpu, &m, why, wl) < 0)
 		return -1;
 	int rc = move_finish(s, &m, why, wl);
+	if (m.by_ref)
+		mem_export_drop(s);
 	move_close(&m);
 	return rc == 0 ? 0 : -1;
 }
@@ -435,10 +443,12 @@ static int move_ahead_start(struct session *s, const char *target, int32_t gpu)
 	}
 	wbuf_init(&m->ahead_buf);
 	struct snap_io io = { .write = buf_write, .arg = &m->ahead_buf, .by_ref = m->by_ref };
+	uint64_t t0 = rgpu_now_ns();
 	if (snap_capture_ahead(s, &io, &m->ahead, why, sizeof(why)) < 0) {
 		move_free(s, m);
 		return -1;
 	}
+	m->ahead_ns = rgpu_now_ns() - t0;
 	m->ahead_bytes = m->ahead_buf.len;
 	/* the sender must not take signals meant for the worker */
 	sigset_t all, old;

@@ -320,16 +320,33 @@ static struct imported *import(struct rst *r, const uint8_t token[16], uint64_t 
 	return m;
 }
 
-static void imports_release(struct rst *r)
+static void imports_free(struct imported *m)
 {
-	while (r->imp) {
-		struct imported *m = r->imp;
-		r->imp = m->next;
+	while (m) {
+		struct imported *next = m->next;
 		D->cuMemUnmap(m->va, m->len);
 		D->cuMemAddressFree(m->va, m->len);
 		D->cuMemRelease(m->h);
 		free(m);
+		m = next;
 	}
+}
+
+static void imports_release(struct rst *r)
+{
+	imports_free(r->imp);
+	r->imp = NULL;
+}
+
+/* A restore's mappings of the source's memory, let go once the source
+ * has been answered (snap_restore_done): unmapping gigabytes took part of
+ * a move's pause.  One restore at a time per worker. */
+static struct imported *imports_left;
+
+void snap_restore_done(void)
+{
+	imports_free(imports_left);
+	imports_left = NULL;
 }
 
 /* Device memory re-created at its address; the source's blocks mapped
@@ -647,7 +664,13 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		info->mem_ns += rgpu_now_ns() - t0;
 	}
 	peer_copies_free(r);
-	imports_release(r);
+	if (rc) {
+		imports_release(r);
+	} else {
+		snap_restore_done(); /* (none left: one restore at a time) */
+		imports_left = r->imp;
+		r->imp = NULL;
+	}
 	while (r->preps) { /* (the session is torn down on failure) */
 		struct peer_copy *p = r->preps;
 		r->preps = p->next;

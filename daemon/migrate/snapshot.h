@@ -136,6 +136,9 @@ struct snap_info {
  * CUresult (or -1 for a malformed stream) with why[] set. */
 int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct snap_info *info,
 		 char *why, size_t whylen);
+/* After a successful restore has been answered: lets go of the source's
+ * memory it mapped to copy from. */
+void snap_restore_done(void);
 
 /* journal.c: the requests that made the session's live objects, kept for
  * capture.  Called after every request with its status (only successful
