@@ -317,8 +317,10 @@ void rc_shm_setup(struct rc_conn *c);
 /* Moves c's calls onto shared-memory queues with a doorbell (RGPU_SHM_CALLS;
  * transport_shmq.c); they stay on the socket if that cannot be done. */
 void rc_shmq_setup(struct rc_conn *c);
+/* *live (may be NULL): the server mapped host memory (kind 2) at base for
+ * its device too, so kernels there reach these very pages */
 CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
-		       uint32_t nslots);
+		       uint32_t nslots, int *live);
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);
 
 /* context.c */
@@ -354,6 +356,9 @@ CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
 void *rc_va_alloc(size_t *size, int fd);
 CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
 int rc_mapped_add(void *p, size_t size); /* -1: the region table is full */
+/* Mapped memory p is live on conn's server (rc_shm_attach): launches there
+ * need no coherence for it. */
+void rc_mapped_live(void *p, const struct rc_conn *conn);
 /* Registered host memory: pages [p, p+size) whose device copy lives at
  * dev; the application's bytes are [p+xoff, p+xoff+xlen), the only ones
  * coherence moves.  -1: the table is full. */

@@ -59,6 +59,8 @@ struct region {
 	uint64_t dev_stream;     /* the stream of those launches (RC_COH_NONE: several) */
 	uint64_t dev_epoch;      /* epoch of the latest of them */
 	int ro;                  /* write-protected */
+	uint64_t live;           /* (mapped) connections whose server maps these
+				  * very pages for its device: no copy there */
 };
 
 static struct region regions[REGIONS_MAX];
@@ -244,6 +246,7 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 			__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
 		r->dev_dirty = 0;
 		r->ro = 0;
+		r->live = 0;
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELEASE);
 		if (r - regions + 1 > regions_hw)
 			regions_hw = (int)(r - regions + 1);
@@ -296,6 +299,16 @@ CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out)
 int rc_mapped_add(void *p, size_t size)
 {
 	return region_add(p, size, R_MAPPED, NULL) ? 0 : -1;
+}
+
+void rc_mapped_live(void *p, const struct rc_conn *conn)
+{
+	int ci = rc_conn_index(conn);
+	pthread_mutex_lock(&coh_lock);
+	struct region *r = find((uintptr_t)p);
+	if (r && r->kind == R_MAPPED && ci >= 0 && ci < 64)
+		r->live |= 1ull << ci;
+	pthread_mutex_unlock(&coh_lock);
 }
 
 int rc_registered_add(void *p, size_t size, uintptr_t dev, size_t xoff, size_t xlen)
@@ -419,6 +432,9 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 			}
 			if (!hit)
 				continue;
+			int ci = rc_conn_index(c->dev->conn);
+			if (r->kind == R_MAPPED && ci >= 0 && ci < 64 && (r->live >> ci & 1))
+				continue; /* the kernel reaches the pages themselves */
 			if (!r->mirror) {
 				if ((rc = mirror_map(c, r->dev, r->size)))
 					break;

@@ -476,9 +476,11 @@ RC_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t p, unsigned int v, s
 
 /* ---- host memory ----
  * "Pinned" memory is ordinary page-aligned memory here: the server pins its
- * own staging buffers, and the network copies from any host memory.  A
- * device mapping of host memory (CU_MEMHOSTALLOC_DEVICEMAP) needs a
- * coherence protocol and is not served yet. */
+ * own staging buffers, and the network copies from any host memory.
+ * Kernels given its address see it through coherence.c (a device copy
+ * kept at launches and synchronisations), except on a same-host server
+ * that mapped it at the same address for its device (live: the GPU reads
+ * and writes these pages as the program runs). */
 
 RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 {
@@ -523,9 +525,12 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 		for (int ci = 0; ci < rc_nconn; ci++) {
 			if (!rc_conns[ci].local)
 				continue;
-			CUresult arc = rc_shm_attach(&rc_conns[ci], 2, fd, p, size, 0);
+			int live = 0;
+			CUresult arc = rc_shm_attach(&rc_conns[ci], 2, fd, p, size, 0, &live);
 			if (arc == CUDA_SUCCESS)
 				shared |= 1ull << ci;
+			if (live)
+				rc_mapped_live(p, &rc_conns[ci]);
 			else if (arc == CUDA_ERROR_OUT_OF_MEMORY)
 				log_warn("rgpud at %s:%u did not share %zu bytes of pinned memory "
 					 "(over its per-session cap, RGPUD_MAX_PINNED): copies "

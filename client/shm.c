@@ -120,7 +120,7 @@ static uint8_t *slot_ptr(struct rc_conn *c, uint32_t i)
 }
 
 CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
-		       uint32_t nslots)
+		       uint32_t nslots, int *live)
 {
 	struct wbuf *w = rc_req();
 	put_u32(w, kind);
@@ -129,7 +129,10 @@ CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, siz
 	put_u64(w, size);
 	put_u32(w, nslots);
 	struct rd r;
-	return rc_call(c, RGPU_OP_SHM_ATTACH, w, &r);
+	CUresult rc = rc_call(c, RGPU_OP_SHM_ATTACH, w, &r);
+	if (live)
+		*live = !rc && r.left >= 4 && get_u32(&r) == 1;
+	return rc;
 }
 
 void rc_shm_setup(struct rc_conn *c)
@@ -145,7 +148,7 @@ void rc_shm_setup(struct rc_conn *c)
 			close(fd);
 		return;
 	}
-	CUresult rc = rc_shm_attach(c, 1, fd, p, size, RING_SLOTS);
+	CUresult rc = rc_shm_attach(c, 1, fd, p, size, RING_SLOTS, NULL);
 	close(fd); /* the server has its own mapping now */
 	if (rc) {
 		log_warn("the local rgpud did not take the shared staging ring (error %d): "

@@ -95,7 +95,8 @@
 	X(cuMemRelease)                          \
 	X(cuMemMap)                              \
 	X(cuMemUnmap)                            \
-	X(cuMemSetAccess)
+	X(cuMemSetAccess)                        \
+	X(cuMemHostGetDevicePointer_v2)
 
 /* CUDA graphs by stream capture (optional too: not emulated). */
 #define RGPUD_DRIVER_GRAPHS(X)                   \

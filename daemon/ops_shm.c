@@ -121,6 +121,70 @@ int shm_client_fd(struct session *s, uint32_t fd, uint64_t size)
 	return mfd;
 }
 
+int shm_owns_live(const struct session *s, uint64_t p, uint64_t n)
+{
+	const struct shm_state *sh = s->shm;
+	for (int i = 0; sh && i < sh->n; i++) {
+		const struct shm_map *m = &sh->map[i];
+		if (m->live && p >= m->cbase && p - m->cbase <= m->size &&
+		    n <= m->size - (p - m->cbase))
+			return 1;
+	}
+	return 0;
+}
+
+/* Makes a context of the session current for a call that needs one (any:
+ * the pinning below is PORTABLE); 0 when the session has none. */
+static int any_ctx(struct session *s)
+{
+	if (s->cur_ctx)
+		return 1;
+	for (uint32_t i = 0; i < s->ht.n; i++)
+		if (s->ht.e[i].kind == HK_CTX && session_enter_ctx(s, (uint64_t)s->ht.e[i].gen << 32 | (i + 1), NULL) == 0)
+			return 1;
+	return 0;
+}
+
+/* Host memory the client allocated pinned (cuMemHostAlloc, in its shared
+ * address range): mapped at the client's own address when that is free
+ * here, and pinned with a device mapping, so that the device address is
+ * the host address as under CUDA's unified addressing.  Then kernels,
+ * memsets and copies given that address reach the client's pages while
+ * they run, as NCCL's proxy flags and XLA's host buffers need (a copy kept
+ * coherent at launches and synchronisations is not enough for them).
+ * Otherwise it is mapped anywhere and serves copies only.  1 when live. */
+static int map_live(struct session *s, int mfd, uint64_t cbase, uint64_t size, void **out)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	*out = MAP_FAILED;
+	if (!D->cuMemHostGetDevicePointer_v2 || pg <= 0 || cbase % (uint64_t)pg ||
+	    cbase + size < cbase || cbase + size > (1ull << 47) || !any_ctx(s))
+		return 0;
+	void *p = mmap((void *)(uintptr_t)cbase, size, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_FIXED_NOREPLACE, mfd, 0);
+	if (p == MAP_FAILED)
+		return 0;
+	if (p != (void *)(uintptr_t)cbase) { /* a kernel without the flag */
+		munmap(p, size);
+		return 0;
+	}
+	*out = p;
+	int rc = D->cuMemHostRegister_v2(p, size,
+					 CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+	CUdeviceptr d = 0;
+	if (rc == CUDA_SUCCESS && (D->cuMemHostGetDevicePointer_v2(&d, p, 0) != CUDA_SUCCESS ||
+				   d != (CUdeviceptr)cbase)) {
+		D->cuMemHostUnregister(p);
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (rc) {
+		log_debug("%s: host memory at %#llx is shared for copies only: %s", s->name,
+			  (unsigned long long)cbase, rgpud_cu_errname(D, rc));
+		return 0;
+	}
+	return 1;
+}
+
 int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint32_t kind = get_u32(r), fd = get_u32(r);
@@ -156,12 +220,16 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	int mfd = shm_client_fd(s, fd, size);
 	if (mfd < 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	void *p = MAP_FAILED;
+	int live = kind == 2 && map_live(s, mfd, cbase, size, &p);
+	if (p == MAP_FAILED)
+		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	close(mfd);
 	if (p == MAP_FAILED)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	struct shm_map *m = &sh->map[sh->n];
-	*m = (struct shm_map){ .cbase = cbase, .sbase = p, .size = size, .kind = (int)kind };
+	*m = (struct shm_map){ .cbase = cbase, .sbase = p, .size = size, .kind = (int)kind,
+			       .registered = live, .live = live };
 	if (kind == 1) {
 		sh->ring = sh->n;
 		xfer_pool_init_shared(&sh->pool, &stage_dev, (uint8_t *)p + SLOT_STATE_PAGE,
@@ -170,7 +238,10 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	sh->mapped += size;
 	sh->n++;
 	log_debug("%s: sharing %llu bytes of client memory (%s)", s->name,
-		  (unsigned long long)size, kind == 1 ? "staging" : "host memory");
+		  (unsigned long long)size,
+		  kind == 1 ? "staging" : live ? "host memory, mapped for the device at its address"
+					       : "host memory");
+	put_u32(out, (uint32_t)live);
 	return CUDA_SUCCESS;
 }
 

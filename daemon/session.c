@@ -1,4 +1,5 @@
 #include "session.h"
+#include "shm.h"
 #include "clock.h"
 #include "log.h"
 #include "gate.h"
@@ -249,12 +250,12 @@ static ssize_t alloc_find(const struct session *s, uint64_t p)
 int session_owns_range(struct session *s, uint64_t p, uint64_t n)
 {
 	ssize_t i = alloc_find(s, p);
-	if (i < 0)
-		return appmem_owns_range(s, p, n);
-	const struct alloc *a = &s->allocs[i];
-	if (p - a->dptr <= a->size && n <= a->size - (p - a->dptr))
-		return 1;
-	return appmem_owns_range(s, p, n);
+	if (i >= 0) {
+		const struct alloc *a = &s->allocs[i];
+		if (p - a->dptr <= a->size && n <= a->size - (p - a->dptr))
+			return 1;
+	}
+	return appmem_owns_range(s, p, n) || shm_owns_live(s, p, n);
 }
 
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,

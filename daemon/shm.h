@@ -21,6 +21,9 @@ struct shm_map {
 	size_t size;
 	int kind;       /* 1 staging ring, 2 host memory */
 	int registered; /* 1 pinned with the driver, -1 could not be */
+	int live;       /* host memory mapped here at the client's address and
+			 * pinned with a device mapping there: kernels, memsets
+			 * and copies reach the client's own pages */
 };
 
 struct shm_state {
@@ -39,6 +42,9 @@ uint64_t shm_pin_cap(void);
  * opened here if it is the client's own regular file of at least size
  * bytes: a descriptor, or -1 (logged). */
 int shm_client_fd(struct session *s, uint32_t fd, uint64_t size);
+
+/* [p, p + n) is the client's host memory mapped live here (shm_map.live). */
+int shm_owns_live(const struct session *s, uint64_t p, uint64_t n);
 
 void shm_cleanup(struct session *s);
 /* A context is going away: its slot events go with it. */

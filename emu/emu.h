@@ -101,8 +101,11 @@ CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p);
 void emu_mem_free_all(struct emu_ctx *ctx);
 /* array.c: a context's CUDA arrays go with it, as the driver's do */
 void emu_arrays_destroy_all(struct emu_ctx *ctx);
-/* Host address of [p, p+len) if it lies inside one allocation of ctx, or
- * in VMM memory accessible from ctx's device, else NULL.  Caller holds
+/* [p, p+n) lies in host memory registered with a device mapping. */
+int emu_host_mapped(uintptr_t p, size_t n);
+/* Host address of [p, p+len) if it lies inside one allocation of ctx, in
+ * VMM memory accessible from ctx's device, or in host memory registered
+ * with a device mapping, else NULL.  Caller holds
  * emu_mem_rdlock(ctx).  len 0 is always valid. */
 void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len);
 /* Read-holds ctx->mem_rw and emu_vmm_rw: what emu_mem_map needs. */
@@ -246,7 +249,7 @@ struct emu_kernel {
 
 extern const struct emu_kernel emu_kernels[];
 extern const int emu_nkernels;
-#define EMU_NKERNELS 10
+#define EMU_NKERNELS 11
 const struct emu_kernel *emu_kernel_find(const char *name, int *index);
 
 /* ---- module.c */

@@ -270,6 +270,28 @@ static CUresult k_busy_wait_ns(const struct emu_launch *l)
 	return CUDA_SUCCESS;
 }
 
+static CUresult k_wait_flag(const struct emu_launch *l)
+{
+	CUresult rc = CUDA_SUCCESS;
+	volatile int *flag = dev(l, ARG(l, CUdeviceptr, 0), 1, sizeof(int), &rc);
+	volatile int *out = dev(l, ARG(l, CUdeviceptr, 8), 1, sizeof(int), &rc);
+	unsigned long long timeout = ARG(l, unsigned long long, 16);
+	if (!flag || !out)
+		return rc;
+	uint64_t start = emu_now_ns();
+	int v;
+	while ((v = __atomic_load_n(flag, __ATOMIC_SEQ_CST)) == 0) {
+		if (emu_now_ns() - start > timeout) {
+			__atomic_store_n(out, -1, __ATOMIC_SEQ_CST);
+			return CUDA_SUCCESS;
+		}
+		struct timespec ts = { 0, 100 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	__atomic_store_n(out, v + 1, __ATOMIC_SEQ_CST);
+	return CUDA_SUCCESS;
+}
+
 static CUresult k_illegal_write(const struct emu_launch *l)
 {
 	CUresult rc = CUDA_SUCCESS;
@@ -307,9 +329,11 @@ const struct emu_kernel emu_kernels[EMU_NKERNELS] = {
 	{ "busy_wait_ns", 1, { P(0, 8) }, 8, 0, 0, k_busy_wait_ns },
 	{ "illegal_write", 1, { P(0, 8) }, 8, 0, 1, k_illegal_write },
 	{ "print_lines", 1, { P(0, 4) }, 4, 0, 0, k_print_lines },
+	{ "wait_flag", 3, { P(0, 8), P(8, 8), P(16, 8) }, 24, 0, 1, k_wait_flag },
 };
 #undef P
 const int emu_nkernels = EMU_NKERNELS;
+_Static_assert(EMU_NKERNELS == TEST_KERNELS_N, "every kernel of test_kernels.cu is emulated");
 
 const struct emu_kernel *emu_kernel_find(const char *name, int *index)
 {

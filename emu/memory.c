@@ -85,7 +85,9 @@ void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
 		if (p - a->base < a->size && len <= a->size - (p - a->base))
 			return (void *)(uintptr_t)p;
 	}
-	return emu_vmm_ok(ctx->dev, (uintptr_t)p, len) ? (void *)(uintptr_t)p : NULL;
+	return emu_vmm_ok(ctx->dev, (uintptr_t)p, len) || emu_host_mapped((uintptr_t)p, len)
+		       ? (void *)(uintptr_t)p
+		       : NULL;
 }
 
 void emu_mem_rdlock(struct emu_ctx *ctx)
@@ -259,6 +261,7 @@ struct host_range {
 	struct host_range *next;
 	void *p;
 	size_t len;
+	unsigned flags; /* registered: CU_MEMHOSTREGISTER_* */
 };
 
 static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -353,6 +356,7 @@ EMU_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	r->p = p;
 	r->len = bytesize;
+	r->flags = Flags;
 	emu_lock(&host_lock);
 	for (struct host_range *x = host_regs; x; x = x->next)
 		if (x->p == p) {
@@ -363,6 +367,31 @@ EMU_API CUresult CUDAAPI cuMemHostRegister_v2(void *p, size_t bytesize, unsigned
 	r->next = host_regs;
 	host_regs = r;
 	emu_unlock(&host_lock);
+	return CUDA_SUCCESS;
+}
+
+/* [p, p+n) lies in one range registered with a device mapping: under
+ * unified addressing a kernel or memset reaches it at its host address. */
+int emu_host_mapped(uintptr_t p, size_t n)
+{
+	int in = 0;
+	emu_lock(&host_lock);
+	for (struct host_range *r = host_regs; r && !in; r = r->next)
+		in = (r->flags & CU_MEMHOSTREGISTER_DEVICEMAP) && p >= (uintptr_t)r->p &&
+		     n <= r->len && p - (uintptr_t)r->p <= r->len - n;
+	emu_unlock(&host_lock);
+	return in;
+}
+
+EMU_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!pdptr || !p || Flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_host_mapped((uintptr_t)p, 1))
+		return CUDA_ERROR_INVALID_VALUE;
+	*pdptr = (CUdeviceptr)(uintptr_t)p;
 	return CUDA_SUCCESS;
 }
 

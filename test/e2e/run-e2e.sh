@@ -218,6 +218,7 @@ suite() {
 	run t_graph "$ONE" -- t_graph
 	run t_hostfn "$ONE" -- t_hostfn
 	run t_hostfn_managed "$ONE" -- t_hostfn managed
+	run t_hostmem_live "$ONE" -- t_hostmem_live
 	run t_attrs "$ONE" -- t_attrs
 	run t_tensormap "$ONE" -- t_tensormap
 	run t_graph_nodes "$ONE" -- t_graph_nodes

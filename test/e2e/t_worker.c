@@ -21,6 +21,7 @@
  * usage: t_worker HOST PORT
  */
 #include "raw.h"
+#include "test_kernels.h"
 
 #include <cuda.h> /* CUresult values only: this program speaks the protocol */
 
@@ -224,7 +225,7 @@ static void test_stale_function(void)
 		const char *nm = get_str(&RP.r, 4096);
 		found += nm && !strcmp(nm, "inc_i32");
 	}
-	if (st != CUDA_ERROR_NOT_SUPPORTED && (st != 0 || nf != 10 || found != 1))
+	if (st != CUDA_ERROR_NOT_SUPPORTED && (st != 0 || nf != TEST_KERNELS_N || found != 1))
 		FAILF("stale_function: MODULE_FUNCTIONS: %d, %u names, inc_i32 %d times", st, nf, found);
 	begin();
 	put_u64(&W, ctx);

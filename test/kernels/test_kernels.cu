@@ -83,6 +83,23 @@ __global__ void busy_wait_ns(unsigned long long ns)
 	} while (now - start < ns);
 }
 
+__global__ void wait_flag(volatile int *flag, int *out, unsigned long long timeout_ns)
+{
+	unsigned long long start, now;
+	int v;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+	while ((v = *flag) == 0) {
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+		if (now - start > timeout_ns) {
+			*(volatile int *)out = -1;
+			__threadfence_system();
+			return;
+		}
+	}
+	*(volatile int *)out = v + 1;
+	__threadfence_system();
+}
+
 __global__ void illegal_write(int *p)
 {
 	*p = 1;

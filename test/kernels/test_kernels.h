@@ -21,6 +21,9 @@ struct axpy_args {
 
 #define MATMUL_TILE 16
 
+/* how many kernels test_kernels.cu defines (the list below) */
+#define TEST_KERNELS_N 11
+
 /*
  * Kernels (all extern "C"):
  *  vec_add(const float *a, const float *b, float *c, int n)        c = a + b
@@ -34,6 +37,10 @@ struct axpy_args {
  *  fill_u32(unsigned *p, unsigned v, unsigned long long n)   p[i] = v
  *  inc_i32(int *p, int n)             p[i] += 1
  *  busy_wait_ns(unsigned long long ns)  spins ns nanoseconds (globaltimer)
+ *  wait_flag(volatile int *flag, int *out, unsigned long long timeout_ns)
+ *                                     one thread: spins until *flag != 0,
+ *                                     then *out = *flag + 1 (-1 after
+ *                                     timeout_ns): host memory seen live
  *  illegal_write(int *p)              *p = 1 (pass a bad address to fault)
  *  print_lines(int n)                 thread i < n prints (device printf)
  *                                     "rgpu printf line %08d of %08d: a..z\n"

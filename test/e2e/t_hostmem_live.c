@@ -1,0 +1,78 @@
+/* Mapped pinned host memory is live to the device (as NCCL's proxy flags
+ * and XLA's host buffers need): with cuMemHostAlloc(DEVICEMAP) memory,
+ *  - a running kernel sees a value the host writes after the launch (it
+ *    spins on a flag), and the host sees the kernel's answer in that
+ *    memory without any synchronisation call;
+ *  - a memset given the device address of host memory writes the host's
+ *    bytes.
+ * On the local driver this is CUDA's own behaviour; through rgpu it holds
+ * on the same-host path, where rgpud maps the client's pages at the same
+ * address for its GPU.  Over TCP the device sees host memory only at
+ * launches and synchronisations: the test says so and is skipped (77). */
+#include "common.h"
+
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	e2e_init(argv[0]);
+	const char *tp = getenv("RGPU_TRANSPORT");
+	if (tp && !strcmp(tp, "tcp")) {
+		printf("# skipped: over TCP the device sees host memory at launches and "
+		       "synchronisations only\n");
+		return 77;
+	}
+	(void)primary_ctx(0, NULL);
+	CUmodule mod = load_test_module();
+	CUfunction f_wait = get_func(mod, "wait_flag");
+
+	volatile int *h = NULL;
+	CK(cuMemHostAlloc((void **)&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
+	CUdeviceptr d = 0;
+	CK(cuMemHostGetDevicePointer(&d, (void *)h, 0));
+	h[0] = 0;
+	h[1] = 0;
+
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CUdeviceptr flag = d, out = d + 4;
+	unsigned long long timeout = 20ull * 1000 * 1000 * 1000;
+	void *args[] = { &flag, &out, &timeout };
+	CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+	/* no CUDA call from here until the answer is seen: the kernel must
+	 * read the flag from these pages, and write its answer to them */
+	struct timespec ms50 = { 0, 50 * 1000 * 1000 };
+	nanosleep(&ms50, NULL);
+	__atomic_store_n(&h[0], 41, __ATOMIC_SEQ_CST);
+	double t0 = now_s();
+	int got = 0;
+	while ((got = __atomic_load_n(&h[1], __ATOMIC_SEQ_CST)) == 0 && now_s() - t0 < 15.0) {
+		struct timespec ms1 = { 0, 1000 * 1000 };
+		nanosleep(&ms1, NULL);
+	}
+	CHECK(got == 42, "the kernel's answer in host memory is %d (42: it saw the host's 41; "
+	      "0: nothing came back without a synchronisation; -1: it never saw the flag)", got);
+	CK(cuStreamSynchronize(s));
+	CHECK(h[1] == 42, "after the synchronisation the answer is %d, not 42", h[1]);
+
+	/* a memset through the device address writes the host's bytes */
+	CK(cuMemsetD32(d + 64, 0x5a5a1234u, 16));
+	const volatile unsigned *u = (const volatile unsigned *)((const volatile char *)h + 64);
+	for (int i = 0; i < 16; i++)
+		CHECK(u[i] == 0x5a5a1234u, "host word %d after the memset is %#x", i, u[i]);
+
+	CK(cuStreamDestroy(s));
+	CK(cuMemFreeHost((void *)h));
+	CK(cuModuleUnload(mod));
+	printf("OK\n");
+	return 0;
+}
