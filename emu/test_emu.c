@@ -468,7 +468,7 @@ static void test_libraries(void)
 	OK(lib_load(&lib2, ptx));
 	EXPECT(lib != lib2);
 	OK(D.cuLibraryGetKernelCount(&count, lib));
-	EXPECT(count == EMU_NKERNELS);
+	EXPECT(count == TEST_KERNELS_N);
 	CK(D.cuLibraryGetKernelCount(NULL, lib), CUDA_ERROR_INVALID_VALUE);
 	CK(D.cuLibraryGetKernelCount(&count, (CUlibrary)&count), CUDA_ERROR_INVALID_HANDLE);
 	OK(D.cuLibraryGetKernel(&kern, lib, "scale_by_global"));
@@ -1151,7 +1151,7 @@ static void test_strict_handles(void)
 		CK(D.cuModuleGetFunctionCount(&cnt, mod), CUDA_ERROR_INVALID_HANDLE); /* other ctx */
 		OK(D.cuCtxSetCurrent(other));
 		OK(D.cuModuleGetFunctionCount(&cnt, mod));
-		EXPECT(cnt == EMU_NKERNELS);
+		EXPECT(cnt == TEST_KERNELS_N);
 		OK(D.cuModuleEnumerateFunctions(fs, cnt, mod));
 		OK(D.cuFuncGetName(&name, fs[0]));
 		EXPECT(strcmp(name, "vec_add") == 0);
