@@ -317,8 +317,10 @@ void rc_shm_setup(struct rc_conn *c);
 /* Moves c's calls onto shared-memory queues with a doorbell (RGPU_SHM_CALLS;
  * transport_shmq.c); they stay on the socket if that cannot be done. */
 void rc_shmq_setup(struct rc_conn *c);
-/* *live (may be NULL): the server mapped host memory (kind 2) at base for
- * its device too, so kernels there reach these very pages */
+/* kind 1 (staging ring): nslots slots; kind 2 (host memory): nslots 1 asks
+ * the server to map it at base for its device too (base lies outside the
+ * window it reserves: rc_va_alloc_live), and *live (may be NULL) says
+ * whether it did, so that kernels there reach these very pages */
 CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
 		       uint32_t nslots, int *live);
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);
@@ -354,6 +356,10 @@ CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
 
 /* coherence.c: managed and mapped host memory (see there) */
 void *rc_va_alloc(size_t *size, int fd);
+/* Host memory of fd (size rounded up) where same-host servers can map it
+ * at the same address for their GPUs (outside the window they reserve);
+ * NULL when that range is full or beyond the address space. */
+void *rc_va_alloc_live(size_t *size, int fd);
 CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
 int rc_mapped_add(void *p, size_t size); /* -1: the region table is full */
 /* Mapped memory p is live on conn's server (rc_shm_attach): launches there

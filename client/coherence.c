@@ -36,6 +36,11 @@
  * RGPU_VA_BASE (hex, 16 TiB aligned) moves it, e.g. where AddressSanitizer
  * keeps its heap there. */
 #define RC_VA_SPAN (16ull << 40)
+/* Pinned host memory that same-host servers map for their GPUs at the same
+ * address (rc_va_alloc_live): the 1 TiB after the window, which no server
+ * reserves with its driver (it reserves the window whole, NOTES.md) */
+#define RC_LIVE_SPAN (1ull << 40)
+#define RC_USER_END (1ull << 47)
 #define GRAIN (2ull << 20)
 #define REGIONS_MAX 4096
 
@@ -83,7 +88,7 @@ static pthread_mutex_t coh_lock = PTHREAD_MUTEX_INITIALIZER;
  * stream would fetch a region while another thread's kernel still writes
  * it, and that thread's own acquire would then skip the fetch. */
 static uint64_t epoch;
-static uint64_t va_base, va_next;
+static uint64_t va_base, va_next, live_next;
 static struct sigaction old_segv;
 static int handler_set;
 
@@ -195,34 +200,61 @@ static void unprotect(struct region *r)
 
 /* Host memory at a fresh address of the shared range (memfd-backed if fd
  * >= 0, so a same-host server can map it too). */
+/* Maps size bytes (fd's, or anonymous) at the next free place of
+ * [*next, end); reg_lock held. */
+static void *bump_map(uint64_t *next, uint64_t end, size_t size, int fd)
+{
+	void *p = MAP_FAILED;
+	for (int tries = 0; tries < 64 && p == MAP_FAILED; tries++) {
+		uint64_t at = *next;
+		if (at + size > end)
+			break;
+		*next += size + GRAIN; /* a guard gap */
+		p = mmap((void *)at, size, PROT_READ | PROT_WRITE,
+			 (fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS) | MAP_FIXED_NOREPLACE, fd,
+			 0);
+		if (p != MAP_FAILED && p != (void *)at) {
+			munmap(p, size); /* an old kernel ignored the flag */
+			p = MAP_FAILED;
+		}
+	}
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void va_init(void)
+{
+	if (!va_base) {
+		/* checked by cuInit (settings.c): 16 TiB aligned */
+		va_base = rc_setting(RS_VA_BASE);
+		va_next = va_base;
+		live_next = va_base + RC_VA_SPAN;
+	}
+}
+
 void *rc_va_alloc(size_t *size, int fd)
 {
 	*size = (*size + GRAIN - 1) / GRAIN * GRAIN;
 	if (fd >= 0 && ftruncate(fd, (off_t)*size) < 0)
 		return NULL;
 	pthread_mutex_lock(&reg_lock);
-	if (!va_base) {
-		/* checked by cuInit (settings.c): 16 TiB aligned */
-		va_base = rc_setting(RS_VA_BASE);
-		va_next = va_base;
-	}
-	void *p = MAP_FAILED;
-	for (int tries = 0; tries < 64 && p == MAP_FAILED; tries++) {
-		uint64_t at = va_next;
-		/* the upper half is the VMM API's (vmm.c) */
-		if (at + *size > va_base + RC_VA_SPAN / 2)
-			break;
-		va_next += *size + GRAIN; /* a guard gap */
-		p = mmap((void *)at, *size, PROT_READ | PROT_WRITE,
-			 (fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS) | MAP_FIXED_NOREPLACE,
-			 fd, 0);
-		if (p != MAP_FAILED && p != (void *)at) {
-			munmap(p, *size); /* an old kernel ignored the flag */
-			p = MAP_FAILED;
-		}
-	}
+	va_init();
+	/* the upper half is the VMM API's (vmm.c) */
+	void *p = bump_map(&va_next, va_base + RC_VA_SPAN / 2, *size, fd);
 	pthread_mutex_unlock(&reg_lock);
-	return p == MAP_FAILED ? NULL : p;
+	return p;
+}
+
+void *rc_va_alloc_live(size_t *size, int fd)
+{
+	*size = (*size + GRAIN - 1) / GRAIN * GRAIN;
+	if (ftruncate(fd, (off_t)*size) < 0)
+		return NULL;
+	pthread_mutex_lock(&reg_lock);
+	va_init();
+	uint64_t end = va_base + RC_VA_SPAN + RC_LIVE_SPAN;
+	void *p = end <= RC_USER_END ? bump_map(&live_next, end, *size, fd) : NULL;
+	pthread_mutex_unlock(&reg_lock);
+	return p;
 }
 
 static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *mirror)

@@ -489,15 +489,24 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 		return rc;
 	if (!pp || size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	int local = 0;
-	for (int i = 0; i < rc_nconn; i++)
+	int local = 0, all_local = rc_nconn > 0;
+	for (int i = 0; i < rc_nconn; i++) {
 		local |= rc_conns[i].local;
+		all_local &= rc_conns[i].local;
+	}
 	/* In the shared address range, so that a device copy can sit at the
 	 * same address if a kernel is handed it (coherence.c); memfd-backed
-	 * when a same-host server can pin it for DMA. */
+	 * when a same-host server can pin it for DMA.  With only same-host
+	 * servers, beside that range, where they map it for their GPUs at the
+	 * same address (live: no device copy at all). */
 	int fd = local ? memfd_create("rgpu-pinned", MFD_CLOEXEC) : -1;
 	size_t vsize = size;
-	void *p = rc_va_alloc(&vsize, fd);
+	void *p = fd >= 0 && all_local ? rc_va_alloc_live(&vsize, fd) : NULL;
+	uint32_t want_live = p != NULL;
+	if (!p) {
+		vsize = size;
+		p = rc_va_alloc(&vsize, fd);
+	}
 	if (!p) {
 		if (fd >= 0)
 			close(fd);
@@ -526,7 +535,7 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 			if (!rc_conns[ci].local)
 				continue;
 			int live = 0;
-			CUresult arc = rc_shm_attach(&rc_conns[ci], 2, fd, p, size, 0, &live);
+			CUresult arc = rc_shm_attach(&rc_conns[ci], 2, fd, p, size, want_live, &live);
 			if (arc == CUDA_SUCCESS)
 				shared |= 1ull << ci;
 			if (live)

@@ -221,7 +221,10 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	if (mfd < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	void *p = MAP_FAILED;
-	int live = kind == 2 && map_live(s, mfd, cbase, size, &p);
+	/* (kind 2: nslots is 1 when the client placed it outside the window
+	 * it shares with this server's driver, so it can be mapped here at
+	 * its own address) */
+	int live = kind == 2 && nslots == 1 && map_live(s, mfd, cbase, size, &p);
 	if (p == MAP_FAILED)
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	close(mfd);

@@ -4,7 +4,10 @@
  *    spins on a flag), and the host sees the kernel's answer in that
  *    memory without any synchronisation call;
  *  - a memset given the device address of host memory writes the host's
- *    bytes.
+ *    bytes;
+ *  - then the application's own VMM memory still maps and holds data (XLA
+ *    allocates so after pinning host memory: rgpu's live host memory must
+ *    not lie where the server reserves the application's VMM window).
  * On the local driver this is CUDA's own behaviour; through rgpu it holds
  * on the same-host path, where rgpud maps the client's pages at the same
  * address for its GPU.  Over TCP the device sees host memory only at
@@ -69,6 +72,26 @@ int main(int argc, char **argv)
 	const volatile unsigned *u = (const volatile unsigned *)((const volatile char *)h + 64);
 	for (int i = 0; i < 16; i++)
 		CHECK(u[i] == 0x5a5a1234u, "host word %d after the memset is %#x", i, u[i]);
+
+	/* VMM memory after pinned host memory */
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	size_t gran = 0;
+	CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CUdeviceptr va = 0;
+	CUmemGenericAllocationHandle ph;
+	CK(cuMemAddressReserve(&va, gran, 0, 0, 0));
+	CK(cuMemCreate(&ph, gran, &prop, 0));
+	CK(cuMemMap(va, gran, 0, ph, 0));
+	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CK(cuMemSetAccess(va, gran, &acc, 1));
+	CK(cuMemsetD32(va, 0xc0ffee, gran / 4));
+	unsigned last = 0;
+	CK(cuMemcpyDtoH(&last, va + gran - 4, 4));
+	CHECK(last == 0xc0ffee, "VMM memory after pinned host memory reads %#x", last);
+	CK(cuMemUnmap(va, gran));
+	CK(cuMemRelease(ph));
+	CK(cuMemAddressFree(va, gran));
 
 	CK(cuStreamDestroy(s));
 	CK(cuMemFreeHost((void *)h));
