@@ -76,10 +76,18 @@ static int create_rec(void *arg, const struct journal_rec *r)
 	le(f + 8, r->id, 8);
 	le(f + 16, r->result, 8);
 	le(f + 24, r->place, 8);
-	if (rec_hdr(c, SNAP_CREATE, sizeof(f) + r->plen) < 0 || put(c, f, sizeof(f)) < 0 ||
-	    put(c, r->payload, r->plen) < 0)
+	if (rec_hdr(c, SNAP_CREATE, sizeof(f) + r->plen) < 0 || put(c, f, sizeof(f)) < 0)
 		return -1;
-	return 0;
+	/* ahead of a pause the journal is frozen (snap_capture_ahead): a
+	 * library image (tens of MB) goes from where it lies */
+	if (c->io->write_ref && r->plen) {
+		if (c->io->write_ref(c->io->arg, r->payload, r->plen) < 0) {
+			snprintf(c->why, c->whylen, "out of memory capturing the session's objects");
+			return -1;
+		}
+		return 0;
+	}
+	return put(c, r->payload, r->plen);
 }
 
 /* kinds to write in this pass (bit per MEMK_*) */
@@ -325,10 +333,13 @@ int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead 
 	if (!rc)
 		rc = rec_hdr(&c, SNAP_SYNC, 0);
 	if (rc) {
+		journal_freeze(s, 0);
 		if (io->by_ref)
 			mem_export_drop(s);
 		return -1;
 	}
+	/* from here the records sent keep their payloads (sent by reference)
+	 * until the journal thaws */
 	journal_freeze(s, c.last);
 	a->seq = c.last;
 	a->nrec = c.nrec;

@@ -26,7 +26,40 @@ struct journal {
 	uint64_t seq;    /* the last record's */
 	uint64_t frozen; /* records up to this were sent ahead (0: none) */
 	int broken;      /* one of those changed or went since */
+	/* payloads of frozen records that went: a move's sender may still be
+	 * reading them (they go ahead by reference), freed when it thaws */
+	void **later;
+	size_t nlater, caplater;
 };
+
+/* A dead record's payload: freed now, or kept until the journal thaws. */
+static void payload_free(struct journal *j, struct jrec *e)
+{
+	if (j->frozen && e->r.seq <= j->frozen) {
+		if (j->nlater == j->caplater) {
+			size_t cap = j->caplater ? 2 * j->caplater : 16;
+			void **v = realloc(j->later, cap * sizeof(*v));
+			if (!v) {
+				/* keep it for good rather than free it under a reader */
+				e->r.payload = NULL;
+				return;
+			}
+			j->later = v;
+			j->caplater = cap;
+		}
+		j->later[j->nlater++] = e->r.payload;
+	} else {
+		free(e->r.payload);
+	}
+	e->r.payload = NULL;
+}
+
+static void later_free(struct journal *j)
+{
+	for (size_t i = 0; i < j->nlater; i++)
+		free(j->later[i]);
+	j->nlater = 0;
+}
 
 /* (every request passes here, launches too: a load, not a byte loop) */
 static uint64_t rd64(const uint8_t *p, size_t n, size_t off)
@@ -98,7 +131,7 @@ static void compact(struct journal *j)
 	size_t k = 0;
 	for (size_t i = 0; i < j->n; i++) {
 		if (j->v[i].dead)
-			free(j->v[i].r.payload);
+			payload_free(j, &j->v[i]);
 		else
 			j->v[k++] = j->v[i];
 	}
@@ -213,6 +246,8 @@ void journal_freeze(struct session *s, uint64_t seq)
 	if (j) {
 		j->frozen = seq;
 		j->broken = 0;
+		if (!seq)
+			later_free(j);
 	}
 }
 
@@ -253,6 +288,8 @@ void journal_free(struct session *s)
 		return;
 	for (size_t i = 0; i < j->n; i++)
 		free(j->v[i].r.payload);
+	later_free(j);
+	free(j->later);
 	free(j->v);
 	free(j);
 	s->journal = NULL;

@@ -203,23 +203,66 @@ struct move {
 	 * half a second), and a send that waited for it would pause the
 	 * session, which the objects go ahead to avoid */
 	struct wbuf ahead_buf;
+	/* ... in order: pieces of ahead_buf, and records' payloads sent from
+	 * where they lie (the journal is frozen until the sender is joined) */
+	struct piece {
+		const void *ref; /* NULL: ahead_buf's bytes at off */
+		size_t off, n;
+	} *pieces;
+	size_t npieces, cappieces;
 	pthread_t sender;
 	int sending;     /* the sender runs (join it) */
 	int sent_failed; /* the sender's outcome, once joined */
 };
 
-static int buf_write(void *arg, const void *p, size_t n)
+static int piece_add(struct move *m, const void *ref, size_t off, size_t n)
 {
-	struct wbuf *w = arg;
-	put_raw(w, p, n);
-	return w->oom ? -1 : 0;
+	struct piece *last = m->npieces ? &m->pieces[m->npieces - 1] : NULL;
+	if (!ref && last && !last->ref && last->off + last->n == off) {
+		last->n += n; /* (bytes of ahead_buf one after another) */
+		return 0;
+	}
+	if (m->npieces == m->cappieces) {
+		size_t cap = m->cappieces ? 2 * m->cappieces : 64;
+		struct piece *v = realloc(m->pieces, cap * sizeof(*v));
+		if (!v)
+			return -1;
+		m->pieces = v;
+		m->cappieces = cap;
+	}
+	m->pieces[m->npieces++] = (struct piece){ ref, off, n };
+	return 0;
+}
+
+static int ahead_write(void *arg, const void *p, size_t n)
+{
+	struct move *m = arg;
+	size_t off = m->ahead_buf.len;
+	put_raw(&m->ahead_buf, p, n);
+	if (m->ahead_buf.oom || piece_add(m, NULL, off, n) < 0)
+		return -1;
+	m->ahead_bytes += n;
+	return 0;
+}
+
+static int ahead_write_ref(void *arg, const void *p, size_t n)
+{
+	struct move *m = arg;
+	if (piece_add(m, p, 0, n) < 0)
+		return -1;
+	m->ahead_bytes += n;
+	return 0;
 }
 
 static void *ahead_send(void *arg)
 {
 	struct move *m = arg;
-	m->sent_failed = out_write(&m->o, m->ahead_buf.data, m->ahead_buf.len) < 0 ||
-			 flush(&m->o, 0) < 0;
+	int rc = 0;
+	for (size_t i = 0; i < m->npieces && !rc; i++) {
+		const struct piece *pc = &m->pieces[i];
+		rc = out_write(&m->o, pc->ref ? pc->ref : m->ahead_buf.data + pc->off, pc->n);
+	}
+	m->sent_failed = rc < 0 || flush(&m->o, 0) < 0;
 	return NULL;
 }
 
@@ -243,12 +286,14 @@ static void move_close(struct move *m)
 		rgpu_conn_close(m->c);
 	free(m->o.buf);
 	wbuf_free(&m->ahead_buf);
+	free(m->pieces);
 	memset(m, 0, sizeof(*m));
 }
 
 /* A move whose objects went ahead, given up or done: the journal thaws. */
 static void move_free(struct session *s, struct move *m)
 {
+	(void)sender_join(m, 1); /* it may read the frozen journal's payloads */
 	journal_freeze(s, 0);
 	if (m->by_ref)
 		mem_export_drop(s); /* (what went ahead by reference) */
@@ -442,14 +487,15 @@ static int move_ahead_start(struct session *s, const char *target, int32_t gpu)
 		return -1;
 	}
 	wbuf_init(&m->ahead_buf);
-	struct snap_io io = { .write = buf_write, .arg = &m->ahead_buf, .by_ref = m->by_ref };
+	struct snap_io io = { .write = ahead_write, .write_ref = ahead_write_ref, .arg = m,
+			      .by_ref = m->by_ref };
 	uint64_t t0 = rgpu_now_ns();
 	if (snap_capture_ahead(s, &io, &m->ahead, why, sizeof(why)) < 0) {
 		move_free(s, m);
 		return -1;
 	}
 	m->ahead_ns = rgpu_now_ns() - t0;
-	m->ahead_bytes = m->ahead_buf.len;
+
 	/* the sender must not take signals meant for the worker */
 	sigset_t all, old;
 	sigfillset(&all);

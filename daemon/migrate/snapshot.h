@@ -79,6 +79,10 @@ struct session;
 /* Where a stream goes or comes from. */
 struct snap_io {
 	int (*write)(void *arg, const void *p, size_t n); /* 0 or -1 */
+	/* (optional) as write, for bytes that stay as they are until the
+	 * journal thaws (a record's payload, frozen: journal_freeze), so they
+	 * may be sent from where they lie, later */
+	int (*write_ref)(void *arg, const void *p, size_t n);
 	int (*read)(void *arg, void *p, size_t n);        /* all n bytes: 0, or -1 */
 	void *arg;
 	/* capture: the reader is a worker of this rgpud whose GPU can reach
