@@ -640,6 +640,9 @@ static CUresult add_conditional(CUgraphNode *out, CUgraph hg, const CUgraphNode 
 	return add_end(n, out, rc);
 }
 
+static CUresult deps_call(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
+			  const CUgraphEdgeData *ed, size_t n, uint32_t remove);
+
 /* cuGraphAddNode: the generic form, per type */
 static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *ed,
 			 size_t nd, CUgraphNodeParams *p)
@@ -648,8 +651,23 @@ static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, c
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; ed && i < nd; i++)
 		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed[i].from_port || ed[i].to_port) {
-			rc_unsupported("graph edges with data (programmatic dependencies)");
-			return CUDA_ERROR_NOT_SUPPORTED;
+			/* the node first, then its edges with their data */
+			if (nd && !deps)
+				return CUDA_ERROR_INVALID_VALUE;
+			CUresult rc = add_node(out, g, NULL, NULL, 0, p);
+			if (rc)
+				return rc;
+			CUgraphNode *to = malloc(nd * sizeof(*to));
+			if (!to)
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+			for (size_t k = 0; to && k < nd; k++)
+				to[k] = *out;
+			if (!rc)
+				rc = deps_call(g, deps, to, ed, nd, 0);
+			free(to);
+			if (rc)
+				(void)cuGraphDestroyNode(*out);
+			return rc;
 		}
 	switch (p->type) {
 	case CU_GRAPH_NODE_TYPE_KERNEL:
@@ -738,12 +756,15 @@ static CUresult deps_call(CUgraph hg, const CUgraphNode *from, const CUgraphNode
 		return rc;
 	if (n && (!from || !to))
 		return CUDA_ERROR_INVALID_VALUE;
+	/* edges with data (programmatic dependencies: XLA's command buffers)
+	 * carry it (proto.h) */
+	uint32_t with_data = 0;
 	for (size_t i = 0; ed && i < n; i++)
 		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed[i].from_port || ed[i].to_port)
-			return CUDA_ERROR_NOT_SUPPORTED;
+			with_data = RGPU_G_DEPS_EDGE_DATA;
 	struct wbuf *w = gop(g->ctx, RGPU_G_DEPS);
 	put_u64(w, g->h);
-	put_u32(w, remove);
+	put_u32(w, remove | with_data);
 	put_u32(w, (uint32_t)n);
 	for (size_t i = 0; i < n; i++) {
 		struct rc_gnode *a, *b;
@@ -752,6 +773,9 @@ static CUresult deps_call(CUgraph hg, const CUgraphNode *from, const CUgraphNode
 		put_u64(w, a->h);
 		put_u64(w, b->h);
 	}
+	for (size_t i = 0; with_data && i < n; i++)
+		put_u32(w, (uint32_t)ed[i].from_port | (uint32_t)ed[i].to_port << 8 |
+				   (uint32_t)ed[i].type << 16);
 	struct rd r;
 	return rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
 }

@@ -610,6 +610,14 @@ static CUresult register_mapped(void *p, size_t size)
 	page_span(p, size, &base, &span);
 	if (rc_region_kind((void *)base) || rc_region_kind((void *)(base + span - 1)))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	/* said once: where the program expects the GPU to see this memory
+	 * while kernels run (NCCL's shared-memory transport), it will not */
+	static int said;
+	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+		log_info("cuMemHostRegister with a device mapping (%zu bytes at %p): the GPU sees "
+			 "a copy made at launches and synchronisations, not these pages while it "
+			 "runs (pinned memory from cuMemHostAlloc is live on a same-host server)",
+			 size, p);
 	dsize = span;
 	void *d = rc_va_alloc(&dsize, -1);
 	if (!d)

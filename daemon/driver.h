@@ -180,6 +180,8 @@
 	X(cuGraphAddNode_v2)                     \
 	X(cuGraphAddDependencies)                \
 	X(cuGraphRemoveDependencies)             \
+	X(cuGraphAddDependencies_v2)             \
+	X(cuGraphRemoveDependencies_v2)          \
 	X(cuGraphDestroyNode)                    \
 	X(cuGraphGetEdges)                       \
 	X(cuGraphNodeFindInClone)                \

@@ -612,15 +612,35 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	}
 	case RGPU_G_DEPS: {
 		q.id = get_u64(r);
-		uint32_t remove = get_u32(r), n = get_u32(r);
+		uint32_t flags = get_u32(r), n = get_u32(r);
+		uint32_t remove = flags & 1, with_data = flags & RGPU_G_DEPS_EDGE_DATA;
 		const uint64_t *raw = get_ids(r, n > MAX_IDS / 2 ? MAX_IDS + 1 : 2 * n);
-		if ((rc = req_enter(s, r, &q, HK_GRAPH)))
-			return rc;
-		NEED(cuGraphAddDependencies);
-		NEED(cuGraphRemoveDependencies);
+		CUgraphEdgeData *ed = NULL;
+		if (with_data && rd_ok(r) && n <= MAX_IDS / 2) {
+			if (!(ed = calloc(n ? n : 1, sizeof(*ed))))
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			for (uint32_t i = 0; i < n; i++) {
+				uint32_t v = get_u32(r);
+				ed[i].from_port = (unsigned char)v;
+				ed[i].to_port = (unsigned char)(v >> 8);
+				ed[i].type = (unsigned char)(v >> 16);
+			}
+		}
+		if (flags & ~(1u | RGPU_G_DEPS_EDGE_DATA) ||
+		    (rc = req_enter(s, r, &q, HK_GRAPH))) {
+			free(ed);
+			return rc ? rc : CUDA_ERROR_INVALID_VALUE;
+		}
+		if (!D->cuGraphAddDependencies || !D->cuGraphRemoveDependencies ||
+		    (ed && (!D->cuGraphAddDependencies_v2 || !D->cuGraphRemoveDependencies_v2))) {
+			free(ed);
+			return CUDA_ERROR_NOT_SUPPORTED;
+		}
 		CUgraphNode *pairs;
-		if ((rc = ids_to_nodes(s, &q, raw, 2 * n, q.id, &pairs)))
+		if ((rc = ids_to_nodes(s, &q, raw, 2 * n, q.id, &pairs))) {
+			free(ed);
 			return rc;
+		}
 		CUgraphNode *from = malloc((n ? n : 1) * sizeof(*from));
 		CUgraphNode *to = malloc((n ? n : 1) * sizeof(*to));
 		if (!from || !to) {
@@ -630,12 +650,17 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 				from[i] = pairs[2 * i];
 				to[i] = pairs[2 * i + 1];
 			}
-			rc = remove ? D->cuGraphRemoveDependencies(q.e->obj, from, to, n)
-				    : D->cuGraphAddDependencies(q.e->obj, from, to, n);
+			if (ed)
+				rc = remove ? D->cuGraphRemoveDependencies_v2(q.e->obj, from, to, ed, n)
+					    : D->cuGraphAddDependencies_v2(q.e->obj, from, to, ed, n);
+			else
+				rc = remove ? D->cuGraphRemoveDependencies(q.e->obj, from, to, n)
+					    : D->cuGraphAddDependencies(q.e->obj, from, to, n);
 		}
 		free(from);
 		free(to);
 		free(pairs);
+		free(ed);
 		return rc;
 	}
 	case RGPU_G_NODES:

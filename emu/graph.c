@@ -770,6 +770,31 @@ EMU_API CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph h, const CUgraphNode 
 	return rc;
 }
 
+/* Edges with data: a programmatic edge lets the dependent kernel start
+ * early; run in order, as here, it is a full dependency (conservative). */
+static int edges_ok(const CUgraphEdgeData *ed, size_t n)
+{
+	for (size_t i = 0; ed && i < n; i++)
+		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT &&
+		    ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+			return 0;
+	return 1;
+}
+
+EMU_API CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph h, const CUgraphNode *from,
+						   const CUgraphNode *to, const CUgraphEdgeData *ed,
+						   size_t n)
+{
+	return edges_ok(ed, n) ? cuGraphAddDependencies(h, from, to, n) : CUDA_ERROR_INVALID_VALUE;
+}
+
+EMU_API CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph h, const CUgraphNode *from,
+						      const CUgraphNode *to, const CUgraphEdgeData *ed,
+						      size_t n)
+{
+	return edges_ok(ed, n) ? cuGraphRemoveDependencies(h, from, to, n) : CUDA_ERROR_INVALID_VALUE;
+}
+
 EMU_API CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode h)
 {
 	emu_lock(&graph_lock);

@@ -470,12 +470,16 @@ enum rgpu_arg {
  *           handle body graph[n]
  * Graphs a graph owns (child graphs, conditional bodies) get handles that
  * cannot be destroyed on their own. */
+#define RGPU_G_DEPS_EDGE_DATA 2u
+
 enum rgpu_graph_sub {
 	RGPU_G_CREATE = 1,      /* u32 flags -> handle graph */
 	/* handle graph, u32 ndeps, handle dep[ndeps], u32 type, params ->
 	 * handle node, then what the type returns */
 	RGPU_G_ADD = 2,
-	/* handle graph, u32 remove, u32 n, (handle from, handle to)[n] -> */
+	/* handle graph, u32 flags (1 remove, RGPU_G_DEPS_EDGE_DATA), u32 n,
+	 * (handle from, handle to)[n], with EDGE_DATA then u32 edge[n] (from
+	 * port, to port, type: a byte each from the lowest) -> */
 	RGPU_G_DEPS = 3,
 	/* handle graph -> u32 n, (handle node, u32 type)[n] */
 	RGPU_G_NODES = 4,

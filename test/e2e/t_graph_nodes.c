@@ -7,7 +7,8 @@
  *    from a clone; an update with a changed topology fails as such;
  *  - a child graph node; memory alloc/free nodes; a conditional IF node
  *    taking its default value; a capture into an existing graph after one
- *    of its nodes; destroying a node; the dot print.
+ *    of its nodes; destroying a node; the dot print;
+ *  - a programmatic edge (edge data) between two kernel nodes.
  * Exits non-zero on any mismatch. */
 #include "common.h"
 
@@ -340,6 +341,48 @@ int main(int argc, char **argv)
 	unlink(path);
 	CHECK(strstr(line, "digraph") != NULL, "dot file starts %s", line);
 	say("destroy node, dot print");
+
+	/* a programmatic edge (XLA's command buffers): kernel -> kernel with
+	 * edge data, through cuGraphAddNode_v2; the graph runs both */
+	{
+		CUgraph PG;
+		CK(cuGraphCreate(&PG, 0));
+		unsigned v3 = 3, v4 = 4;
+		void *a1[] = { &f, &v3, &n64 }, *a2[] = { &g, &v4, &n64 };
+		CUgraphNodeParams np1, np2;
+		memset(&np1, 0, sizeof(np1));
+		memset(&np2, 0, sizeof(np2));
+		np1.type = np2.type = CU_GRAPH_NODE_TYPE_KERNEL;
+		CUDA_KERNEL_NODE_PARAMS k1 = kparams(fill, n, a1), k2 = kparams(fill, n, a2);
+		memcpy(&np1.kernel, &k1, sizeof(k1));
+		memcpy(&np2.kernel, &k2, sizeof(k2));
+		CUgraphNode P1, P2;
+		CK(cuGraphAddNode_v2(&P1, PG, NULL, NULL, 0, &np1));
+		CUgraphEdgeData edata;
+		memset(&edata, 0, sizeof(edata));
+		edata.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+		edata.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+		CK(cuGraphAddNode_v2(&P2, PG, &P1, &edata, 1, &np2));
+		size_t ne = 0;
+		CK(cuGraphGetEdges(PG, NULL, NULL, NULL, &ne));
+		CHECK(ne == 1, "the programmatic graph has %zu edges, want 1", ne);
+		CUgraphExec pe;
+		CK(cuGraphInstantiate(&pe, PG, 0));
+		CK(cuGraphLaunch(pe, s));
+		CK(cuStreamSynchronize(s));
+		unsigned *hb = malloc(bytes);
+		CHECK(hb != NULL, "out of memory");
+		CK(cuMemcpyDtoH(hb, f, bytes));
+		CHECK(hb[0] == 3 && hb[n - 1] == 3, "programmatic graph: f = %u..%u, want 3", hb[0],
+		      hb[n - 1]);
+		CK(cuMemcpyDtoH(hb, g, bytes));
+		CHECK(hb[0] == 4 && hb[n - 1] == 4, "programmatic graph: g = %u..%u, want 4", hb[0],
+		      hb[n - 1]);
+		free(hb);
+		CK(cuGraphExecDestroy(pe));
+		CK(cuGraphDestroy(PG));
+		say("programmatic edge");
+	}
 
 	CK(cuGraphExecDestroy(x));
 	CK(cuGraphExecDestroy(px));
