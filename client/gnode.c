@@ -844,7 +844,18 @@ RC_EXPORT CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *num)
 }
 
 /* Every edge of g: pairs of client nodes in *out (malloc'ed). */
+/* The graph's edges (pairs in *out); with eds, each edge's data too
+ * (*eds NULL when the server sent none: all default) */
+static CUresult edges_data(struct rc_graph *g, struct rc_gnode ***out, size_t *n,
+			   CUgraphEdgeData **eds);
+
 static CUresult edges(struct rc_graph *g, struct rc_gnode ***out, size_t *n)
+{
+	return edges_data(g, out, n, NULL);
+}
+
+static CUresult edges_data(struct rc_graph *g, struct rc_gnode ***out, size_t *n,
+			   CUgraphEdgeData **eds)
 {
 	CUresult rc = refresh_nodes(g);
 	if (rc)
@@ -865,6 +876,19 @@ static CUresult edges(struct rc_graph *g, struct rc_gnode ***out, size_t *n)
 		if (!(e[i] = node_of_id(g, get_u64(&r), CU_GRAPH_NODE_TYPE_EMPTY)))
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&glock);
+	if (!rc && eds) {
+		*eds = NULL;
+		if (k && r.left >= 4ull * k) {
+			if (!(*eds = calloc(k, sizeof(**eds))))
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+			for (uint32_t i = 0; !rc && i < k; i++) {
+				uint32_t v = get_u32(&r);
+				(*eds)[i].from_port = (unsigned char)v;
+				(*eds)[i].to_port = (unsigned char)(v >> 8);
+				(*eds)[i].type = (unsigned char)(v >> 16);
+			}
+		}
+	}
 	if (rc) {
 		free(e);
 		return rc;
@@ -874,7 +898,15 @@ static CUresult edges(struct rc_graph *g, struct rc_gnode ***out, size_t *n)
 	return CUDA_SUCCESS;
 }
 
-RC_EXPORT CUresult cuGraphGetEdges(CUgraph hg, CUgraphNode *from, CUgraphNode *to, size_t *num)
+static int edge_has_data(const CUgraphEdgeData *e)
+{
+	return e->type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || e->from_port || e->to_port;
+}
+
+/* As the driver: edges with data asked for without room for it are a
+ * lossy query (the count alone is not) */
+static CUresult get_edges(CUgraph hg, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *ed,
+			  size_t *num)
 {
 	struct rc_graph *g;
 	CUresult rc = get_graph(hg, &g);
@@ -883,25 +915,38 @@ RC_EXPORT CUresult cuGraphGetEdges(CUgraph hg, CUgraphNode *from, CUgraphNode *t
 	if (!num || (!from) != (!to))
 		return CUDA_ERROR_INVALID_VALUE;
 	struct rc_gnode **e;
+	CUgraphEdgeData *eds = NULL;
 	size_t n;
-	if ((rc = edges(g, &e, &n)))
+	if ((rc = edges_data(g, &e, &n, &eds)))
 		return rc;
+	int lossy = 0;
 	for (size_t i = 0; from && i < n && i < *num; i++) {
 		from[i] = (CUgraphNode)e[2 * i];
 		to[i] = (CUgraphNode)e[2 * i + 1];
+		CUgraphEdgeData d;
+		memset(&d, 0, sizeof(d));
+		if (eds)
+			d = eds[i];
+		if (ed)
+			ed[i] = d;
+		else if (edge_has_data(&d))
+			lossy = 1;
 	}
 	*num = n;
 	free(e);
-	return CUDA_SUCCESS;
+	free(eds);
+	return lossy ? CUDA_ERROR_LOSSY_QUERY : CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphGetEdges(CUgraph hg, CUgraphNode *from, CUgraphNode *to, size_t *num)
+{
+	return get_edges(hg, from, to, NULL, num);
 }
 
 RC_EXPORT CUresult cuGraphGetEdges_v2(CUgraph g, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *ed,
 				      size_t *num)
 {
-	CUresult rc = cuGraphGetEdges(g, from, to, num);
-	if (!rc && ed && from)
-		memset(ed, 0, *num * sizeof(*ed));
-	return rc;
+	return get_edges(g, from, to, ed, num);
 }
 
 /* which: 0 root nodes of g; 1 what node depends on; 2 what depends on it */

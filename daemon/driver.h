@@ -184,6 +184,7 @@
 	X(cuGraphRemoveDependencies_v2)          \
 	X(cuGraphDestroyNode)                    \
 	X(cuGraphGetEdges)                       \
+	X(cuGraphGetEdges_v2)                    \
 	X(cuGraphNodeFindInClone)                \
 	X(cuGraphChildGraphNodeGetGraph)         \
 	X(cuGraphKernelNodeGetParams_v2)         \

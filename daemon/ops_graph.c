@@ -678,17 +678,27 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 			return rc;
 		CUgraphNode *from = malloc((n ? n : 1) * sizeof(*from));
 		CUgraphNode *to = malloc((n ? n : 1) * sizeof(*to));
-		if (from && to && !(rc = D->cuGraphGetEdges(q.e->obj, from, to, &n))) {
+		/* with each edge's data where the driver has it (without, a graph
+		 * with programmatic edges answers CUDA_ERROR_LOSSY_QUERY) */
+		CUgraphEdgeData *ed = D->cuGraphGetEdges_v2 ? calloc(n ? n : 1, sizeof(*ed)) : NULL;
+		if (!from || !to || (D->cuGraphGetEdges_v2 && !ed))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		else
+			rc = ed ? D->cuGraphGetEdges_v2(q.e->obj, from, to, ed, &n)
+				: D->cuGraphGetEdges(q.e->obj, from, to, &n);
+		if (!rc) {
 			put_u32(out, (uint32_t)n);
 			for (size_t i = 0; i < n; i++) {
 				put_u64(out, id_of(s, HK_GNODE, from[i], q.ctx, q.id));
 				put_u64(out, id_of(s, HK_GNODE, to[i], q.ctx, q.id));
 			}
-		} else if (!from || !to) {
-			rc = CUDA_ERROR_OUT_OF_MEMORY;
+			for (size_t i = 0; ed && i < n; i++)
+				put_u32(out, (uint32_t)ed[i].from_port | (uint32_t)ed[i].to_port << 8 |
+						     (uint32_t)ed[i].type << 16);
 		}
 		free(from);
 		free(to);
+		free(ed);
 		return rc;
 	}
 	case RGPU_G_DESTROY_NODE:

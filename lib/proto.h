@@ -483,7 +483,8 @@ enum rgpu_graph_sub {
 	RGPU_G_DEPS = 3,
 	/* handle graph -> u32 n, (handle node, u32 type)[n] */
 	RGPU_G_NODES = 4,
-	/* handle graph -> u32 n, (handle from, handle to)[n] */
+	/* handle graph -> u32 n, (handle from, handle to)[n], then where the
+	 * server has it each edge's data (u32, as RGPU_G_DEPS sends it)[n] */
 	RGPU_G_EDGES = 5,
 	RGPU_G_DESTROY_NODE = 6, /* handle node -> */
 	/* handle node, u32 type, params -> (KERNEL, MEMCPY, MEMSET) */
