@@ -323,6 +323,10 @@ void rc_shmq_setup(struct rc_conn *c);
  * whether it did, so that kernels there reach these very pages */
 CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
 		       uint32_t nslots, int *live);
+/* Registered host memory that is the pages of a shared file (fd, at file
+ * offset off): the server maps them at dev, the device address, live. */
+CUresult rc_shm_attach_file(struct rc_conn *c, int fd, uint64_t off, uintptr_t dev, size_t size);
+CUresult rc_shm_detach(struct rc_conn *c, uintptr_t base);
 CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);
 
 /* context.c */
@@ -362,9 +366,11 @@ void *rc_va_alloc(size_t *size, int fd);
 void *rc_va_alloc_live(size_t *size, int fd);
 CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out);
 int rc_mapped_add(void *p, size_t size); /* -1: the region table is full */
-/* Mapped memory p is live on conn's server (rc_shm_attach): launches there
- * need no coherence for it. */
+/* Mapped or registered memory p is live on conn's server (rc_shm_attach):
+ * launches there need no coherence for it. */
 void rc_mapped_live(void *p, const struct rc_conn *conn);
+/* p's region is live on some server */
+int rc_region_live(const void *p);
 /* Registered host memory: pages [p, p+size) whose device copy lives at
  * dev; the application's bytes are [p+xoff, p+xoff+xlen), the only ones
  * coherence moves.  -1: the table is full. */

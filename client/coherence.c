@@ -247,7 +247,7 @@ void *rc_va_alloc(size_t *size, int fd)
 void *rc_va_alloc_live(size_t *size, int fd)
 {
 	*size = (*size + GRAIN - 1) / GRAIN * GRAIN;
-	if (ftruncate(fd, (off_t)*size) < 0)
+	if (fd >= 0 && ftruncate(fd, (off_t)*size) < 0)
 		return NULL;
 	pthread_mutex_lock(&reg_lock);
 	va_init();
@@ -338,7 +338,7 @@ void rc_mapped_live(void *p, const struct rc_conn *conn)
 	int ci = rc_conn_index(conn);
 	pthread_mutex_lock(&coh_lock);
 	struct region *r = find((uintptr_t)p);
-	if (r && r->kind == R_MAPPED && ci >= 0 && ci < 64)
+	if (r && (r->kind == R_MAPPED || r->kind == R_REGISTERED) && ci >= 0 && ci < 64)
 		r->live |= 1ull << ci;
 	pthread_mutex_unlock(&coh_lock);
 }
@@ -405,6 +405,12 @@ int rc_managed(const void *p)
 	return r && r->kind == R_MANAGED;
 }
 
+int rc_region_live(const void *p)
+{
+	struct region *r = find((uintptr_t)p);
+	return r && r->live;
+}
+
 int rc_region_kind(const void *p)
 {
 	struct region *r = find((uintptr_t)p);
@@ -465,7 +471,7 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 			if (!hit)
 				continue;
 			int ci = rc_conn_index(c->dev->conn);
-			if (r->kind == R_MAPPED && ci >= 0 && ci < 64 && (r->live >> ci & 1))
+			if (ci >= 0 && ci < 64 && (r->live >> ci & 1))
 				continue; /* the kernel reaches the pages themselves */
 			if (!r->mirror) {
 				if ((rc = mirror_map(c, r->dev, r->size)))

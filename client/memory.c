@@ -3,8 +3,12 @@
 #include "xfer_client.h"
 #include "log.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -603,6 +607,79 @@ static void page_span(void *p, size_t size, uintptr_t *base, size_t *span)
 	*span = (((uintptr_t)p + size + pg - 1) & ~(pg - 1)) - *base;
 }
 
+/* The shared file whose pages [base, base+span) are (one MAP_SHARED
+ * mapping of a named file, as NCCL's /dev/shm buffers): opened, with the
+ * file offset of base; -1 when they are not such pages. */
+static int shared_file_of(uintptr_t base, size_t span, uint64_t *off)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return -1;
+	char line[4400];
+	int fd = -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi, offset, inode;
+		unsigned maj, min;
+		char perms[8];
+		int at = 0;
+		if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &lo, &hi, perms, &offset, &maj, &min,
+			   &inode, &at) < 7 || base < lo || base >= hi)
+			continue;
+		char *path = line + at;
+		path[strcspn(path, "\n")] = '\0';
+		struct stat st;
+		if (base + span <= hi && perms[3] == 's' && inode && path[0] == '/' &&
+		    (fd = open(path, O_RDWR | O_CLOEXEC)) >= 0 &&
+		    (fstat(fd, &st) < 0 || st.st_ino != inode || major(st.st_dev) != maj ||
+		     minor(st.st_dev) != min)) {
+			close(fd); /* another file by now */
+			fd = -1;
+		}
+		if (fd >= 0)
+			*off = offset + (base - lo);
+		break;
+	}
+	fclose(f);
+	return fd;
+}
+
+/* Registered memory that is a shared file's pages, in a job whose servers
+ * are all on this node: each maps the same pages at the device address
+ * for its GPU, so kernels there reach them while they run (NCCL's
+ * shared-memory transport needs that).  0, or -1: not done (the device
+ * copy of register_mapped serves instead). */
+static int register_live(void *p, size_t size, uintptr_t base, size_t span)
+{
+	for (int i = 0; i < rc_nconn; i++)
+		if (!rc_conns[i].local)
+			return -1;
+	uint64_t off = 0;
+	int fd = rc_nconn ? shared_file_of(base, span, &off) : -1;
+	if (fd < 0)
+		return -1;
+	size_t dsize = span;
+	void *d = rc_va_alloc_live(&dsize, -1);
+	if (d)
+		mprotect(d, dsize, PROT_NONE); /* an address for the device, here reserved */
+	int ci = 0;
+	CUresult rc = d ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	for (; !rc && ci < rc_nconn; ci++)
+		rc = rc_shm_attach_file(&rc_conns[ci], fd, off, (uintptr_t)d, span);
+	close(fd);
+	if (!rc && rc_registered_add((void *)base, span, (uintptr_t)d, (uintptr_t)p - base, size) < 0)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (rc) {
+		while (d && ci-- > 0)
+			(void)rc_shm_detach(&rc_conns[ci], (uintptr_t)d);
+		if (d)
+			munmap(d, dsize);
+		return -1;
+	}
+	for (int i = 0; i < rc_nconn; i++)
+		rc_mapped_live((void *)base, &rc_conns[i]);
+	return 0;
+}
+
 static CUresult register_mapped(void *p, size_t size)
 {
 	uintptr_t base;
@@ -610,14 +687,16 @@ static CUresult register_mapped(void *p, size_t size)
 	page_span(p, size, &base, &span);
 	if (rc_region_kind((void *)base) || rc_region_kind((void *)(base + span - 1)))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+	if (register_live(p, size, base, span) == 0)
+		return CUDA_SUCCESS;
 	/* said once: where the program expects the GPU to see this memory
-	 * while kernels run (NCCL's shared-memory transport), it will not */
+	 * while kernels run, it will not */
 	static int said;
 	if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
 		log_info("cuMemHostRegister with a device mapping (%zu bytes at %p): the GPU sees "
 			 "a copy made at launches and synchronisations, not these pages while it "
-			 "runs (pinned memory from cuMemHostAlloc is live on a same-host server)",
-			 size, p);
+			 "runs (live on same-host servers: cuMemHostAlloc memory, and registered "
+			 "pages of a shared file)", size, p);
 	dsize = span;
 	void *d = rc_va_alloc(&dsize, -1);
 	if (!d)
@@ -636,8 +715,12 @@ static void unregister_mapped(void *p, size_t size)
 	size_t span, rsize;
 	page_span(p, size, &base, &span);
 	uintptr_t d = rc_registered_dev((void *)base);
-	if (d && rc_region_free((void *)base, &rsize) == 0)
+	int live = d && rc_region_live((void *)base);
+	if (d && rc_region_free((void *)base, &rsize) == 0) {
+		for (int ci = 0; live && ci < rc_nconn; ci++)
+			(void)rc_shm_detach(&rc_conns[ci], d);
 		munmap((void *)d, (span + (2u << 20) - 1) / (2u << 20) * (2u << 20));
+	}
 }
 
 RC_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)

@@ -135,6 +135,30 @@ CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, siz
 	return rc;
 }
 
+CUresult rc_shm_attach_file(struct rc_conn *c, int fd, uint64_t off, uintptr_t dev, size_t size)
+{
+	struct wbuf *w = rc_req();
+	put_u32(w, 3);
+	put_u32(w, (uint32_t)fd);
+	put_u64(w, (uint64_t)dev);
+	put_u64(w, size);
+	put_u32(w, 0);
+	put_u64(w, off);
+	struct rd r;
+	CUresult rc = rc_call(c, RGPU_OP_SHM_ATTACH, w, &r);
+	if (!rc && !(r.left >= 4 && get_u32(&r) == 1))
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	return rc;
+}
+
+CUresult rc_shm_detach(struct rc_conn *c, uintptr_t base)
+{
+	struct wbuf *w = rc_req();
+	put_u64(w, (uint64_t)base);
+	struct rd r;
+	return rc_call(c, RGPU_OP_SHM_DETACH, w, &r);
+}
+
 void rc_shm_setup(struct rc_conn *c)
 {
 	size_t size = SLOT_STATE_PAGE + (size_t)RING_SLOTS * RGPU_CHUNK_SIZE;

@@ -153,15 +153,17 @@ static int any_ctx(struct session *s)
  * they run, as NCCL's proxy flags and XLA's host buffers need (a copy kept
  * coherent at launches and synchronisations is not enough for them).
  * Otherwise it is mapped anywhere and serves copies only.  1 when live. */
-static int map_live(struct session *s, int mfd, uint64_t cbase, uint64_t size, void **out)
+static int map_live(struct session *s, int mfd, uint64_t cbase, uint64_t size, uint64_t off,
+		    void **out)
 {
 	long pg = sysconf(_SC_PAGESIZE);
 	*out = MAP_FAILED;
 	if (!D->cuMemHostGetDevicePointer_v2 || pg <= 0 || cbase % (uint64_t)pg ||
-	    cbase + size < cbase || cbase + size > (1ull << 47) || !any_ctx(s))
+	    off % (uint64_t)pg || off > INT64_MAX || cbase + size < cbase ||
+	    cbase + size > (1ull << 47) || !any_ctx(s))
 		return 0;
 	void *p = mmap((void *)(uintptr_t)cbase, size, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_FIXED_NOREPLACE, mfd, 0);
+		       MAP_SHARED | MAP_FIXED_NOREPLACE, mfd, (off_t)off);
 	if (p == MAP_FAILED)
 		return 0;
 	if (p != (void *)(uintptr_t)cbase) { /* a kernel without the flag */
@@ -190,13 +192,17 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	uint32_t kind = get_u32(r), fd = get_u32(r);
 	uint64_t cbase = get_u64(r), size = get_u64(r);
 	uint32_t nslots = get_u32(r);
+	/* kind 3: registered host memory that is a shared file's pages (NCCL's
+	 * /dev/shm buffers): the file offset follows, and cbase is the device
+	 * address the client gave it, where it is mapped here, live */
+	uint64_t off = kind == 3 ? get_u64(r) : 0;
 	if (!rd_done(r))
 		return OP_DROP;
 	int pid;
 	unsigned uid;
 	if (rgpu_unix_peer(s->conn, &pid, &uid) < 0)
 		return CUDA_ERROR_NOT_SUPPORTED; /* not on this host */
-	if ((kind != 1 && kind != 2) || size == 0 || size > (1ull << 40) ||
+	if (kind < 1 || kind > 3 || size == 0 || size > (1ull << 40) || off > (1ull << 48) ||
 	    (kind == 1 && (nslots == 0 || nslots > SHM_SLOTS_MAX ||
 			   size != SLOT_STATE_PAGE + (uint64_t)nslots * RGPU_CHUNK_SIZE)))
 		return CUDA_ERROR_INVALID_VALUE;
@@ -217,14 +223,20 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 			 "the cap is %s (RGPUD_MAX_PINNED)", s->name, a, b, c);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	int mfd = shm_client_fd(s, fd, size);
+	int mfd = shm_client_fd(s, fd, size + off);
 	if (mfd < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	void *p = MAP_FAILED;
 	/* (kind 2: nslots is 1 when the client placed it outside the window
 	 * it shares with this server's driver, so it can be mapped here at
 	 * its own address) */
-	int live = kind == 2 && nslots == 1 && map_live(s, mfd, cbase, size, &p);
+	int live = ((kind == 2 && nslots == 1) || kind == 3) && map_live(s, mfd, cbase, size, off, &p);
+	if (kind == 3 && !live) {
+		close(mfd);
+		if (p != MAP_FAILED)
+			munmap(p, size);
+		return CUDA_ERROR_NOT_SUPPORTED; /* the client keeps a device copy */
+	}
 	if (p == MAP_FAILED)
 		p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	close(mfd);
@@ -242,8 +254,10 @@ int op_shm_attach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	sh->n++;
 	log_debug("%s: sharing %llu bytes of client memory (%s)", s->name,
 		  (unsigned long long)size,
-		  kind == 1 ? "staging" : live ? "host memory, mapped for the device at its address"
-					       : "host memory");
+		  kind == 1 ? "staging"
+		  : kind == 3 ? "registered host memory, mapped for the device at its device address"
+		  : live ? "host memory, mapped for the device at its address"
+			 : "host memory");
 	put_u32(out, (uint32_t)live);
 	return CUDA_SUCCESS;
 }
@@ -255,7 +269,7 @@ int op_shm_detach(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		return OP_DROP;
 	struct shm_state *sh = s->shm;
 	for (int i = 0; sh && i < sh->n; i++) {
-		if (sh->map[i].kind == 2 && sh->map[i].sbase && sh->map[i].cbase == cbase) {
+		if (sh->map[i].kind >= 2 && sh->map[i].sbase && sh->map[i].cbase == cbase) {
 			sh->mapped -= sh->map[i].size;
 			map_drop(&sh->map[i]);
 			sh->map[i] = sh->map[--sh->n];

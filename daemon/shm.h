@@ -19,7 +19,7 @@ struct shm_map {
 	uint64_t cbase; /* the client's address of the region */
 	uint8_t *sbase; /* ours */
 	size_t size;
-	int kind;       /* 1 staging ring, 2 host memory */
+	int kind;       /* 1 staging ring, 2 host memory, 3 registered (a shared file) */
 	int registered; /* 1 pinned with the driver, -1 could not be */
 	int live;       /* host memory mapped here at the client's address and
 			 * pinned with a device mapping there: kernels, memsets

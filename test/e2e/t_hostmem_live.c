@@ -5,6 +5,10 @@
  *    memory without any synchronisation call;
  *  - a memset given the device address of host memory writes the host's
  *    bytes;
+ *  - the same with cuMemHostRegister(DEVICEMAP) of a shared file's pages
+ *    (NCCL's /dev/shm buffers), at an offset into the file and an
+ *    unaligned address; another mapping of the file (as the peer process
+ *    has) sees the kernel's answer too;
  *  - then the application's own VMM memory still maps and holds data (XLA
  *    allocates so after pinning host memory: rgpu's live host memory must
  *    not lie where the server reserves the application's VMM window).
@@ -14,6 +18,8 @@
  * launches and synchronisations: the test says so and is skipped (77). */
 #include "common.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +28,33 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A kernel spins on flag (device address d), the host sets it to v, and
+ * the answer (v + 1) must come back in host memory at *out without any
+ * synchronisation; then the stream is synchronised. */
+static void live_round(CUfunction f_wait, CUstream s, CUdeviceptr d, volatile int *flag,
+		       volatile int *out, int v, const char *what)
+{
+	*flag = 0;
+	*out = 0;
+	CUdeviceptr dflag = d, dout = d + 4;
+	unsigned long long timeout = 20ull * 1000 * 1000 * 1000;
+	void *args[] = { &dflag, &dout, &timeout };
+	CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+	struct timespec ms50 = { 0, 50 * 1000 * 1000 };
+	nanosleep(&ms50, NULL);
+	__atomic_store_n(flag, v, __ATOMIC_SEQ_CST);
+	double t0 = now_s();
+	int got = 0;
+	while ((got = __atomic_load_n(out, __ATOMIC_SEQ_CST)) == 0 && now_s() - t0 < 15.0) {
+		struct timespec ms1 = { 0, 1000 * 1000 };
+		nanosleep(&ms1, NULL);
+	}
+	CHECK(got == v + 1, "%s: the kernel's answer in host memory is %d (%d: it saw the host's "
+	      "%d; 0: nothing came back without a synchronisation; -1: it never saw the flag)",
+	      what, got, v + 1, v);
+	CK(cuStreamSynchronize(s));
 }
 
 int main(int argc, char **argv)
@@ -72,6 +105,31 @@ int main(int argc, char **argv)
 	const volatile unsigned *u = (const volatile unsigned *)((const volatile char *)h + 64);
 	for (int i = 0; i < 16; i++)
 		CHECK(u[i] == 0x5a5a1234u, "host word %d after the memset is %#x", i, u[i]);
+
+	/* registered pages of a shared file, at an offset and unaligned */
+	{
+		char name[64];
+		snprintf(name, sizeof(name), "/rgpu-t-hostmem-%d", (int)getpid());
+		int sfd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+		CHECK(sfd >= 0, "shm_open %s failed", name);
+		CHECK(ftruncate(sfd, 1 << 20) == 0, "ftruncate failed");
+		char *m1 = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+		char *m2 = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+		CHECK(m1 != MAP_FAILED && m2 != MAP_FAILED, "mmap of the shared file failed");
+		char *p = m1 + 8192 + 128;
+		CK(cuMemHostRegister(p, 1000, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+		shm_unlink(name); /* (NCCL unlinks once its peer has it open) */
+		close(sfd);
+		CUdeviceptr rd = 0;
+		CK(cuMemHostGetDevicePointer(&rd, p, 0));
+		live_round(f_wait, s, rd, (volatile int *)p, (volatile int *)(p + 4), 7,
+			   "registered shared file");
+		volatile int *peer = (volatile int *)(m2 + 8192 + 128 + 4);
+		CHECK(*peer == 8, "another mapping of the file reads %d, not 8", *peer);
+		CK(cuMemHostUnregister(p));
+		munmap(m1, 1 << 20);
+		munmap(m2, 1 << 20);
+	}
 
 	/* VMM memory after pinned host memory */
 	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
