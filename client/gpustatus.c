@@ -12,6 +12,9 @@ struct gpu_status {
 	uint32_t util_gpu, util_mem;
 	uint32_t n, peer[RGPU_MAX_DEVICES], p2p[RGPU_MAX_DEVICES];
 	const char *driver; /* "" from a server that does not send it */
+	/* the active NVLinks (none from a server that does not send them) */
+	uint32_t nlinks;
+	struct { uint32_t link, type, p2p; const char *bus; } links[18];
 };
 
 /* GPU_STATUS for client ordinal; the strings point into the thread's reply
@@ -41,6 +44,18 @@ static CUresult status(int ordinal, struct rc_dev **dp, struct gpu_status *st)
 	}
 	/* the driver version came later: an older server ends here */
 	st->driver = rd_done(&r) ? "" : get_str(&r, 95);
+	/* and the NVLinks later still */
+	st->nlinks = rd_ok(&r) && !rd_done(&r) ? get_u32(&r) : 0;
+	if (st->nlinks > 18)
+		return CUDA_ERROR_UNKNOWN;
+	for (uint32_t k = 0; k < st->nlinks; k++) {
+		st->links[k].link = get_u32(&r);
+		st->links[k].bus = get_str(&r, 63);
+		st->links[k].type = get_u32(&r);
+		st->links[k].p2p = get_u32(&r);
+		if (!st->links[k].bus)
+			return CUDA_ERROR_UNKNOWN;
+	}
 	if (!rd_ok(&r) || !st->bus || !st->driver)
 		return CUDA_ERROR_UNKNOWN;
 	*dp = d;
@@ -85,4 +100,26 @@ RC_EXPORT int rgpu_client_driver_version(int ordinal, char *buf, size_t len)
 	if (!rc)
 		snprintf(buf, len, "%s", st.driver);
 	return rc;
+}
+
+/* NVLink link of GPU ordinal as its server's NVML reports it: 1 active
+ * (bus: the remote end's PCI bus id; type: NVML's remote device type, 0 a
+ * GPU, 2 an NVSwitch; p2p: P2P over it), 2 not active, 0 the server
+ * reports no NVLink for this GPU, or a CUresult (negative). */
+RC_EXPORT int rgpu_client_gpu_nvlink(int ordinal, unsigned link, char *bus, size_t buslen, int *type,
+				     int *p2p)
+{
+	struct rc_dev *d;
+	struct gpu_status st;
+	CUresult rc = status(ordinal, &d, &st);
+	if (rc)
+		return -(int)rc;
+	for (uint32_t k = 0; k < st.nlinks; k++)
+		if (st.links[k].link == link) {
+			snprintf(bus, buslen, "%s", st.links[k].bus);
+			*type = (int)st.links[k].type;
+			*p2p = (int)st.links[k].p2p;
+			return 1;
+		}
+	return st.nlinks ? 2 : 0;
 }

@@ -7,7 +7,10 @@
  * quota as its total and the job's charge as used, as cuMemGetInfo does.
  * Last, the node's kernel driver version (NVML's, else the kernel
  * module's; empty without either), which rgpu's NVML reports as the driver
- * version (a trailing field: an older client reads on without it).
+ * version (a trailing field: an older client reads on without it).  Then
+ * the GPU's active NVLinks as that NVML reports them (link, the remote
+ * end's PCI bus id and device type, P2P over it): NCCL picks its P2P
+ * transport between GPUs only where it sees NVLink.
  */
 #include "gate.h"
 #include "log.h"
@@ -24,6 +27,12 @@
 /* the few NVML entry points used, by their documented prototypes */
 typedef struct { unsigned long long total, free, used; } nvml_mem;
 typedef struct { unsigned int gpu, memory; } nvml_util;
+typedef struct {
+	char legacy[16];
+	unsigned int domain, bus, device, id, subsystem;
+	char bus_id[32];
+} nvml_pci;
+#define NVLINK_MAX 18 /* NVML_NVLINK_MAX_LINKS */
 static struct {
 	int tried, ok;
 	int (*init)(void);
@@ -31,6 +40,10 @@ static struct {
 	int (*mem)(void *, nvml_mem *);
 	int (*util)(void *, nvml_util *);
 	int (*driver)(char *, unsigned);
+	int (*link_state)(void *, unsigned, int *);
+	int (*link_cap)(void *, unsigned, int, unsigned *);
+	int (*link_pci)(void *, unsigned, nvml_pci *);
+	int (*link_type)(void *, unsigned, int *);
 	char version[96];
 } nv;
 static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
@@ -50,6 +63,10 @@ static void nv_load(void)
 	*(void **)&nv.mem = dlsym(dl, "nvmlDeviceGetMemoryInfo");
 	*(void **)&nv.util = dlsym(dl, "nvmlDeviceGetUtilizationRates");
 	*(void **)&nv.driver = dlsym(dl, "nvmlSystemGetDriverVersion");
+	*(void **)&nv.link_state = dlsym(dl, "nvmlDeviceGetNvLinkState");
+	*(void **)&nv.link_cap = dlsym(dl, "nvmlDeviceGetNvLinkCapability");
+	*(void **)&nv.link_pci = dlsym(dl, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+	*(void **)&nv.link_type = dlsym(dl, "nvmlDeviceGetNvLinkRemoteDeviceType");
 	nv.ok = nv.init && nv.by_pci && nv.mem && nv.util && nv.init() == 0;
 }
 
@@ -82,10 +99,11 @@ int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	uint64_t used = 0, limit = 0, held = 0;
 	uint32_t ug = 101, um = 101;
 	pthread_once(&nv_once, nv_load);
-	void *nh;
+	void *nh = NULL;
 	nvml_mem m;
 	nvml_util u;
-	if (nv.ok && bus[0] && nv.by_pci(bus, &nh) == 0) {
+	int have_nh = nv.ok && bus[0] && nv.by_pci(bus, &nh) == 0;
+	if (have_nh) {
 		if (nv.mem(nh, &m) == 0)
 			used = m.used;
 		if (nv.util(nh, &u) == 0) {
@@ -124,5 +142,27 @@ int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	}
 	pthread_once(&version_once, version_load);
 	put_str(out, nv.version);
+	/* the active NVLinks */
+	struct { unsigned l; int type; unsigned p2p; nvml_pci rp; } lk[NVLINK_MAX];
+	uint32_t nl = 0;
+	for (unsigned l = 0; have_nh && nv.link_state && nv.link_pci && l < NVLINK_MAX; l++) {
+		int active = 0;
+		memset(&lk[nl], 0, sizeof(lk[nl]));
+		if (nv.link_state(nh, l, &active) || !active || nv.link_pci(nh, l, &lk[nl].rp))
+			continue;
+		lk[nl].rp.bus_id[sizeof(lk[nl].rp.bus_id) - 1] = '\0';
+		if (!nv.link_type || nv.link_type(nh, l, &lk[nl].type))
+			lk[nl].type = 0xff;
+		if (!nv.link_cap || nv.link_cap(nh, l, 0 /* P2P_SUPPORTED */, &lk[nl].p2p))
+			lk[nl].p2p = 0;
+		lk[nl++].l = l;
+	}
+	put_u32(out, nl);
+	for (uint32_t i = 0; i < nl; i++) {
+		put_u32(out, lk[i].l);
+		put_str(out, lk[i].rp.bus_id);
+		put_u32(out, (uint32_t)lk[i].type);
+		put_u32(out, lk[i].p2p != 0);
+	}
 	return CUDA_SUCCESS;
 }

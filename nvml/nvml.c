@@ -54,6 +54,7 @@ static struct {
 	CUresult (*version)(int *);
 	int (*status)(int, char *, size_t, uint64_t *, uint64_t *, unsigned *, unsigned *, int *);
 	int (*driver)(int, char *, size_t);
+	int (*nvlink)(int, unsigned, char *, size_t, int *, int *);
 } cu;
 
 API const char *rgpu_nvml_version(void) { return "rgpu-nvml 1"; }
@@ -106,6 +107,7 @@ static nvmlReturn_t init_locked(void)
 	*(void **)&cu.version = dlsym(cudalib, "cuDriverGetVersion");
 	*(void **)&cu.status = dlsym(cudalib, "rgpu_client_gpu_status");
 	*(void **)&cu.driver = dlsym(cudalib, "rgpu_client_driver_version"); /* may lack */
+	*(void **)&cu.nvlink = dlsym(cudalib, "rgpu_client_gpu_nvlink");      /* may lack */
 	if (!cu.init || !cu.count || !cu.get || !cu.name || !cu.uuid || !cu.attr || !cu.version ||
 	    !cu.status) {
 		refs = 0;
@@ -570,6 +572,111 @@ API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP
 	}
 }
 
+/* ---- NVLink, as the GPU's server's NVML reports it ----
+ * An active link is kept only where its far end is an NVSwitch or a GPU of
+ * this job on the same server (NCCL then picks its P2P transport between
+ * them); a link to anything else reads as inactive.  From a server that
+ * reports no NVLink (no NVML there, the emulated device): NOT_SUPPORTED. */
+#define NVLINK_MAX 18
+
+static int same_bus(const char *a, const char *b)
+{
+	unsigned x[4], y[4];
+	return parse_bus(a, &x[0], &x[1], &x[2], &x[3]) == 0 &&
+	       parse_bus(b, &y[0], &y[1], &y[2], &y[3]) == 0 && !memcmp(x, y, sizeof(x));
+}
+
+/* 1 active (bus, type, p2p set), 0 inactive, or an error */
+static nvmlReturn_t nvlink_of(nvmlDevice_t d, unsigned link, char *bus, size_t n, int *type,
+			      int *p2p, int *active)
+{
+	int idx;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!cu.nvlink)
+		return NVML_ERROR_NOT_SUPPORTED;
+	if (link >= NVLINK_MAX)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	int r = cu.nvlink(idx, link, bus, n, type, p2p);
+	if (r < 0)
+		return NVML_ERROR_UNKNOWN;
+	if (r == 0)
+		return NVML_ERROR_NOT_SUPPORTED;
+	*active = r == 1;
+	if (*active && *type == 0) {
+		/* a GPU: one of this job's on the same server, or none at all */
+		struct status st, pst;
+		int found = 0;
+		if ((rc = status_of(idx, &st)))
+			return rc;
+		for (int j = 0; j < ndev && !found; j++)
+			found = j != idx && st.p2p[j] >= 0 && status_of(j, &pst) == NVML_SUCCESS &&
+				same_bus(pst.bus, bus);
+		*active = found;
+	}
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, int *active)
+{
+	char bus[64];
+	int type = 0, p2p = 0;
+	if (!active)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return nvlink_of(d, link, bus, sizeof(bus), &type, &p2p, active);
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t d, unsigned int link, int cap,
+					       unsigned int *r)
+{
+	char bus[64];
+	int type = 0, p2p = 0, active = 0;
+	if (!r)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t rc = nvlink_of(d, link, bus, sizeof(bus), &type, &p2p, &active);
+	if (rc)
+		return rc;
+	/* (NVML_NVLINK_CAP_P2P_SUPPORTED: the one rgpu knows) */
+	*r = cap == 0 && active ? (unsigned)p2p : 0;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link,
+						     nvmlPciInfo_t *pci)
+{
+	char bus[64];
+	int type = 0, p2p = 0, active = 0;
+	if (!pci)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t rc = nvlink_of(d, link, bus, sizeof(bus), &type, &p2p, &active);
+	if (rc)
+		return rc;
+	unsigned dom, b, dv, fn;
+	if (!active || parse_bus(bus, &dom, &b, &dv, &fn) < 0)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memset(pci, 0, sizeof(*pci));
+	pci->domain = dom;
+	pci->bus = b;
+	pci->device = dv;
+	snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, b, dv, fn);
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, b,
+		 dv, fn);
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, int *type)
+{
+	char bus[64];
+	int p2p = 0, active = 0;
+	if (!type)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t rc = nvlink_of(d, link, bus, sizeof(bus), type, &p2p, &active);
+	if (!rc && !active)
+		rc = NVML_ERROR_INVALID_ARGUMENT;
+	return rc;
+}
+
 /* What rgpu does not know about a remote GPU. */
 #define NOT_SUPPORTED(name, ...)                                   \
 	API nvmlReturn_t name(__VA_ARGS__)                         \
@@ -577,13 +684,9 @@ API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t a, nvmlDevice_t b, nvmlGpuP
 		nvmlReturn_t rc = ready();                         \
 		return rc ? rc : NVML_ERROR_NOT_SUPPORTED;         \
 	}
-NOT_SUPPORTED(nvmlDeviceGetNvLinkState, nvmlDevice_t d, unsigned int link, int *active)
-NOT_SUPPORTED(nvmlDeviceGetNvLinkRemotePciInfo_v2, nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *p)
 /* PyTorch resolves these at start (c10/cuda/driver_api) and fails if one
  * is missing; it asks them only for NVLink-connected peers */
-NOT_SUPPORTED(nvmlDeviceGetNvLinkRemoteDeviceType, nvmlDevice_t d, unsigned int link, int *type)
 NOT_SUPPORTED(nvmlDeviceGetGpuFabricInfoV, nvmlDevice_t d, void *info)
-NOT_SUPPORTED(nvmlDeviceGetNvLinkCapability, nvmlDevice_t d, unsigned int link, int cap, unsigned int *r)
 NOT_SUPPORTED(nvmlDeviceGetMigMode, nvmlDevice_t d, unsigned int *cur, unsigned int *pending)
 NOT_SUPPORTED(nvmlDeviceGetCpuAffinity, nvmlDevice_t d, unsigned int n, unsigned long *set)
 NOT_SUPPORTED(nvmlDeviceGetNumaNodeId, nvmlDevice_t d, unsigned int *node)

@@ -28,6 +28,7 @@ DAEMON_BUILD=${RGPU_E2E_DAEMON_BUILD:-$top_builddir}
 RGPUD=$DAEMON_BUILD/daemon/rgpud
 CLIENTDIR=$top_builddir/client/.libs
 NVMLLIB=$top_builddir/nvml/.libs/libnvidia-ml.so.1
+FAKE_NVML_DIR=$top_builddir/test/e2e/fake-nvml
 EMULIB=$DAEMON_BUILD/emu/.libs/librgpu-emu.so
 
 missing=""
@@ -78,8 +79,8 @@ start_daemon() {
 	for try in 1 2 3 4 5; do
 		PORT=$(free_port) || { echo "Bail out! cannot pick a free port"; exit 1; }
 		# (debug: each request the driver fails is logged, t_fault_logged)
-		"$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" --log-level=debug \
-			>"$LOGDIR/$name.log" 2>&1 &
+		env ${DAEMON_ENV:-} "$RGPUD" --emulated --open --listen "127.0.0.1:$PORT" \
+			--log-level=debug >"$LOGDIR/$name.log" 2>&1 &
 		pid=$!
 		# ready when it accepts a connection
 		for _ in $(seq 1 100); do
@@ -241,6 +242,19 @@ suite() {
 	run t_nvml "$ONE" -- T_NVML_LIB="$NVMLLIB" t_nvml
 	run t_nvml_2srv "$TWO" -- T_NVML_LIB="$NVMLLIB" T_NVML_SAME=0 t_nvml
 	run t_nvml_peer "127.0.0.1:$P1/0,127.0.0.1:$P1/1" -- T_NVML_LIB="$NVMLLIB" T_NVML_SAME=1 t_nvml
+	# NVLink as a server's NVML reports it (a stand-in NVML on its library
+	# path: the emulated GPUs' buses are 18 and 19): GPU 0's link 0 to GPU 1
+	if [ -z "${P_NVL:-}" ] && [ -e "$FAKE_NVML_DIR/libnvidia-ml.so.1" ]; then
+		DAEMON_ENV="LD_LIBRARY_PATH=$FAKE_NVML_DIR FAKE_NVML_LINKS=18.0=00000000:19:00.0/0" \
+			start_daemon dnvl
+		P_NVL=$PORT
+	fi
+	if [ -n "${P_NVL:-}" ]; then
+		run t_nvml_nvlink "127.0.0.1:$P_NVL/0,127.0.0.1:$P_NVL/1" -- T_NVML_LIB="$NVMLLIB" \
+			T_NVML_SAME=1 T_NVML_NVLINK=peer t_nvml
+		run t_nvml_nvlink_absent "127.0.0.1:$P_NVL/0" -- T_NVML_LIB="$NVMLLIB" \
+			T_NVML_NVLINK=absent t_nvml
+	fi
 
 	# RGPU_STATS=1: the program checks the round trips of its calls; its
 	# own totals must be what the library prints at exit; off, nothing

@@ -5,6 +5,12 @@
  * devices are GPUs of one server (peers), 0 when of two servers.
  *
  * T_NVML_LIB names the library (dlopen()ed, as NVIDIA's libraries do).
+ *
+ * NVLink, as the server's NVML reports it (test/e2e/fake_nvml.c stands in
+ * for it): T_NVML_NVLINK unset, the server knows none (NOT_SUPPORTED);
+ * "peer", GPU 0's link 0 goes to GPU 1 of the job, a GPU (active, P2P, the
+ * remote PCI bus id GPU 1's), its link 1 is down; "absent", that link's
+ * far end is a GPU the job does not have (inactive).
  */
 #include "common.h"
 #include "../../nvml/rgpu_nvml.h"
@@ -170,6 +176,42 @@ int main(int argc, char **argv)
 		}
 		CHECK(nvmlDeviceGetTopologyCommonAncestor(h[0], h[0], &lv) == NVML_SUCCESS &&
 			      lv == NVML_TOPOLOGY_INTERNAL, "a GPU with itself");
+	}
+	nvmlReturn_t (*nvmlDeviceGetNvLinkState)(nvmlDevice_t, unsigned, int *);
+	nvmlReturn_t (*nvmlDeviceGetNvLinkCapability)(nvmlDevice_t, unsigned, int, unsigned *);
+	nvmlReturn_t (*nvmlDeviceGetNvLinkRemotePciInfo_v2)(nvmlDevice_t, unsigned, nvmlPciInfo_t *);
+	nvmlReturn_t (*nvmlDeviceGetNvLinkRemoteDeviceType)(nvmlDevice_t, unsigned, int *);
+	SYM(nvmlDeviceGetNvLinkState);
+	SYM(nvmlDeviceGetNvLinkCapability);
+	SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2);
+	SYM(nvmlDeviceGetNvLinkRemoteDeviceType);
+	const char *nvl = getenv("T_NVML_NVLINK");
+	int active = -1, type = -1;
+	unsigned cap = 9;
+	nvmlPciInfo_t rp;
+	nvmlReturn_t lrc = nvmlDeviceGetNvLinkState(h[0], 0, &active);
+	if (!nvl) {
+		CHECK(lrc == NVML_ERROR_NOT_SUPPORTED, "NVLink state from a server without NVML: %d", (int)lrc);
+	} else if (!strcmp(nvl, "peer") && n >= 2) {
+		CHECK(lrc == NVML_SUCCESS && active == 1, "link 0 to GPU 1: %d, active %d", (int)lrc, active);
+		CHECK(nvmlDeviceGetNvLinkCapability(h[0], 0, 0, &cap) == NVML_SUCCESS && cap == 1,
+		      "link 0 P2P capability %u", cap);
+		CHECK(nvmlDeviceGetNvLinkRemoteDeviceType(h[0], 0, &type) == NVML_SUCCESS && type == 0,
+		      "link 0's far end type %d (0: a GPU)", type);
+		CHECK(nvmlDeviceGetNvLinkRemotePciInfo_v2(h[0], 0, &rp) == NVML_SUCCESS &&
+			      !strcasecmp(rp.busId, bus[1]),
+		      "link 0's far end %s, GPU 1 is %s", rp.busId, bus[1]);
+		active = -1;
+		CHECK(nvmlDeviceGetNvLinkState(h[0], 1, &active) == NVML_SUCCESS && active == 0,
+		      "link 1 (down): active %d", active);
+		CHECK(nvmlDeviceGetNvLinkState(h[0], 18, &active) == NVML_ERROR_INVALID_ARGUMENT,
+		      "link 18 does not exist");
+		say("NVLink: GPU 0 link 0 -> %s", rp.busId);
+	} else if (!strcmp(nvl, "absent")) {
+		CHECK(lrc == NVML_SUCCESS && active == 0,
+		      "link 0 to a GPU outside the job: %d, active %d", (int)lrc, active);
+		CHECK(nvmlDeviceGetNvLinkRemotePciInfo_v2(h[0], 0, &rp) == NVML_ERROR_INVALID_ARGUMENT,
+		      "an inactive link has no far end");
 	}
 	nvmlDevice_t bad;
 	CHECK(nvmlDeviceGetHandleByIndex_v2(n, &bad) == NVML_ERROR_INVALID_ARGUMENT, "index past the end");
