@@ -626,10 +626,11 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 				ed[i].type = (unsigned char)(v >> 16);
 			}
 		}
-		if (flags & ~(1u | RGPU_G_DEPS_EDGE_DATA) ||
-		    (rc = req_enter(s, r, &q, HK_GRAPH))) {
+		rc = flags & ~(1u | RGPU_G_DEPS_EDGE_DATA) ? CUDA_ERROR_INVALID_VALUE
+							    : req_enter(s, r, &q, HK_GRAPH);
+		if (rc) {
 			free(ed);
-			return rc ? rc : CUDA_ERROR_INVALID_VALUE;
+			return rc;
 		}
 		if (!D->cuGraphAddDependencies || !D->cuGraphRemoveDependencies ||
 		    (ed && (!D->cuGraphAddDependencies_v2 || !D->cuGraphRemoveDependencies_v2))) {
