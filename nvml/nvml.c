@@ -386,6 +386,22 @@ static int parse_bus(const char *s, unsigned *dom, unsigned *bus, unsigned *dev,
 	return sscanf(s, "%x:%x:%x.%x", dom, bus, dev, fn) == 4 ? 0 : -1;
 }
 
+/* NVML's PCI info from a bus id (the ids left 0); -1 if it is not one */
+static int pci_of(const char *s, nvmlPciInfo_t *pci)
+{
+	unsigned dom, bus, dv, fn;
+	if (parse_bus(s, &dom, &bus, &dv, &fn) < 0)
+		return -1;
+	memset(pci, 0, sizeof(*pci));
+	pci->domain = dom;
+	pci->bus = bus;
+	pci->device = dv;
+	snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dv, fn);
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus,
+		 dv, fn);
+	return 0;
+}
+
 API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 {
 	int idx;
@@ -397,16 +413,8 @@ API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	if ((rc = status_of(idx, &st)))
 		return rc;
-	unsigned dom, bus, dv, fn;
-	if (parse_bus(st.bus, &dom, &bus, &dv, &fn) < 0)
+	if (pci_of(st.bus, pci) < 0)
 		return NVML_ERROR_NOT_SUPPORTED;
-	memset(pci, 0, sizeof(*pci));
-	pci->domain = dom;
-	pci->bus = bus;
-	pci->device = dv;
-	snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, bus, dv, fn);
-	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, bus,
-		 dv, fn);
 	CUdevice cd;
 	int id = 0;
 	if (!cu.get(&cd, idx) && !cu.attr(&id, CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID, cd))
@@ -652,17 +660,7 @@ API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned in
 	nvmlReturn_t rc = nvlink_of(d, link, bus, sizeof(bus), &type, &p2p, &active);
 	if (rc)
 		return rc;
-	unsigned dom, b, dv, fn;
-	if (!active || parse_bus(bus, &dom, &b, &dv, &fn) < 0)
-		return NVML_ERROR_INVALID_ARGUMENT;
-	memset(pci, 0, sizeof(*pci));
-	pci->domain = dom;
-	pci->bus = b;
-	pci->device = dv;
-	snprintf(pci->busId, sizeof(pci->busId), "%08X:%02X:%02X.%X", dom, b, dv, fn);
-	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "%04X:%02X:%02X.%X", dom & 0xffff, b,
-		 dv, fn);
-	return NVML_SUCCESS;
+	return active && pci_of(bus, pci) == 0 ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
 API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, int *type)

@@ -75,29 +75,10 @@ int main(int argc, char **argv)
 	CK(cuMemHostAlloc((void **)&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
 	CUdeviceptr d = 0;
 	CK(cuMemHostGetDevicePointer(&d, (void *)h, 0));
-	h[0] = 0;
-	h[1] = 0;
 
 	CUstream s;
 	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-	CUdeviceptr flag = d, out = d + 4;
-	unsigned long long timeout = 20ull * 1000 * 1000 * 1000;
-	void *args[] = { &flag, &out, &timeout };
-	CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
-	/* no CUDA call from here until the answer is seen: the kernel must
-	 * read the flag from these pages, and write its answer to them */
-	struct timespec ms50 = { 0, 50 * 1000 * 1000 };
-	nanosleep(&ms50, NULL);
-	__atomic_store_n(&h[0], 41, __ATOMIC_SEQ_CST);
-	double t0 = now_s();
-	int got = 0;
-	while ((got = __atomic_load_n(&h[1], __ATOMIC_SEQ_CST)) == 0 && now_s() - t0 < 15.0) {
-		struct timespec ms1 = { 0, 1000 * 1000 };
-		nanosleep(&ms1, NULL);
-	}
-	CHECK(got == 42, "the kernel's answer in host memory is %d (42: it saw the host's 41; "
-	      "0: nothing came back without a synchronisation; -1: it never saw the flag)", got);
-	CK(cuStreamSynchronize(s));
+	live_round(f_wait, s, d, &h[0], &h[1], 41, "pinned memory");
 	CHECK(h[1] == 42, "after the synchronisation the answer is %d, not 42", h[1]);
 
 	/* a memset through the device address writes the host's bytes */
