@@ -231,31 +231,25 @@ static void va_init(void)
 	}
 }
 
-void *rc_va_alloc(size_t *size, int fd)
+/* size bytes (rounded to the grain; fd's, or anonymous) in the shared
+ * range, or with live in the terabyte after it */
+static void *va_alloc(size_t *size, int fd, int live)
 {
 	*size = (*size + GRAIN - 1) / GRAIN * GRAIN;
 	if (fd >= 0 && ftruncate(fd, (off_t)*size) < 0)
 		return NULL;
 	pthread_mutex_lock(&reg_lock);
 	va_init();
-	/* the upper half is the VMM API's (vmm.c) */
-	void *p = bump_map(&va_next, va_base + RC_VA_SPAN / 2, *size, fd);
+	/* the shared range's upper half is the VMM API's (vmm.c) */
+	uint64_t end = live ? va_base + RC_VA_SPAN + RC_LIVE_SPAN : va_base + RC_VA_SPAN / 2;
+	void *p = end <= RC_USER_END ? bump_map(live ? &live_next : &va_next, end, *size, fd) : NULL;
 	pthread_mutex_unlock(&reg_lock);
 	return p;
 }
 
-void *rc_va_alloc_live(size_t *size, int fd)
-{
-	*size = (*size + GRAIN - 1) / GRAIN * GRAIN;
-	if (fd >= 0 && ftruncate(fd, (off_t)*size) < 0)
-		return NULL;
-	pthread_mutex_lock(&reg_lock);
-	va_init();
-	uint64_t end = va_base + RC_VA_SPAN + RC_LIVE_SPAN;
-	void *p = end <= RC_USER_END ? bump_map(&live_next, end, *size, fd) : NULL;
-	pthread_mutex_unlock(&reg_lock);
-	return p;
-}
+void *rc_va_alloc(size_t *size, int fd) { return va_alloc(size, fd, 0); }
+
+void *rc_va_alloc_live(size_t *size, int fd) { return va_alloc(size, fd, 1); }
 
 static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *mirror)
 {
@@ -455,6 +449,8 @@ static CUresult fetch(struct region *r, uint64_t stream, int done)
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len)
 {
 	CUresult rc = CUDA_SUCCESS;
+	int ci = rc_conn_index(c->dev->conn);
+	uint64_t live_bit = ci >= 0 && ci < 64 ? 1ull << ci : 0;
 	pthread_mutex_lock(&coh_lock);
 	int hw = regions_hw;
 	for (int i = 0; i < hw && !rc; i++) {
@@ -470,8 +466,7 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 			}
 			if (!hit)
 				continue;
-			int ci = rc_conn_index(c->dev->conn);
-			if (ci >= 0 && ci < 64 && (r->live >> ci & 1))
+			if (live_bit && (r->live & live_bit))
 				continue; /* the kernel reaches the pages themselves */
 			if (!r->mirror) {
 				if ((rc = mirror_map(c, r->dev, r->size)))

@@ -643,6 +643,11 @@ static CUresult add_conditional(CUgraphNode *out, CUgraph hg, const CUgraphNode 
 static CUresult deps_call(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
 			  const CUgraphEdgeData *ed, size_t n, uint32_t remove);
 
+static int edge_has_data(const CUgraphEdgeData *e)
+{
+	return e->type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || e->from_port || e->to_port;
+}
+
 /* cuGraphAddNode: the generic form, per type */
 static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *ed,
 			 size_t nd, CUgraphNodeParams *p)
@@ -650,7 +655,7 @@ static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, c
 	if (!p || !out)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; ed && i < nd; i++)
-		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed[i].from_port || ed[i].to_port) {
+		if (edge_has_data(&ed[i])) {
 			/* the node first, then its edges with their data */
 			if (nd && !deps)
 				return CUDA_ERROR_INVALID_VALUE;
@@ -760,7 +765,7 @@ static CUresult deps_call(CUgraph hg, const CUgraphNode *from, const CUgraphNode
 	 * carry it (proto.h) */
 	uint32_t with_data = 0;
 	for (size_t i = 0; ed && i < n; i++)
-		if (ed[i].type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || ed[i].from_port || ed[i].to_port)
+		if (edge_has_data(&ed[i]))
 			with_data = RGPU_G_DEPS_EDGE_DATA;
 	struct wbuf *w = gop(g->ctx, RGPU_G_DEPS);
 	put_u64(w, g->h);
@@ -774,8 +779,7 @@ static CUresult deps_call(CUgraph hg, const CUgraphNode *from, const CUgraphNode
 		put_u64(w, b->h);
 	}
 	for (size_t i = 0; with_data && i < n; i++)
-		put_u32(w, (uint32_t)ed[i].from_port | (uint32_t)ed[i].to_port << 8 |
-				   (uint32_t)ed[i].type << 16);
+		put_u32(w, rgpu_edge_word(ed[i].from_port, ed[i].to_port, ed[i].type));
 	struct rd r;
 	return rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
 }
@@ -843,9 +847,8 @@ RC_EXPORT CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode *nodes, size_t *num)
 	return CUDA_SUCCESS;
 }
 
-/* Every edge of g: pairs of client nodes in *out (malloc'ed). */
-/* The graph's edges (pairs in *out); with eds, each edge's data too
- * (*eds NULL when the server sent none: all default) */
+/* Every edge of g: pairs of client nodes in *out (malloc'ed); with eds,
+ * each edge's data too (*eds NULL when the server sent none: all default) */
 static CUresult edges_data(struct rc_graph *g, struct rc_gnode ***out, size_t *n,
 			   CUgraphEdgeData **eds);
 
@@ -881,12 +884,9 @@ static CUresult edges_data(struct rc_graph *g, struct rc_gnode ***out, size_t *n
 		if (k && r.left >= 4ull * k) {
 			if (!(*eds = calloc(k, sizeof(**eds))))
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
-			for (uint32_t i = 0; !rc && i < k; i++) {
-				uint32_t v = get_u32(&r);
-				(*eds)[i].from_port = (unsigned char)v;
-				(*eds)[i].to_port = (unsigned char)(v >> 8);
-				(*eds)[i].type = (unsigned char)(v >> 16);
-			}
+			for (uint32_t i = 0; !rc && i < k; i++)
+				rgpu_edge_fields(get_u32(&r), &(*eds)[i].from_port, &(*eds)[i].to_port,
+						 &(*eds)[i].type);
 		}
 	}
 	if (rc) {
@@ -896,11 +896,6 @@ static CUresult edges_data(struct rc_graph *g, struct rc_gnode ***out, size_t *n
 	*out = e;
 	*n = k;
 	return CUDA_SUCCESS;
-}
-
-static int edge_has_data(const CUgraphEdgeData *e)
-{
-	return e->type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || e->from_port || e->to_port;
 }
 
 /* As the driver: edges with data asked for without room for it are a

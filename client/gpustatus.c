@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#define NVLINKS_MAX 18 /* NVML_NVLINK_MAX_LINKS */
+
 struct gpu_status {
 	const char *bus;
 	uint64_t total, used;
@@ -14,7 +16,7 @@ struct gpu_status {
 	const char *driver; /* "" from a server that does not send it */
 	/* the active NVLinks (none from a server that does not send them) */
 	uint32_t nlinks;
-	struct { uint32_t link, type, p2p; const char *bus; } links[18];
+	struct { uint32_t link, type, p2p; const char *bus; } links[NVLINKS_MAX];
 };
 
 /* GPU_STATUS for client ordinal; the strings point into the thread's reply
@@ -46,7 +48,7 @@ static CUresult status(int ordinal, struct rc_dev **dp, struct gpu_status *st)
 	st->driver = rd_done(&r) ? "" : get_str(&r, 95);
 	/* and the NVLinks later still */
 	st->nlinks = rd_ok(&r) && !rd_done(&r) ? get_u32(&r) : 0;
-	if (st->nlinks > 18)
+	if (st->nlinks > NVLINKS_MAX)
 		return CUDA_ERROR_UNKNOWN;
 	for (uint32_t k = 0; k < st->nlinks; k++) {
 		st->links[k].link = get_u32(&r);

@@ -478,6 +478,16 @@ RC_EXPORT CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t p, unsigned char v, s
 RC_EXPORT CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream s) { return memset_2d(d, p, v, 2, w, h, s, 1); }
 RC_EXPORT CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream s) { return memset_2d(d, p, v, 4, w, h, s, 1); }
 
+/* Every server of this program is on its node (then they can share host
+ * memory with it, live). */
+static int all_local(void)
+{
+	for (int i = 0; i < rc_nconn; i++)
+		if (!rc_conns[i].local)
+			return 0;
+	return rc_nconn > 0;
+}
+
 /* ---- host memory ----
  * "Pinned" memory is ordinary page-aligned memory here: the server pins its
  * own staging buffers, and the network copies from any host memory.
@@ -493,11 +503,9 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 		return rc;
 	if (!pp || size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	int local = 0, all_local = rc_nconn > 0;
-	for (int i = 0; i < rc_nconn; i++) {
+	int local = 0;
+	for (int i = 0; i < rc_nconn; i++)
 		local |= rc_conns[i].local;
-		all_local &= rc_conns[i].local;
-	}
 	/* In the shared address range, so that a device copy can sit at the
 	 * same address if a kernel is handed it (coherence.c); memfd-backed
 	 * when a same-host server can pin it for DMA.  With only same-host
@@ -505,7 +513,7 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 	 * same address (live: no device copy at all). */
 	int fd = local ? memfd_create("rgpu-pinned", MFD_CLOEXEC) : -1;
 	size_t vsize = size;
-	void *p = fd >= 0 && all_local ? rc_va_alloc_live(&vsize, fd) : NULL;
+	void *p = fd >= 0 && all_local() ? rc_va_alloc_live(&vsize, fd) : NULL;
 	uint32_t want_live = p != NULL;
 	if (!p) {
 		vsize = size;
@@ -540,15 +548,16 @@ RC_EXPORT CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags)
 				continue;
 			int live = 0;
 			CUresult arc = rc_shm_attach(&rc_conns[ci], 2, fd, p, size, want_live, &live);
-			if (arc == CUDA_SUCCESS)
+			if (arc == CUDA_SUCCESS) {
 				shared |= 1ull << ci;
-			if (live)
-				rc_mapped_live(p, &rc_conns[ci]);
-			else if (arc == CUDA_ERROR_OUT_OF_MEMORY)
+				if (live)
+					rc_mapped_live(p, &rc_conns[ci]);
+			} else if (arc == CUDA_ERROR_OUT_OF_MEMORY) {
 				log_warn("rgpud at %s:%u did not share %zu bytes of pinned memory "
 					 "(over its per-session cap, RGPUD_MAX_PINNED): copies "
 					 "from it go through staging",
 					 rc_conns[ci].host, rc_conns[ci].port, size);
+			}
 		}
 		close(fd);
 	}
@@ -574,10 +583,7 @@ RC_EXPORT CUresult cuMemFreeHost(void *p)
 	for (int ci = 0; ci < rc_nconn; ci++) {
 		if (!(r.shared & (1ull << ci)))
 			continue;
-		struct wbuf *w = rc_req();
-		put_u64(w, r.base);
-		struct rd rr;
-		rc_call(&rc_conns[ci], RGPU_OP_SHM_DETACH, w, &rr);
+		(void)rc_shm_detach(&rc_conns[ci], r.base);
 	}
 	munmap(p, vsize);
 	return CUDA_SUCCESS;
@@ -650,11 +656,8 @@ static int shared_file_of(uintptr_t base, size_t span, uint64_t *off)
  * copy of register_mapped serves instead). */
 static int register_live(void *p, size_t size, uintptr_t base, size_t span)
 {
-	for (int i = 0; i < rc_nconn; i++)
-		if (!rc_conns[i].local)
-			return -1;
 	uint64_t off = 0;
-	int fd = rc_nconn ? shared_file_of(base, span, &off) : -1;
+	int fd = all_local() ? shared_file_of(base, span, &off) : -1;
 	if (fd < 0)
 		return -1;
 	size_t dsize = span;

@@ -119,15 +119,19 @@ static uint8_t *slot_ptr(struct rc_conn *c, uint32_t i)
 	return (uint8_t *)c->ring + SLOT_STATE_PAGE + (size_t)i * RGPU_CHUNK_SIZE;
 }
 
-CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
-		       uint32_t nslots, int *live)
+/* SHM_ATTACH: 0 or a CUresult; *live (may be NULL): the server says the
+ * memory is mapped for its device at base */
+static CUresult attach(struct rc_conn *c, uint32_t kind, int fd, uint64_t base, size_t size,
+		       uint32_t nslots, uint64_t off, int *live)
 {
 	struct wbuf *w = rc_req();
 	put_u32(w, kind);
 	put_u32(w, (uint32_t)fd);
-	put_u64(w, (uint64_t)(uintptr_t)base);
+	put_u64(w, base);
 	put_u64(w, size);
 	put_u32(w, nslots);
+	if (kind == 3)
+		put_u64(w, off);
 	struct rd r;
 	CUresult rc = rc_call(c, RGPU_OP_SHM_ATTACH, w, &r);
 	if (live)
@@ -135,20 +139,17 @@ CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, siz
 	return rc;
 }
 
+CUresult rc_shm_attach(struct rc_conn *c, uint32_t kind, int fd, void *base, size_t size,
+		       uint32_t nslots, int *live)
+{
+	return attach(c, kind, fd, (uint64_t)(uintptr_t)base, size, nslots, 0, live);
+}
+
 CUresult rc_shm_attach_file(struct rc_conn *c, int fd, uint64_t off, uintptr_t dev, size_t size)
 {
-	struct wbuf *w = rc_req();
-	put_u32(w, 3);
-	put_u32(w, (uint32_t)fd);
-	put_u64(w, (uint64_t)dev);
-	put_u64(w, size);
-	put_u32(w, 0);
-	put_u64(w, off);
-	struct rd r;
-	CUresult rc = rc_call(c, RGPU_OP_SHM_ATTACH, w, &r);
-	if (!rc && !(r.left >= 4 && get_u32(&r) == 1))
-		rc = CUDA_ERROR_NOT_SUPPORTED;
-	return rc;
+	int live = 0;
+	CUresult rc = attach(c, 3, fd, (uint64_t)dev, size, 0, off, &live);
+	return rc ? rc : live ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
 }
 
 CUresult rc_shm_detach(struct rc_conn *c, uintptr_t base)

@@ -126,7 +126,7 @@ uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void
 	h->ctx = ctx;
 	h->parent = 0;
 	h->extra = extra;
-	return ((uint64_t)h->gen << 32) | (uint64_t)(slot + 1);
+	return ht_id_at(t, slot);
 }
 
 struct hentry *ht_get(struct htable *t, uint64_t id, enum hkind kind)
@@ -163,6 +163,6 @@ void ht_del_children(struct htable *t, uint64_t parent)
 	for (uint32_t i = 0; i < t->n; i++) {
 		struct hentry *h = &t->e[i];
 		if (h->kind != HK_FREE && h->parent == parent)
-			ht_del(t, ((uint64_t)h->gen << 32) | (i + 1));
+			ht_del(t, ht_id_at(t, i));
 	}
 }

@@ -47,6 +47,11 @@ void ht_init(struct htable *t);
 void ht_free(struct htable *t);
 /* Returns the new id, or 0 when out of memory. */
 uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void *extra);
+/* The id of the object in slot i (whatever its kind). */
+static inline uint64_t ht_id_at(const struct htable *t, uint32_t i)
+{
+	return (uint64_t)t->e[i].gen << 32 | (i + 1);
+}
 /* The entry, or NULL if id is not a live object of that kind. */
 struct hentry *ht_get(struct htable *t, uint64_t id, enum hkind kind);
 void ht_del(struct htable *t, uint64_t id);

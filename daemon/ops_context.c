@@ -137,7 +137,7 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		if (o->kind != HK_FREE && o->kind != HK_CTX && o->ctx == ctx) {
 			if (o->kind == HK_ARRAY)
 				array_forget(o);
-			ht_del(&s->ht, ((uint64_t)o->gen << 32) | (i + 1));
+			ht_del(&s->ht, ht_id_at(&s->ht, i));
 		}
 	}
 	tex_forget_ctx(s, ctx);

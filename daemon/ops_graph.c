@@ -159,7 +159,7 @@ static void graph_forget(struct session *s, uint64_t g)
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
 		if (e->kind == HK_GRAPH && e->parent == g)
-			graph_forget(s, ((uint64_t)e->gen << 32) | (i + 1));
+			graph_forget(s, ht_id_at(&s->ht, i));
 	}
 	session_alloc_drop_module(s, g);
 	ht_del_children(&s->ht, g);
@@ -175,7 +175,7 @@ static uint64_t id_of(struct session *s, enum hkind kind, void *obj, uint64_t ct
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
 		if (e->kind == kind && e->obj == obj)
-			return ((uint64_t)e->gen << 32) | (i + 1);
+			return ht_id_at(&s->ht, i);
 	}
 	uint64_t id = ht_add(&s->ht, kind, obj, ctx, NULL);
 	if (id)
@@ -619,12 +619,9 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 		if (with_data && rd_ok(r) && n <= MAX_IDS / 2) {
 			if (!(ed = calloc(n ? n : 1, sizeof(*ed))))
 				return CUDA_ERROR_OUT_OF_MEMORY;
-			for (uint32_t i = 0; i < n; i++) {
-				uint32_t v = get_u32(r);
-				ed[i].from_port = (unsigned char)v;
-				ed[i].to_port = (unsigned char)(v >> 8);
-				ed[i].type = (unsigned char)(v >> 16);
-			}
+			for (uint32_t i = 0; i < n; i++)
+				rgpu_edge_fields(get_u32(r), &ed[i].from_port, &ed[i].to_port,
+						 &ed[i].type);
 		}
 		rc = flags & ~(1u | RGPU_G_DEPS_EDGE_DATA) ? CUDA_ERROR_INVALID_VALUE
 							    : req_enter(s, r, &q, HK_GRAPH);
@@ -694,8 +691,7 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 				put_u64(out, id_of(s, HK_GNODE, to[i], q.ctx, q.id));
 			}
 			for (size_t i = 0; ed && i < n; i++)
-				put_u32(out, (uint32_t)ed[i].from_port | (uint32_t)ed[i].to_port << 8 |
-						     (uint32_t)ed[i].type << 16);
+				put_u32(out, rgpu_edge_word(ed[i].from_port, ed[i].to_port, ed[i].type));
 		}
 		free(from);
 		free(to);
@@ -773,7 +769,7 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 					n++;
 					continue;
 				}
-				put_u64(out, ((uint64_t)e->gen << 32) | (i + 1));
+				put_u64(out, ht_id_at(&s->ht, i));
 				put_u64(out, id_of(s, HK_GNODE, cn, q.ctx, cid));
 			}
 		}

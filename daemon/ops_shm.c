@@ -121,15 +121,18 @@ int shm_client_fd(struct session *s, uint32_t fd, uint64_t size)
 	return mfd;
 }
 
+/* [p, p + n) lies in m, at the client's addresses */
+static int map_holds(const struct shm_map *m, uint64_t p, uint64_t n)
+{
+	return p >= m->cbase && p - m->cbase <= m->size && n <= m->size - (p - m->cbase);
+}
+
 int shm_owns_live(const struct session *s, uint64_t p, uint64_t n)
 {
 	const struct shm_state *sh = s->shm;
-	for (int i = 0; sh && i < sh->n; i++) {
-		const struct shm_map *m = &sh->map[i];
-		if (m->live && p >= m->cbase && p - m->cbase <= m->size &&
-		    n <= m->size - (p - m->cbase))
+	for (int i = 0; sh && i < sh->n; i++)
+		if (sh->map[i].live && map_holds(&sh->map[i], p, n))
 			return 1;
-	}
 	return 0;
 }
 
@@ -140,7 +143,7 @@ static int any_ctx(struct session *s)
 	if (s->cur_ctx)
 		return 1;
 	for (uint32_t i = 0; i < s->ht.n; i++)
-		if (s->ht.e[i].kind == HK_CTX && session_enter_ctx(s, (uint64_t)s->ht.e[i].gen << 32 | (i + 1), NULL) == 0)
+		if (s->ht.e[i].kind == HK_CTX && session_enter_ctx(s, ht_id_at(&s->ht, i), NULL) == 0)
 			return 1;
 	return 0;
 }
@@ -359,8 +362,7 @@ int op_shm_hostcopy(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	struct shm_map *m = NULL;
 	for (int i = 0; sh && i < sh->n; i++) {
 		struct shm_map *x = &sh->map[i];
-		if (x->kind == 2 && host >= x->cbase && host - x->cbase <= x->size &&
-		    size <= x->size - (host - x->cbase)) {
+		if (x->kind == 2 && map_holds(x, host, size)) {
 			m = x;
 			break;
 		}

@@ -472,6 +472,22 @@ enum rgpu_arg {
  * cannot be destroyed on their own. */
 #define RGPU_G_DEPS_EDGE_DATA 2u
 
+/* A graph edge's data (CUgraphEdgeData's from_port, to_port and type) as
+ * RGPU_G_DEPS and RGPU_G_EDGES carry it: a byte each from the lowest */
+static inline uint32_t rgpu_edge_word(unsigned char from_port, unsigned char to_port,
+				      unsigned char type)
+{
+	return (uint32_t)from_port | (uint32_t)to_port << 8 | (uint32_t)type << 16;
+}
+
+static inline void rgpu_edge_fields(uint32_t w, unsigned char *from_port, unsigned char *to_port,
+				    unsigned char *type)
+{
+	*from_port = (unsigned char)w;
+	*to_port = (unsigned char)(w >> 8);
+	*type = (unsigned char)(w >> 16);
+}
+
 enum rgpu_graph_sub {
 	RGPU_G_CREATE = 1,      /* u32 flags -> handle graph */
 	/* handle graph, u32 ndeps, handle dep[ndeps], u32 type, params ->

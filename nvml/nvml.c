@@ -594,9 +594,14 @@ static int same_bus(const char *a, const char *b)
 	       parse_bus(b, &y[0], &y[1], &y[2], &y[3]) == 0 && !memcmp(x, y, sizeof(x));
 }
 
-/* 1 active (bus, type, p2p set), 0 inactive, or an error */
-static nvmlReturn_t nvlink_of(nvmlDevice_t d, unsigned link, char *bus, size_t n, int *type,
-			      int *p2p, int *active)
+/* A link as the server reports it, filtered as above */
+struct link {
+	char bus[64]; /* the far end's PCI bus id */
+	int type;     /* NVML's remote device type: 0 a GPU, 2 an NVSwitch */
+	int p2p, active;
+};
+
+static nvmlReturn_t link_of(nvmlDevice_t d, unsigned n, struct link *l)
 {
 	int idx;
 	nvmlReturn_t rc = dev_of(d, &idx);
@@ -604,15 +609,15 @@ static nvmlReturn_t nvlink_of(nvmlDevice_t d, unsigned link, char *bus, size_t n
 		return rc;
 	if (!cu.nvlink)
 		return NVML_ERROR_NOT_SUPPORTED;
-	if (link >= NVLINK_MAX)
+	if (n >= NVLINK_MAX)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	int r = cu.nvlink(idx, link, bus, n, type, p2p);
+	int r = cu.nvlink(idx, n, l->bus, sizeof(l->bus), &l->type, &l->p2p);
 	if (r < 0)
 		return NVML_ERROR_UNKNOWN;
 	if (r == 0)
 		return NVML_ERROR_NOT_SUPPORTED;
-	*active = r == 1;
-	if (*active && *type == 0) {
+	l->active = r == 1;
+	if (l->active && l->type == 0) {
 		/* a GPU: one of this job's on the same server, or none at all */
 		struct status st, pst;
 		int found = 0;
@@ -620,59 +625,60 @@ static nvmlReturn_t nvlink_of(nvmlDevice_t d, unsigned link, char *bus, size_t n
 			return rc;
 		for (int j = 0; j < ndev && !found; j++)
 			found = j != idx && st.p2p[j] >= 0 && status_of(j, &pst) == NVML_SUCCESS &&
-				same_bus(pst.bus, bus);
-		*active = found;
+				same_bus(pst.bus, l->bus);
+		l->active = found;
 	}
 	return NVML_SUCCESS;
 }
 
 API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t d, unsigned int link, int *active)
 {
-	char bus[64];
-	int type = 0, p2p = 0;
+	struct link l;
 	if (!active)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	return nvlink_of(d, link, bus, sizeof(bus), &type, &p2p, active);
+	nvmlReturn_t rc = link_of(d, link, &l);
+	if (!rc)
+		*active = l.active;
+	return rc;
 }
 
 API nvmlReturn_t nvmlDeviceGetNvLinkCapability(nvmlDevice_t d, unsigned int link, int cap,
 					       unsigned int *r)
 {
-	char bus[64];
-	int type = 0, p2p = 0, active = 0;
+	struct link l;
 	if (!r)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	nvmlReturn_t rc = nvlink_of(d, link, bus, sizeof(bus), &type, &p2p, &active);
-	if (rc)
-		return rc;
+	nvmlReturn_t rc = link_of(d, link, &l);
 	/* (NVML_NVLINK_CAP_P2P_SUPPORTED: the one rgpu knows) */
-	*r = cap == 0 && active ? (unsigned)p2p : 0;
-	return NVML_SUCCESS;
+	if (!rc)
+		*r = cap == 0 && l.active ? (unsigned)l.p2p : 0;
+	return rc;
 }
 
 API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned int link,
 						     nvmlPciInfo_t *pci)
 {
-	char bus[64];
-	int type = 0, p2p = 0, active = 0;
+	struct link l;
 	if (!pci)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	nvmlReturn_t rc = nvlink_of(d, link, bus, sizeof(bus), &type, &p2p, &active);
+	nvmlReturn_t rc = link_of(d, link, &l);
 	if (rc)
 		return rc;
-	return active && pci_of(bus, pci) == 0 ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
+	return l.active && pci_of(l.bus, pci) == 0 ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
 API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, int *type)
 {
-	char bus[64];
-	int p2p = 0, active = 0;
+	struct link l;
 	if (!type)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	nvmlReturn_t rc = nvlink_of(d, link, bus, sizeof(bus), type, &p2p, &active);
-	if (!rc && !active)
-		rc = NVML_ERROR_INVALID_ARGUMENT;
-	return rc;
+	nvmlReturn_t rc = link_of(d, link, &l);
+	if (rc)
+		return rc;
+	if (!l.active)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*type = l.type;
+	return NVML_SUCCESS;
 }
 
 /* What rgpu does not know about a remote GPU. */

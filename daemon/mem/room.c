@@ -87,7 +87,7 @@ int mem_session_idle(struct session *s)
 		const struct hentry *c = &s->ht.e[i];
 		if (c->kind != HK_CTX)
 			continue;
-		uint64_t h = ((uint64_t)c->gen << 32) | (i + 1);
+		uint64_t h = ht_id_at(&s->ht, i);
 		if (mem_enter_ctx(s, h))
 			continue;
 		/* a capture under way is activity, and a query would end it */

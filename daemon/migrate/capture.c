@@ -286,7 +286,7 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 			continue;
 		const char *k = (unsigned)e->kind < sizeof(kinds) / sizeof(kinds[0])
 					? kinds[e->kind] : "unknown";
-		uint64_t id = (uint64_t)e->gen << 32 | (i + 1);
+		uint64_t id = ht_id_at(&s->ht, i);
 		if (e->kind > HK_EVENT || !journal_each(s, has_record, &id)) {
 			snprintf(buf, n, "the session holds a %s (handle %#llx) that is not migrated "
 				 "yet", k, (unsigned long long)id);

@@ -467,12 +467,12 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 static int ahead_wanted(struct session *s)
 {
 	const char *e = getenv("RGPUD_MIGRATE_AHEAD");
-	if (!e || !*e || !strcmp(e, "1"))
-		return 1;
-	if (strcmp(e, "0"))
+	if (e && !strcmp(e, "0"))
+		return 0;
+	if (e && *e && strcmp(e, "1"))
 		log_warn("%s: RGPUD_MIGRATE_AHEAD=%s: not 0 or 1; sending the objects ahead",
 			 s->name, e);
-	return strcmp(e, "0") != 0;
+	return 1;
 }
 
 /* Starts a move whose objects go ahead: 0 when under way (s->move; the

@@ -225,11 +225,8 @@ static int memory(struct rst *r, uint64_t len)
 		return -1;
 	if (kind == MEMK_ALLOC) {
 		preps_drop(r, dptr, size);
-		int rc = restore_at(r, &m);
-		if (rc)
-			return BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
-				   (unsigned long long)size, (unsigned long long)dptr,
-				   rgpud_cu_errname(D, rc));
+		if (restore_at(r, &m) < 0)
+			return -1;
 	} else if (!session_owns_range(s, dptr, size)) {
 		return BAD("memory at %#llx was not re-created by its object", (unsigned long long)dptr);
 	}
@@ -351,7 +348,8 @@ void snap_restore_done(void)
 
 /* Device memory re-created at its address; the source's blocks mapped
  * here ahead (PREP) may lie where memory allocated since must go: then
- * they are let go (mapped again for the copies) and it is tried again. */
+ * they are let go (mapped again for the copies) and it is tried again.
+ * 0, or -1 with why[] set. */
 static int restore_at(struct rst *r, const struct mem_head *h)
 {
 	int rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
@@ -359,7 +357,11 @@ static int restore_at(struct rst *r, const struct mem_head *h)
 		imports_release(r);
 		rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
 	}
-	return rc;
+	if (rc)
+		return BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
+			   (unsigned long long)h->size, (unsigned long long)h->dptr,
+			   rgpud_cu_errname(D, rc));
+	return 0;
 }
 
 /* The fields of a PEER or PREP record into c, checked. */
@@ -419,11 +421,7 @@ static int prep(struct rst *r, uint64_t len)
 		free(p);
 		return -1;
 	}
-	int rc = restore_at(r, &p->h);
-	if (rc) {
-		BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
-		    (unsigned long long)p->h.size, (unsigned long long)p->h.dptr,
-		    rgpud_cu_errname(D, rc));
+	if (restore_at(r, &p->h) < 0) {
 		free(p);
 		return -1;
 	}
@@ -457,11 +455,7 @@ static int peer(struct rst *r, uint64_t len)
 			return 0;
 		}
 	preps_drop(r, dptr, size);
-	int rc = restore_at(r, &c->h);
-	if (rc)
-		return BAD("cannot re-create %llu bytes of device memory at %#llx: %s",
-			   (unsigned long long)size, (unsigned long long)dptr, rgpud_cu_errname(D, rc));
-	return 0;
+	return restore_at(r, &c->h);
 }
 
 /* The PEER records' copies, in their order: queued on each context's
