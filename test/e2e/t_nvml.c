@@ -16,6 +16,7 @@
 #include "../../nvml/rgpu_nvml.h"
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <strings.h>
 
 #define SYM(name) *(void **)&name = dlsym(lib, #name); if (!name) fail("%s lacks %s", path, #name)
@@ -160,6 +161,28 @@ int main(int argc, char **argv)
 		/* bus ids of GPUs of different servers may coincide; then the
 		 * first of them answers */
 		CHECK(nvmlDeviceGetHandleByPciBusId_v2(bus[i], &byp) == NVML_SUCCESS, "by PCI bus id %s", bus[i]);
+	}
+	/* nvidia-smi's private table: refused without one ("Mismatch in
+	 * versions"); it finds the devices by index through its entries */
+	nvmlReturn_t (*get_table)(const void **, const void *);
+	*(void **)&get_table = dlsym(lib, "nvmlInternalGetExportTable");
+	CHECK(get_table != NULL, "no nvmlInternalGetExportTable: nvidia-smi would refuse the library");
+	static const unsigned char smi_id[16] = {0xc4, 0xfe, 0x3e, 0x6c, 0xc9, 0x8f, 0x6c, 0x4e,
+						 0xa3, 0x27, 0xee, 0x69, 0x6e, 0x12, 0xf7, 0xc4};
+	static const unsigned char other_id[16] = {1, 2, 3};
+	const void *tbl = NULL;
+	CHECK(get_table(&tbl, other_id) != NVML_SUCCESS && !tbl, "an unknown private table was given");
+	CHECK(get_table(&tbl, smi_id) == NVML_SUCCESS && tbl, "nvidia-smi's private table");
+	const uintptr_t *ent = tbl;
+	CHECK(ent[0] >= 1024 && ent[0] % sizeof(void *) == 0, "private table size %lu", (unsigned long)ent[0]);
+	for (unsigned i = 0; i < n && i < 8; i++) {
+		nvmlReturn_t (*by_index)(uintptr_t, void *, uintptr_t, uintptr_t);
+		size_t slot = 648 / sizeof(void *);
+		CHECK(slot < ent[0] / sizeof(void *), "private table too small for slot %zu", slot);
+		*(void **)&by_index = (void *)ent[slot];
+		nvmlDevice_t viat = NULL;
+		CHECK(by_index(i, &viat, 0x22, 0) == NVML_SUCCESS && viat == h[i],
+		      "private lookup of GPU %u gave %p, not %p", i, (void *)viat, (void *)h[i]);
 	}
 	const char *same = getenv("T_NVML_SAME");
 	if (same && n >= 2) {

@@ -109,6 +109,25 @@ same_lines() { # a b prefix
 	[ -n "$a" ] && [ "$a" = "$b" ]
 }
 
+# nvml_list NAME SERVERS "I J ...": nvidia-smi -L with rgpu's NVML first
+# on the path lists exactly the local GPUs I J ..., in that order (UUIDs
+# compared with the real driver's list); RGPU_NVML_DEBUG logs what
+# nvidia-smi asks of the library's private table.
+nvml_list() {
+	local name=$1 where=$2 want="" i got
+	for i in $3; do
+		want="$want$(nvidia-smi -L | grep "^GPU $i:" | grep -o 'GPU-[0-9a-f-]*') "
+	done
+	run "$name" 30 "$where" env RGPU_NVML_DEBUG=1 \
+		LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi -L
+	got=$(grep '^GPU [0-9]*:' "$OUT/$name.log" | grep -o 'GPU-[0-9a-f-]*' | tr '\n' ' ')
+	if [ -n "$got" ] && [ "$got" = "$want" ]; then
+		result "$name" PASS "nvidia-smi -L through rgpu's NVML: $(grep -c '^GPU' "$OUT/$name.log") GPU(s), UUIDs $got"
+	else
+		result "$name" FAIL "nvidia-smi -L listed '$got', want '$want': $(grep -v 'rgpu NVML' "$OUT/$name.log" | head -3 | tr '\n' ' ')"
+	fi
+}
+
 # largest relative difference between LOSS lines of two logs
 loss_diff() {
 	$PY - "$1" "$2" <<'EOF'
@@ -266,21 +285,21 @@ else
 	fi
 
 	if [ -e "$NVML/libnvidia-ml.so.1" ]; then
-		run nvml-list 30 "$TWOG" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi -L
-		n=$(grep -c '^GPU' "$OUT/nvml-list.log")
-		[ "$n" = 2 ] && result nvml_list PASS "nvidia-smi -L through rgpu's NVML lists 2 GPUs" ||
-			result nvml_list FAIL "nvidia-smi -L listed $n GPU(s): $(head -3 "$OUT/nvml-list.log" | tr '\n' ' ')"
+		# exactly the GPUs named, in their order: both, then the second alone
+		nvml_list nvml_list "$TWOG" "0 1"
+		nvml_list nvml_list_second "127.0.0.1:$PORT/1" "1"
+		# the default table too (informational: what else nvidia-smi asks)
+		run nvml-table 30 "$TWOG" env RGPU_NVML_DEBUG=1 \
+			LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi
+		echo "nvidia-smi (table) through rgpu's NVML: exit $?, $(grep -c 'private entry' "$OUT/nvml-table.log") private calls"
 	else
 		result nvml_list SKIP "$NVML/libnvidia-ml.so.1 not built"
 	fi
 fi
 
-# the NVML drop-in on one GPU too (nvidia-smi may insist on the real one)
+# the NVML drop-in on one GPU too
 if [ -e "$NVML/libnvidia-ml.so.1" ] && [ "$NGPU" -lt 2 ]; then
-	run nvml-list 30 "$ONE" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi -L
-	n=$(grep -c '^GPU' "$OUT/nvml-list.log")
-	[ "$n" = 1 ] && result nvml_list_one PASS "nvidia-smi -L through rgpu's NVML: $(head -1 "$OUT/nvml-list.log")" ||
-		result nvml_list_one FAIL "nvidia-smi -L: $(head -3 "$OUT/nvml-list.log" | tr '\n' ' ')"
+	nvml_list nvml_list_one "$ONE" "0"
 fi
 
 kill -0 $RPID 2>/dev/null || result rgpud_alive FAIL "rgpud exited during the run"
