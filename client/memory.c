@@ -664,10 +664,10 @@ static int register_live(void *p, size_t size, uintptr_t base, size_t span)
 	void *d = rc_va_alloc_live(&dsize, -1);
 	if (d)
 		mprotect(d, dsize, PROT_NONE); /* an address for the device, here reserved */
-	int ci = 0;
+	int ci = 0; /* connections attached */
 	CUresult rc = d ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-	for (; !rc && ci < rc_nconn; ci++)
-		rc = rc_shm_attach_file(&rc_conns[ci], fd, off, (uintptr_t)d, span);
+	while (!rc && ci < rc_nconn && !(rc = rc_shm_attach_file(&rc_conns[ci], fd, off, (uintptr_t)d, span)))
+		ci++;
 	close(fd);
 	if (!rc && rc_registered_add((void *)base, span, (uintptr_t)d, (uintptr_t)p - base, size) < 0)
 		rc = CUDA_ERROR_OUT_OF_MEMORY;

@@ -110,8 +110,11 @@ int shm_client_fd(struct session *s, uint32_t fd, uint64_t size)
 	snprintf(path, sizeof(path), "/proc/%d/fd/%u", pid, fd);
 	int mfd = open(path, O_RDWR | O_CLOEXEC);
 	struct stat st;
+	/* whole pages: a file may end inside the last page of its mapping
+	 * (NCCL's /dev/shm buffers do), whose tail is then the client's too */
+	uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE);
 	if (mfd < 0 || fstat(mfd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != uid ||
-	    (uint64_t)st.st_size < size) {
+	    st.st_size < 0 || ((uint64_t)st.st_size + pg - 1) / pg * pg < size) {
 		log_warn("%s: cannot share the client's memory %s: %s", s->name, path,
 			 mfd < 0 ? strerror(errno) : "not the client's memory file of that size");
 		if (mfd >= 0)

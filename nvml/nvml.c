@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define API __attribute__((visibility("default")))
 #define MAXDEV 64
@@ -678,6 +679,46 @@ API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned in
 	if (!l.active)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	*type = l.type;
+	return NVML_SUCCESS;
+}
+
+/* Field values: the NVLink ones rgpu knows (a link's state, the number of
+ * links); every other field answers NOT_SUPPORTED in its own nvmlReturn,
+ * as NVML does for fields a GPU lacks. */
+API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int n, nvmlFieldValue_t *v)
+{
+	int idx;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (n < 0 || (n > 0 && !v))
+		return NVML_ERROR_INVALID_ARGUMENT;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	for (int i = 0; i < n; i++) {
+		struct link l;
+		v[i].timestamp = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+		v[i].latencyUsec = 0;
+		v[i].valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+		switch (v[i].fieldId) {
+		case NVML_FI_DEV_NVLINK_GET_STATE:
+			v[i].nvmlReturn = link_of(d, v[i].scopeId, &l);
+			if (v[i].nvmlReturn == NVML_SUCCESS)
+				v[i].value.uiVal = (unsigned)l.active;
+			break;
+		case NVML_FI_DEV_NVLINK_LINK_COUNT:
+			v[i].value.uiVal = 0;
+			v[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+			for (unsigned k = 0; k < NVLINK_MAX; k++)
+				if (link_of(d, k, &l) == NVML_SUCCESS) {
+					v[i].value.uiVal = k + 1;
+					v[i].nvmlReturn = NVML_SUCCESS;
+				}
+			break;
+		default:
+			v[i].nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+		}
+	}
 	return NVML_SUCCESS;
 }
 

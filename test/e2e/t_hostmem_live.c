@@ -87,29 +87,37 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 16; i++)
 		CHECK(u[i] == 0x5a5a1234u, "host word %d after the memset is %#x", i, u[i]);
 
-	/* registered pages of a shared file, at an offset and unaligned */
+	/* registered pages of a shared file, at an offset, unaligned and up to
+	 * the file's end, which is not a page's end (NCCL's /dev/shm buffers
+	 * are 9637892 bytes) */
 	{
 		char name[64];
 		snprintf(name, sizeof(name), "/rgpu-t-hostmem-%d", (int)getpid());
 		int sfd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
 		CHECK(sfd >= 0, "shm_open %s failed", name);
-		CHECK(ftruncate(sfd, 1 << 20) == 0, "ftruncate failed");
-		char *m1 = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
-		char *m2 = mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+		const size_t fsz = (1 << 20) + 4, at = 8192 + 128;
+		CHECK(ftruncate(sfd, (off_t)fsz) == 0, "ftruncate failed");
+		char *m1 = mmap(NULL, fsz, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+		char *m2 = mmap(NULL, fsz, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
 		CHECK(m1 != MAP_FAILED && m2 != MAP_FAILED, "mmap of the shared file failed");
-		char *p = m1 + 8192 + 128;
-		CK(cuMemHostRegister(p, 1000, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
+		char *p = m1 + at;
+		CK(cuMemHostRegister(p, fsz - at, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE));
 		shm_unlink(name); /* (NCCL unlinks once its peer has it open) */
 		close(sfd);
 		CUdeviceptr rd = 0;
 		CK(cuMemHostGetDevicePointer(&rd, p, 0));
 		live_round(f_wait, s, rd, (volatile int *)p, (volatile int *)(p + 4), 7,
 			   "registered shared file");
-		volatile int *peer = (volatile int *)(m2 + 8192 + 128 + 4);
+		volatile int *peer = (volatile int *)(m2 + at + 4);
 		CHECK(*peer == 8, "another mapping of the file reads %d, not 8", *peer);
+		/* the file's last bytes, through the device address */
+		CK(cuMemsetD32(rd + (fsz - at) - 4, 0x600dfeedu, 1));
+		CHECK(*(volatile unsigned *)(m2 + fsz - 4) == 0x600dfeedu,
+		      "the file's last word after a memset through the device reads %#x",
+		      *(volatile unsigned *)(m2 + fsz - 4));
 		CK(cuMemHostUnregister(p));
-		munmap(m1, 1 << 20);
-		munmap(m2, 1 << 20);
+		munmap(m1, fsz);
+		munmap(m2, fsz);
 	}
 
 	/* VMM memory after pinned host memory */

@@ -208,6 +208,8 @@ int main(int argc, char **argv)
 	SYM(nvmlDeviceGetNvLinkCapability);
 	SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2);
 	SYM(nvmlDeviceGetNvLinkRemoteDeviceType);
+	nvmlReturn_t (*nvmlDeviceGetFieldValues)(nvmlDevice_t, int, nvmlFieldValue_t *);
+	SYM(nvmlDeviceGetFieldValues);
 	const char *nvl = getenv("T_NVML_NVLINK");
 	int active = -1, type = -1;
 	unsigned cap = 9;
@@ -215,6 +217,10 @@ int main(int argc, char **argv)
 	nvmlReturn_t lrc = nvmlDeviceGetNvLinkState(h[0], 0, &active);
 	if (!nvl) {
 		CHECK(lrc == NVML_ERROR_NOT_SUPPORTED, "NVLink state from a server without NVML: %d", (int)lrc);
+		nvmlFieldValue_t fv = { .fieldId = NVML_FI_DEV_NVLINK_GET_STATE };
+		CHECK(nvmlDeviceGetFieldValues(h[0], 1, &fv) == NVML_SUCCESS &&
+			      fv.nvmlReturn == NVML_ERROR_NOT_SUPPORTED,
+		      "link state field from a server without NVML: %d", (int)fv.nvmlReturn);
 	} else if (!strcmp(nvl, "peer") && n >= 2) {
 		CHECK(lrc == NVML_SUCCESS && active == 1, "link 0 to GPU 1: %d, active %d", (int)lrc, active);
 		CHECK(nvmlDeviceGetNvLinkCapability(h[0], 0, 0, &cap) == NVML_SUCCESS && cap == 1,
@@ -229,6 +235,16 @@ int main(int argc, char **argv)
 		      "link 1 (down): active %d", active);
 		CHECK(nvmlDeviceGetNvLinkState(h[0], 18, &active) == NVML_ERROR_INVALID_ARGUMENT,
 		      "link 18 does not exist");
+		/* NCCL on sm_90+ reads link state as a field value */
+		nvmlFieldValue_t fv[3] = { { .fieldId = NVML_FI_DEV_NVLINK_GET_STATE, .scopeId = 0 },
+					   { .fieldId = NVML_FI_DEV_NVLINK_GET_STATE, .scopeId = 1 },
+					   { .fieldId = 99999 } };
+		CHECK(nvmlDeviceGetFieldValues(h[0], 3, fv) == NVML_SUCCESS, "field values");
+		CHECK(fv[0].nvmlReturn == NVML_SUCCESS && fv[0].value.uiVal == 1, "link 0 state field: %d, %u",
+		      (int)fv[0].nvmlReturn, fv[0].value.uiVal);
+		CHECK(fv[1].nvmlReturn == NVML_SUCCESS && fv[1].value.uiVal == 0, "link 1 state field: %d, %u",
+		      (int)fv[1].nvmlReturn, fv[1].value.uiVal);
+		CHECK(fv[2].nvmlReturn == NVML_ERROR_NOT_SUPPORTED, "an unknown field: %d", (int)fv[2].nvmlReturn);
 		say("NVLink: GPU 0 link 0 -> %s", rp.busId);
 	} else if (!strcmp(nvl, "absent")) {
 		CHECK(lrc == NVML_SUCCESS && active == 0,
