@@ -668,6 +668,12 @@ API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned in
 	return l.active && pci_of(l.bus, pci) == 0 ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
+/* the unversioned name: what NCCL looks up (and fills as _v2's layout) */
+API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci)
+{
+	return nvmlDeviceGetNvLinkRemotePciInfo_v2(d, link, pci);
+}
+
 API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, int *type)
 {
 	struct link l;

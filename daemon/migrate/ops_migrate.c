@@ -186,16 +186,20 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 			 "%.3f s, %llu of them still in use at the pause",
 			 (unsigned long long)info.prep_bytes, (double)info.prep_ns / 1e9,
 			 (unsigned long long)info.prep_used);
+	char maps[128] = "";
+	if (info.peer_bytes || info.prep_bytes)
+		snprintf(maps, sizeof(maps), "; the source's memory mapped here in %.4f s, %u object(s) "
+			 "made in the pause", (double)info.map_ns / 1e9, info.pause_creates);
 	char slow[96] = "";
 	if (info.slow_ns)
 		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", info.slow_n,
 			 rgpu_op_name(info.slow_op), (double)info.slow_ns / 1e9);
 	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
-		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s)",
+		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s%s)",
 		 s->name, gpus[0] ? gpus : "-", info.uid, (unsigned long long)info.job,
 		 mode ? "waiting for its client" : "its client goes on", (double)info.create_ns / 1e9,
 		 slow, (unsigned long long)(info.mem_bytes + info.peer_bytes), peer,
-		 (double)info.mem_ns / 1e9, prep);
+		 (double)info.mem_ns / 1e9, prep, maps);
 	put_bytes(out, token, sizeof(token));
 	put_u64(out, info.last_id);
 	int sent = session_send_reply(s, &in.last, 0, 0, out->data, out->len);

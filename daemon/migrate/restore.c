@@ -39,6 +39,7 @@ struct imported {
 	CUdeviceptr va;   /* where it is mapped here */
 	uint64_t len;
 	unsigned dev;     /* the GPU it lies on */
+	int mapped;       /* (unmapped while objects are made: the handle stays) */
 	struct imported *next;
 };
 
@@ -258,18 +259,49 @@ static int memory(struct rst *r, uint64_t len)
 	return 0;
 }
 
+/* Maps an imported block at an address of its own, readable by dev. */
+static int import_map(struct rst *r, struct imported *m, unsigned dev)
+{
+	uint64_t t0 = rgpu_now_ns();
+	int stage = 0, rc;
+	if (!(rc = D->cuMemAddressReserve(&m->va, m->len, 2ull << 20, 0, 0)) && ++stage &&
+	    !(rc = D->cuMemMap(m->va, m->len, 0, m->h, 0))) {
+		++stage;
+		/* the copying GPU reads it over the peer link */
+		CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
+						      .id = (int)dev },
+					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		rc = D->cuMemSetAccess(m->va, m->len, &acc, 1);
+	}
+	if (rc) {
+		if (stage >= 2)
+			D->cuMemUnmap(m->va, m->len);
+		if (stage >= 1)
+			D->cuMemAddressFree(m->va, m->len);
+		return BAD("cannot map the source's device memory (GPU %u) for GPU %u: %s", m->dev,
+			   dev, rgpud_cu_errname(D, rc));
+	}
+	m->mapped = 1;
+	r->info->map_ns += rgpu_now_ns() - t0;
+	return 0;
+}
+
 /* The source's physical memory under token, mapped here and readable by
  * dev; NULL with why[] set. */
 static struct imported *import(struct rst *r, const uint8_t token[16], uint64_t len, unsigned dev)
 {
 	for (struct imported *m = r->imp; m; m = m->next)
-		if (!memcmp(m->token, token, 16))
-			return m->len == len ? m : (BAD("malformed session state (peer memory)"), NULL);
+		if (!memcmp(m->token, token, 16)) {
+			if (m->len != len)
+				return BAD("malformed session state (peer memory)"), NULL;
+			return m->mapped || import_map(r, m, dev) == 0 ? m : NULL;
+		}
 	int fd = -1;
 	unsigned gpu = 0;
 	uint64_t size = 0;
 	uint8_t tok[16];
 	memcpy(tok, token, 16);
+	uint64_t t0 = rgpu_now_ns();
 	int rc = gate_share_get(tok, &fd, &gpu, &size);
 	if (rc) {
 		BAD("the source's device memory is not shared with this worker (%s)",
@@ -287,29 +319,18 @@ static struct imported *import(struct rst *r, const uint8_t token[16], uint64_t 
 	memcpy(m->token, token, 16);
 	m->len = len;
 	m->dev = gpu;
-	int stage = 0;
 	rc = D->cuMemImportFromShareableHandle(&m->h, (void *)(intptr_t)fd,
 					       CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 	close(fd);
-	if (!rc && ++stage && !(rc = D->cuMemAddressReserve(&m->va, len, 2ull << 20, 0, 0)) &&
-	    ++stage && !(rc = D->cuMemMap(m->va, len, 0, m->h, 0))) {
-		++stage;
-		/* the copying GPU reads it over the peer link */
-		CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
-						      .id = (int)dev },
-					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-		rc = D->cuMemSetAccess(m->va, len, &acc, 1);
-	}
+	r->info->map_ns += rgpu_now_ns() - t0;
 	if (rc) {
-		if (stage >= 3)
-			D->cuMemUnmap(m->va, len);
-		if (stage >= 2)
-			D->cuMemAddressFree(m->va, len);
-		if (stage >= 1)
-			D->cuMemRelease(m->h);
 		free(m);
-		BAD("cannot map the source's device memory (GPU %u) for GPU %u: %s", gpu, dev,
-		    rgpud_cu_errname(D, rc));
+		BAD("cannot import the source's device memory (GPU %u): %s", gpu, rgpud_cu_errname(D, rc));
+		return NULL;
+	}
+	if (import_map(r, m, dev) < 0) {
+		D->cuMemRelease(m->h);
+		free(m);
 		return NULL;
 	}
 	m->next = r->imp;
@@ -317,22 +338,33 @@ static struct imported *import(struct rst *r, const uint8_t token[16], uint64_t 
 	return m;
 }
 
+static void import_unmap(struct imported *m)
+{
+	if (!m->mapped)
+		return;
+	D->cuMemUnmap(m->va, m->len);
+	D->cuMemAddressFree(m->va, m->len);
+	m->mapped = 0;
+}
+
 static void imports_free(struct imported *m)
 {
 	while (m) {
 		struct imported *next = m->next;
-		D->cuMemUnmap(m->va, m->len);
-		D->cuMemAddressFree(m->va, m->len);
+		import_unmap(m);
 		D->cuMemRelease(m->h);
 		free(m);
 		m = next;
 	}
 }
 
-static void imports_release(struct rst *r)
+/* The source's blocks unmapped (objects made next must find the driver's
+ * address space as the source's was); their handles stay, so mapping them
+ * again for the copies is a map, not an import. */
+static void imports_unmap(struct rst *r)
 {
-	imports_free(r->imp);
-	r->imp = NULL;
+	for (struct imported *m = r->imp; m; m = m->next)
+		import_unmap(m);
 }
 
 /* A restore's mappings of the source's memory, let go once the source
@@ -354,7 +386,7 @@ static int restore_at(struct rst *r, const struct mem_head *h)
 {
 	int rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
 	if (rc == CUDA_ERROR_INVALID_VALUE && r->imp) {
-		imports_release(r);
+		imports_unmap(r);
 		rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
 	}
 	if (rc)
@@ -579,9 +611,11 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			 * where it went there), so the source's blocks mapped
 			 * ahead go (mapped again for the copies), and in the
 			 * pause, prepared memory no record has claimed */
-			imports_release(r);
-			if (synced)
+			imports_unmap(r);
+			if (synced) {
 				preps_drop(r, 0, 0);
+				info->pause_creates++;
+			}
 			uint64_t t0 = rgpu_now_ns();
 			unsigned op = RGPU_OP_MAX;
 			rc = create(r, len, &op);
@@ -659,7 +693,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 	}
 	peer_copies_free(r);
 	if (rc) {
-		imports_release(r);
+		imports_free(r->imp);
+		r->imp = NULL;
 	} else {
 		snap_restore_done(); /* (none left: one restore at a time) */
 		imports_left = r->imp;

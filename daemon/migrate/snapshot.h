@@ -128,6 +128,10 @@ struct snap_info {
 	/* memory made ready ahead of the pause (PREP records), and of it what
 	 * the pause found unchanged */
 	uint64_t prep_ns, prep_bytes, prep_used;
+	/* mapping the source's blocks here (for PREP and PEER records), and
+	 * the objects made in the pause (after the SYNC record) */
+	uint64_t map_ns;
+	uint32_t pause_creates;
 	/* the kind of request whose re-creation took longest in all, and how
 	 * long (where a move's pause goes) */
 	uint16_t slow_op;

@@ -75,6 +75,18 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(torch_needs) / sizeof(*torch_needs); i++)
 		if (!dlsym(lib, torch_needs[i]))
 			fail("%s lacks %s (PyTorch needs it)", path, torch_needs[i]);
+	/* what NCCL looks up (src/misc/nvmlwrap.cc): a link whose call is
+	 * missing is skipped, so NCCL would see no NVLink */
+	static const char *const nccl_needs[] = {
+		"nvmlInit", "nvmlInit_v2", "nvmlShutdown", "nvmlDeviceGetCount", "nvmlDeviceGetCount_v2",
+		"nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetIndex",
+		"nvmlErrorString", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetNvLinkRemotePciInfo",
+		"nvmlDeviceGetNvLinkCapability", "nvmlDeviceGetCudaComputeCapability",
+		"nvmlDeviceGetP2PStatus", "nvmlDeviceGetFieldValues", "nvmlDeviceGetGpuFabricInfoV",
+	};
+	for (size_t i = 0; i < sizeof(nccl_needs) / sizeof(*nccl_needs); i++)
+		if (!dlsym(lib, nccl_needs[i]))
+			fail("%s lacks %s (NCCL needs it)", path, nccl_needs[i]);
 
 	unsigned n = 0;
 	if (nvmlDeviceGetCount_v2(&n) != NVML_ERROR_UNINITIALIZED)

@@ -255,6 +255,17 @@ else
 			result t_appmem_peer FAIL "$(grep FAIL "$OUT/appmem-peer-rgpu.log" | head -2)"
 	fi
 
+	# NVLink as NCCL will see it: the real NVML's links between the two
+	# GPUs, and the drop-in's (same far ends; no link, no P2P transport)
+	run nvlink-local 30 local env LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" $PY "$M/nvlink_view.py"
+	run nvlink-rgpu 30 "$TWOG" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" $PY "$M/nvlink_view.py"
+	nl=$(grep -c '^LINK' "$OUT/nvlink-local.log"); nr=$(grep -c '^LINK' "$OUT/nvlink-rgpu.log")
+	if same_lines "$OUT/nvlink-local.log" "$OUT/nvlink-rgpu.log" LINK || { [ "$nl" = 0 ] && [ "$nr" = 0 ]; }; then
+		result nvml_nvlink PASS "the drop-in NVML reports the $nl active NVLink(s) the real one does"
+	else
+		result nvml_nvlink FAIL "real NVML: $nl active links, drop-in: $nr; $(grep FAILS "$OUT/nvlink-rgpu.log") (local: $(grep FAILS "$OUT/nvlink-local.log"))"
+	fi
+
 	NENV="NCCL_NVLS_ENABLE=0 NCCL_DEBUG=WARN"
 	TR="$PY -m torch.distributed.run --nproc_per_node=2"
 	run nccl-local 90 local env $NENV $TR --master_port="$(free_port)" "$M/nccl_allreduce.py"
