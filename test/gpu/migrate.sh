@@ -229,6 +229,24 @@ if [ "$ngpu" -ge 2 ]; then
 	result two-gpus-ahead "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
 		"GPU to GPU with RGPUD_MIGRATE_AHEAD=1: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $px ms (without: $pp ms); $(grep -o "session moved to .*" "$OUT/rgpud-twoX.log" | tail -1)"
 	grep -o "objects re-created in .*" "$OUT/rgpud-twoX.log" 2>/dev/null | tail -1 | sed "s/^/two-gpus-ahead target: /" | tee -a "$S"
+	# the same with three times the memory: the pause's growth per GiB is
+	# the handover's own copy rate (its fixed part left out)
+	big=$((DATA_MB * 3))
+	start bigP && BP=$PORT BPID=$PID
+	DATA_MB=$big train plainbig "127.0.0.1:$BP"
+	wait "$TPID"
+	kill_all "$BPID"
+	DATA_MB=$big RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 twoaheadbig twoXB
+	pb=$(pause_ms twoaheadbig "$MOVE_AT")
+	SAME=$(diff <(losses plainbig) <(losses twoaheadbig) >/dev/null && echo 0 || echo 1)
+	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twoaheadbig.cmd" && echo 0 || echo 1)
+	xbb=$(grep -o "[0-9]* of them device memory copied GPU to GPU" "$OUT/rgpud-twoXB.log" | tail -1 | cut -d' ' -f1)
+	result two-gpus-ahead-big "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
+		"the same with DATA_MB=$big: losses identical to its own plain run: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $pb ms; $(grep -o "session moved to .*" "$OUT/rgpud-twoXB.log" | tail -1)"
+	grep -o "objects re-created in .*" "$OUT/rgpud-twoXB.log" 2>/dev/null | tail -1 | sed "s/^/two-gpus-ahead-big target: /" | tee -a "$S"
+	for n in twoahead twoaheadbig; do
+		grep -o "session re-attached.*" "$OUT/$n.err" 2>/dev/null | tail -1 | sed "s/^/$n client: /" | tee -a "$S"
+	done
 	# the path's own copy bandwidth, measured here: a local peer copy of
 	# 256 MiB GPU 0 -> 1 (torch), against what the pause moved
 	LD_LIBRARY_PATH=$R:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
@@ -237,6 +255,9 @@ if [ "$ngpu" -ge 2 ]; then
 	xb=$(grep -o "[0-9]* of them device memory copied GPU to GPU" "$OUT/rgpud-twoX.log" | tail -1 | cut -d' ' -f1)
 	if [ -n "$link" ] && [ -n "$xb" ]; then
 		say "two-gpus-ahead path: local peer copy GPU 0 -> 1 ${link} GB/s (256 MiB); the pause ($px ms) moved $xb bytes of device memory at $(awk -v b="$xb" -v p="$px" 'BEGIN { printf "%.1f", b / (p / 1000) / 1e9 }') GB/s = $(awk -v b="$xb" -v p="$px" -v r="$link" 'BEGIN { printf "%.0f", 100 * b / (p / 1000) / 1e9 / r }')% of it (target 80%); $(awk -v b="$xb" -v p="$px" 'BEGIN { printf "%.1f", p / (b / 1073741824) }') ms per GiB"
+		if [ -n "$xbb" ] && [ -n "$pb" ]; then
+			say "two-gpus-ahead slope: from $xb to $xbb bytes the pause went from $px to $pb ms: $(awk -v a="$xb" -v b="$xbb" -v p="$px" -v q="$pb" 'BEGIN { if (b > a && q > p) printf "%.2f ms per GiB more = %.1f GB/s", (q - p) / ((b - a) / 1073741824), (b - a) / ((q - p) / 1000) / 1e9; else print "no growth measured" }') against the link's $link GB/s ($(awk -v a="$xb" -v b="$xbb" -v p="$px" -v q="$pb" -v r="$link" 'BEGIN { if (b > a && q > p) printf "%.0f%%", 100 * (b - a) / ((q - p) / 1000) / 1e9 / r; else print "?" }')); fixed part $(awk -v a="$xb" -v b="$xbb" -v p="$px" -v q="$pb" 'BEGIN { if (b > a && q > p) printf "%.1f ms", p - (q - p) / (b - a) * a; else print "?" }')"
+		fi
 	fi
 else
 	say "SKIP two-gpus: this machine has $ngpu GPU(s); moving between two GPUs of one server needs two"
