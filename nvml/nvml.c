@@ -24,6 +24,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -668,10 +669,24 @@ API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t d, unsigned in
 	return l.active && pci_of(l.bus, pci) == 0 ? NVML_SUCCESS : NVML_ERROR_INVALID_ARGUMENT;
 }
 
-/* the unversioned name: what NCCL looks up (and fills as _v2's layout) */
-API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int link, nvmlPciInfo_t *pci)
+/* The unversioned name, which NCCL looks up: NVML's first layout (a
+ * 16-character bus id, the ids, four reserved words: 52 bytes), as the
+ * real library fills it; NCCL reads the far end's bus id where _v2 has
+ * it, finds it empty there, and so does through rgpu what it does
+ * locally. */
+API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo(nvmlDevice_t d, unsigned int link, void *pci)
 {
-	return nvmlDeviceGetNvLinkRemotePciInfo_v2(d, link, pci);
+	nvmlPciInfo_t v2;
+	if (!pci)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	nvmlReturn_t rc = nvmlDeviceGetNvLinkRemotePciInfo_v2(d, link, &v2);
+	if (rc)
+		return rc;
+	unsigned char v1[52] = { 0 };
+	_Static_assert(offsetof(nvmlPciInfo_t, busId) == 36, "the ids end where v1's reserved words begin");
+	memcpy(v1, &v2, offsetof(nvmlPciInfo_t, busId));
+	memcpy(pci, v1, sizeof(v1));
+	return NVML_SUCCESS;
 }
 
 API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t d, unsigned int link, int *type)

@@ -257,6 +257,15 @@ int main(int argc, char **argv)
 		CHECK(fv[1].nvmlReturn == NVML_SUCCESS && fv[1].value.uiVal == 0, "link 1 state field: %d, %u",
 		      (int)fv[1].nvmlReturn, fv[1].value.uiVal);
 		CHECK(fv[2].nvmlReturn == NVML_ERROR_NOT_SUPPORTED, "an unknown field: %d", (int)fv[2].nvmlReturn);
+		/* the unversioned call (NCCL's): NVML's first layout, 52 bytes */
+		nvmlReturn_t (*remote_v1)(nvmlDevice_t, unsigned, void *);
+		*(void **)&remote_v1 = dlsym(lib, "nvmlDeviceGetNvLinkRemotePciInfo");
+		unsigned char v1[sizeof(nvmlPciInfo_t)];
+		memset(v1, 0xaa, sizeof(v1));
+		CHECK(remote_v1 && remote_v1(h[0], 0, v1) == NVML_SUCCESS, "unversioned remote PCI info");
+		CHECK(!memcmp(v1, rp.busIdLegacy, sizeof(rp.busIdLegacy)) && v1[36] == 0 && v1[51] == 0 &&
+			      v1[52] == 0xaa && v1[sizeof(v1) - 1] == 0xaa,
+		      "the unversioned remote PCI info is not NVML's first layout");
 		say("NVLink: GPU 0 link 0 -> %s", rp.busId);
 	} else if (!strcmp(nvl, "absent")) {
 		CHECK(lrc == NVML_SUCCESS && active == 0,

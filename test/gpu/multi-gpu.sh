@@ -268,7 +268,7 @@ else
 
 	NENV="NCCL_NVLS_ENABLE=0 NCCL_DEBUG=WARN"
 	TR="$PY -m torch.distributed.run --nproc_per_node=2"
-	run nccl-local 90 local env $NENV $TR --master_port="$(free_port)" "$M/nccl_allreduce.py"
+	run nccl-local 90 local env $NENV NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P $TR --master_port="$(free_port)" "$M/nccl_allreduce.py"
 	# (NCCL says which transports and memory it chose: where a fault is)
 	run nccl-rgpu 120 "$TWOG" env $NENV RGPU_LOG_LEVEL=info NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,GRAPH,P2P,SHM,ALLOC,PROXY NCCL_TOPO_DUMP_FILE="$OUT/nccl-topo-rgpu.xml" \
 		$TR --master_port="$(free_port)" "$M/nccl_allreduce.py"

@@ -18,7 +18,9 @@ for mib in (64, 256):
     for _ in range(3):
         dist.all_reduce(t)
     torch.cuda.synchronize()
-    reps = 10
+    # about 100 ms of all-reduces per size, so launch and wait costs
+    # cannot hide behind a short loop
+    reps = max(10, 25600 // mib)
     t0 = time.perf_counter()
     for _ in range(reps):
         dist.all_reduce(t)
