@@ -163,8 +163,8 @@ int sched_parent_admit(pid_t pid, const struct rgpud_principal *who, unsigned gp
 		atomic_store(&s->beat, 0);
 		atomic_store(&s->idle_since, rgpu_now_ns());
 		atomic_store(&s->progress, 0);
+		atomic_store(&s->used, 0);
 		atomic_store(&s->pid, pid); /* last: the slot is ready */
-		atomic_fetch_add(&seg->tenants[gpu], 1);
 		sched_seg_wake(seg, gpu);
 		rc = 0;
 	}
@@ -219,7 +219,8 @@ void sched_parent_release(pid_t pid, uint64_t *ns, size_t ngpu)
 		atomic_store(&s->inflight, 0);
 		atomic_store(&s->waiting, 0);
 		atomic_store(&s->pid, 0);
-		if (gpu < RGPUD_MAX_GPUS && atomic_load(&seg->tenants[gpu]))
+		if (atomic_exchange(&s->used, 0) && gpu < RGPUD_MAX_GPUS &&
+		    atomic_load(&seg->tenants[gpu]))
 			atomic_fetch_sub(&seg->tenants[gpu], 1);
 		sched_seg_wake(seg, gpu); /* whoever waited on it looks again */
 	}

@@ -151,6 +151,15 @@ static struct sched_slot *my_slot(unsigned gpu)
 	return NULL;
 }
 
+void sched_worker_uses(unsigned gpu)
+{
+	struct sched_slot *s = my_slot(gpu);
+	if (s && !atomic_exchange(&s->used, 1)) {
+		atomic_fetch_add(&seg->tenants[gpu], 1);
+		sched_seg_wake(seg, gpu);
+	}
+}
+
 static int enabled(void)
 {
 	return seg && (seg->policy != SCHED_POL_FIFO || seg->mps);

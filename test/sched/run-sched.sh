@@ -185,6 +185,35 @@ top_table() {
 t_check "rgpu top (table, --count 1): the policy, no sessions left" top_table
 stop_rgpud "$FAIR_PID"
 
+# ---- two GPUs, two sessions each admitted to both (RGPU_SERVERS names
+# both, as for two ranks of a job) but each making a context on one: they
+# are not each other's tenants, so neither is gated nor timed (NCCL's
+# ranks must not wait on each other's turns)
+RGPU_EMU_DEVICES=2 start_rgpud two --open --sched=fair
+TWO_PID=$RGPUD_PID
+for x in 0 1; do
+	env RGPU_SERVERS="127.0.0.1:$PORT/$x,127.0.0.1:$PORT/$((1 - x))" LD_LIBRARY_PATH="$CLIENTDIR" \
+		T_KERNEL_US=2000 T_SECONDS_MS=2500 T_DEPTH=4 "$TENANT" >"$LOGDIR/two$x.out" 2>"$LOGDIR/two$x.err" &
+	eval "TPID_two$x=$!"
+done
+sleep 1.2
+"$RGPU" top --server "127.0.0.1:$PORT" --json >"$LOGDIR/two-top.json" 2>"$LOGDIR/two-top.err"
+wait "$TPID_two0"; R0=$?
+wait "$TPID_two1"; R1=$?
+t_check "two GPUs, one each: both completed" test "$R0$R1" = 00
+two_alone() {
+	"$PYTHON" - "$LOGDIR/two-top.json" <<'EOF2'
+import json, sys
+s = [x for x in json.load(open(sys.argv[1]))["sessions"] if x["memory_bytes"] > 0]
+print("    sessions (gpu, GPU time ms):", [(x["gpu"], x["gpu_time_ms"]) for x in s])
+# each on its own GPU, and nothing timed: no GPU had two tenants
+assert len(s) == 2 and sorted(x["gpu"] for x in s) == [0, 1], s
+assert all(x["gpu_time_ms"] == 0 for x in s), s
+EOF2
+}
+t_check "two GPUs, one each: not each other's tenants (nothing gated or timed)" two_alone
+stop_rgpud "$TWO_PID"
+
 # ---- fifo: shares ignored
 start_rgpud fifo --open --sched=fifo
 FIFO_PID=$RGPUD_PID
