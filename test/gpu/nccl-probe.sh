@@ -1,0 +1,51 @@
+#!/bin/bash
+# Where NCCL's all-reduce loses bandwidth through rgpud (two GPUs of one
+# host): the same nccl_allreduce.py locally and through rgpud, with the
+# scheduler's gate (fair) and without (fifo), with NCCL's cuMem buffers and
+# with its legacy IPC ones.  Prints "PROBE name BUSBW 64MiB x 256MiB y".
+#   bash test/gpu/nccl-probe.sh [--out DIR]
+set -u
+src=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=/tmp/rgpu-nccl-probe
+[ "${1:-}" = --out ] && OUT=$2
+mkdir -p "$OUT"
+B=${top_builddir:-$src/_build}
+REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
+PY=${PYTHON:-python3}
+TR="$PY -m torch.distributed.run --nproc_per_node=2"
+free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+pids=""
+trap 'kill $pids 2>/dev/null; wait 2>/dev/null' EXIT
+start() { # name args -> PORT
+	PORT=$(free_port)
+	LD_LIBRARY_PATH=$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$B/daemon/rgpud" --open \
+		--listen "127.0.0.1:$PORT" "$@" >"$OUT/rgpud-$1.log" 2>&1 &
+	pids="$pids $!"
+	sleep 1.5
+}
+probe() { # name where env...
+	local name=$1 where=$2
+	shift 2
+	if [ "$where" = local ]; then
+		timeout 90 env LD_LIBRARY_PATH="$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0 "$@" \
+			$TR --master_port="$(free_port)" "$src/test/gpu/multi/nccl_allreduce.py" >"$OUT/$name.log" 2>&1
+	else
+		timeout 90 env RGPU_SERVERS="$where" NCCL_NVLS_ENABLE=0 \
+			LD_LIBRARY_PATH="$B/client/.libs:$B/nvml/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@" \
+			$TR --master_port="$(free_port)" "$src/test/gpu/multi/nccl_allreduce.py" >"$OUT/$name.log" 2>&1
+	fi
+	echo "PROBE $name $(grep ^BUSBW "$OUT/$name.log" | tr '\n' ' ') $(grep -c 'CHECK allreduce_data ok' "$OUT/$name.log")"
+}
+start fair --sched=fair
+F=$PORT
+start fifo --sched=fifo
+Q=$PORT
+probe local local
+probe rgpu-fair "127.0.0.1:$F/0,127.0.0.1:$F/1"
+probe rgpu-fifo "127.0.0.1:$Q/0,127.0.0.1:$Q/1"
+probe local-nocumem local NCCL_CUMEM_ENABLE=0
+probe rgpu-fifo-nocumem "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_CUMEM_ENABLE=0
+probe rgpu-fifo-ce "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_PROTO=Simple
+probe local-ce local NCCL_PROTO=Simple
+probe local-again local
+grep -h "CTX_CREATE\|context" "$OUT"/rgpud-fair.log | head -5
