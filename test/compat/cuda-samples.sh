@@ -98,15 +98,23 @@ for _ in $(seq 1 100); do
 	sleep 0.1
 done
 
+# every GPU of this machine through rgpud, as the direct run sees them all
+# (the multi-GPU samples waive with one)
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+SERVERS=""
+for ((g = 0; g < (NGPU > 0 ? NGPU : 1); g++)); do
+	SERVERS="$SERVERS${SERVERS:+,}127.0.0.1:$port/$g"
+done
+
 # run NAME MODE: exit status of the sample run that way, output in the log
 run() {
 	local name=$1 mode=$2 dir=$BIN/$1 log=$L/$1.$2
 	local env=(env) libs=$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	case $mode in
 	direct) env+=(LD_LIBRARY_PATH=$REAL:$libs) ;;
-	tcp) env+=(RGPU_SERVERS=127.0.0.1:$port/0 RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$libs
+	tcp) env+=(RGPU_SERVERS=$SERVERS RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$libs
 		   RGPU_LOG_LEVEL=warn) ;;
-	local) env+=(RGPU_SERVERS=127.0.0.1:$port/0 LD_LIBRARY_PATH=$CLIENTDIR:$libs RGPU_LOG_LEVEL=warn) ;;
+	local) env+=(RGPU_SERVERS=$SERVERS LD_LIBRARY_PATH=$CLIENTDIR:$libs RGPU_LOG_LEVEL=warn) ;;
 	esac
 	(cd "$dir" && "${env[@]}" timeout -k 5 "$SAMPLE_TIMEOUT" "./$name" </dev/null >"$log.out" 2>&1)
 }

@@ -11,6 +11,8 @@ OUT=/tmp/rgpu-nccl-probe
 mkdir -p "$OUT"
 B=${top_builddir:-$src/_build}
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
+# (the libraries the GPU machine lacks, carried beside the build)
+[ -d "$src/.devcarry/lib" ] && export LD_LIBRARY_PATH=$src/.devcarry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 PY=${PYTHON:-python3}
 TR="$PY -m torch.distributed.run --nproc_per_node=2"
 free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
