@@ -40,7 +40,9 @@ probe() { # name where env...
 }
 start fair --sched=fair
 F=$PORT
-start fifo --sched=fifo
+# (the requests each rank's session served, and the time they took, in
+# this rgpud's log at the sessions' end)
+RGPUD_OP_STATS=1 start fifo --sched=fifo
 Q=$PORT
 probe local local
 probe rgpu-fair "127.0.0.1:$F/0,127.0.0.1:$F/1"
@@ -49,5 +51,15 @@ probe local-nocumem local NCCL_CUMEM_ENABLE=0
 probe rgpu-fifo-nocumem "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_CUMEM_ENABLE=0
 probe rgpu-fifo-ce "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_PROTO=Simple
 probe local-ce local NCCL_PROTO=Simple
+# the kernels' launch attributes (memory sync domain, thread-block
+# clusters): if the local run falls to rgpu's rate without one, rgpu's
+# launches lose it
+probe local-nodomain local NCCL_MEM_SYNC_DOMAIN=0
+probe local-nocga local NCCL_CGA_CLUSTER_SIZE=0
+probe rgpu-fifo-nodomain "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_MEM_SYNC_DOMAIN=0
 probe local-again local
-grep -h "CTX_CREATE\|context" "$OUT"/rgpud-fair.log | head -5
+kill $pids 2>/dev/null
+wait 2>/dev/null
+pids=""
+echo "== the fifo rgpud's sessions (RGPUD_OP_STATS)"
+grep -h "op stats\|served\|LAUNCH\|SYNC\|EVENT" "$OUT/rgpud-fifo.log" | head -40
