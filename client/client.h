@@ -186,11 +186,16 @@ struct rc_stream {
 	uint64_t capture_id; /* non-zero while capturing (graph.c) */
 	uint64_t capture_hosts; /* host functions captured so far */
 	void *capture_graph;    /* cuStreamBeginCaptureToGraph's graph, or NULL */
+	void *capture_acc;      /* host memory its captured copies name (graph.c) */
 	uint64_t idle_at;    /* stream.c: seen idle (rc_idle_mark), atomic */
 };
 
 /* graph.c: capture id of a stream (0 when not capturing) */
 uint64_t rc_stream_capture_id(CUstream s);
+/* graph.c: a copy captured on s names host memory at device-side address
+ * dev (and device memory at other): the graph made of the capture
+ * publishes and fetches it at its launches, and holds registration held */
+CUresult rc_capture_host(CUstream s, struct rc_ctx *c, uint64_t dev, uint64_t other, uintptr_t held);
 
 struct rc_event {
 	uint32_t magic;
@@ -382,6 +387,29 @@ uintptr_t rc_registered_dev(const void *p);
 uintptr_t rc_host_alias(uintptr_t p);
 int rc_region_free(void *p, size_t *size);
 int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped, 3 registered */
+/* rgpu's registrations for graphs' copies of host memory (coherence.c):
+ * marked as such (one holder; dst: a copy writes it); [p, p+n) in one,
+ * its holders one more (1, with its base and p's device address; 0: not
+ * in one; -1: beyond its bytes); holders one more, one fewer (the
+ * region's size when none is left: the caller unregisters). */
+void rc_region_auto_init(const void *base, int dst);
+int rc_region_auto_use(const void *p, size_t n, int dst, uintptr_t *base, uint64_t *dev);
+void rc_region_auto_ref(uintptr_t base);
+/* registered memory holding p gets its device copy on c's server now (a
+ * graph's copy names it before any launch does) */
+CUresult rc_region_mirror(struct rc_ctx *c, const void *p);
+size_t rc_region_auto_unref(uintptr_t base);
+/* memory.c: the device-side address of host memory [p, p+n) that a
+ * graph's copy names: rgpu's managed and mapped memory as it is,
+ * registered memory's device copy, pageable memory registered for it
+ * (*held: that registration's base, for the graph to let go with
+ * rc_graph_host_drop; 0 when nothing is held). */
+CUresult rc_graph_host(struct rc_ctx *c, const void *p, size_t n, int dst, uint64_t *dev,
+		       uintptr_t *held);
+void rc_graph_host_drop(uintptr_t held);
+/* whether p is the program's host memory, not the device's (an address
+ * a unified-addressing copy names) */
+int rc_is_host_memory(const void *p);
 int rc_managed(const void *p);      /* cheap when there is no managed memory */
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);
 /* A synchronisation is an acquire: take rc_coh_epoch() before the

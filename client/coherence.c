@@ -66,6 +66,15 @@ struct region {
 	int ro;                  /* write-protected */
 	uint64_t live;           /* (mapped) connections whose server maps these
 				  * very pages for its device: no copy there */
+	int auto_refs;           /* (registered by rgpu for graphs' copies of
+				  * host memory) the graphs and executables
+				  * holding it; 0: the program's own.  Such a
+				  * region is its bytes [xoff, xoff+xlen) (two
+				  * may share a page), is never write-protected,
+				  * goes to the device at every launch naming it
+				  * and comes back after one only when a copy
+				  * writes it (auto_dst) */
+	int auto_dst;
 };
 
 static struct region regions[REGIONS_MAX];
@@ -97,9 +106,21 @@ static struct region *find(uintptr_t p)
 	int hw = regions_hw;
 	for (int i = 0; i < hw; i++) {
 		struct region *r = &regions[i];
-		if (r->used && p >= r->base && p - r->base < r->size)
+		if (r->used && p >= r->base && p - r->base < r->size &&
+		    (!r->auto_refs || (p - r->base >= r->xoff && p - r->base - r->xoff < r->xlen)))
 			return r;
 	}
+	return NULL;
+}
+
+/* The region that begins at base (rgpu's own registrations may share a
+ * page with another region, so an address inside names the bytes). */
+static struct region *find_base(uintptr_t base)
+{
+	int hw = regions_hw;
+	for (int i = 0; i < hw; i++)
+		if (regions[i].used && regions[i].base == base)
+			return &regions[i];
 	return NULL;
 }
 
@@ -184,7 +205,7 @@ static int tracking(void)
 
 static void protect(struct region *r)
 {
-	if (!tracking()) {
+	if (!tracking() || r->auto_refs) {
 		r->host_dirty = 1;
 		return;
 	}
@@ -273,6 +294,8 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 		r->dev_dirty = 0;
 		r->ro = 0;
 		r->live = 0;
+		r->auto_refs = 0;
+		r->auto_dst = 0;
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELEASE);
 		if (r - regions + 1 > regions_hw)
 			regions_hw = (int)(r - regions + 1);
@@ -356,6 +379,85 @@ uintptr_t rc_registered_dev(const void *p)
 	return r && r->kind == R_REGISTERED ? r->dev + ((uintptr_t)p - r->base) : 0;
 }
 
+/* ---- rgpu's own registrations: host memory a graph's copy names ----
+ * (memory.c rc_graph_host).  A graph's copy of pageable host memory names
+ * a device copy of it, kept coherent at the graph's launches and the
+ * synchronisations after them, as for registered memory; the bytes it
+ * moves grow to cover every copy that names its pages. */
+
+void rc_region_auto_init(const void *base, int dst)
+{
+	pthread_mutex_lock(&reg_lock);
+	struct region *r = find_base((uintptr_t)base);
+	if (r && r->kind == R_REGISTERED) {
+		r->auto_refs = 1;
+		r->auto_dst = dst;
+	}
+	pthread_mutex_unlock(&reg_lock);
+}
+
+int rc_region_auto_use(const void *p, size_t n, int dst, uintptr_t *base, uint64_t *dev)
+{
+	int ret = 0;
+	pthread_mutex_lock(&coh_lock);
+	pthread_mutex_lock(&reg_lock);
+	struct region *r = find((uintptr_t)p);
+	if (r && r->kind == R_REGISTERED && r->auto_refs > 0) {
+		uintptr_t a = (uintptr_t)p, hi = r->base + r->xoff + r->xlen;
+		if (a + n < a || a + n > hi) {
+			ret = -1; /* more than the copy that registered it named */
+		} else {
+			r->auto_refs++;
+			r->auto_dst |= dst;
+			*base = r->base;
+			*dev = r->dev + (a - r->base);
+			ret = 1;
+		}
+	}
+	pthread_mutex_unlock(&reg_lock);
+	pthread_mutex_unlock(&coh_lock);
+	return ret;
+}
+
+CUresult rc_region_mirror(struct rc_ctx *c, const void *p)
+{
+	CUresult rc = CUDA_SUCCESS;
+	int ci = rc_conn_index(c->dev->conn);
+	pthread_mutex_lock(&coh_lock);
+	struct region *r = find((uintptr_t)p);
+	if (r && r->kind == R_REGISTERED && !r->mirror &&
+	    !(ci >= 0 && ci < 64 && (r->live & (1ull << ci)))) {
+		if (!(rc = mirror_map(c, r->dev, r->size))) {
+			r->mirror = c;
+			__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
+		}
+	} else if (r && r->mirror && r->mirror->dev->conn != c->dev->conn) {
+		rc = CUDA_ERROR_INVALID_VALUE; /* its copy is on another server */
+	}
+	pthread_mutex_unlock(&coh_lock);
+	return rc;
+}
+
+void rc_region_auto_ref(uintptr_t base)
+{
+	pthread_mutex_lock(&reg_lock);
+	struct region *r = find_base(base);
+	if (r && r->auto_refs > 0)
+		r->auto_refs++;
+	pthread_mutex_unlock(&reg_lock);
+}
+
+size_t rc_region_auto_unref(uintptr_t base)
+{
+	size_t size = 0;
+	pthread_mutex_lock(&reg_lock);
+	struct region *r = find_base(base);
+	if (r && r->auto_refs > 0 && --r->auto_refs == 0)
+		size = r->size;
+	pthread_mutex_unlock(&reg_lock);
+	return size;
+}
+
 uintptr_t rc_host_alias(uintptr_t p)
 {
 	if (!regions_hw)
@@ -370,8 +472,8 @@ int rc_region_free(void *p, size_t *size)
 {
 	pthread_mutex_lock(&coh_lock);
 	pthread_mutex_lock(&reg_lock);
-	struct region *r = find((uintptr_t)p);
-	if (!r || r->base != (uintptr_t)p) {
+	struct region *r = find_base((uintptr_t)p);
+	if (!r) {
 		pthread_mutex_unlock(&reg_lock);
 		pthread_mutex_unlock(&coh_lock);
 		return -1;
@@ -478,6 +580,8 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 		if (!r->mirror || r->mirror->dev->conn != c->dev->conn)
 			continue;
 		rc = publish(r, stream, 1);
+		if (r->auto_refs && !r->auto_dst)
+			continue; /* a graph's copy only reads it */
 		if (!r->dev_dirty)
 			r->dev_stream = stream;
 		else if (r->dev_stream != stream)
@@ -591,6 +695,11 @@ void rc_coh_device_use(uint64_t p)
 	struct region *r = find_dev((uintptr_t)p);
 	if (r && r->mirror) {
 		publish(r, 0, 0);
+		if (r->auto_refs && !r->auto_dst) {
+			/* a graph's copy only reads it: the host's stays the newer */
+			pthread_mutex_unlock(&coh_lock);
+			return;
+		}
 		if (r->dev_dirty && r->dev_stream != 0)
 			r->dev_stream = RC_COH_NONE;
 		else

@@ -40,8 +40,30 @@ void rc_graph_free(struct rc_graph *g)
 		node_free(g->nodes[i]);
 	free(g->nodes);
 	free(g->coh);
+	for (size_t i = 0; i < g->nheld; i++)
+		rc_graph_host_drop(g->held[i]);
+	free(g->held);
 	g->magic = 0;
 	free(g);
+}
+
+int rc_graph_hold(struct rc_graph *g, const uintptr_t *held, size_t n, int ref)
+{
+	if (!n)
+		return 0;
+	uintptr_t *h = realloc(g->held, (g->nheld + n) * sizeof(*h));
+	if (!h) {
+		for (size_t i = 0; !ref && i < n; i++)
+			rc_graph_host_drop(held[i]);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (ref)
+			rc_region_auto_ref(held[i]);
+		h[g->nheld++] = held[i];
+	}
+	g->held = h;
+	return 0;
 }
 
 static int coh_add(struct rc_graph *g, const void *p, size_t n)
@@ -60,12 +82,16 @@ static int coh_add(struct rc_graph *g, const void *p, size_t n)
 	return 0;
 }
 
+int rc_graph_coh_add(struct rc_graph *g, const void *words, size_t n) { return coh_add(g, words, n); }
+
 int rc_graph_copy_info(struct rc_graph *dst, const struct rc_graph *src)
 {
 	dst->nhost = src->nhost;
 	free(dst->coh);
 	dst->coh = NULL;
 	dst->ncoh = 0;
+	if (rc_graph_hold(dst, src->held, src->nheld, 1))
+		return -1;
 	return coh_add(dst, src->coh, src->ncoh);
 }
 
@@ -228,46 +254,77 @@ static CUresult put_kernel(struct wbuf *w, struct rc_gnode *n, const CUDA_KERNEL
 	return coh_add(n->g, n->kbuf, f->layout.total) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 
-/* The address one side of a copy names: device memory, or host memory
- * the server has at the same address (rgpu's managed and mapped memory). */
-static CUresult copy_side(CUmemorytype t, const void *host, CUdeviceptr dev, size_t x, size_t y,
-			  size_t z, size_t pitch, size_t height, uint64_t *out)
+/* The address one side of a copy names, as the server knows it: device
+ * memory as it is; host memory at its device-side address (rc_graph_host:
+ * pageable memory is registered for the graph, which holds it).  foot:
+ * the bytes the copy spans from that address. */
+static CUresult copy_side(struct rc_graph *g, CUmemorytype t, const void *host, CUdeviceptr dev,
+			  size_t off, size_t foot, int dst, uint64_t *out)
 {
-	uint64_t base;
+	const char *hp = NULL;
 	switch (t) {
 	case CU_MEMORYTYPE_DEVICE:
-		base = dev;
-		break;
+		*out = dev + off;
+		return CUDA_SUCCESS;
 	case CU_MEMORYTYPE_UNIFIED:
-		base = dev ? dev : (uint64_t)(uintptr_t)host;
+		/* an address: the program's host memory, or the device's */
+		hp = (const char *)(dev ? (uintptr_t)dev : (uintptr_t)host);
+		if (!rc_is_host_memory(hp)) {
+			*out = (uint64_t)(uintptr_t)hp + off;
+			return CUDA_SUCCESS;
+		}
 		break;
 	case CU_MEMORYTYPE_HOST:
-		base = (uint64_t)(uintptr_t)host;
-		if (!rc_region_kind(host)) {
-			rc_unsupported("a graph memcpy node with pageable host memory "
-				       "(use cuMemHostAlloc or managed memory)");
-			return CUDA_ERROR_NOT_SUPPORTED;
-		}
+		hp = host;
 		break;
 	default:
 		rc_unsupported("a graph memcpy node with a CUDA array");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
-	*out = base + x + (y + z * height) * pitch;
-	return CUDA_SUCCESS;
+	if (!hp)
+		return CUDA_ERROR_INVALID_VALUE;
+	uintptr_t held = 0;
+	CUresult rc = rc_graph_host(g->ctx, hp + off, foot, dst, out, &held);
+	if (!rc && held && rc_graph_hold(g, &held, 1, 0))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	return rc;
+}
+
+/* A side's offset (x, y, z) and the bytes a copy of w x h x d spans there. */
+static void side_span(size_t x, size_t y, size_t z, size_t pitch, size_t height, size_t w,
+		      size_t h, size_t d, size_t *off, size_t *foot)
+{
+	size_t rows = (d ? d - 1 : 0) * height + (h ? h - 1 : 0);
+	*off = x + (y + z * height) * pitch;
+	*foot = rows * pitch + w;
 }
 
 static CUresult put_memcpy(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMCPY3D *p)
 {
 	uint64_t src, dst;
-	size_t h = p->Height ? p->Height : 1;
-	CUresult rc = copy_side(p->srcMemoryType, p->srcHost, p->srcDevice, p->srcXInBytes, p->srcY,
-				p->srcZ, p->srcPitch, p->srcHeight ? p->srcHeight : h, &src);
+	size_t h = p->Height ? p->Height : 1, so, sf, dof, df;
+	side_span(p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight ? p->srcHeight : h,
+		  p->WidthInBytes, p->Height, p->Depth, &so, &sf);
+	side_span(p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight ? p->dstHeight : h,
+		  p->WidthInBytes, p->Height, p->Depth, &dof, &df);
+	/* a side in host memory may need calls of its own (its registration),
+	 * which use this thread's request buffer, w: the request so far is
+	 * kept aside meanwhile */
+	size_t keep = w->len;
+	uint8_t *saved = malloc(keep ? keep : 1);
+	if (!saved)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	memcpy(saved, w->data, keep);
+	CUresult rc = copy_side(n->g, p->srcMemoryType, p->srcHost, p->srcDevice, so, sf, 0, &src);
 	if (!rc)
-		rc = copy_side(p->dstMemoryType, p->dstHost, p->dstDevice, p->dstXInBytes, p->dstY,
-			       p->dstZ, p->dstPitch, p->dstHeight ? p->dstHeight : h, &dst);
+		rc = copy_side(n->g, p->dstMemoryType, p->dstHost, p->dstDevice, dof, df, 1, &dst);
+	wbuf_reset(w);
+	put_raw(w, saved, keep);
+	free(saved);
 	if (rc)
 		return rc;
+	if (w->oom)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	n->mc = *p;
 	put_u32(w, CU_GRAPH_NODE_TYPE_MEMCPY);
 	put_u64(w, src);
@@ -548,7 +605,7 @@ RC_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *out, CUgraph hg, const 
 	/* the child is copied into the node, as CUDA does: its host nodes
 	 * and words count for this graph */
 	n->hosts = c->nhost;
-	if (coh_add(g, c->coh, c->ncoh)) {
+	if (coh_add(g, c->coh, c->ncoh) || rc_graph_hold(g, c->held, c->nheld, 1)) {
 		node_free(n);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}

@@ -6,10 +6,11 @@
  * also keeps how many host nodes it has (a launch counts them out: see
  * hostfn.c) and the words its kernels and copies name (so a launch
  * publishes the managed and mapped memory they use, as a kernel launch
- * does: coherence.c).  Host<->device copies cannot be captured (the server
- * would record its own staging buffers); explicit copy nodes take device
- * memory and rgpu's managed and mapped host memory (the same address on
- * both sides). */
+ * does: coherence.c).  A copy between host and device memory, captured or
+ * a node, names the host memory's device-side address (memory.c
+ * rc_graph_host: pageable memory is registered for the graph, with a
+ * device copy the graph's launches publish and the synchronisations after
+ * them fetch). */
 #include "client.h"
 #include "graph.h"
 #include "log.h"
@@ -47,7 +48,41 @@ static CUresult graph_call(struct rc_ctx *c, uint16_t op, uint64_t a, uint64_t b
 	return rc_call(c->dev->conn, op, w, r);
 }
 
-static __thread struct rc_graph *per_thread_target;
+static __thread struct rc_graph *per_thread_target, *per_thread_acc;
+
+/* A capture's host copies: their words and registrations, gathered in a
+ * graph object of the client's until the capture ends. */
+static struct rc_graph **acc_of(CUstream s)
+{
+	if (s == CU_STREAM_PER_THREAD)
+		return &per_thread_acc;
+	return (struct rc_graph **)&((struct rc_stream *)s)->capture_acc;
+}
+
+CUresult rc_capture_host(CUstream s, struct rc_ctx *c, uint64_t dev, uint64_t other, uintptr_t held)
+{
+	struct rc_graph **acc = acc_of(s);
+	if (!*acc && !(*acc = rc_graph_new(c, 0))) {
+		rc_graph_host_drop(held);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	uint64_t words[2] = { dev, other };
+	if (rc_graph_hold(*acc, &held, held ? 1 : 0, 0) || rc_graph_coh_add(*acc, words, sizeof(words)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
+/* The capture's host copies go with graph g (NULL: the capture failed). */
+static CUresult acc_end(CUstream s, struct rc_graph *g)
+{
+	struct rc_graph **acc = acc_of(s), *a = *acc;
+	*acc = NULL;
+	if (!a)
+		return CUDA_SUCCESS;
+	int bad = g && (rc_graph_coh_add(g, a->coh, a->ncoh) || rc_graph_hold(g, a->held, a->nheld, 1));
+	rc_graph_free(a); /* (its own holds go: g took one more each) */
+	return bad ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
 
 /* Begins a capture of s: into a new graph, or into graph `into` after
  * nodes deps (cuStreamBeginCaptureToGraph). */
@@ -167,15 +202,19 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 	put_u64(w, c->h);
 	put_u64(w, h);
 	struct rd r;
-	if ((rc = rc_call(c->dev->conn, RGPU_OP_CAPTURE_END, w, &r)))
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_CAPTURE_END, w, &r))) {
+		acc_end(s, NULL);
 		return rc;
+	}
 	/* captured into an existing graph: that graph, grown */
 	struct rc_graph *g = into ? into : rc_graph_new(c, get_u64(&r));
-	if (!g)
+	if (!g) {
+		acc_end(s, NULL);
 		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	g->nhost += hosts;
 	*pg = (CUgraph)g;
-	return CUDA_SUCCESS;
+	return acc_end(s, g);
 }
 
 RC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph graph, unsigned long long flags)

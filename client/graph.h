@@ -16,6 +16,8 @@ struct rc_graph {
 	uint64_t nhost;          /* host nodes, child graphs' included */
 	uint8_t *coh;            /* words its kernels and copies name */
 	size_t ncoh;
+	uintptr_t *held;         /* registrations of host memory its copies name */
+	size_t nheld;            /* (rc_graph_host), let go with the graph */
 	struct rc_gnode **nodes; /* the nodes this process knows */
 	size_t nnodes, capnodes;
 	int owned;               /* a child graph or a conditional body */
@@ -45,7 +47,12 @@ struct rc_gnode {
 
 struct rc_graph *rc_graph_new(struct rc_ctx *c, uint64_t h);
 void rc_graph_free(struct rc_graph *g);
-/* dst (an executable or a clone) launches like src: host count, words */
+/* dst (an executable or a clone) launches like src: host count, words,
+ * and it holds src's registrations of host memory too */
 int rc_graph_copy_info(struct rc_graph *dst, const struct rc_graph *src);
+/* words of n bytes go with g's launches (coherence) */
+int rc_graph_coh_add(struct rc_graph *g, const void *words, size_t n);
+/* g holds the registrations held[0..n) (one more holder each when ref) */
+int rc_graph_hold(struct rc_graph *g, const uintptr_t *held, size_t n, int ref);
 
 #endif

@@ -1,6 +1,7 @@
 /* Device memory, copies and memset; host ("pinned") memory. */
 #include "client.h"
 #include "xfer_client.h"
+#include "settings.h"
 #include "log.h"
 
 #include <stdio.h>
@@ -303,6 +304,8 @@ CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, 
 	return rc;
 }
 
+static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int async);
+
 /* A copy between host memory and device memory dev, either way. */
 static CUresult host_dev(CUdeviceptr dev, void *host, size_t n, CUstream s, int async, int to_host)
 {
@@ -325,10 +328,15 @@ static CUresult host_dev(CUdeviceptr dev, void *host, size_t n, CUstream s, int 
 	if (!host && n)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (async && rc_stream_capture_id(s)) {
-		/* the server would capture its own staging buffer */
-		rc_unsupported(to_host ? "capturing device-to-host copies in a CUDA graph"
-				       : "capturing host-to-device copies in a CUDA graph");
-		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+		/* captured: a copy between device memory and the host memory's
+		 * device-side address (the server would otherwise capture its
+		 * own staging buffer), which the graph's launches keep coherent */
+		uint64_t hd;
+		uintptr_t held;
+		if ((rc = rc_graph_host(c, host, n, to_host, &hd, &held)) ||
+		    (rc = rc_capture_host(s, c, hd, dev, held)))
+			return rc;
+		return to_host ? dtod(hd, dev, n, s, 1) : dtod(dev, hd, n, s, 1);
 	}
 	rc_coh_host_use(host, n, to_host);
 	return to_host ? rc_dtoh_any(c, sh, host, dev, n, async)
@@ -724,6 +732,103 @@ static void unregister_mapped(void *p, size_t size)
 			(void)rc_shm_detach(&rc_conns[ci], d);
 		munmap((void *)d, (span + (2u << 20) - 1) / (2u << 20) * (2u << 20));
 	}
+}
+
+/* ---- host memory in graphs ----
+ * A graph's copy (a memcpy node, or a copy captured from a stream) that
+ * names host memory runs on the server whenever the graph does, long
+ * after the call: it gets a device-side address there.  rgpu's managed
+ * and mapped memory have one (their own); registered memory its device
+ * copy; pageable memory is registered for it here, with a device copy,
+ * as cuMemHostRegister(DEVICEMAP) would, and the graph holds that
+ * registration until it (and every executable made of it) is destroyed.
+ * A launch of the graph sends the host's bytes first; a synchronisation
+ * after it brings back what the graph wrote (coherence.c). */
+static CUresult graph_host_at(const void *p, size_t n, int dst, uint64_t *dev, uintptr_t *held);
+
+CUresult rc_graph_host(struct rc_ctx *c, const void *p, size_t n, int dst, uint64_t *dev,
+		       uintptr_t *held)
+{
+	CUresult rc = graph_host_at(p, n, dst, dev, held);
+	if (!rc && rc_region_kind(p) == 3 && (rc = rc_region_mirror(c, p)) && *held) {
+		rc_graph_host_drop(*held);
+		*held = 0;
+	}
+	return rc;
+}
+
+static CUresult graph_host_at(const void *p, size_t n, int dst, uint64_t *dev, uintptr_t *held)
+{
+	*held = 0;
+	if (!n)
+		n = 1;
+	int kind = rc_region_kind(p);
+	if (kind == 1 || kind == 2) {
+		*dev = (uint64_t)(uintptr_t)p;
+		return CUDA_SUCCESS;
+	}
+	uintptr_t base;
+	int u = rc_region_auto_use(p, n, dst, &base, dev);
+	if (u > 0) {
+		*held = base;
+		return CUDA_SUCCESS;
+	}
+	if (u == 0 && kind == 3) {
+		/* the program's registration: inside it, or not at all */
+		uint64_t a = rc_registered_dev(p), b = rc_registered_dev((const char *)p + n - 1);
+		if (!a || b != a + n - 1)
+			return CUDA_ERROR_INVALID_VALUE;
+		*dev = a;
+		return CUDA_SUCCESS;
+	}
+	if (u < 0 || rc_region_kind((const char *)p + n - 1)) {
+		rc_unsupported("a graph's copy of host memory that overlaps, but exceeds, memory "
+			       "another of a graph's copies or the program registered");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	/* registered for the graph: its own device copy of the pages around
+	 * (which it may share with another such registration: only its
+	 * bytes move, at every launch, and never write-protected) */
+	size_t span, dsize;
+	page_span((void *)p, n, &base, &span);
+	dsize = span;
+	void *d = rc_va_alloc(&dsize, -1);
+	if (!d)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	mprotect(d, dsize, PROT_NONE);
+	if (rc_registered_add((void *)base, span, (uintptr_t)d, (uintptr_t)p - base, n) < 0) {
+		munmap(d, dsize);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	rc_region_auto_init((void *)base, dst);
+	*dev = (uint64_t)(uintptr_t)d + ((uintptr_t)p - base);
+	*held = base;
+	return CUDA_SUCCESS;
+}
+
+void rc_graph_host_drop(uintptr_t held)
+{
+	size_t size = held ? rc_region_auto_unref(held) : 0;
+	if (size)
+		unregister_mapped((void *)held, size);
+}
+
+int rc_is_host_memory(const void *p)
+{
+	CUdeviceptr base;
+	size_t size;
+	struct rc_ctx *c;
+	if (!p || rc_region_kind(p) || rc_alloc_lookup((CUdeviceptr)(uintptr_t)p, &c, &base, &size) == 0)
+		return 0;
+	/* rgpu's own address ranges (managed, mapped, the application's VMM
+	 * memory) are the device's; elsewhere, a page this process maps is
+	 * the program's memory (a device address is mapped here by nothing) */
+	uint64_t va = rc_setting(RS_VA_BASE), a = (uint64_t)(uintptr_t)p;
+	if (a >= va && a - va < (32ull << 40))
+		return 0;
+	long pg = sysconf(_SC_PAGESIZE);
+	unsigned char vec;
+	return pg > 0 && mincore((void *)((uintptr_t)p & ~((uintptr_t)pg - 1)), 1, &vec) == 0;
 }
 
 RC_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)

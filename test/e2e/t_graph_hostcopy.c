@@ -1,0 +1,138 @@
+/* Graphs that copy between host memory the program allocated with malloc
+ * (pageable) and device memory, as NVIDIA's simpleCudaGraphs and
+ * jacobiCudaGraphs do:
+ *  - an explicit graph: memcpy node host -> device, a kernel adding one,
+ *    memcpy node device -> host; launched, synchronised, the host output
+ *    is the input plus one; the input changed on the host and the graph
+ *    launched again: the new input plus one (each launch reads the host
+ *    memory as it is then);
+ *  - the same captured from a stream (cuMemcpyHtoDAsync, the kernel,
+ *    cuMemcpyDtoHAsync), two launches with different inputs;
+ *  - a memcpy node naming host memory with CU_MEMORYTYPE_UNIFIED (the
+ *    runtime's cudaMemcpyDefault);
+ *  - destroying the graphs and executables lets the memory go: the
+ *    program's buffers stay usable.
+ * Exits non-zero on any mismatch. */
+#include "common.h"
+
+#define N 5000
+
+static CUDA_MEMCPY3D copy1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUmemorytype dt,
+			    void *dh, CUdeviceptr dd, size_t bytes)
+{
+	CUDA_MEMCPY3D c;
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = st;
+	c.srcHost = sh;
+	c.srcDevice = sd;
+	c.dstMemoryType = dt;
+	c.dstHost = dh;
+	c.dstDevice = dd;
+	c.WidthInBytes = bytes;
+	c.Height = 1;
+	c.Depth = 1;
+	return c;
+}
+
+static void check(const int *out, int base, const char *what)
+{
+	for (int i = 0; i < N; i++)
+		if (out[i] != base + i + 1)
+			fail("%s: [%d] = %d, want %d", what, i, out[i], base + i + 1);
+}
+
+static void fill(int *in, int base)
+{
+	for (int i = 0; i < N; i++)
+		in[i] = base + i;
+}
+
+int main(int argc, char **argv)
+{
+	(void)argc;
+	e2e_init(argv[0]);
+	CUcontext ctx = primary_ctx(0, NULL);
+	CUmodule mod = load_test_module();
+	CUfunction finc = get_func(mod, "inc_i32");
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CUdeviceptr d;
+	CK(cuMemAlloc(&d, N * sizeof(int)));
+	int n = N;
+	void *args[] = { &d, &n };
+	CUDA_KERNEL_NODE_PARAMS k;
+	memset(&k, 0, sizeof(k));
+	k.func = finc;
+	k.gridDimX = (N + 255) / 256;
+	k.gridDimY = k.gridDimZ = 1;
+	k.blockDimX = 256;
+	k.blockDimY = k.blockDimZ = 1;
+	k.kernelParams = args;
+
+	/* explicit: host -> device, +1, device -> host */
+	int *in = xmalloc(N * sizeof(int)), *out = xmalloc(N * sizeof(int));
+	for (int mode = 0; mode < 2; mode++) {
+		CUmemorytype ht = mode ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
+		CUgraph g;
+		CUgraphNode up, kn, down;
+		CK(cuGraphCreate(&g, 0));
+		CUDA_MEMCPY3D c1 = copy1d(ht, in, mode ? (CUdeviceptr)(uintptr_t)in : 0, CU_MEMORYTYPE_DEVICE,
+					  NULL, d, N * sizeof(int));
+		CK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c1, ctx));
+		CK(cuGraphAddKernelNode(&kn, g, &up, 1, &k));
+		CUDA_MEMCPY3D c2 = copy1d(CU_MEMORYTYPE_DEVICE, NULL, d, ht, out,
+					  mode ? (CUdeviceptr)(uintptr_t)out : 0, N * sizeof(int));
+		CK(cuGraphAddMemcpyNode(&down, g, &kn, 1, &c2, ctx));
+		CUgraphExec e;
+		CK(cuGraphInstantiate(&e, g, 0));
+		for (int round = 0; round < 2; round++) {
+			int base = 1000 * (round + 1) + 100 * mode;
+			fill(in, base);
+			memset(out, 0, N * sizeof(int));
+			CK(cuGraphLaunch(e, s));
+			CK(cuStreamSynchronize(s));
+			check(out, base, mode ? "explicit graph, unified addresses" : "explicit graph");
+		}
+		CK(cuGraphExecDestroy(e));
+		CK(cuGraphDestroy(g));
+		say("explicit graph (%s host memory): two launches, each read the host's input",
+		    mode ? "unified" : "host");
+	}
+
+	/* captured from a stream */
+	CUgraph cg;
+	CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	CK(cuMemcpyHtoDAsync(d, in, N * sizeof(int), s));
+	CK(cuLaunchKernel(finc, k.gridDimX, 1, 1, 256, 1, 1, 0, s, args, NULL));
+	CK(cuMemcpyDtoHAsync(out, d, N * sizeof(int), s));
+	CK(cuStreamEndCapture(s, &cg));
+	size_t nn = 0;
+	CK(cuGraphGetNodes(cg, NULL, &nn));
+	CHECK(nn == 3, "captured %zu nodes, want 3", nn);
+	CUgraphExec ce;
+	CK(cuGraphInstantiate(&ce, cg, 0));
+	for (int round = 0; round < 2; round++) {
+		int base = 7000 + 1000 * round;
+		fill(in, base);
+		memset(out, 0, N * sizeof(int));
+		CK(cuGraphLaunch(ce, s));
+		CK(cuStreamSynchronize(s));
+		check(out, base, "captured graph");
+	}
+	CK(cuGraphExecDestroy(ce));
+	CK(cuGraphDestroy(cg));
+	say("captured graph: two launches, each read the host's input");
+
+	/* the program's memory is its own again: plain copies, and a free */
+	fill(in, 42);
+	CK(cuMemcpyHtoD(d, in, N * sizeof(int)));
+	CK(cuMemcpyDtoH(out, d, N * sizeof(int)));
+	for (int i = 0; i < N; i++)
+		CHECK(out[i] == 42 + i, "plain copy after the graphs: [%d] = %d", i, out[i]);
+	free(in);
+	free(out);
+	CK(cuMemFree(d));
+	CK(cuStreamDestroy(s));
+	printf("t_graph_hostcopy: OK\n");
+	return 0;
+}
