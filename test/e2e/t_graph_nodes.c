@@ -292,11 +292,23 @@ int main(int argc, char **argv)
 		CUgraph bodyg = np.conditional.phGraph_out[0];
 		ms = msparams(g, 42, n);
 		CK(cuGraphAddMemsetNode(&body, bodyg, NULL, 0, &ms, ctx));
+		/* a second IF node after it, its body captured from a stream
+		 * (NVIDIA's graphConditionalNodes builds its bodies so) */
+		CUgraphNode cnode2;
+		np.conditional.phGraph_out = NULL;
+		CK(cuGraphAddNode(&cnode2, CG, &cnode, NULL, 1, &np));
+		CUgraph body2 = np.conditional.phGraph_out[0];
+		CK(cuStreamBeginCaptureToGraph(s, body2, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+		void *cargs[] = { &g, &nn };
+		launch1d(inc, (unsigned)n, s, cargs);
+		CUgraph got_body;
+		CK(cuStreamEndCapture(s, &got_body));
+		CHECK(got_body == body2, "capture into a conditional body returned another graph");
 		CUgraphExec cx;
 		CK(cuGraphInstantiate(&cx, CG, 0));
 		CK(cuGraphLaunch(cx, s));
 		CK(cuStreamSynchronize(s));
-		expect_all(g, n, 42, "conditional IF body with default 1");
+		expect_all(g, n, 43, "conditional IF bodies with default 1 (a memset, a captured increment)");
 		CK(cuGraphExecDestroy(cx));
 		say("conditional IF node");
 	}
