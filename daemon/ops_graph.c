@@ -405,7 +405,13 @@ static int add_node(struct session *s, const struct req *q, struct hentry *ge, c
 		if (gate_charge_bytes(q->cs->dev, p->bytes) < 0)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		rc = D->cuGraphAddMemAllocNode(&n, g, deps, nd, &a);
-		if (rc || session_alloc_add(s, a.dptr, p->bytes, q->ctx, q->id, q->cs->dev) != 1) {
+		int added = rc ? -1 : session_alloc_add(s, a.dptr, p->bytes, q->ctx, q->id, q->cs->dev);
+		struct alloc *same = added == 0 ? session_alloc_get(s, a.dptr) : NULL;
+		if (same && same->module == q->id && same->dev == q->cs->dev && same->size >= p->bytes) {
+			/* a node after the free of an earlier one of this graph
+			 * reuses its address (and its memory): charged once */
+			gate_refund_bytes(q->cs->dev, p->bytes);
+		} else if (added != 1) {
 			gate_refund_bytes(q->cs->dev, p->bytes);
 			if (!rc) {
 				D->cuGraphDestroyNode(n);

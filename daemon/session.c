@@ -299,6 +299,12 @@ void session_alloc_drop_module(struct session *s, uint64_t module)
 	s->nalloc = j;
 }
 
+struct alloc *session_alloc_get(struct session *s, uint64_t dptr)
+{
+	ssize_t i = alloc_find(s, dptr);
+	return i >= 0 && s->allocs[i].dptr == dptr ? &s->allocs[i] : NULL;
+}
+
 struct alloc session_alloc_del(struct session *s, uint64_t dptr)
 {
 	struct alloc none = { 0, 0, 0, 0, 0 };

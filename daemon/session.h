@@ -221,6 +221,8 @@ uint64_t session_ctx_charged(const struct ctx_state *cs);
 /* Forgets every range registered by a module (its globals), refunding
  * them. */
 void session_alloc_drop_module(struct session *s, uint64_t module);
+/* The allocation starting at dptr, or NULL. */
+struct alloc *session_alloc_get(struct session *s, uint64_t dptr);
 /* Removes and returns the allocation starting at dptr (size 0 if none). */
 struct alloc session_alloc_del(struct session *s, uint64_t dptr);
 /* Admits the session to GPU dev (lease check, once). A CUresult. */

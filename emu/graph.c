@@ -628,8 +628,20 @@ EMU_API CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph g, con
 		emu_ctx_leave(ctx);
 		return CUDA_ERROR_INVALID_DEVICE;
 	}
-	CUdeviceptr d;
-	rc = emu_mem_alloc(ctx, p->bytesize, 1, &d);
+	/* after the free node of an earlier allocation of this graph that is
+	 * large enough, its address again, as CUDA does (graph memory is the
+	 * context's until it goes, so nothing is freed twice) */
+	CUdeviceptr d = 0;
+	struct emu_graph *eg = graph_get(g);
+	for (size_t i = 0; eg && i < ndeps && !d; i++) {
+		const struct gnode *f = node_get(deps[i]);
+		for (size_t k = 0; f && f->type == CU_GRAPH_NODE_TYPE_MEM_FREE && k < eg->n && !d; k++)
+			if (eg->nodes[k]->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+			    eg->nodes[k]->dptr == f->dptr && eg->nodes[k]->bytesize >= p->bytesize)
+				d = f->dptr;
+	}
+	if (!d)
+		rc = emu_mem_alloc(ctx, p->bytesize, 1, &d);
 	emu_ctx_leave(ctx);
 	if (rc)
 		return rc;

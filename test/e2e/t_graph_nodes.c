@@ -264,6 +264,15 @@ int main(int argc, char **argv)
 	cp = dtod(out, ap.dptr, bytes);
 	CK(cuGraphAddMemcpyNode(&cn, MG, &sn, 1, &cp, ctx));
 	CK(cuGraphAddMemFreeNode(&fn, MG, &cn, 1, ap.dptr));
+	/* a second allocation after that free may take the same address
+	 * (graphMemoryFootprint counts on it): it is added all the same */
+	CUDA_MEM_ALLOC_NODE_PARAMS ap2 = ap;
+	ap2.dptr = 0;
+	CUgraphNode an2, fn2;
+	CK(cuGraphAddMemAllocNode(&an2, MG, &fn, 1, &ap2));
+	CHECK(ap2.dptr != 0, "second alloc node gave no address");
+	CK(cuGraphAddMemFreeNode(&fn2, MG, &an2, 1, ap2.dptr));
+	say("an allocation after a free: %s address", ap2.dptr == ap.dptr ? "the same" : "another");
 	CUgraphExec mx;
 	CK(cuGraphInstantiate(&mx, MG, 0));
 	CK(cuGraphLaunch(mx, s));
