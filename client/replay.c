@@ -364,8 +364,10 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 	rgpu_conn_shutdown(failed);
 	char why[400] = "";
 	struct rgpu_conn *nc = NULL;
+	uint64_t t_conn = rgpu_now_ns(), t_hello = 0, t_sent = 0;
 	if (moved) {
 		nc = rc_xchg_connect(addr, why, sizeof(why));
+		t_hello = rgpu_now_ns();
 		if (nc && rc_xchg_hello(c, nc, token, why, sizeof(why)) < 0) {
 			rgpu_conn_close(nc);
 			nc = NULL;
@@ -382,11 +384,13 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 	}
 	if (!nc)
 		goto out;
+	uint64_t t_resend = rgpu_now_ns();
 	if (resend(c, nc, base, !moved) < 0) {
 		log_err("%s: sending the session's requests again failed", addr);
 		rgpu_conn_close(nc);
 		goto out;
 	}
+	t_sent = rgpu_now_ns();
 	(void)rgpu_conn_set_recv_timeout(nc, 0);
 	char host[256];
 	unsigned port;
@@ -408,9 +412,15 @@ int rc_replay_recover(struct rc_conn *c, int have_lock, struct rgpu_conn *failed
 	wbuf_reset(&c->txq);
 	c->txq_n = 0;
 	__atomic_store_n(&c->c, nc, __ATOMIC_RELEASE);
-	if (moved)
+	if (moved) {
 		log_info("session re-attached on %s (%.1f ms after the notice that it moved)", addr,
 			 (double)(rgpu_now_ns() - since) / 1e6);
+		/* where those milliseconds went */
+		log_debug("re-attach: %.2f ms to the notice's handling, connect %.2f ms, hello "
+			  "%.2f ms, requests sent again %.2f ms", (double)(t_conn - since) / 1e6,
+			  (double)(t_hello - t_conn) / 1e6, (double)(t_resend - t_hello) / 1e6,
+			  (double)(t_sent - t_resend) / 1e6);
+	}
 	else
 		log_info("session recovered on %s", addr);
 	rc = 0;

@@ -203,7 +203,12 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	put_bytes(out, token, sizeof(token));
 	put_u64(out, info.last_id);
 	int sent = session_send_reply(s, &in.last, 0, 0, out->data, out->len);
-	snap_restore_done();
+	/* the source's memory mapped here goes while the client attaches (it
+	 * waits for the park below: unmapping gigabytes was in the pause) */
+	if (sent >= 0 && mode == 1)
+		snap_restore_release_later();
+	else
+		snap_restore_done();
 	if (sent < 0) {
 		s->ended = 1;
 		return OP_REPLIED;

@@ -20,6 +20,7 @@
 #include "proto.h"
 #include "xfer.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,6 +377,33 @@ void snap_restore_done(void)
 {
 	imports_free(imports_left);
 	imports_left = NULL;
+}
+
+static void *release_thread(void *arg)
+{
+	imports_free(arg);
+	return NULL;
+}
+
+void snap_restore_release_later(void)
+{
+	struct imported *m = imports_left;
+	imports_left = NULL;
+	if (!m)
+		return;
+	/* on a thread of its own: the client waits to attach meanwhile (the
+	 * driver's calls are thread-safe, and none of these mappings is the
+	 * session's); where no thread can start, here */
+	pthread_t t;
+	pthread_attr_t at;
+	if (pthread_attr_init(&at) == 0) {
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		int rc = pthread_create(&t, &at, release_thread, m);
+		pthread_attr_destroy(&at);
+		if (rc == 0)
+			return;
+	}
+	imports_free(m);
 }
 
 /* Device memory re-created at its address; the source's blocks mapped

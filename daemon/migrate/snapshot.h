@@ -147,6 +147,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 /* After a successful restore has been answered: lets go of the source's
  * memory it mapped to copy from. */
 void snap_restore_done(void);
+/* The same on a thread of its own (a client waits to attach meanwhile). */
+void snap_restore_release_later(void);
 
 /* journal.c: the requests that made the session's live objects, kept for
  * capture.  Called after every request with its status (only successful

@@ -107,7 +107,7 @@ run_app() {
 	shift 2
 	rm -f "$TMP/go"
 	mkfifo "$TMP/go"
-	RGPU_SERVERS=$server RGPU_TRANSPORT=tcp RGPU_LOG_LEVEL=info LD_LIBRARY_PATH=$CLIENTDIR \
+	RGPU_SERVERS=$server RGPU_TRANSPORT=tcp RGPU_LOG_LEVEL=${MIG_CLIENT_LOG:-info} LD_LIBRARY_PATH=$CLIENTDIR \
 		timeout 120 "$PROG" "$@" <"$TMP/go" >"$LOGDIR/$name.out" 2>"$LOGDIR/$name.err" &
 	APP=$!
 	exec 3>"$TMP/go"
