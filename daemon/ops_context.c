@@ -103,7 +103,6 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		free(cs);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	sched_worker_uses(dev);
 	/* cuCtxCreate made it current on this thread */
 	s->cur_ctx = id;
 	put_u64(out, id);

@@ -90,8 +90,10 @@ int sched_parent_op(const struct rgpud_principal *who, pid_t pid, unsigned op, s
 /* ---- worker ---- */
 /* From --worker-sched (sched_worker_arg's text).  0 or -1. */
 int sched_worker_init(const char *arg);
-/* The worker made a context on gpu: from now on it is one of the GPU's
- * tenants (a GPU of one tenant is neither gated nor timed). */
+/* The worker launched a kernel on gpu: from now on it is one of the GPU's
+ * tenants (a GPU of one tenant is neither gated nor timed).  A context
+ * alone does not count: each rank of a job may make one on its peer's GPU
+ * (to enable peer access) and never run anything there. */
 void sched_worker_uses(unsigned gpu);
 /* Around a launch on ctx's GPU: before() waits until the policy lets the
  * session submit and records a start event (token for after()); after()

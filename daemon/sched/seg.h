@@ -26,7 +26,7 @@ struct sched_slot {
 	_Atomic uint64_t idle_since;
 	_Atomic uint64_t progress;  /* last completion, or the first launch after idling */
 	_Atomic uint32_t demand;    /* MPS: percent of the GPU its last launch needs */
-	_Atomic uint32_t used;      /* the worker made a context on the GPU (counted in tenants) */
+	_Atomic uint32_t used;      /* the worker launched a kernel there (counted in tenants) */
 };
 
 struct sched_seg {
@@ -34,9 +34,10 @@ struct sched_seg {
 	int32_t policy, mps;
 	uint64_t quantum;
 	_Atomic uint32_t gen[RGPUD_MAX_GPUS]; /* bumped (and futex-woken) on change */
-	/* slots per GPU whose worker made a context there: a session admitted
-	 * to every GPU of its server but using one shares no other (two ranks
-	 * of a job, one GPU each, are not each other's tenants) */
+	/* slots per GPU whose worker launched a kernel there: a session
+	 * admitted to every GPU of its server but running on one shares no
+	 * other (two ranks of a job, one GPU each, are not each other's
+	 * tenants, even with a context on each other's GPU) */
 	_Atomic uint32_t tenants[RGPUD_MAX_GPUS];
 	struct sched_slot slot[SCHED_SLOTS];
 };

@@ -154,7 +154,7 @@ static struct sched_slot *my_slot(unsigned gpu)
 void sched_worker_uses(unsigned gpu)
 {
 	struct sched_slot *s = my_slot(gpu);
-	if (s && !atomic_exchange(&s->used, 1)) {
+	if (s && !atomic_load(&s->used) && !atomic_exchange(&s->used, 1)) {
 		atomic_fetch_add(&seg->tenants[gpu], 1);
 		sched_seg_wake(seg, gpu);
 	}
@@ -199,9 +199,10 @@ void sched_before_launch(unsigned gpu, void *cuctx, void *custream, uint32_t dem
 {
 	t->start = NULL;
 	t->gpu = -1;
-	if (!enabled())
+	if (!enabled() || gpu >= RGPUD_MAX_GPUS)
 		return;
-	if (gpu >= RGPUD_MAX_GPUS || !shared(gpu))
+	sched_worker_uses(gpu);
+	if (!shared(gpu))
 		return;
 	struct sched_slot *s = my_slot(gpu);
 	if (!s)

@@ -186,14 +186,16 @@ t_check "rgpu top (table, --count 1): the policy, no sessions left" top_table
 stop_rgpud "$FAIR_PID"
 
 # ---- two GPUs, two sessions each admitted to both (RGPU_SERVERS names
-# both, as for two ranks of a job) but each making a context on one: they
-# are not each other's tenants, so neither is gated nor timed (NCCL's
-# ranks must not wait on each other's turns)
+# both, as for two ranks of a job) and each with a context on both (as
+# for peer access), running kernels on one: they are not each other's
+# tenants, so neither is gated nor timed (NCCL's ranks must not wait on
+# each other's turns)
 RGPU_EMU_DEVICES=2 start_rgpud two --open --sched=fair
 TWO_PID=$RGPUD_PID
 for x in 0 1; do
 	env RGPU_SERVERS="127.0.0.1:$PORT/$x,127.0.0.1:$PORT/$((1 - x))" LD_LIBRARY_PATH="$CLIENTDIR" \
-		T_KERNEL_US=2000 T_SECONDS_MS=2500 T_DEPTH=4 "$TENANT" >"$LOGDIR/two$x.out" 2>"$LOGDIR/two$x.err" &
+		T_KERNEL_US=2000 T_SECONDS_MS=2500 T_DEPTH=4 T_OTHER_CTX=1 "$TENANT" \
+		>"$LOGDIR/two$x.out" 2>"$LOGDIR/two$x.err" &
 	eval "TPID_two$x=$!"
 done
 sleep 1.2

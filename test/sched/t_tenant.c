@@ -10,7 +10,9 @@
  * T_FAULT_MS=M: instead, after M ms it launches illegal_write at a bad
  * address and expects its context to fail (CUDA_ERROR_ILLEGAL_ADDRESS).
  * T_BLOCKS=B: its busy kernels have B blocks of 32 threads (default 1;
- * under MPS the scheduler weighs the part of the GPU a grid needs). */
+ * under MPS the scheduler weighs the part of the GPU a grid needs).
+ * T_OTHER_CTX=1: it makes a context on its second GPU as well, and runs
+ * nothing there. */
 #include "common.h"
 
 static int cmp_d(const void *a, const void *b)
@@ -30,6 +32,18 @@ int main(int argc, char **argv)
 	unsigned blocks = (unsigned)env_long("T_BLOCKS", 1);
 	const char *mode = getenv("T_MODE");
 	int sync = mode && !strcmp(mode, "sync");
+	/* T_OTHER_CTX=1: a context on its second GPU too, where it runs
+	 * nothing (as each rank of a job does to enable peer access) */
+	if (env_long("T_OTHER_CTX", 0)) {
+		int ndev = 0;
+		CK(cuInit(0));
+		CK(cuDeviceGetCount(&ndev));
+		CHECK(ndev >= 2, "T_OTHER_CTX needs two GPUs, the client has %d", ndev);
+		primary_ctx(1, NULL);
+		CUdeviceptr o;
+		CK(cuMemAlloc(&o, 4096)); /* (the server makes the context by now) */
+		CK(cuMemFree(o));
+	}
 	primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction fbusy = get_func(mod, "busy_wait_ns");
