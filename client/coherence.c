@@ -149,10 +149,12 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 			return;
 	}
 	/* A protection fault whose address we cannot place (valgrind reports
-	 * a wrong one): open every protected region and count them all as
-	 * written.  Safe: it only costs an extra publish.  If the fault was
-	 * not ours it recurs with nothing protected and goes on below. */
-	if (!r) {
+	 * a wrong one; or it lies in one of rgpu's own registrations, never
+	 * protected, on a page another region's protection covers): open
+	 * every protected region and count them all as written.  Safe: it
+	 * only costs an extra publish.  If the fault was not ours it recurs
+	 * with nothing protected and goes on below. */
+	if (!r || !r->ro) {
 		int opened = 0;
 		int hw = regions_hw;
 		for (int i = 0; i < hw; i++) {

@@ -691,10 +691,29 @@ static int register_live(void *p, size_t size, uintptr_t base, size_t span)
 	return 0;
 }
 
+/* Registered memory [p, p+size) in the pages [base, base+span), given a
+ * device copy: an address of the window reserved here for it (*d), which
+ * coherence.c maps on the server when a launch first names it. */
+static CUresult with_device_copy(const void *p, size_t size, uintptr_t base, size_t span,
+				 uintptr_t *d)
+{
+	size_t dsize = span;
+	void *v = rc_va_alloc(&dsize, -1);
+	if (!v)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	mprotect(v, dsize, PROT_NONE);
+	if (rc_registered_add((void *)base, span, (uintptr_t)v, (uintptr_t)p - base, size) < 0) {
+		munmap(v, dsize);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*d = (uintptr_t)v;
+	return CUDA_SUCCESS;
+}
+
 static CUresult register_mapped(void *p, size_t size)
 {
 	uintptr_t base;
-	size_t span, dsize;
+	size_t span;
 	page_span(p, size, &base, &span);
 	if (rc_region_kind((void *)base) || rc_region_kind((void *)(base + span - 1)))
 		return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
@@ -708,16 +727,8 @@ static CUresult register_mapped(void *p, size_t size)
 			 "a copy made at launches and synchronisations, not these pages while it "
 			 "runs (live on same-host servers: cuMemHostAlloc memory, and registered "
 			 "pages of a shared file)", size, p);
-	dsize = span;
-	void *d = rc_va_alloc(&dsize, -1);
-	if (!d)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	mprotect(d, dsize, PROT_NONE);
-	if (rc_registered_add((void *)base, span, (uintptr_t)d, (uintptr_t)p - base, size) < 0) {
-		munmap(d, dsize);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	return CUDA_SUCCESS;
+	uintptr_t d;
+	return with_device_copy(p, size, base, span, &d);
 }
 
 static void unregister_mapped(void *p, size_t size)
@@ -789,19 +800,14 @@ static CUresult graph_host_at(const void *p, size_t n, int dst, uint64_t *dev, u
 	/* registered for the graph: its own device copy of the pages around
 	 * (which it may share with another such registration: only its
 	 * bytes move, at every launch, and never write-protected) */
-	size_t span, dsize;
+	size_t span;
+	uintptr_t d;
 	page_span((void *)p, n, &base, &span);
-	dsize = span;
-	void *d = rc_va_alloc(&dsize, -1);
-	if (!d)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	mprotect(d, dsize, PROT_NONE);
-	if (rc_registered_add((void *)base, span, (uintptr_t)d, (uintptr_t)p - base, n) < 0) {
-		munmap(d, dsize);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
+	CUresult rc = with_device_copy(p, n, base, span, &d);
+	if (rc)
+		return rc;
 	rc_region_auto_init((void *)base, dst);
-	*dev = (uint64_t)(uintptr_t)d + ((uintptr_t)p - base);
+	*dev = (uint64_t)d + ((uintptr_t)p - base);
 	*held = base;
 	return CUDA_SUCCESS;
 }
