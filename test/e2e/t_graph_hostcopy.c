@@ -15,6 +15,9 @@
  * Exits non-zero on any mismatch. */
 #include "common.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #define N 5000
 
 static CUDA_MEMCPY3D copy1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUmemorytype dt,
@@ -122,6 +125,54 @@ int main(int argc, char **argv)
 	CK(cuGraphExecDestroy(ce));
 	CK(cuGraphDestroy(cg));
 	say("captured graph: two launches, each read the host's input");
+
+	/* a graph's registration and the program's own (cuMemHostRegister
+	 * with a device mapping) on one page: the program's is protected to
+	 * see host writes, and a write to the graph's bytes beside it must
+	 * not fault the program */
+	{
+		long pg = sysconf(_SC_PAGESIZE);
+		char *blk = aligned_alloc((size_t)pg, 4 * (size_t)pg);
+		CHECK(blk != NULL, "aligned_alloc");
+		int *gin = (int *)(blk + 64), *reg = (int *)(blk + pg / 2), *gout = xmalloc(64 * sizeof(int));
+		int sixty4 = 64;
+		void *sargs[] = { &d, &sixty4 };
+		CUgraph g;
+		CUgraphNode up, kn, down;
+		CK(cuGraphCreate(&g, 0));
+		CUDA_MEMCPY3D c1 = copy1d(CU_MEMORYTYPE_HOST, gin, 0, CU_MEMORYTYPE_DEVICE, NULL, d, 64 * sizeof(int));
+		CK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c1, ctx));
+		CUDA_KERNEL_NODE_PARAMS k64 = k;
+		k64.gridDimX = 1;
+		k64.kernelParams = sargs;
+		CK(cuGraphAddKernelNode(&kn, g, &up, 1, &k64));
+		CUDA_MEMCPY3D c2 = copy1d(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, gout, 0, 64 * sizeof(int));
+		CK(cuGraphAddMemcpyNode(&down, g, &kn, 1, &c2, ctx));
+		CUgraphExec e;
+		CK(cuGraphInstantiate(&e, g, 0));
+		for (int i = 0; i < 64; i++)
+			reg[i] = 500 + i;
+		CK(cuMemHostRegister(reg, 64 * sizeof(int), CU_MEMHOSTREGISTER_DEVICEMAP));
+		CUdeviceptr rd;
+		CK(cuMemHostGetDevicePointer(&rd, reg, 0));
+		void *rargs[] = { &rd, &sixty4 };
+		CK(cuLaunchKernel(finc, 1, 1, 1, 256, 1, 1, 0, s, rargs, NULL));
+		CK(cuStreamSynchronize(s));
+		for (int i = 0; i < 64; i++) /* (a write on the shared page) */
+			gin[i] = 900 + i;
+		CK(cuGraphLaunch(e, s));
+		CK(cuStreamSynchronize(s));
+		for (int i = 0; i < 64; i++) {
+			CHECK(gout[i] == 901 + i, "shared page: graph output [%d] = %d", i, gout[i]);
+			CHECK(reg[i] == 501 + i, "shared page: registered [%d] = %d", i, reg[i]);
+		}
+		CK(cuMemHostUnregister(reg));
+		CK(cuGraphExecDestroy(e));
+		CK(cuGraphDestroy(g));
+		free(gout);
+		free(blk);
+		say("a graph's registration and the program's on one page");
+	}
 
 	/* the program's memory is its own again: plain copies, and a free */
 	fill(in, 42);
