@@ -112,12 +112,14 @@ static int gate_call(struct gate_req *q, const void *payload, struct gate_rep *p
 	return gate_call_fd(q, payload, p, buf, cap, -1, NULL);
 }
 
-static int gate_call_fd(struct gate_req *q, const void *payload, struct gate_rep *p,
-			uint8_t **buf, size_t *cap, int fd_out, int *fd_in)
+static __thread uint8_t *gate_msg;
+
+/* A request's half of an exchange with the parent (gate_recv is the
+ * other): 0, or -1. */
+static int gate_send(struct gate_req *q, const void *payload, int fd_out)
 {
-	int got_fd = -1;
-	static __thread uint8_t *msg;
-	if (!msg && !(msg = malloc(GATE_MSG)))
+	uint8_t *msg = gate_msg;
+	if (!msg && !(msg = gate_msg = malloc(GATE_MSG)))
 		return -1;
 	if (q->len > GATE_REQ_MAX - sizeof(*q))
 		return -1;
@@ -125,8 +127,25 @@ static int gate_call_fd(struct gate_req *q, const void *payload, struct gate_rep
 	if (q->len)
 		memcpy(msg + sizeof(*q), payload, q->len);
 	/* a signal (a timer, a debugger) must not end the session */
-	ssize_t n = send_fd(ctl, msg, sizeof(*q) + q->len, fd_out);
-	if (n < 0)
+	return send_fd(ctl, msg, sizeof(*q) + q->len, fd_out) < 0 ? -1 : 0;
+}
+
+static int gate_recv(struct gate_rep *p, uint8_t **buf, size_t *cap, int *fd_in);
+
+static int gate_call_fd(struct gate_req *q, const void *payload, struct gate_rep *p,
+			uint8_t **buf, size_t *cap, int fd_out, int *fd_in)
+{
+	if (gate_send(q, payload, fd_out) < 0)
+		return -1;
+	return gate_recv(p, buf, cap, fd_in);
+}
+
+static int gate_recv(struct gate_rep *p, uint8_t **buf, size_t *cap, int *fd_in)
+{
+	int got_fd = -1;
+	uint8_t *msg = gate_msg;
+	ssize_t n;
+	if (!msg)
 		return -1;
 	for (;;) {
 		n = recv_fd(ctl, msg, GATE_MSG, &got_fd);
@@ -340,20 +359,32 @@ static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbu
 	return 0;
 }
 
-int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN])
+int gate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN])
+{
+	struct gate_req q = { .op = G_PARK, .len = MIGRATE_TOKEN_LEN };
+	return gate_send(&q, token, -1);
+}
+
+int gate_park_end(void)
 {
 	/* an exchange like any other: the memory manager's questions that come
 	 * while the parent waits for the client are answered meanwhile */
-	struct gate_req q = { .op = G_PARK, .len = MIGRATE_TOKEN_LEN };
 	struct gate_rep p;
 	int fd = -1;
-	if (gate_call_fd(&q, token, &p, NULL, NULL, -1, &fd) < 0)
+	if (gate_recv(&p, NULL, NULL, &fd) < 0)
 		lost();
 	if (p.rc && fd >= 0) {
 		close(fd);
 		fd = -1;
 	}
 	return fd;
+}
+
+int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN])
+{
+	if (gate_park_begin(token) < 0)
+		lost();
+	return gate_park_end();
 }
 
 void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid_t worker)

@@ -49,8 +49,12 @@ int migrate_serve_ahead(struct session *s);
 /* The session ends with a move under way: dropped. */
 void migrate_ahead_drop(struct session *s);
 /* After a restore in mode 1: waits, through the parent, for the client to
- * attach, and serves it from then on.  0, or -1 (nobody came). */
+ * attach, and serves it from then on.  0, or -1 (nobody came).  In two
+ * halves: the parent expects the client from _begin on (the client's
+ * HELLO is answered meanwhile), _end takes its connection. */
 int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN]);
+int migrate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN]);
+int migrate_park_end(struct session *s);
 
 /* ---- parent side (parent.c) ---- */
 /* MIGRATE from an admin's session. A status, out: its reply fields. */
@@ -69,6 +73,10 @@ int migrate_parent_attach(const uint8_t *token, int fd);
 /* gate.c: the worker's request to wait for its client, whose socket comes
  * back with the reply (SCM_RIGHTS).  The fd, or -1. */
 int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN]);
+/* the same in two halves (nothing else may go through the gate between
+ * them): the request (0, or -1), then the reply (the fd, or -1) */
+int gate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN]);
+int gate_park_end(void);
 
 /* session.c hooks */
 void journal_free(struct session *s);

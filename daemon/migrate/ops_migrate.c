@@ -124,6 +124,40 @@ static int restore_sync(void *arg)
 	return rc < 0 ? -1 : 0;
 }
 
+static void log_restored(struct session *s, int32_t gpu, uint32_t mode, const struct snap_info *i)
+{
+	char gpus[200] = "";
+	for (uint32_t k = 0; k < i->ngpu; k++) {
+		size_t l = strlen(gpus);
+		snprintf(gpus + l, sizeof(gpus) - l, "%s%u", k ? "," : "",
+			 gpu >= 0 ? (unsigned)gpu : i->gpus[k]);
+	}
+	char peer[96] = "";
+	if (i->peer_bytes)
+		snprintf(peer, sizeof(peer), ", %llu of them copied GPU to GPU",
+			 (unsigned long long)i->peer_bytes);
+	char prep[160] = "";
+	if (i->prep_bytes)
+		snprintf(prep, sizeof(prep), "; before the pause %llu bytes of memory made ready in "
+			 "%.3f s, %llu of them still in use at the pause",
+			 (unsigned long long)i->prep_bytes, (double)i->prep_ns / 1e9,
+			 (unsigned long long)i->prep_used);
+	char maps[128] = "";
+	if (i->peer_bytes || i->prep_bytes)
+		snprintf(maps, sizeof(maps), "; the source's memory mapped here in %.4f s, %u object(s) "
+			 "made in the pause", (double)i->map_ns / 1e9, i->pause_creates);
+	char slow[96] = "";
+	if (i->slow_ns)
+		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", i->slow_n,
+			 rgpu_op_name(i->slow_op), (double)i->slow_ns / 1e9);
+	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
+		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s%s)",
+		 s->name, gpus[0] ? gpus : "-", i->uid, (unsigned long long)i->job,
+		 mode ? "waiting for its client" : "its client goes on", (double)i->create_ns / 1e9,
+		 slow, (unsigned long long)(i->mem_bytes + i->peer_bytes), peer,
+		 (double)i->mem_ns / 1e9, prep, maps);
+}
+
 int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint32_t mode = get_u32(r);
@@ -134,13 +168,14 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 				 .done = !(h->flags & RGPU_F_NOREPLY) };
 	struct snap_io io = { .read = restore_read, .arg = &in, .sync = restore_sync };
 	struct snap_info info;
+	struct snap_defer *defer = NULL;
 	char why[300] = "";
 	int rc;
 	if (gpu >= 0 && gpu >= rgpud_server.ndev) {
 		snprintf(why, sizeof(why), "no GPU %d on this server", (int)gpu);
 		rc = CUDA_ERROR_INVALID_DEVICE;
 	} else {
-		rc = snap_restore(s, &io, gpu, &info, why, sizeof(why));
+		rc = snap_restore(s, &io, gpu, &info, why, sizeof(why), mode == 1 ? &defer : NULL);
 		if (rc == 0 && (in.left || !in.done)) {
 			snprintf(why, sizeof(why), "data after the end of the session's state");
 			rc = -1;
@@ -156,6 +191,7 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 		}
 	}
 	if (rc) {
+		snap_restore_cancel(defer);
 		log_warn("%s: restoring a session failed: %s", s->name, why);
 		put_str(out, why);
 		session_send_reply(s, &in.last, 0, rc > 0 ? rc : CUDA_ERROR_INVALID_VALUE, out->data,
@@ -165,55 +201,40 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	}
 	uint8_t token[MIGRATE_TOKEN_LEN];
 	if (getrandom(token, sizeof(token), 0) != (ssize_t)sizeof(token)) {
+		snap_restore_cancel(defer);
 		put_str(out, "no randomness for a session token");
 		session_send_reply(s, &in.last, 0, CUDA_ERROR_OPERATING_SYSTEM, out->data, out->len);
 		s->ended = 1;
 		return OP_REPLIED;
 	}
-	char gpus[200] = "";
-	for (uint32_t i = 0; i < info.ngpu; i++) {
-		size_t l = strlen(gpus);
-		snprintf(gpus + l, sizeof(gpus) - l, "%s%u", i ? "," : "",
-			 gpu >= 0 ? (unsigned)gpu : info.gpus[i]);
-	}
-	char peer[96] = "";
-	if (info.peer_bytes)
-		snprintf(peer, sizeof(peer), ", %llu of them copied GPU to GPU",
-			 (unsigned long long)info.peer_bytes);
-	char prep[160] = "";
-	if (info.prep_bytes)
-		snprintf(prep, sizeof(prep), "; before the pause %llu bytes of memory made ready in "
-			 "%.3f s, %llu of them still in use at the pause",
-			 (unsigned long long)info.prep_bytes, (double)info.prep_ns / 1e9,
-			 (unsigned long long)info.prep_used);
-	char maps[128] = "";
-	if (info.peer_bytes || info.prep_bytes)
-		snprintf(maps, sizeof(maps), "; the source's memory mapped here in %.4f s, %u object(s) "
-			 "made in the pause", (double)info.map_ns / 1e9, info.pause_creates);
-	char slow[96] = "";
-	if (info.slow_ns)
-		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", info.slow_n,
-			 rgpu_op_name(info.slow_op), (double)info.slow_ns / 1e9);
-	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
-		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s%s)",
-		 s->name, gpus[0] ? gpus : "-", info.uid, (unsigned long long)info.job,
-		 mode ? "waiting for its client" : "its client goes on", (double)info.create_ns / 1e9,
-		 slow, (unsigned long long)(info.mem_bytes + info.peer_bytes), peer,
-		 (double)info.mem_ns / 1e9, prep, maps);
 	put_bytes(out, token, sizeof(token));
 	put_u64(out, info.last_id);
+	/* memory still to copy GPU to GPU as this answer goes (it is copied
+	 * while the client re-attaches) */
+	put_u64(out, snap_defer_bytes(defer));
 	int sent = session_send_reply(s, &in.last, 0, 0, out->data, out->len);
-	/* the source's memory mapped here goes while the client attaches (it
-	 * waits for the park below: unmapping gigabytes was in the pause) */
-	if (sent >= 0 && mode == 1)
-		snap_restore_release_later();
-	else
-		snap_restore_done();
 	if (sent < 0) {
+		snap_restore_cancel(defer);
+		snap_restore_done();
 		s->ended = 1;
 		return OP_REPLIED;
 	}
-	if (mode == 1 && migrate_park(s, token) < 0)
+	/* the parent expects the client from here on: its HELLO is answered
+	 * while the copies run */
+	int parked = mode == 1 && migrate_park_begin(token) == 0;
+	if (mode == 1 && !parked)
+		s->ended = 1;
+	if (defer && snap_restore_finish(defer, &info, why, sizeof(why)) < 0) {
+		log_err("%s: the moved session's memory was not copied: %s", s->name, why);
+		s->ended = 1;
+	}
+	log_restored(s, gpu, mode, &info);
+	/* the source's memory mapped here goes while the client attaches */
+	if (mode == 1)
+		snap_restore_release_later();
+	else
+		snap_restore_done();
+	if (parked && migrate_park_end(s) < 0)
 		s->ended = 1;
 	return OP_REPLIED;
 }

@@ -402,6 +402,8 @@ static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
 	size_t tn;
 	const void *token = get_bytes(&r, &tn);
 	uint64_t last = get_u64(&r);
+	/* (memory the target still copies GPU to GPU while the client comes) */
+	uint64_t pending = rd_ok(&r) && r.left >= 8 ? get_u64(&r) : 0;
 	if (!rd_ok(&r) || tn != MIGRATE_TOKEN_LEN || last != s->last_id) {
 		snprintf(why, wl, "%s answered the session's state with a malformed reply", m->target);
 		goto out;
@@ -435,11 +437,15 @@ static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
 		snprintf(pre, sizeof(pre), ", its objects (%llu bytes, captured in %.1f ms) re-created "
 			 "there before the pause", (unsigned long long)m->ahead_bytes,
 			 (double)m->ahead_ns / 1e6);
+	char later[128] = "";
+	if (pending)
+		snprintf(later, sizeof(later), "; %llu bytes copied there GPU to GPU while the client "
+			 "re-attaches", (unsigned long long)pending);
 	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s; drained "
-		 "and sent in %.1f ms, restored there in %.1f ms)%s", s->name, m->target,
+		 "and sent in %.1f ms, restored there in %.1f ms%s)%s", s->name, m->target,
 		 m->o.gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
 		 secs > 0 ? all / secs / 1e9 : 0.0, (double)(t_sent - t0) / 1e6,
-		 (double)(t_restored - t_sent) / 1e6, pre);
+		 (double)(t_restored - t_sent) / 1e6, later, pre);
 out:
 	free(rbuf);
 	return rc;
@@ -645,7 +651,14 @@ int migrate_serve_ahead(struct session *s)
 
 int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN])
 {
-	int fd = gate_park(token);
+	return migrate_park_begin(token) < 0 ? -1 : migrate_park_end(s);
+}
+
+int migrate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN]) { return gate_park_begin(token); }
+
+int migrate_park_end(struct session *s)
+{
+	int fd = gate_park_end();
 	if (fd < 0) {
 		log_warn("%s: the client of a restored session did not attach within %d s", s->name,
 			 MIGRATE_PARK_S);

@@ -3,6 +3,7 @@
  * `rgpu migrate` and `rgpu drain`), and restored sessions parked until
  * their client attaches (HELLO with the token).
  */
+#include "clock.h"
 #include "migrate.h"
 #include "../access.h"
 #include "../rgpud.h"
@@ -85,6 +86,7 @@ int migrate_parent_attach_check(const struct rgpud_principal *who, const uint8_t
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += MIGRATE_ATTACH_WAIT_S;
+	uint64_t t0 = rgpu_now_ns();
 	pthread_mutex_lock(&park_lock);
 	struct parked *p;
 	while (!(p = park_find(token)) &&
@@ -92,6 +94,9 @@ int migrate_parent_attach_check(const struct rgpud_principal *who, const uint8_t
 		;
 	int ok = p && p->fd < 0 && same_owner(p->who, who);
 	pthread_mutex_unlock(&park_lock);
+	/* (part of a move's pause: the client waits here for its session) */
+	log_debug("a moved session's client waited %.2f ms for the session to park",
+		  (double)(rgpu_now_ns() - t0) / 1e6);
 	if (!ok)
 		snprintf(why, whylen, "no moved session waits here for this client (it timed out "
 				      "after %d s, or belongs to someone else)", MIGRATE_PARK_S);

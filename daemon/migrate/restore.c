@@ -603,9 +603,57 @@ out:
 	return rc;
 }
 
-int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct snap_info *info,
-		 char *why, size_t whylen)
+/* A restore's GPU-to-GPU copies, left to run once it is answered. */
+struct snap_defer {
+	struct session *s;
+	int gpu_to;
+	struct imported *imp;
+	struct peer_copy *copies;
+};
+
+uint64_t snap_defer_bytes(const struct snap_defer *d)
 {
+	uint64_t n = 0;
+	for (const struct peer_copy *c = d ? d->copies : NULL; c; c = c->next)
+		n += c->h.size;
+	return n;
+}
+
+int snap_restore_finish(struct snap_defer *d, struct snap_info *info, char *why, size_t whylen)
+{
+	struct rst rr = { .s = d->s, .gpu_to = d->gpu_to, .why = why, .whylen = whylen,
+			  .info = info, .imp = d->imp, .copies = d->copies };
+	struct rst *r = &rr;
+	r->copies_tail = &r->copies;
+	free(d);
+	uint64_t t0 = rgpu_now_ns();
+	int rc = peer_copies(r, info);
+	info->mem_ns += rgpu_now_ns() - t0;
+	peer_copies_free(r);
+	snap_restore_done(); /* (none left: one restore at a time) */
+	imports_left = r->imp; /* let go by the caller */
+	D->cuCtxSetCurrent(NULL);
+	r->s->cur_ctx = 0;
+	if (rc && !why[0])
+		snprintf(why, whylen, "copying the session's memory GPU to GPU failed");
+	return rc ? -1 : 0;
+}
+
+void snap_restore_cancel(struct snap_defer *d)
+{
+	if (!d)
+		return;
+	struct rst rr = { .copies = d->copies };
+	peer_copies_free(&rr);
+	imports_free(d->imp);
+	free(d);
+}
+
+int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct snap_info *info,
+		 char *why, size_t whylen, struct snap_defer **defer)
+{
+	if (defer)
+		*defer = NULL;
 	struct rst rr = { .s = s, .io = io, .gpu_to = gpu_to, .why = why, .whylen = whylen,
 			  .info = info };
 	struct rst *r = &rr;
@@ -714,7 +762,19 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 	}
 	if (!rc)
 		preps_drop(r, 0, 0);
-	if (!rc && r->copies) {
+	/* the copies run after the answer, while the client re-attaches; the
+	 * source's blocks are imported first (the source lets its exports go
+	 * once it has the answer) */
+	for (struct peer_copy *c = defer && !rc ? r->copies : NULL; c && !rc; c = c->next)
+		if (mem_enter(r, &c->h) < 0 || !import(r, c->token, c->blen, c->h.dev))
+			rc = -1;
+	if (!rc && r->copies && defer && (*defer = calloc(1, sizeof(**defer)))) {
+		**defer = (struct snap_defer){ .s = s, .gpu_to = gpu_to, .imp = r->imp,
+					       .copies = r->copies };
+		r->imp = NULL;
+		r->copies = NULL;
+		r->copies_tail = &r->copies;
+	} else if (!rc && r->copies) {
 		uint64_t t0 = rgpu_now_ns();
 		rc = peer_copies(r, info);
 		info->mem_ns += rgpu_now_ns() - t0;

@@ -142,8 +142,18 @@ struct snap_info {
 /* Rebuilds a captured session into s, a fresh one (restore.c).  gpu_to:
  * the GPU every context moves to, or -1 to keep each one's.  0, or a
  * CUresult (or -1 for a malformed stream) with why[] set. */
+struct snap_defer;
 int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct snap_info *info,
-		 char *why, size_t whylen);
+		 char *why, size_t whylen, struct snap_defer **defer);
+/* defer (may be NULL: all is done before snap_restore returns): the
+ * GPU-to-GPU copies of memory, left to snap_restore_finish once the
+ * restore is answered, so that they run while the client re-attaches;
+ * *defer stays NULL when there are none.  finish: 0, or -1 with why[];
+ * either way the source's memory is then the caller's to let go
+ * (snap_restore_done).  cancel: the restore failed after all. */
+uint64_t snap_defer_bytes(const struct snap_defer *d);
+int snap_restore_finish(struct snap_defer *d, struct snap_info *info, char *why, size_t whylen);
+void snap_restore_cancel(struct snap_defer *d);
 /* After a successful restore has been answered: lets go of the source's
  * memory it mapped to copy from. */
 void snap_restore_done(void);

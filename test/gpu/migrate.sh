@@ -85,7 +85,7 @@ train() {
 		LD_LIBRARY_PATH=$R:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 			timeout 150 "$PY" "$src/test/gpu/migrate.py" "$STEPS" >"$OUT/$name.out" 2>"$OUT/$name.err" &
 	else
-		RGPU_SERVERS=$server RGPU_TRANSPORT=tcp RGPU_LOG_LEVEL=info \
+		RGPU_SERVERS=$server RGPU_TRANSPORT=tcp RGPU_LOG_LEVEL=${MIG_CLIENT_LOG:-info} \
 			LD_LIBRARY_PATH=$B/client/.libs:$B/nvml/.libs:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} \
 			timeout 150 "$PY" "$src/test/gpu/migrate.py" "$STEPS" >"$OUT/$name.out" 2>"$OUT/$name.err" &
 	fi
@@ -223,7 +223,7 @@ if [ "$ngpu" -ge 2 ]; then
 		"the same move with RGPUD_MIGRATE_NO_PEER (memory through host): losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); pause $ph ms (GPU to GPU: $pp ms, $(awk -v a="$pp" -v b="$ph" 'BEGIN { if (a > 0) printf "%.1fx shorter", b / a }')); $(grep -o "session moved to .*" "$OUT/rgpud-twoH.log" | tail -1)"
 	# GPU to GPU with the objects re-created before the pause: what is
 	# left of the pause is the copy (NVLink) and the handover
-	RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 twoahead twoX
+	MIG_CLIENT_LOG=debug RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 twoahead twoX
 	px=$(pause_ms twoahead "$MOVE_AT")
 	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twoahead.cmd" && echo 0 || echo 1)
 	result two-gpus-ahead "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
@@ -236,7 +236,7 @@ if [ "$ngpu" -ge 2 ]; then
 	DATA_MB=$big train plainbig "127.0.0.1:$BP"
 	wait "$TPID"
 	kill_all "$BPID"
-	DATA_MB=$big RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 twoaheadbig twoXB
+	MIG_CLIENT_LOG=debug DATA_MB=$big RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 twoaheadbig twoXB
 	pb=$(pause_ms twoaheadbig "$MOVE_AT")
 	SAME=$(diff <(losses plainbig) <(losses twoaheadbig) >/dev/null && echo 0 || echo 1)
 	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/twoaheadbig.cmd" && echo 0 || echo 1)
@@ -246,6 +246,7 @@ if [ "$ngpu" -ge 2 ]; then
 	grep -o "objects re-created in .*" "$OUT/rgpud-twoXB.log" 2>/dev/null | tail -1 | sed "s/^/two-gpus-ahead-big target: /" | tee -a "$S"
 	for n in twoahead twoaheadbig; do
 		grep -o "session re-attached.*" "$OUT/$n.err" 2>/dev/null | tail -1 | sed "s/^/$n client: /" | tee -a "$S"
+		grep -o "re-attach: .*" "$OUT/$n.err" 2>/dev/null | tail -1 | sed "s/^/$n client: /" | tee -a "$S"
 	done
 	# the path's own copy bandwidth, measured here: a local peer copy of
 	# 256 MiB GPU 0 -> 1 (torch), against what the pause moved
