@@ -407,6 +407,9 @@ size_t rc_region_auto_unref(uintptr_t base);
 CUresult rc_graph_host(struct rc_ctx *c, const void *p, size_t n, int dst, uint64_t *dev,
 		       uintptr_t *held);
 void rc_graph_host_drop(uintptr_t held);
+/* a lies in rgpu's own address ranges (managed and mapped memory, the
+ * application's VMM reservations, pinned memory shared live) */
+int rc_va_ours(uint64_t a);
 /* whether p is the program's host memory, not the device's (an address
  * a unified-addressing copy names) */
 int rc_is_host_memory(const void *p);

@@ -460,6 +460,12 @@ size_t rc_region_auto_unref(uintptr_t base)
 	return size;
 }
 
+int rc_va_ours(uint64_t a)
+{
+	uint64_t base = rc_setting(RS_VA_BASE);
+	return a >= base && a - base < RC_VA_SPAN + RC_LIVE_SPAN;
+}
+
 uintptr_t rc_host_alias(uintptr_t p)
 {
 	if (!regions_hw)

@@ -829,8 +829,7 @@ int rc_is_host_memory(const void *p)
 	/* rgpu's own address ranges (managed, mapped, the application's VMM
 	 * memory) are the device's; elsewhere, a page this process maps is
 	 * the program's memory (a device address is mapped here by nothing) */
-	uint64_t va = rc_setting(RS_VA_BASE), a = (uint64_t)(uintptr_t)p;
-	if (a >= va && a - va < (32ull << 40))
+	if (rc_va_ours((uint64_t)(uintptr_t)p))
 		return 0;
 	long pg = sysconf(_SC_PAGESIZE);
 	unsigned char vec;

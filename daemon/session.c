@@ -353,6 +353,15 @@ static void session_cleanup(struct session *s)
 	memif_cleanup(s);
 	journal_free(s);
 	int nctx = 0;
+	/* graphs are the process's, not a context's: a client that went away
+	 * with some leaves them here (executables first; graphs a graph owns
+	 * go with it) */
+	for (uint32_t i = 0; d->cuGraphExecDestroy && i < s->ht.n; i++)
+		if (s->ht.e[i].kind == HK_GRAPHEXEC)
+			d->cuGraphExecDestroy(s->ht.e[i].obj);
+	for (uint32_t i = 0; d->cuGraphDestroy && i < s->ht.n; i++)
+		if (s->ht.e[i].kind == HK_GRAPH && !s->ht.e[i].parent)
+			d->cuGraphDestroy(s->ht.e[i].obj);
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
 		if (e->kind == HK_LIBRARY)

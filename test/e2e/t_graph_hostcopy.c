@@ -184,6 +184,7 @@ int main(int argc, char **argv)
 	free(out);
 	CK(cuMemFree(d));
 	CK(cuStreamDestroy(s));
+	CK(cuModuleUnload(mod));
 	printf("t_graph_hostcopy: OK\n");
 	return 0;
 }
