@@ -24,5 +24,7 @@ void opstats_driver(struct opstats *o, unsigned op, uint64_t ns);
 void opstats_spin(struct opstats *o, int caught);
 /* Logs the session's line (if it served any request) and frees o. */
 void opstats_close(struct opstats *o, const char *name);
+/* Frees o unlogged (the parent's part of a connection: its HELLO). */
+void opstats_discard(struct opstats *o);
 
 #endif

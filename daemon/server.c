@@ -10,6 +10,7 @@
 #include "metrics.h"
 #include "rgpud.h"
 #include "session.h"
+#include "opstats.h"
 #include "sched/scheduler.h"
 #include "migrate/migrate.h"
 
@@ -282,6 +283,7 @@ static void *conn_thread(void *arg)
 		log_warn("%s: worker %d exited with status %d", s->name, (int)s->worker, WEXITSTATUS(st));
 out:
 	rgpud_session_unregister(&rgpud_server, s);
+	opstats_discard(s->opstats);
 	if (s->mig_fd > 0)
 		close(s->mig_fd);
 	if (s->conn)
