@@ -167,6 +167,18 @@ RC_EXPORT CUresult cuModuleLoadDataEx(CUmodule *pm, const void *image, unsigned 
 	CUresult rc = rc_jit_image(image, nopt, opts, vals, &cubin, &n);
 	if (rc == CUDA_ERROR_NOT_SUPPORTED)
 		return module_load(pm, image);
+	if (rc == CUDA_ERROR_INVALID_PTX || rc == CUDA_ERROR_UNSUPPORTED_PTX_VERSION ||
+	    rc == CUDA_ERROR_JIT_COMPILER_NOT_FOUND || rc == CUDA_ERROR_UNKNOWN) {
+		/* PTX the linker takes no part of (old ISAs do not compile as
+		 * relocatable code): the server's driver compiles it as a
+		 * module, without the options */
+		const char *name = NULL;
+		if (cuGetErrorName(rc, &name) != CUDA_SUCCESS || !name)
+			name = "?";
+		log_warn("cuModuleLoadDataEx: the PTX did not link (%s); loaded without its JIT "
+			 "options", name);
+		return module_load(pm, image);
+	}
 	if (rc)
 		return rc;
 	rc = module_load(pm, cubin);
