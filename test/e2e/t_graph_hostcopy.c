@@ -9,7 +9,7 @@
  *  - the same captured from a stream (cuMemcpyHtoDAsync, the kernel,
  *    cuMemcpyDtoHAsync), two launches with different inputs;
  *  - a memcpy node naming host memory with CU_MEMORYTYPE_UNIFIED (the
- *    runtime's cudaMemcpyDefault);
+ *    runtime's cudaMemcpyDefault), and one naming device memory so;
  *  - destroying the graphs and executables lets the memory go: the
  *    program's buffers stay usable.
  * Exits non-zero on any mismatch. */
@@ -100,6 +100,30 @@ int main(int argc, char **argv)
 		CK(cuGraphDestroy(g));
 		say("explicit graph (%s host memory): two launches, each read the host's input",
 		    mode ? "unified" : "host");
+	}
+
+	/* unified addresses naming device memory stay device memory */
+	{
+		CUdeviceptr d2;
+		CK(cuMemAlloc(&d2, N * sizeof(int)));
+		CK(cuMemsetD32(d, 77, N));
+		CK(cuMemsetD32(d2, 0, N));
+		CUgraph g;
+		CUgraphNode cn;
+		CK(cuGraphCreate(&g, 0));
+		CUDA_MEMCPY3D c = copy1d(CU_MEMORYTYPE_UNIFIED, NULL, d, CU_MEMORYTYPE_UNIFIED, NULL, d2,
+					 N * sizeof(int));
+		CK(cuGraphAddMemcpyNode(&cn, g, NULL, 0, &c, ctx));
+		CUgraphExec e;
+		CK(cuGraphInstantiate(&e, g, 0));
+		CK(cuGraphLaunch(e, s));
+		CK(cuStreamSynchronize(s));
+		CK(cuMemcpyDtoH(out, d2, N * sizeof(int)));
+		for (int i = 0; i < N; i++)
+			CHECK(out[i] == 77, "unified device-to-device node: [%d] = %d", i, out[i]);
+		CK(cuGraphExecDestroy(e));
+		CK(cuGraphDestroy(g));
+		CK(cuMemFree(d2));
 	}
 
 	/* captured from a stream */
