@@ -19,7 +19,9 @@
 #               cuda-samples-build.py --export-src)
 #   --only RE   samples whose name matches RE
 # Environment: top_builddir (default _build), RGPU_REAL_DRIVER_DIR
-#   (/usr/local/nvidia/lib64), CUDA_HOME (/usr/local/cuda), SAMPLE_TIMEOUT (seconds per run, 30),
+#   (/usr/local/nvidia/lib64), CUDA_HOME (/usr/local/cuda), SAMPLE_TIMEOUT (seconds per run, 30;
+#   over TCP SAMPLE_TIMEOUT_TCP, 90: bandwidth-bound samples move their data at
+#   loopback TCP's few GB/s there, not PCIe's tens),
 #   SAMPLES_DEADLINE (seconds for all, 450: later samples are reported as
 #   not run), SAMPLES_JOBS (samples run at once, 1; each sample's three runs
 #   stay one after another).
@@ -31,6 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 top_srcdir=$(cd "$here/../.." && pwd)
 : "${top_builddir:=$top_srcdir/_build}"
 : "${SAMPLE_TIMEOUT:=30}"
+: "${SAMPLE_TIMEOUT_TCP:=90}"
 : "${SAMPLES_DEADLINE:=450}"
 : "${SAMPLES_JOBS:=1}"
 : "${CUDA_HOME:=/usr/local/cuda}"
@@ -116,7 +119,9 @@ run() {
 		   RGPU_LOG_LEVEL=warn) ;;
 	local) env+=(RGPU_SERVERS=$SERVERS LD_LIBRARY_PATH=$CLIENTDIR:$libs RGPU_LOG_LEVEL=warn) ;;
 	esac
-	(cd "$dir" && "${env[@]}" timeout -k 5 "$SAMPLE_TIMEOUT" "./$name" </dev/null >"$log.out" 2>&1)
+	local limit=$SAMPLE_TIMEOUT
+	[ "$mode" = tcp ] && limit=$SAMPLE_TIMEOUT_TCP
+	(cd "$dir" && "${env[@]}" timeout -k 5 "$limit" "./$name" </dev/null >"$log.out" 2>&1)
 }
 
 verdict() { # exit status -> word
