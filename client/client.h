@@ -391,14 +391,15 @@ int rc_region_kind(const void *p); /* 0 none, 1 managed, 2 mapped, 3 registered 
  * marked as such (one holder; dst: a copy writes it); [p, p+n) in one,
  * its holders one more (1, with its base and p's device address; 0: not
  * in one; -1: beyond its bytes); holders one more, one fewer (the
- * region's size when none is left: the caller unregisters). */
+ * region's size and its device copy's address when none is left: the
+ * caller lets it go). */
 void rc_region_auto_init(const void *base, int dst);
 int rc_region_auto_use(const void *p, size_t n, int dst, uintptr_t *base, uint64_t *dev);
 void rc_region_auto_ref(uintptr_t base);
 /* registered memory holding p gets its device copy on c's server now (a
  * graph's copy names it before any launch does) */
 CUresult rc_region_mirror(struct rc_ctx *c, const void *p);
-size_t rc_region_auto_unref(uintptr_t base);
+size_t rc_region_auto_unref(uintptr_t base, uintptr_t *dev);
 /* memory.c: the device-side address of host memory [p, p+n) that a
  * graph's copy names: rgpu's managed and mapped memory as it is,
  * registered memory's device copy, pageable memory registered for it

@@ -449,13 +449,15 @@ void rc_region_auto_ref(uintptr_t base)
 	pthread_mutex_unlock(&reg_lock);
 }
 
-size_t rc_region_auto_unref(uintptr_t base)
+size_t rc_region_auto_unref(uintptr_t base, uintptr_t *dev)
 {
 	size_t size = 0;
 	pthread_mutex_lock(&reg_lock);
 	struct region *r = find_base(base);
-	if (r && r->auto_refs > 0 && --r->auto_refs == 0)
+	if (r && r->auto_refs > 0 && --r->auto_refs == 0) {
 		size = r->size;
+		*dev = r->dev;
+	}
 	pthread_mutex_unlock(&reg_lock);
 	return size;
 }

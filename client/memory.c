@@ -814,9 +814,11 @@ static CUresult graph_host_at(const void *p, size_t n, int dst, uint64_t *dev, u
 
 void rc_graph_host_drop(uintptr_t held)
 {
-	size_t size = held ? rc_region_auto_unref(held) : 0;
-	if (size)
-		unregister_mapped((void *)held, size);
+	uintptr_t d = 0;
+	size_t size = held ? rc_region_auto_unref(held, &d) : 0, rsize;
+	/* (by its base: its first page may be another region's too) */
+	if (size && rc_region_free((void *)held, &rsize) == 0)
+		munmap((void *)d, (size + (2u << 20) - 1) / (2u << 20) * (2u << 20));
 }
 
 int rc_is_host_memory(const void *p)

@@ -198,6 +198,18 @@ int main(int argc, char **argv)
 		say("a graph's registration and the program's on one page");
 	}
 
+	/* the graphs' registrations went with them: a copy naming more of the
+	 * same memory than any earlier one is registered afresh */
+	{
+		CUgraph g;
+		CUgraphNode up;
+		CK(cuGraphCreate(&g, 0));
+		CUDA_MEMCPY3D c = copy1d(CU_MEMORYTYPE_HOST, (const char *)in + 8, 0, CU_MEMORYTYPE_DEVICE,
+					 NULL, d, N * sizeof(int));
+		CK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c, ctx));
+		CK(cuGraphDestroy(g));
+	}
+
 	/* the program's memory is its own again: plain copies, and a free */
 	fill(in, 42);
 	CK(cuMemcpyHtoD(d, in, N * sizeof(int)));
