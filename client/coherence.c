@@ -316,6 +316,18 @@ static CUresult mirror_map(struct rc_ctx *c, uintptr_t base, size_t size)
 	return rc_call(c->dev->conn, RGPU_OP_VMEM_MAP, w, &r);
 }
 
+/* Region r (mapped or registered) gets its device copy on c's server;
+ * coh_lock held. */
+static CUresult give_mirror(struct region *r, struct rc_ctx *c)
+{
+	CUresult rc = mirror_map(c, r->dev, r->size);
+	if (!rc) {
+		r->mirror = c;
+		__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
+	}
+	return rc;
+}
+
 static void mirror_unmap(struct rc_ctx *c, uintptr_t base)
 {
 	struct wbuf *w = rc_req();
@@ -429,10 +441,7 @@ CUresult rc_region_mirror(struct rc_ctx *c, const void *p)
 	struct region *r = find((uintptr_t)p);
 	if (r && r->kind == R_REGISTERED && !r->mirror &&
 	    !(ci >= 0 && ci < 64 && (r->live & (1ull << ci)))) {
-		if (!(rc = mirror_map(c, r->dev, r->size))) {
-			r->mirror = c;
-			__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
-		}
+		rc = give_mirror(r, c);
 	} else if (r && r->mirror && r->mirror->dev->conn != c->dev->conn) {
 		rc = CUDA_ERROR_INVALID_VALUE; /* its copy is on another server */
 	}
@@ -580,12 +589,8 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 				continue;
 			if (live_bit && (r->live & live_bit))
 				continue; /* the kernel reaches the pages themselves */
-			if (!r->mirror) {
-				if ((rc = mirror_map(c, r->dev, r->size)))
-					break;
-				r->mirror = c;
-				__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
-			}
+			if (!r->mirror && (rc = give_mirror(r, c)))
+				break;
 		}
 		if (!r->mirror || r->mirror->dev->conn != c->dev->conn)
 			continue;

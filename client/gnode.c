@@ -299,36 +299,28 @@ static void side_span(size_t x, size_t y, size_t z, size_t pitch, size_t height,
 	*foot = rows * pitch + w;
 }
 
-static CUresult put_memcpy(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMCPY3D *p)
+/* The addresses a copy node names on the server (its sides, src and dst),
+ * resolved for graph g before any request is built: a side in host memory
+ * may need calls of its own (its registration), which use the thread's
+ * request buffer. */
+static CUresult memcpy_sides(struct rc_graph *g, const CUDA_MEMCPY3D *p, uint64_t sides[2])
 {
-	uint64_t src, dst;
 	size_t h = p->Height ? p->Height : 1, so, sf, dof, df;
 	side_span(p->srcXInBytes, p->srcY, p->srcZ, p->srcPitch, p->srcHeight ? p->srcHeight : h,
 		  p->WidthInBytes, p->Height, p->Depth, &so, &sf);
 	side_span(p->dstXInBytes, p->dstY, p->dstZ, p->dstPitch, p->dstHeight ? p->dstHeight : h,
 		  p->WidthInBytes, p->Height, p->Depth, &dof, &df);
-	/* a side in host memory may need calls of its own (its registration),
-	 * which use this thread's request buffer, w: the request so far is
-	 * kept aside meanwhile */
-	size_t keep = w->len;
-	uint8_t *saved = malloc(keep ? keep : 1);
-	if (!saved)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	memcpy(saved, w->data, keep);
-	CUresult rc = copy_side(n->g, p->srcMemoryType, p->srcHost, p->srcDevice, so, sf, 0, &src);
-	if (!rc)
-		rc = copy_side(n->g, p->dstMemoryType, p->dstHost, p->dstDevice, dof, df, 1, &dst);
-	wbuf_reset(w);
-	put_raw(w, saved, keep);
-	free(saved);
-	if (rc)
-		return rc;
-	if (w->oom)
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = copy_side(g, p->srcMemoryType, p->srcHost, p->srcDevice, so, sf, 0, &sides[0]);
+	return rc ? rc : copy_side(g, p->dstMemoryType, p->dstHost, p->dstDevice, dof, df, 1, &sides[1]);
+}
+
+static CUresult put_memcpy(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMCPY3D *p,
+			   const uint64_t sides[2])
+{
 	n->mc = *p;
 	put_u32(w, CU_GRAPH_NODE_TYPE_MEMCPY);
-	put_u64(w, src);
-	put_u64(w, dst);
+	put_u64(w, sides[0]);
+	put_u64(w, sides[1]);
 	put_u64(w, p->srcPitch);
 	put_u64(w, p->dstPitch);
 	put_u64(w, p->srcHeight);
@@ -336,8 +328,7 @@ static CUresult put_memcpy(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMCPY
 	put_u64(w, p->WidthInBytes);
 	put_u64(w, p->Height);
 	put_u64(w, p->Depth);
-	uint64_t words[2] = { src, dst };
-	return coh_add(n->g, words, sizeof(words)) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	return coh_add(n->g, sides, 2 * sizeof(*sides)) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 
 static CUresult put_memset(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMSET_NODE_PARAMS *p)
@@ -427,14 +418,15 @@ static CUresult add_end(struct rc_gnode *n, CUgraphNode *out, CUresult rc)
 }
 
 /* Packs parameters p of a node of type t (kernel, memcpy or memset) into
- * n and the request. */
-static CUresult put_params(struct wbuf *w, struct rc_gnode *n, CUgraphNodeType t, const void *p)
+ * n and the request; sides: a memcpy's (memcpy_sides). */
+static CUresult put_params(struct wbuf *w, struct rc_gnode *n, CUgraphNodeType t, const void *p,
+			   const uint64_t sides[2])
 {
 	switch (t) {
 	case CU_GRAPH_NODE_TYPE_KERNEL:
 		return put_kernel(w, n, p);
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
-		return put_memcpy(w, n, p);
+		return put_memcpy(w, n, p, sides);
 	case CU_GRAPH_NODE_TYPE_MEMSET:
 		return put_memset(w, n, p);
 	default:
@@ -451,11 +443,16 @@ static CUresult add_params(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps
 	struct wbuf *w;
 	if (!out || !p)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = add_begin(hg, deps, nd, t, &g, &n, &w);
+	uint64_t sides[2] = { 0, 0 };
+	CUresult rc = get_graph(hg, &g);
+	if (!rc && t == CU_GRAPH_NODE_TYPE_MEMCPY)
+		rc = memcpy_sides(g, p, sides);
+	if (!rc)
+		rc = add_begin(hg, deps, nd, t, &g, &n, &w);
 	if (rc)
 		return rc;
 	struct rd r;
-	if (!(rc = put_params(w, n, t, p)))
+	if (!(rc = put_params(w, n, t, p, sides)))
 		rc = add_call(g, w, n, &r);
 	return add_end(n, out, rc);
 }
@@ -1194,6 +1191,9 @@ static CUresult set_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, co
 	struct rc_graph *x = NULL;
 	if (hx && (rc = rc_obj(hx, RC_GEXEC, &x)))
 		return rc;
+	uint64_t sides[2] = { 0, 0 };
+	if (t == CU_GRAPH_NODE_TYPE_MEMCPY && (rc = memcpy_sides(x ? x : n->g, p, sides)))
+		return rc;
 	struct wbuf *w = gop(n->g->ctx, hx ? RGPU_G_EXEC_SET : RGPU_G_SET);
 	if (x)
 		put_u64(w, x->h);
@@ -1205,7 +1205,7 @@ static CUresult set_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, co
 	scratch.g = x ? x : n->g;
 	struct rc_gnode *dst = x ? &scratch : n;
 	struct rd r;
-	if (!(rc = put_params(w, dst, t, p)))
+	if (!(rc = put_params(w, dst, t, p, sides)))
 		rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
 	free(scratch.kbuf);
 	free(scratch.kargs);

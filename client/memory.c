@@ -621,39 +621,52 @@ static void page_span(void *p, size_t size, uintptr_t *base, size_t *span)
 	*span = (((uintptr_t)p + size + pg - 1) & ~(pg - 1)) - *base;
 }
 
+/* The mapping of this process that holds address p, as /proc/self/maps
+ * describes it; 0, or -1 when none does. */
+struct maps_entry {
+	unsigned long lo, hi, offset, inode;
+	unsigned maj, min;
+	char perms[8];
+	char path[4400];
+};
+
+static int maps_find(uintptr_t p, struct maps_entry *e)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return -1;
+	int found = -1;
+	while (found < 0 && fgets(e->path, sizeof(e->path), f)) {
+		int at = 0;
+		if (sscanf(e->path, "%lx-%lx %7s %lx %x:%x %lu %n", &e->lo, &e->hi, e->perms, &e->offset,
+			   &e->maj, &e->min, &e->inode, &at) >= 7 && p >= e->lo && p < e->hi) {
+			memmove(e->path, e->path + at, strlen(e->path + at) + 1);
+			e->path[strcspn(e->path, "\n")] = '\0';
+			found = 0;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
 /* The shared file whose pages [base, base+span) are (one MAP_SHARED
  * mapping of a named file, as NCCL's /dev/shm buffers): opened, with the
  * file offset of base; -1 when they are not such pages. */
 static int shared_file_of(uintptr_t base, size_t span, uint64_t *off)
 {
-	FILE *f = fopen("/proc/self/maps", "re");
-	if (!f)
+	struct maps_entry e;
+	if (maps_find(base, &e) < 0 || base + span > e.hi || e.perms[3] != 's' || !e.inode ||
+	    e.path[0] != '/')
 		return -1;
-	char line[4400];
-	int fd = -1;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi, offset, inode;
-		unsigned maj, min;
-		char perms[8];
-		int at = 0;
-		if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &lo, &hi, perms, &offset, &maj, &min,
-			   &inode, &at) < 7 || base < lo || base >= hi)
-			continue;
-		char *path = line + at;
-		path[strcspn(path, "\n")] = '\0';
-		struct stat st;
-		if (base + span <= hi && perms[3] == 's' && inode && path[0] == '/' &&
-		    (fd = open(path, O_RDWR | O_CLOEXEC)) >= 0 &&
-		    (fstat(fd, &st) < 0 || st.st_ino != inode || major(st.st_dev) != maj ||
-		     minor(st.st_dev) != min)) {
-			close(fd); /* another file by now */
-			fd = -1;
-		}
-		if (fd >= 0)
-			*off = offset + (base - lo);
-		break;
+	int fd = open(e.path, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_ino != e.inode || major(st.st_dev) != e.maj ||
+			minor(st.st_dev) != e.min)) {
+		close(fd); /* another file by now */
+		fd = -1;
 	}
-	fclose(f);
+	if (fd >= 0)
+		*off = e.offset + (base - e.lo);
 	return fd;
 }
 
@@ -823,39 +836,15 @@ void rc_graph_host_drop(uintptr_t held)
 
 int rc_is_host_memory(const void *p)
 {
-	CUdeviceptr base;
-	size_t size;
-	struct rc_ctx *c;
-	if (!p || rc_region_kind(p) || rc_alloc_lookup((CUdeviceptr)(uintptr_t)p, &c, &base, &size) == 0)
+	if (!p || rc_region_kind(p) || rc_alloc_lookup((CUdeviceptr)(uintptr_t)p, NULL, NULL, NULL) == 0)
 		return 0;
 	/* rgpu's own address ranges (managed, mapped, the application's VMM
-	 * memory) are the device's; elsewhere, a page this process maps is
-	 * the program's memory (a device address is mapped here by nothing) */
-	if (rc_va_ours((uint64_t)(uintptr_t)p))
-		return 0;
-	/* a page this process maps readable (a device address may lie in a
-	 * range reserved here, without access, so that nothing else takes it) */
-	FILE *f = fopen("/proc/self/maps", "re");
-	if (!f)
-		return 0;
-	char line[512];
-	int host = 0;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-		char perms[8];
-		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)p >= lo &&
-		    (uintptr_t)p < hi) {
-			host = perms[0] == 'r';
-			break;
-		}
-		if (!strchr(line, '\n')) { /* (a long path: skip the rest of the line) */
-			int ch;
-			while ((ch = fgetc(f)) != EOF && ch != '\n')
-				;
-		}
-	}
-	fclose(f);
-	return host;
+	 * memory) are the device's; elsewhere, a page this process maps
+	 * readable is the program's (a device address may lie in a range
+	 * reserved here without access, so that nothing else takes it) */
+	struct maps_entry e;
+	return !rc_va_ours((uint64_t)(uintptr_t)p) && maps_find((uintptr_t)p, &e) == 0 &&
+	       e.perms[0] == 'r';
 }
 
 RC_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags)

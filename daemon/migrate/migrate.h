@@ -49,11 +49,11 @@ int migrate_serve_ahead(struct session *s);
 /* The session ends with a move under way: dropped. */
 void migrate_ahead_drop(struct session *s);
 /* After a restore in mode 1: waits, through the parent, for the client to
- * attach, and serves it from then on.  0, or -1 (nobody came).  In two
- * halves: the parent expects the client from _begin on (the client's
- * HELLO is answered meanwhile), _end takes its connection. */
+ * attach, and serves it from then on.  0, or -1 (nobody came).  Or in two
+ * halves: the parent expects the client from gate_park_begin on (the
+ * client's HELLO is answered meanwhile), migrate_park_end takes its
+ * connection. */
 int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN]);
-int migrate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN]);
 int migrate_park_end(struct session *s);
 
 /* ---- parent side (parent.c) ---- */

@@ -651,10 +651,8 @@ int migrate_serve_ahead(struct session *s)
 
 int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN])
 {
-	return migrate_park_begin(token) < 0 ? -1 : migrate_park_end(s);
+	return gate_park_begin(token) < 0 ? -1 : migrate_park_end(s);
 }
-
-int migrate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN]) { return gate_park_begin(token); }
 
 int migrate_park_end(struct session *s)
 {

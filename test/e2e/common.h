@@ -161,6 +161,25 @@ static inline float lcg_float(uint32_t *s)
 }
 
 /* cuInit, device dev, its primary context made current. */
+/* A one-dimensional copy of bytes between two sides, each host (h) or
+ * device (d) memory of the type given. */
+static inline CUDA_MEMCPY3D copy3d_1d(CUmemorytype st, const void *sh, CUdeviceptr sd,
+				      CUmemorytype dt, void *dh, CUdeviceptr dd, size_t bytes)
+{
+	CUDA_MEMCPY3D c;
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = st;
+	c.srcHost = sh;
+	c.srcDevice = sd;
+	c.dstMemoryType = dt;
+	c.dstHost = dh;
+	c.dstDevice = dd;
+	c.WidthInBytes = bytes;
+	c.Height = 1;
+	c.Depth = 1;
+	return c;
+}
+
 static inline CUcontext primary_ctx(int dev, CUdevice *out_dev)
 {
 	CUdevice d;

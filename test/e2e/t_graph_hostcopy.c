@@ -20,23 +20,6 @@
 
 #define N 5000
 
-static CUDA_MEMCPY3D copy1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUmemorytype dt,
-			    void *dh, CUdeviceptr dd, size_t bytes)
-{
-	CUDA_MEMCPY3D c;
-	memset(&c, 0, sizeof(c));
-	c.srcMemoryType = st;
-	c.srcHost = sh;
-	c.srcDevice = sd;
-	c.dstMemoryType = dt;
-	c.dstHost = dh;
-	c.dstDevice = dd;
-	c.WidthInBytes = bytes;
-	c.Height = 1;
-	c.Depth = 1;
-	return c;
-}
-
 static void check(const int *out, int base, const char *what)
 {
 	for (int i = 0; i < N; i++)
@@ -79,11 +62,11 @@ int main(int argc, char **argv)
 		CUgraph g;
 		CUgraphNode up, kn, down;
 		CK(cuGraphCreate(&g, 0));
-		CUDA_MEMCPY3D c1 = copy1d(ht, in, mode ? (CUdeviceptr)(uintptr_t)in : 0, CU_MEMORYTYPE_DEVICE,
+		CUDA_MEMCPY3D c1 = copy3d_1d(ht, in, mode ? (CUdeviceptr)(uintptr_t)in : 0, CU_MEMORYTYPE_DEVICE,
 					  NULL, d, N * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c1, ctx));
 		CK(cuGraphAddKernelNode(&kn, g, &up, 1, &k));
-		CUDA_MEMCPY3D c2 = copy1d(CU_MEMORYTYPE_DEVICE, NULL, d, ht, out,
+		CUDA_MEMCPY3D c2 = copy3d_1d(CU_MEMORYTYPE_DEVICE, NULL, d, ht, out,
 					  mode ? (CUdeviceptr)(uintptr_t)out : 0, N * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&down, g, &kn, 1, &c2, ctx));
 		CUgraphExec e;
@@ -111,7 +94,7 @@ int main(int argc, char **argv)
 		CUgraph g;
 		CUgraphNode cn;
 		CK(cuGraphCreate(&g, 0));
-		CUDA_MEMCPY3D c = copy1d(CU_MEMORYTYPE_UNIFIED, NULL, d, CU_MEMORYTYPE_UNIFIED, NULL, d2,
+		CUDA_MEMCPY3D c = copy3d_1d(CU_MEMORYTYPE_UNIFIED, NULL, d, CU_MEMORYTYPE_UNIFIED, NULL, d2,
 					 N * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&cn, g, NULL, 0, &c, ctx));
 		CUgraphExec e;
@@ -164,13 +147,13 @@ int main(int argc, char **argv)
 		CUgraph g;
 		CUgraphNode up, kn, down;
 		CK(cuGraphCreate(&g, 0));
-		CUDA_MEMCPY3D c1 = copy1d(CU_MEMORYTYPE_HOST, gin, 0, CU_MEMORYTYPE_DEVICE, NULL, d, 64 * sizeof(int));
+		CUDA_MEMCPY3D c1 = copy3d_1d(CU_MEMORYTYPE_HOST, gin, 0, CU_MEMORYTYPE_DEVICE, NULL, d, 64 * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c1, ctx));
 		CUDA_KERNEL_NODE_PARAMS k64 = k;
 		k64.gridDimX = 1;
 		k64.kernelParams = sargs;
 		CK(cuGraphAddKernelNode(&kn, g, &up, 1, &k64));
-		CUDA_MEMCPY3D c2 = copy1d(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, gout, 0, 64 * sizeof(int));
+		CUDA_MEMCPY3D c2 = copy3d_1d(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_HOST, gout, 0, 64 * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&down, g, &kn, 1, &c2, ctx));
 		CUgraphExec e;
 		CK(cuGraphInstantiate(&e, g, 0));
@@ -204,7 +187,7 @@ int main(int argc, char **argv)
 		CUgraph g;
 		CUgraphNode up;
 		CK(cuGraphCreate(&g, 0));
-		CUDA_MEMCPY3D c = copy1d(CU_MEMORYTYPE_HOST, (const char *)in + 8, 0, CU_MEMORYTYPE_DEVICE,
+		CUDA_MEMCPY3D c = copy3d_1d(CU_MEMORYTYPE_HOST, (const char *)in + 8, 0, CU_MEMORYTYPE_DEVICE,
 					 NULL, d, N * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c, ctx));
 		CK(cuGraphDestroy(g));

@@ -47,20 +47,6 @@ static CUDA_MEMSET_NODE_PARAMS msparams(CUdeviceptr d, unsigned v, size_t n)
 	return m;
 }
 
-static CUDA_MEMCPY3D dtod(CUdeviceptr dst, CUdeviceptr src, size_t bytes)
-{
-	CUDA_MEMCPY3D c;
-	memset(&c, 0, sizeof(c));
-	c.srcMemoryType = CU_MEMORYTYPE_DEVICE;
-	c.srcDevice = src;
-	c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-	c.dstDevice = dst;
-	c.WidthInBytes = bytes;
-	c.Height = 1;
-	c.Depth = 1;
-	return c;
-}
-
 static void expect_all(CUdeviceptr d, int n, int want, const char *what)
 {
 	int *h = xmalloc((size_t)n * sizeof(int));
@@ -115,7 +101,7 @@ int main(int argc, char **argv)
 	CK(cuGraphAddKernelNode(&C, G, &B, 1, &kp));
 	CUDA_HOST_NODE_PARAMS hp = { on_host, NULL };
 	CK(cuGraphAddHostNode(&H, G, &C, 1, &hp));
-	CUDA_MEMCPY3D cp = dtod(e, d, bytes);
+	CUDA_MEMCPY3D cp = copy3d_1d(CU_MEMORYTYPE_DEVICE, NULL, d, CU_MEMORYTYPE_DEVICE, NULL, e, bytes);
 	CK(cuGraphAddMemcpyNode(&M, G, &H, 1, &cp, ctx));
 	CK(cuGraphAddEventRecordNode(&X, G, &M, 1, ev));
 	unsigned v9 = 9;
@@ -261,7 +247,7 @@ int main(int argc, char **argv)
 	CHECK(ap.dptr != 0, "alloc node gave no address");
 	ms = msparams(ap.dptr, 21, n);
 	CK(cuGraphAddMemsetNode(&sn, MG, &an, 1, &ms, ctx));
-	cp = dtod(out, ap.dptr, bytes);
+	cp = copy3d_1d(CU_MEMORYTYPE_DEVICE, NULL, ap.dptr, CU_MEMORYTYPE_DEVICE, NULL, out, bytes);
 	CK(cuGraphAddMemcpyNode(&cn, MG, &sn, 1, &cp, ctx));
 	CK(cuGraphAddMemFreeNode(&fn, MG, &cn, 1, ap.dptr));
 	/* a second allocation after that free may take the same address
