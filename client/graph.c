@@ -178,10 +178,13 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 	CUresult rc = rc_stream_resolve(s, &c, &h);
 	if (rc)
 		return rc;
-	if (!pg)
-		return CUDA_ERROR_INVALID_VALUE;
 	if (!rc_stream_capture_id(s))
-		return CUDA_ERROR_ILLEGAL_STATE;
+		return pg ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_VALUE;
+	/* a capture into an existing graph may leave out where its graph
+	 * goes (graphConditionalNodes does): the caller has it */
+	if (!pg && !(s == CU_STREAM_PER_THREAD ? per_thread_target
+					       : ((struct rc_stream *)s)->capture_graph))
+		return CUDA_ERROR_INVALID_VALUE;
 	uint64_t hosts;
 	struct rc_graph *into;
 	if (s == CU_STREAM_PER_THREAD) {
@@ -213,7 +216,8 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	g->nhost += hosts;
-	*pg = (CUgraph)g;
+	if (pg)
+		*pg = (CUgraph)g;
 	return acc_end(s, g);
 }
 

@@ -215,6 +215,10 @@ void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
  * graph (taken, *rc the result) and 1 is returned; else 0.  Caller holds
  * ctx->lock (graph.c's lock comes after it). */
 int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc);
+/* A potentially unsafe call (an allocation) is about to run: its status
+ * under the captures going on (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the
+ * captures it disturbs invalidated, or CUDA_SUCCESS). */
+CUresult emu_capture_unsafe(void);
 /* cuMemAllocAsync (bytes > 0: *dptr gets the address) or cuMemFreeAsync
  * (bytes 0, *dptr the address) on stream h: while h captures, a memory
  * alloc or free node of the capture's graph; returns 1 then (*rc the

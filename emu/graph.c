@@ -80,6 +80,7 @@ struct emu_exec {
 struct condh {
 	uint32_t magic;
 	unsigned value, def, flags;
+	int taken;           /* a node has it: as in CUDA, one node per handle */
 	struct condh *next;  /* every handle: kept for the process's life */
 };
 static struct condh *condhs;
@@ -679,7 +680,7 @@ EMU_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	/* kept for the process: executables and clones use it after the
 	 * graph it was made for is gone */
-	*c = (struct condh){ COND_MAGIC, def, def, flags, NULL };
+	*c = (struct condh){ COND_MAGIC, def, def, flags, 0, NULL };
 	emu_lock(&graph_lock);
 	c->next = condhs;
 	condhs = c;
@@ -703,7 +704,7 @@ EMU_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *out, CUgraph g, const CU
 	}
 	struct condh *c = (struct condh *)(uintptr_t)p->conditional.handle;
 	unsigned size = p->conditional.size;
-	if (!c || c->magic != COND_MAGIC || !size ||
+	if (!c || c->magic != COND_MAGIC || c->taken || !size ||
 	    (p->conditional.type != CU_GRAPH_COND_TYPE_SWITCH && size != 1) || size > 64)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct gnode *n = node_new(CU_GRAPH_NODE_TYPE_CONDITIONAL);
@@ -723,8 +724,10 @@ EMU_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *out, CUgraph g, const CU
 		n->bodies[i]->owned = 1;
 	}
 	CUresult rc = add(out, g, deps, ndeps, n);
-	if (!rc)
+	if (!rc) {
 		p->conditional.phGraph_out = (CUgraph *)n->bodies;
+		c->taken = 1;
+	}
 	return rc;
 }
 
@@ -1253,10 +1256,50 @@ struct capture {
 	uint64_t id;
 	int failed;
 	int fresh;  /* its graph was made for it (not cuStreamBeginCaptureToGraph's) */
+	CUstreamCaptureMode mode;
+	pthread_t thread; /* the thread that began it */
 };
 
 static struct capture *captures;
 static uint64_t next_capture_id = 1;
+
+/* The calling thread's mode (cuThreadExchangeStreamCaptureMode): which
+ * captures make an unsafe call of this thread fail. */
+static __thread CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+EMU_API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+	if (!mode || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUstreamCaptureMode old = thread_mode;
+	thread_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+/* As CUDA does for a potentially unsafe call (an allocation) during a
+ * capture: unless this thread is relaxed, its own capture (begun other
+ * than relaxed) and, in global mode, any other thread's global capture
+ * make the call fail and are invalidated. */
+CUresult emu_capture_unsafe(void)
+{
+	if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_SUCCESS;
+	int hit = 0;
+	pthread_t me = pthread_self();
+	emu_lock(&graph_lock);
+	for (struct capture *c = captures; c; c = c->next) {
+		if (c->mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+			continue;
+		if (pthread_equal(c->thread, me) ||
+		    (thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+			c->failed = 1;
+			hit = 1;
+		}
+	}
+	emu_unlock(&graph_lock);
+	return hit ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
 
 static struct capture *capture_of(const struct emu_stream *s)
 {
@@ -1381,6 +1424,8 @@ static CUresult begin(CUstream h, CUstreamCaptureMode mode, struct emu_graph *in
 		c->g = g;
 		c->last = after;
 		c->fresh = !into;
+		c->mode = mode;
+		c->thread = pthread_self();
 		c->id = next_capture_id++;
 		c->next = captures;
 		captures = c;
@@ -1418,8 +1463,6 @@ EMU_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream h, CUgraph hg, con
 
 EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 {
-	if (!out)
-		return CUDA_ERROR_INVALID_VALUE;
 	struct emu_ctx *ctx;
 	CUresult rc = emu_ctx_enter_locked(&ctx);
 	if (rc)
@@ -1429,6 +1472,9 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 	struct capture *c = s ? capture_of(s) : NULL;
 	if (!c) {
 		rc = s ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_HANDLE;
+	} else if (!out && c->fresh) {
+		/* (into an existing graph, the caller may leave out where it goes) */
+		rc = CUDA_ERROR_INVALID_VALUE;
 	} else {
 		for (struct capture **pp = &captures; *pp; pp = &(*pp)->next)
 			if (*pp == c) {
@@ -1439,7 +1485,7 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 			if (c->fresh)
 				graph_free(c->g);
 			rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-		} else {
+		} else if (out) {
 			*out = (CUgraph)c->g;
 		}
 		free(c);

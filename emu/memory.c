@@ -230,7 +230,9 @@ EMU_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	rc = emu_ctx_enter(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	rc = emu_mem_alloc(ctx, bytesize, 1, dptr);
+	rc = emu_capture_unsafe();
+	if (rc == CUDA_SUCCESS)
+		rc = emu_mem_alloc(ctx, bytesize, 1, dptr);
 	emu_ctx_leave(ctx);
 	return rc;
 }
@@ -295,6 +297,8 @@ EMU_API CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int
 	    (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
 				 CU_MEMHOSTALLOC_WRITECOMBINED)))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (emu_capture_unsafe() != CUDA_SUCCESS)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	b = malloc(sizeof *b);
 	if (!b)
 		return CUDA_ERROR_OUT_OF_MEMORY;

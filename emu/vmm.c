@@ -253,6 +253,8 @@ EMU_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_
 	if (!handle || size == 0 || size % GRAN != 0 || flags != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	rc = check_prop(prop);
+	if (rc == CUDA_SUCCESS)
+		rc = emu_capture_unsafe();
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	emu_lock(&emu_glock);

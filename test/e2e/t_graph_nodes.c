@@ -290,15 +290,18 @@ int main(int argc, char **argv)
 		/* a second IF node after it, its body captured from a stream
 		 * (NVIDIA's graphConditionalNodes builds its bodies so) */
 		CUgraphNode cnode2;
+		CUgraphConditionalHandle ch2; /* (a handle serves one node) */
+		CK(cuGraphConditionalHandleCreate(&ch2, CG, ctx, 1, CU_GRAPH_COND_ASSIGN_DEFAULT));
+		np.conditional.handle = ch2;
 		np.conditional.phGraph_out = NULL;
 		CK(cuGraphAddNode(&cnode2, CG, &cnode, NULL, 1, &np));
 		CUgraph body2 = np.conditional.phGraph_out[0];
 		CK(cuStreamBeginCaptureToGraph(s, body2, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
 		void *cargs[] = { &g, &nn };
 		launch1d(inc, (unsigned)n, s, cargs);
-		CUgraph got_body;
-		CK(cuStreamEndCapture(s, &got_body));
-		CHECK(got_body == body2, "capture into a conditional body returned another graph");
+		/* (where the graph goes left out, as the sample does: the
+		 * caller has it) */
+		CK(cuStreamEndCapture(s, NULL));
 		CUgraphExec cx;
 		CK(cuGraphInstantiate(&cx, CG, 0));
 		CK(cuGraphLaunch(cx, s));

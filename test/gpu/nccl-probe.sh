@@ -19,9 +19,11 @@ free_port() { $PY -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0));
 pids=""
 trap 'kill $pids 2>/dev/null; wait 2>/dev/null' EXIT
 start() { # name args -> PORT
+	local name=$1
+	shift
 	PORT=$(free_port)
 	LD_LIBRARY_PATH=$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$B/daemon/rgpud" --open \
-		--listen "127.0.0.1:$PORT" "$@" >"$OUT/rgpud-$1.log" 2>&1 &
+		--listen "127.0.0.1:$PORT" "$@" >"$OUT/rgpud-$name.log" 2>&1 &
 	pids="$pids $!"
 	sleep 1.5
 }
