@@ -196,6 +196,11 @@ uint64_t rc_stream_capture_id(CUstream s);
  * dev (and device memory at other): the graph made of the capture
  * publishes and fetches it at its launches, and holds registration held */
 CUresult rc_capture_host(CUstream s, struct rc_ctx *c, uint64_t dev, uint64_t other, uintptr_t held);
+/* Work captured from stream s names these words (a kernel's arguments, a
+ * copy's or memset's device address): nothing is made coherent now (a
+ * copy on the legacy stream would invalidate the capture); the graph's
+ * launches publish the managed and mapped memory they name. */
+CUresult rc_capture_words(CUstream s, struct rc_ctx *c, const void *words, size_t n);
 
 struct rc_event {
 	uint32_t magic;

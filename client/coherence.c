@@ -439,7 +439,7 @@ CUresult rc_region_mirror(struct rc_ctx *c, const void *p)
 	int ci = rc_conn_index(c->dev->conn);
 	pthread_mutex_lock(&coh_lock);
 	struct region *r = find((uintptr_t)p);
-	if (r && r->kind == R_REGISTERED && !r->mirror &&
+	if (r && (r->kind == R_REGISTERED || r->kind == R_MAPPED) && !r->mirror &&
 	    !(ci >= 0 && ci < 64 && (r->live & (1ull << ci)))) {
 		rc = give_mirror(r, c);
 	} else if (r && r->mirror && r->mirror->dev->conn != c->dev->conn) {

@@ -72,6 +72,14 @@ CUresult rc_capture_host(CUstream s, struct rc_ctx *c, uint64_t dev, uint64_t ot
 	return CUDA_SUCCESS;
 }
 
+CUresult rc_capture_words(CUstream s, struct rc_ctx *c, const void *words, size_t n)
+{
+	struct rc_graph **acc = acc_of(s);
+	if (!*acc && !(*acc = rc_graph_new(c, 0)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return rc_graph_coh_add(*acc, words, n) ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+
 /* The capture's host copies go with graph g (NULL: the capture failed). */
 static CUresult acc_end(CUstream s, struct rc_graph *g)
 {

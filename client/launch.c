@@ -99,8 +99,9 @@ static CUresult launch(CUfunction fn, const unsigned g[3], const unsigned b[3], 
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	/* release: the kernel sees managed and mapped memory as the host
-	 * left it */
-	if ((rc = rc_coh_launch(c, sh, buf, len))) {
+	 * left it (captured: at each of the graph's launches) */
+	if ((rc = rc_stream_capture_id(s) ? rc_capture_words(s, c, buf, len)
+					  : rc_coh_launch(c, sh, buf, len))) {
 		free(heap);
 		return rc;
 	}

@@ -361,6 +361,8 @@ static CUresult device_op(CUdeviceptr dst, size_t n, CUstream s, int async, stru
 	CUresult rc = where(dst, s, async, c, sh);
 	if (!rc && n == 0)
 		*c = NULL;
+	else if (!rc && async && rc_stream_capture_id(s))
+		rc = rc_capture_words(s, *c, &dst, sizeof(dst));
 	else if (!rc)
 		rc_coh_device_use(dst);
 	return rc;
@@ -391,7 +393,12 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
 	CUresult rc = device_op(dst, n, s, async, &c, &sh);
 	if (rc || !c)
 		return rc;
-	rc_coh_device_use(src);
+	if (async && rc_stream_capture_id(s)) {
+		if ((rc = rc_capture_words(s, c, &src, sizeof(src))))
+			return rc;
+	} else {
+		rc_coh_device_use(src);
+	}
 	struct rc_ctx *sc;
 	if (rc_alloc_lookup(src, &sc, NULL, NULL) == 0 && sc->dev->conn != c->dev->conn) {
 		rc_unsupported("device-to-device copies between two servers");
@@ -773,8 +780,11 @@ static CUresult graph_host_at(const void *p, size_t n, int dst, uint64_t *dev, u
 CUresult rc_graph_host(struct rc_ctx *c, const void *p, size_t n, int dst, uint64_t *dev,
 		       uintptr_t *held)
 {
+	/* (mapped or registered memory's device copy is made at the first
+	 * launch that names it: a graph's copy names it now, over TCP) */
 	CUresult rc = graph_host_at(p, n, dst, dev, held);
-	if (!rc && rc_region_kind(p) == 3 && (rc = rc_region_mirror(c, p)) && *held) {
+	int kind = rc ? 0 : rc_region_kind(p);
+	if ((kind == 2 || kind == 3) && (rc = rc_region_mirror(c, p)) && *held) {
 		rc_graph_host_drop(*held);
 		*held = 0;
 	}

@@ -76,19 +76,13 @@ void rgpud_driver_unload(struct rgpud_driver *d)
 	d->dl = NULL;
 }
 
-int rgpud_capture_relax(const struct rgpud_driver *d)
+void rgpud_capture_relaxed(const struct rgpud_driver *d)
 {
+	static __thread int done;
 	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-	if (!d->cuThreadExchangeStreamCaptureMode || d->cuThreadExchangeStreamCaptureMode(&m))
-		return -1;
-	return (int)m;
-}
-
-void rgpud_capture_restore(const struct rgpud_driver *d, int mode)
-{
-	CUstreamCaptureMode m = (CUstreamCaptureMode)mode;
-	if (mode >= 0)
-		(void)d->cuThreadExchangeStreamCaptureMode(&m);
+	if (!done && d->cuThreadExchangeStreamCaptureMode &&
+	    d->cuThreadExchangeStreamCaptureMode(&m) == CUDA_SUCCESS)
+		done = 1;
 }
 
 const char *rgpud_cu_errname(const struct rgpud_driver *d, CUresult rc)

@@ -225,14 +225,13 @@ struct rgpud_driver {
 /* Loads every entry point from path; on failure writes why into err. */
 int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_t errlen);
 void rgpud_driver_unload(struct rgpud_driver *d);
-/* rgpud's own driver calls (the device copy behind a client's managed or
- * registered memory) are not the application's: a stream capture the
- * session has going must not take them for unsafe calls (which fail and
- * invalidate the capture).  relax puts the calling thread in relaxed
- * capture mode and returns the mode it had (-1: none to give back);
- * restore gives it back. */
-int rgpud_capture_relax(const struct rgpud_driver *d);
-void rgpud_capture_restore(const struct rgpud_driver *d, int mode);
+/* Puts the calling thread in relaxed stream-capture mode, once; called
+ * before a session's thread begins a capture.  The thread serves all of
+ * the client's threads and does rgpud's own work besides (staging
+ * buffers' events, the device copy of managed and registered memory):
+ * in the default global mode the driver would take any of those for an
+ * unsafe call of the capturing thread and invalidate the capture. */
+void rgpud_capture_relaxed(const struct rgpud_driver *d);
 /* "CUDA_ERROR_X: description" for logs. */
 const char *rgpud_cu_errname(const struct rgpud_driver *d, CUresult rc);
 

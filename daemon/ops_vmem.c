@@ -26,28 +26,7 @@ struct vmem {
 	struct vmem *next;
 };
 
-static int vmem_map(struct session *s, struct rd *r);
-static int vmem_unmap(struct session *s, struct rd *r);
-
-/* (rgpu's own memory, made or let go while the client may be capturing
- * a stream: see rgpud_capture_relax) */
 int op_vmem_map(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
-{
-	int m = rgpud_capture_relax(D);
-	int rc = vmem_map(s, r);
-	rgpud_capture_restore(D, m);
-	return rc;
-}
-
-int op_vmem_unmap(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
-{
-	int m = rgpud_capture_relax(D);
-	int rc = vmem_unmap(s, r);
-	rgpud_capture_restore(D, m);
-	return rc;
-}
-
-static int vmem_map(struct session *s, struct rd *r)
 {
 	struct req q;
 	req_ids(r, &q, REQ_CTX);
@@ -123,7 +102,7 @@ static void vmem_release(struct vmem *v)
 	D->cuMemRelease(v->h);
 }
 
-static int vmem_unmap(struct session *s, struct rd *r)
+int op_vmem_unmap(struct session *s, const struct rgpu_hdr *hd, struct rd *r, struct wbuf *out)
 {
 	struct req q;
 	req_ids(r, &q, REQ_CTX);

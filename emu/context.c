@@ -288,7 +288,9 @@ EMU_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext hctx)
 EMU_API CUresult CUDAAPI cuCtxSynchronize(void)
 {
 	struct emu_ctx *ctx;
-	CUresult rc = emu_ctx_enter_locked(&ctx);
+	CUresult rc = emu_capture_unsafe(); /* (as CUDA: unsafe during a capture) */
+	if (rc == CUDA_SUCCESS)
+		rc = emu_ctx_enter_locked(&ctx);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;

@@ -215,6 +215,11 @@ void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
  * graph (taken, *rc the result) and 1 is returned; else 0.  Caller holds
  * ctx->lock (graph.c's lock comes after it). */
 int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc);
+/* Work on the legacy stream of ctx, which synchronises with its blocking
+ * streams: 1 if one of those is capturing (as in CUDA, the captures are
+ * invalidated and the work refused with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+ * caller holds ctx->lock. */
+int emu_capture_implicit(struct emu_ctx *ctx);
 /* A potentially unsafe call (an allocation) is about to run: its status
  * under the captures going on (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the
  * captures it disturbs invalidated, or CUDA_SUCCESS). */

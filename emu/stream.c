@@ -190,6 +190,10 @@ CUresult emu_stream_enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct em
 	/* a capturing stream records its work instead (graph.c) */
 	if (emu_capture_take(s, op, &taken))
 		return taken;
+	if (s->is_null && emu_capture_implicit(ctx)) {
+		emu_op_free(ctx, op);
+		return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+	}
 	if (s->is_null) {
 		for (struct emu_stream *t = ctx->streams; t; t = t->next)
 			if (!(t->flags & CU_STREAM_NON_BLOCKING) && add_dep(&deps, &n, &cap, t) != 0)
@@ -547,7 +551,9 @@ EMU_API CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 {
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
-	CUresult rc = event_enter(hEvent, &ctx, &ev);
+	CUresult rc = emu_capture_unsafe(); /* (as CUDA: unsafe during a capture) */
+	if (rc == CUDA_SUCCESS)
+		rc = event_enter(hEvent, &ctx, &ev);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
@@ -561,7 +567,9 @@ EMU_API CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
 	struct emu_event *ev;
 	struct emu_ctx *ctx;
-	CUresult rc = event_enter(hEvent, &ctx, &ev);
+	CUresult rc = emu_capture_unsafe(); /* (as CUDA: unsafe during a capture) */
+	if (rc == CUDA_SUCCESS)
+		rc = event_enter(hEvent, &ctx, &ev);
 
 	if (rc != CUDA_SUCCESS)
 		return rc;

@@ -55,35 +55,44 @@ int main(int argc, char **argv)
 	k.blockDimY = k.blockDimZ = 1;
 	k.kernelParams = args;
 
-	/* explicit: host -> device, +1, device -> host */
+	/* explicit: host -> device, +1, device -> host; from pageable memory
+	 * as host and as unified addresses, and from pinned memory (over TCP
+	 * its device copy is made for the graph, not at a launch) */
 	int *in = xmalloc(N * sizeof(int)), *out = xmalloc(N * sizeof(int));
-	for (int mode = 0; mode < 2; mode++) {
-		CUmemorytype ht = mode ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
+	int *pin_in, *pin_out;
+	CK(cuMemHostAlloc((void **)&pin_in, N * sizeof(int), 0));
+	CK(cuMemHostAlloc((void **)&pin_out, N * sizeof(int), 0));
+	static const char *const what[] = { "host", "unified", "pinned" };
+	for (int mode = 0; mode < 3; mode++) {
+		int uni = mode == 1;
+		int *hi = mode == 2 ? pin_in : in, *ho = mode == 2 ? pin_out : out;
+		CUmemorytype ht = uni ? CU_MEMORYTYPE_UNIFIED : CU_MEMORYTYPE_HOST;
 		CUgraph g;
 		CUgraphNode up, kn, down;
 		CK(cuGraphCreate(&g, 0));
-		CUDA_MEMCPY3D c1 = copy3d_1d(ht, in, mode ? (CUdeviceptr)(uintptr_t)in : 0, CU_MEMORYTYPE_DEVICE,
+		CUDA_MEMCPY3D c1 = copy3d_1d(ht, hi, uni ? (CUdeviceptr)(uintptr_t)hi : 0, CU_MEMORYTYPE_DEVICE,
 					  NULL, d, N * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&up, g, NULL, 0, &c1, ctx));
 		CK(cuGraphAddKernelNode(&kn, g, &up, 1, &k));
-		CUDA_MEMCPY3D c2 = copy3d_1d(CU_MEMORYTYPE_DEVICE, NULL, d, ht, out,
-					  mode ? (CUdeviceptr)(uintptr_t)out : 0, N * sizeof(int));
+		CUDA_MEMCPY3D c2 = copy3d_1d(CU_MEMORYTYPE_DEVICE, NULL, d, ht, ho,
+					  uni ? (CUdeviceptr)(uintptr_t)ho : 0, N * sizeof(int));
 		CK(cuGraphAddMemcpyNode(&down, g, &kn, 1, &c2, ctx));
 		CUgraphExec e;
 		CK(cuGraphInstantiate(&e, g, 0));
 		for (int round = 0; round < 2; round++) {
 			int base = 1000 * (round + 1) + 100 * mode;
-			fill(in, base);
-			memset(out, 0, N * sizeof(int));
+			fill(hi, base);
+			memset(ho, 0, N * sizeof(int));
 			CK(cuGraphLaunch(e, s));
 			CK(cuStreamSynchronize(s));
-			check(out, base, mode ? "explicit graph, unified addresses" : "explicit graph");
+			check(ho, base, what[mode]);
 		}
 		CK(cuGraphExecDestroy(e));
 		CK(cuGraphDestroy(g));
-		say("explicit graph (%s host memory): two launches, each read the host's input",
-		    mode ? "unified" : "host");
+		say("explicit graph (%s memory): two launches, each read the host's input", what[mode]);
 	}
+	CK(cuMemFreeHost(pin_in));
+	CK(cuMemFreeHost(pin_out));
 
 	/* unified addresses naming device memory stay device memory */
 	{
