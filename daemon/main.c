@@ -8,6 +8,7 @@
 #include "mem/mem.h"
 #include "session.h"
 #include "sched/scheduler.h"
+#include "crash.h"
 #include "rgpud.h"
 #include "size.h"
 #include "transport.h"
@@ -345,6 +346,7 @@ static int worker_main(const char *fds, const char *who, const char *runas, cons
 		return 2;
 	}
 	signal(SIGPIPE, SIG_IGN);
+	crash_report_install(name);
 	struct rgpud *srv = &rgpud_server;
 	srv->instance = instance;
 	char err[600];
