@@ -343,6 +343,9 @@ CUresult rc_hello(struct rc_conn *c, char *err, size_t errlen);
 struct rc_ctx *rc_current(void);
 /* The current context, or an error (CUDA_ERROR_INVALID_CONTEXT). */
 CUresult rc_need_ctx(struct rc_ctx **out);
+/* Makes context c on its server if it is not yet (a primary context is
+ * made when first used: named as a peer, it is used). */
+CUresult rc_ctx_activate(struct rc_ctx *c);
 
 /* stream.c: resolves a CUstream to (context, server id). */
 CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h);

@@ -38,6 +38,8 @@ static CUresult ctx_activate(struct rc_ctx *c)
 	return rc;
 }
 
+CUresult rc_ctx_activate(struct rc_ctx *c) { return ctx_activate(c); }
+
 CUresult rc_need_ctx(struct rc_ctx **out)
 {
 	CUresult rc = rc_initialized();

@@ -101,6 +101,10 @@ static CUresult peer_access(CUcontext peer, int enable)
 		rc = rc_obj(peer, RC_CTX, &p);
 	if (rc)
 		return rc == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_CONTEXT : rc;
+	/* (the runtime enables access to a device's primary context that
+	 * nothing has run in yet: simpleP2P) */
+	if ((rc = rc_ctx_activate(p)))
+		return rc;
 	if (p->dev->conn != c->dev->conn) {
 		log_warn("peer access between GPUs of different servers (%s:%u and %s:%u) is not "
 			 "supported", c->dev->conn->host, c->dev->conn->port, p->dev->conn->host,
@@ -135,6 +139,8 @@ static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUco
 	CUresult rc = rc_obj(dctx, RC_CTX, &d);
 	if (!rc)
 		rc = rc_obj(sctx, RC_CTX, &sc);
+	if (!rc && !(rc = rc_ctx_activate(d)))
+		rc = rc_ctx_activate(sc);
 	if (rc)
 		return rc == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_CONTEXT : rc;
 	if (async) {

@@ -430,6 +430,13 @@ static void test_peer(int same_server)
 	CUcontext c0, c1;
 	CK(cuDevicePrimaryCtxRetain(&c0, d0));
 	CK(cuDevicePrimaryCtxRetain(&c1, d1));
+	if (same_server) {
+		/* access to a peer's primary context nothing has run in yet
+		 * (the runtime's cudaDeviceEnablePeerAccess: simpleP2P) */
+		CK(cuCtxSetCurrent(c0));
+		CK(cuCtxEnablePeerAccess(c1, 0));
+		CK(cuCtxDisablePeerAccess(c1));
+	}
 	size_t bytes = 3 * MiB + 12;
 	CUdeviceptr a, b;
 	CK(cuCtxSetCurrent(c0));
