@@ -201,6 +201,9 @@ CUresult rc_capture_host(CUstream s, struct rc_ctx *c, uint64_t dev, uint64_t ot
  * copy on the legacy stream would invalidate the capture); the graph's
  * launches publish the managed and mapped memory they name. */
 CUresult rc_capture_words(CUstream s, struct rc_ctx *c, const void *words, size_t n);
+/* memory.c: graph alloc node n of context c gave address p (cuMemFree
+ * may free it) */
+void rc_graph_mem_note(struct rc_ctx *c, uint64_t p);
 
 struct rc_event {
 	uint32_t magic;

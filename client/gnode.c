@@ -638,6 +638,7 @@ RC_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph hg, const CU
 	if (!rc) {
 		n->dptr = get_u64(&r);
 		p->dptr = n->dptr;
+		rc_graph_mem_note(g->ctx, n->dptr);
 	}
 	return add_end(n, out, rc);
 }

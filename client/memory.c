@@ -196,6 +196,57 @@ RC_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w
 	return rc;
 }
 
+/* Addresses graph alloc nodes gave, with their context's connection and
+ * server handle: the graphs' launches allocate that memory, and cuMemFree
+ * may free it after the graph is gone (graphMemoryFootprint). */
+static struct gmem {
+	uint64_t p, h;
+	struct rc_conn *conn;
+} *gmem;
+static size_t ngmem, capgmem;
+static pthread_mutex_t gmem_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void rc_graph_mem_note(struct rc_ctx *c, uint64_t p)
+{
+	pthread_mutex_lock(&gmem_lock);
+	size_t i;
+	for (i = 0; i < ngmem && gmem[i].p != p; i++)
+		;
+	if (i == ngmem && ngmem == capgmem) {
+		size_t cap = capgmem ? 2 * capgmem : 16;
+		struct gmem *g = realloc(gmem, cap * sizeof(*g));
+		if (g) {
+			gmem = g;
+			capgmem = cap;
+		}
+	}
+	if (i < capgmem) {
+		gmem[i] = (struct gmem){ p, c->h, c->dev->conn };
+		if (i == ngmem)
+			ngmem++;
+	}
+	pthread_mutex_unlock(&gmem_lock);
+}
+
+static CUresult graph_mem_free(uint64_t p)
+{
+	pthread_mutex_lock(&gmem_lock);
+	size_t i;
+	for (i = 0; i < ngmem && gmem[i].p != p; i++)
+		;
+	struct gmem g = i < ngmem ? gmem[i] : (struct gmem){ 0, 0, NULL };
+	if (i < ngmem)
+		gmem[i] = gmem[--ngmem];
+	pthread_mutex_unlock(&gmem_lock);
+	if (!g.conn)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, g.h);
+	put_u64(w, p);
+	struct rd rr;
+	return rc_call(g.conn, RGPU_OP_MEM_FREE, w, &rr);
+}
+
 RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
 	CUresult rc = rc_initialized();
@@ -211,7 +262,7 @@ RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 	struct range r;
 	int ci;
 	if (dev_lookup(p, &r, &ci) < 0 || rt_del(&dev_ranges[ci], p, &r) < 0)
-		return CUDA_ERROR_INVALID_VALUE;
+		return graph_mem_free(p);
 	struct rc_ctx *c = r.owner;
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);

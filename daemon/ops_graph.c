@@ -408,6 +408,8 @@ static int add_node(struct session *s, const struct req *q, struct hentry *ge, c
 		if (gate_charge_bytes(q->cs->dev, p->bytes) < 0)
 			return CUDA_ERROR_OUT_OF_MEMORY;
 		rc = D->cuGraphAddMemAllocNode(&n, g, deps, nd, &a);
+		if (!rc && session_gmem_note(s, a.dptr) < 0)
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		int added = rc ? -1 : session_alloc_add(s, a.dptr, p->bytes, q->ctx, q->id, q->cs->dev);
 		struct alloc *same = added == 0 ? session_alloc_get(s, a.dptr) : NULL;
 		if (same && same->module == q->id && same->dev == q->cs->dev && same->size >= p->bytes) {

@@ -258,6 +258,33 @@ int session_owns_range(struct session *s, uint64_t p, uint64_t n)
 	return appmem_owns_range(s, p, n) || shm_owns_live(s, p, n);
 }
 
+int session_gmem_note(struct session *s, uint64_t dptr)
+{
+	for (size_t i = 0; i < s->ngmem; i++)
+		if (s->gmem[i] == dptr)
+			return 0;
+	if (s->ngmem == s->capgmem) {
+		size_t cap = s->capgmem ? s->capgmem * 2 : 16;
+		uint64_t *g = realloc(s->gmem, cap * sizeof(*g));
+		if (!g)
+			return -1;
+		s->gmem = g;
+		s->capgmem = cap;
+	}
+	s->gmem[s->ngmem++] = dptr;
+	return 0;
+}
+
+int session_gmem_take(struct session *s, uint64_t dptr)
+{
+	for (size_t i = 0; i < s->ngmem; i++)
+		if (s->gmem[i] == dptr) {
+			s->gmem[i] = s->gmem[--s->ngmem];
+			return 1;
+		}
+	return 0;
+}
+
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
 		      uint64_t module, unsigned dev)
 {
@@ -389,6 +416,7 @@ static void session_cleanup(struct session *s)
 	s->prepared = 0;
 	ht_free(&s->ht);
 	free(s->allocs);
+	free(s->gmem);
 	free(s->tex);
 	free(s->params);
 	free(s->rx);

@@ -81,6 +81,10 @@ struct session {
 
 	struct alloc *allocs; /* sorted by dptr */
 	size_t nalloc, capalloc;
+	/* addresses graph alloc nodes gave: their graphs' launches allocate
+	 * the memory, which cuMemFree may free after the graph is gone */
+	uint64_t *gmem;
+	size_t ngmem, capgmem;
 
 	/* GPUs this session was admitted to, and their quota */
 	uint64_t dev_admitted; /* bit mask */
@@ -213,6 +217,10 @@ int session_capturing(struct session *s, uint64_t ctx);
 /* Range [p, p+n) lies in one of this session's allocations or globals. */
 int session_owns_range(struct session *s, uint64_t p, uint64_t n);
 /* 1: added, 0: already there (a global looked up again), -1: no memory. */
+/* A graph alloc node's address (above): noted; taken (1, forgotten) or
+ * not known (0). */
+int session_gmem_note(struct session *s, uint64_t dptr);
+int session_gmem_take(struct session *s, uint64_t dptr);
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
 		      uint64_t module, unsigned dev);
 /* What a context holds in the quota besides its allocations (its own

@@ -266,6 +266,25 @@ int main(int argc, char **argv)
 	expect_all(out, n, 21, "memory nodes");
 	say("child graph and memory alloc/free nodes");
 
+	/* an allocation no node frees, freed by cuMemFree once its graph is
+	 * gone (graphMemoryFootprint) */
+	{
+		CUgraph AG;
+		CUgraphNode an3;
+		CUgraphExec ax;
+		CUDA_MEM_ALLOC_NODE_PARAMS a3 = ap;
+		a3.dptr = 0;
+		CK(cuGraphCreate(&AG, 0));
+		CK(cuGraphAddMemAllocNode(&an3, AG, NULL, 0, &a3));
+		CK(cuGraphInstantiate(&ax, AG, 0));
+		CK(cuGraphDestroy(AG));
+		CK(cuGraphLaunch(ax, s));
+		CK(cuStreamSynchronize(s));
+		CK(cuMemFree(a3.dptr));
+		CK(cuGraphExecDestroy(ax));
+		say("a graph's allocation freed with cuMemFree");
+	}
+
 	/* a conditional IF node taking its default value at each launch */
 	CUgraph CG;
 	CK(cuGraphCreate(&CG, 0));
