@@ -184,6 +184,8 @@ struct rc_stream {
 	unsigned flags;
 	int priority;
 	uint64_t capture_id; /* non-zero while capturing (graph.c) */
+	int capture_joined;  /* capture_id is another stream's capture, joined
+			      * by waiting for an event recorded in it */
 	uint64_t capture_hosts; /* host functions captured so far */
 	void *capture_graph;    /* cuStreamBeginCaptureToGraph's graph, or NULL */
 	void *capture_acc;      /* host memory its captured copies name (graph.c) */
@@ -192,6 +194,9 @@ struct rc_stream {
 
 /* graph.c: capture id of a stream (0 when not capturing) */
 uint64_t rc_stream_capture_id(CUstream s);
+/* graph.c: stream s waits for an event recorded in capture id: s joins
+ * that capture (its work goes into the same graph), as in CUDA. */
+void rc_stream_join_capture(CUstream s, uint64_t id);
 /* graph.c: a copy captured on s names host memory at device-side address
  * dev (and device memory at other): the graph made of the capture
  * publishes and fetches it at its launches, and holds registration held */
@@ -215,6 +220,7 @@ struct rc_event {
 	 * stream, and the latest id below which the event was seen done */
 	uint64_t rec_id;
 	int rec_legacy;
+	uint64_t rec_capture; /* the capture its last record went into, or 0 */
 	uint64_t done_at;
 	/* completion pushed by the server (EVENT_RECORD_WATCH / EVENT_DONE)
 	 * for events the application polls: records are numbered; the

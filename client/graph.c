@@ -21,12 +21,60 @@
 static uint64_t next_capture = 1;
 static __thread uint64_t per_thread_capture, per_thread_hosts;
 
+static CUstream capture_origin(CUstream s);
+
 void rc_capture_host_node(CUstream s)
 {
+	s = capture_origin(s);
 	if (s == CU_STREAM_PER_THREAD)
 		per_thread_hosts++;
 	else if (s && s != CU_STREAM_LEGACY && ((struct rc_stream *)s)->magic == RC_STREAM)
 		((struct rc_stream *)s)->capture_hosts++;
+}
+
+/* Captures going on, with the stream each began on (a stream that joins
+ * one shares that stream's record of host copies and host nodes); a
+ * joined stream leaves when its capture ends. */
+#define MAX_CAPTURES 64
+static struct {
+	uint64_t id;
+	struct rc_stream *origin; /* NULL: the per-thread stream's */
+} active[MAX_CAPTURES];
+static pthread_mutex_t active_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void active_add(uint64_t id, struct rc_stream *origin)
+{
+	pthread_mutex_lock(&active_lock);
+	for (int i = 0; i < MAX_CAPTURES; i++)
+		if (!active[i].id) {
+			active[i].id = id;
+			active[i].origin = origin;
+			break;
+		}
+	pthread_mutex_unlock(&active_lock);
+}
+
+static void active_del(uint64_t id)
+{
+	pthread_mutex_lock(&active_lock);
+	for (int i = 0; i < MAX_CAPTURES; i++)
+		if (active[i].id == id)
+			active[i].id = 0;
+	pthread_mutex_unlock(&active_lock);
+}
+
+/* the stream capture id began on; 0 when that capture has ended */
+static int active_origin(uint64_t id, struct rc_stream **origin)
+{
+	int found = 0;
+	pthread_mutex_lock(&active_lock);
+	for (int i = 0; i < MAX_CAPTURES && !found; i++)
+		if (active[i].id == id) {
+			*origin = active[i].origin;
+			found = 1;
+		}
+	pthread_mutex_unlock(&active_lock);
+	return found;
 }
 
 uint64_t rc_stream_capture_id(CUstream s)
@@ -35,8 +83,37 @@ uint64_t rc_stream_capture_id(CUstream s)
 		return per_thread_capture;
 	if (!s || s == CU_STREAM_LEGACY)
 		return 0;
+	struct rc_stream *st = (struct rc_stream *)s, *o;
+	if (st->magic != RC_STREAM)
+		return 0;
+	if (st->capture_joined && st->capture_id && !active_origin(st->capture_id, &o)) {
+		st->capture_id = 0; /* its capture has ended */
+		st->capture_joined = 0;
+	}
+	return st->capture_id;
+}
+
+void rc_stream_join_capture(CUstream s, uint64_t id)
+{
+	struct rc_stream *o;
+	if (!id || !s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
+	    rc_stream_capture_id(s) || !active_origin(id, &o))
+		return;
 	struct rc_stream *st = (struct rc_stream *)s;
-	return st->magic == RC_STREAM ? st->capture_id : 0;
+	st->capture_id = id;
+	st->capture_joined = 1;
+}
+
+/* The stream whose capture s is part of (s itself, unless it joined). */
+static CUstream capture_origin(CUstream s)
+{
+	struct rc_stream *o;
+	if (s == CU_STREAM_PER_THREAD || !s || s == CU_STREAM_LEGACY)
+		return s;
+	struct rc_stream *st = (struct rc_stream *)s;
+	if (st->capture_joined && st->capture_id && active_origin(st->capture_id, &o))
+		return o ? (CUstream)o : CU_STREAM_PER_THREAD;
+	return s;
 }
 
 static CUresult graph_call(struct rc_ctx *c, uint16_t op, uint64_t a, uint64_t b, struct rd *r)
@@ -54,6 +131,7 @@ static __thread struct rc_graph *per_thread_target, *per_thread_acc;
  * graph object of the client's until the capture ends. */
 static struct rc_graph **acc_of(CUstream s)
 {
+	s = capture_origin(s);
 	if (s == CU_STREAM_PER_THREAD)
 		return &per_thread_acc;
 	return (struct rc_graph **)&((struct rc_stream *)s)->capture_acc;
@@ -133,6 +211,7 @@ static CUresult begin_into(CUstream s, CUstreamCaptureMode mode, struct rc_graph
 	if (rc)
 		return rc;
 	uint64_t id = __atomic_fetch_add(&next_capture, 1, __ATOMIC_RELAXED);
+	active_add(id, s == CU_STREAM_PER_THREAD ? NULL : (struct rc_stream *)s);
 	if (s == CU_STREAM_PER_THREAD) {
 		per_thread_capture = id;
 		per_thread_target = into;
@@ -186,8 +265,11 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 	CUresult rc = rc_stream_resolve(s, &c, &h);
 	if (rc)
 		return rc;
-	if (!rc_stream_capture_id(s))
+	uint64_t cid = rc_stream_capture_id(s);
+	if (!cid)
 		return pg ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_VALUE;
+	if (capture_origin(s) != s)
+		return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* (it joined another's) */
 	/* a capture into an existing graph may leave out where its graph
 	 * goes (graphConditionalNodes does): the caller has it */
 	if (!pg && !(s == CU_STREAM_PER_THREAD ? per_thread_target
@@ -209,6 +291,7 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 		into = st->capture_graph;
 		st->capture_graph = NULL;
 	}
+	active_del(cid); /* (the streams that joined it leave it) */
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, h);

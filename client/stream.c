@@ -358,6 +358,10 @@ RC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 		rc_unsupported("cuStreamWaitEvent across two servers");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+	/* waiting for an event recorded in a capture, s joins the capture
+	 * (its work is captured too: nothing may then run through a
+	 * staging buffer, graph.c) */
+	rc_stream_join_capture(s, __atomic_load_n(&ev->rec_capture, __ATOMIC_ACQUIRE));
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);
 	put_u64(w, h);
@@ -419,7 +423,9 @@ RC_EXPORT CUresult cuEventRecord(CUevent e, CUstream s)
 	if (c != ev->ctx)
 		return CUDA_ERROR_INVALID_HANDLE;
 	struct rc_conn *conn = c->dev->conn;
-	int capturing = rc_stream_capture_id(s) != 0;
+	uint64_t cap = rc_stream_capture_id(s);
+	int capturing = cap != 0;
+	__atomic_store_n(&ev->rec_capture, cap, __ATOMIC_RELEASE);
 	int watch = !capturing && __atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE) &&
 		    rgpu_conn_fd(conn->c) >= 0;
 	struct wbuf *w = rc_req();

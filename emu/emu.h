@@ -190,6 +190,8 @@ struct emu_event {
 	uint64_t completed;   /* highest generation the stream reached */
 	uint64_t ts_ns;       /* CLOCK_MONOTONIC time of `recorded` */
 	uint64_t ts_gen;      /* generation ts_ns belongs to */
+	uint64_t cap_id;      /* its last record went into this capture (0: none) */
+	void *cap_last;       /* ... after this node of its graph */
 };
 
 CUresult emu_stream_start(struct emu_ctx *ctx, struct emu_stream *s);
@@ -215,6 +217,11 @@ void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev);
  * graph (taken, *rc the result) and 1 is returned; else 0.  Caller holds
  * ctx->lock (graph.c's lock comes after it). */
 int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc);
+/* cuStreamWaitEvent(s, ev): if ev's last record went into a capture that
+ * goes on and s captures nothing, s joins it (its work becomes nodes of
+ * the same graph, after the record) and 1 is returned; caller holds
+ * ctx->lock. */
+int emu_capture_join(struct emu_stream *s, struct emu_event *ev);
 /* Work on the legacy stream of ctx, which synchronises with its blocking
  * streams: 1 if one of those is capturing (as in CUDA, the captures are
  * invalidated and the work refused with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);

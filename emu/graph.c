@@ -1256,6 +1256,7 @@ struct capture {
 	uint64_t id;
 	int failed;
 	int fresh;  /* its graph was made for it (not cuStreamBeginCaptureToGraph's) */
+	int joined; /* a stream that joined another's capture (same id and graph) */
 	CUstreamCaptureMode mode;
 	pthread_t thread; /* the thread that began it */
 };
@@ -1309,6 +1310,29 @@ static struct capture *capture_of(const struct emu_stream *s)
 	return NULL;
 }
 
+int emu_capture_join(struct emu_stream *s, struct emu_event *ev)
+{
+	if (!ev->cap_id)
+		return 0;
+	emu_lock(&graph_lock);
+	struct capture *o = NULL;
+	for (struct capture *c = captures; c; c = c->next)
+		if (c->id == ev->cap_id && !c->joined)
+			o = c;
+	struct capture *j = o && !capture_of(s) ? calloc(1, sizeof(*j)) : NULL;
+	if (j) {
+		*j = *o;
+		j->s = s;
+		j->last = ev->cap_last;
+		j->joined = 1;
+		j->fresh = 0;
+		j->next = captures;
+		captures = j;
+	}
+	emu_unlock(&graph_lock);
+	return j != NULL;
+}
+
 int emu_capture_implicit(struct emu_ctx *ctx)
 {
 	int hit = 0;
@@ -1335,9 +1359,12 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 	}
 	if (op->kind == EMU_OP_RECORD || op->kind == EMU_OP_WAIT) {
 		/* as in CUDA, an event recorded or waited for in a capture is no
-		 * node (it joins streams into the capture; one stream here) */
-		if (op->kind == EMU_OP_RECORD)
+		 * node (a stream that waits for it joins the capture) */
+		if (op->kind == EMU_OP_RECORD) {
 			op->event->recorded--; /* the record did not happen */
+			op->event->cap_id = c->id;
+			op->event->cap_last = c->last;
+		}
 		emu_unlock(&graph_lock);
 		emu_op_free(s->ctx, op); /* ctx->lock held: drops the event's count */
 		*rc = CUDA_SUCCESS;
@@ -1485,15 +1512,25 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 	struct capture *c = s ? capture_of(s) : NULL;
 	if (!c) {
 		rc = s ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_HANDLE;
+	} else if (c->joined) {
+		rc = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* (it ends where it began) */
 	} else if (!out && c->fresh) {
 		/* (into an existing graph, the caller may leave out where it goes) */
 		rc = CUDA_ERROR_INVALID_VALUE;
 	} else {
-		for (struct capture **pp = &captures; *pp; pp = &(*pp)->next)
-			if (*pp == c) {
-				*pp = c->next;
-				break;
+		for (struct capture **pp = &captures; *pp;) {
+			struct capture *x = *pp;
+			if (x == c) {
+				*pp = x->next;
+			} else if (x->joined && x->id == c->id) {
+				/* the streams that joined it leave it */
+				c->failed |= x->failed;
+				*pp = x->next;
+				free(x);
+			} else {
+				pp = &x->next;
 			}
+		}
 		if (c->failed) {
 			if (c->fresh)
 				graph_free(c->g);

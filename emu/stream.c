@@ -446,6 +446,8 @@ EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
 	}
 	if (!s || !ev) {
 		rc = CUDA_ERROR_INVALID_HANDLE;
+	} else if (emu_capture_join(s, ev)) {
+		/* s joined the capture the event was recorded in */
 	} else if (ev->recorded > 0) {
 		/* Never recorded: nothing to wait for, as in CUDA. */
 		op = calloc(1, sizeof *op);
@@ -539,6 +541,7 @@ EMU_API CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 		op->event = ev;
 		op->gen = ++ev->recorded;
 		ev->refs++;
+		ev->cap_id = 0; /* (set again if the record is captured) */
 		rc = emu_stream_enqueue(ctx, s, op);
 		if (rc != CUDA_SUCCESS)
 			ev->recorded--;

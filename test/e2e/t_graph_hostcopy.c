@@ -142,6 +142,46 @@ int main(int argc, char **argv)
 	CK(cuGraphDestroy(cg));
 	say("captured graph: two launches, each read the host's input");
 
+	/* a second stream joins the capture by waiting for an event recorded
+	 * in it, and copies back to the host there (graphMemoryNodes) */
+	{
+		CUstream s2;
+		CUevent e1, e2;
+		CK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+		CK(cuEventCreate(&e1, CU_EVENT_DISABLE_TIMING));
+		CK(cuEventCreate(&e2, CU_EVENT_DISABLE_TIMING));
+		CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+		CK(cuMemcpyHtoDAsync(d, in, N * sizeof(int), s));
+		CK(cuLaunchKernel(finc, k.gridDimX, 1, 1, 256, 1, 1, 0, s, args, NULL));
+		CK(cuEventRecord(e1, s));
+		CK(cuStreamWaitEvent(s2, e1, 0));
+		CUstreamCaptureStatus st2 = CU_STREAM_CAPTURE_STATUS_NONE;
+		CK(cuStreamIsCapturing(s2, &st2));
+		CHECK(st2 == CU_STREAM_CAPTURE_STATUS_ACTIVE, "the waiting stream did not join the capture");
+		CK(cuMemcpyDtoHAsync(out, d, N * sizeof(int), s2));
+		CK(cuEventRecord(e2, s2));
+		CK(cuStreamWaitEvent(s, e2, 0));
+		EXPECT_RC(cuStreamEndCapture(s2, &cg), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+		CK(cuStreamEndCapture(s, &cg));
+		CK(cuStreamIsCapturing(s2, &st2));
+		CHECK(st2 == CU_STREAM_CAPTURE_STATUS_NONE, "the joined stream still captures");
+		CK(cuGraphInstantiate(&ce, cg, 0));
+		for (int round = 0; round < 2; round++) {
+			int base = 9000 + 1000 * round;
+			fill(in, base);
+			memset(out, 0, N * sizeof(int));
+			CK(cuGraphLaunch(ce, s));
+			CK(cuStreamSynchronize(s));
+			check(out, base, "captured on two streams");
+		}
+		CK(cuGraphExecDestroy(ce));
+		CK(cuGraphDestroy(cg));
+		CK(cuEventDestroy(e1));
+		CK(cuEventDestroy(e2));
+		CK(cuStreamDestroy(s2));
+		say("captured on two streams: the second joined by an event, copied to the host");
+	}
+
 	/* a graph's registration and the program's own (cuMemHostRegister
 	 * with a device mapping) on one page: the program's is protected to
 	 * see host writes, and a write to the graph's bytes beside it must
