@@ -24,7 +24,7 @@
 #   loopback TCP's few GB/s there, not PCIe's tens),
 #   SAMPLES_DEADLINE (seconds for all, 450: later samples are reported as
 #   not run), SAMPLES_JOBS (samples run at once, 1; each sample's three runs
-#   stay one after another).
+#   stay one after another), SAMPLES_RGPUD_ARGS (more rgpud options).
 # Writes DIR/cuda-samples-results.md (the table and the counts), and
 # DIR/logs/ (each run's output and the client's log).  Exit: 0 the run
 # completed (verdicts in the table), 1 an error, 77 no GPU or no samples.
@@ -91,8 +91,10 @@ fi
 chmod -R a+rX "$BIN" 2>/dev/null
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# (SAMPLES_RGPUD_ARGS: more rgpud options, e.g. --log-level=debug to log
+# each request the driver fails)
 LD_LIBRARY_PATH=$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$RGPUD" --open --listen "127.0.0.1:$port" \
-	>"$L/rgpud.log" 2>&1 &
+	${SAMPLES_RGPUD_ARGS:-} >"$L/rgpud.log" 2>&1 &
 RGPUD_PID=$!
 trap 'kill $RGPUD_PID 2>/dev/null; wait $RGPUD_PID 2>/dev/null' EXIT
 for _ in $(seq 1 100); do
