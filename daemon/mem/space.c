@@ -312,9 +312,13 @@ _Static_assert(RGPUD_MAX_GPUS <= 64, "a peer mask has a bit per GPU");
 
 int mem_peer_access(struct session *s, unsigned owner, unsigned from, int enable)
 {
-	struct mem_state *m = s->mem;
-	if (!m || owner >= RGPUD_MAX_GPUS || from >= RGPUD_MAX_GPUS || owner == from)
+	if (owner >= RGPUD_MAX_GPUS || from >= RGPUD_MAX_GPUS || owner == from)
 		return CUDA_SUCCESS;
+	/* (made now if need be: access enabled before the first allocation
+	 * holds for the allocations after it, simpleP2P) */
+	struct mem_state *m = mem_state(s);
+	if (!m)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (enable)
 		m->peers[owner] |= 1ull << from;
 	else

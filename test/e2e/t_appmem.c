@@ -431,11 +431,12 @@ static void test_peer(int same_server)
 	CK(cuDevicePrimaryCtxRetain(&c0, d0));
 	CK(cuDevicePrimaryCtxRetain(&c1, d1));
 	if (same_server) {
-		/* access to a peer's primary context nothing has run in yet
-		 * (the runtime's cudaDeviceEnablePeerAccess: simpleP2P) */
+		/* access to a peer's primary context nothing has run in yet,
+		 * before any allocation (the runtime's
+		 * cudaDeviceEnablePeerAccess in simpleP2P): it holds for the
+		 * allocations after it (the plain copy below) */
 		CK(cuCtxSetCurrent(c0));
 		CK(cuCtxEnablePeerAccess(c1, 0));
-		CK(cuCtxDisablePeerAccess(c1));
 	}
 	size_t bytes = 3 * MiB + 12;
 	CUdeviceptr a, b;
@@ -453,7 +454,6 @@ static void test_peer(int same_server)
 		EXPECT_RC(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
 		say("peers on different servers: refused as documented");
 	} else {
-		CK(cuCtxEnablePeerAccess(c1, 0));
 		EXPECT_RC(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
 		int rank = -1, ok = -1;
 		CK(cuDeviceGetP2PAttribute(&ok, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, d0, d1));
@@ -538,6 +538,12 @@ int main(int argc, char **argv)
 	e2e_init(argv[0]);
 	if (argc == 3 && !strcmp(argv[1], "child"))
 		return child(atoi(argv[2]));
+	/* peers first: access enabled before the session's first allocation
+	 * must hold for the allocations after it (simpleP2P) */
+	const char *peer = getenv("T_APPMEM_PEER");
+	CK(cuInit(0));
+	if (peer && *peer)
+		test_peer(atoi(peer));
 	primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	test_vmm(mod);
@@ -547,9 +553,6 @@ int main(int argc, char **argv)
 	test_registered(mod);
 	CK(cuModuleUnload(mod));
 	primary_ctx_release(0);
-	const char *peer = getenv("T_APPMEM_PEER");
-	if (peer && *peer)
-		test_peer(atoi(peer));
 	printf("t_appmem: OK\n");
 	return 0;
 }
