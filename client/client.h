@@ -209,6 +209,9 @@ CUresult rc_capture_words(CUstream s, struct rc_ctx *c, const void *words, size_
 /* memory.c: graph alloc node n of context c gave address p (cuMemFree
  * may free it) */
 void rc_graph_mem_note(struct rc_ctx *c, uint64_t p);
+/* the connection (and server context handle) of graph memory at p; NULL
+ * when p is no graph alloc node's address */
+struct rc_conn *rc_graph_mem_conn(uint64_t p, uint64_t *ctx_h);
 
 struct rc_event {
 	uint32_t magic;

@@ -228,17 +228,25 @@ void rc_graph_mem_note(struct rc_ctx *c, uint64_t p)
 	pthread_mutex_unlock(&gmem_lock);
 }
 
-static CUresult graph_mem_free(uint64_t p)
+struct rc_conn *rc_graph_mem_conn(uint64_t p, uint64_t *ctx_h)
 {
 	pthread_mutex_lock(&gmem_lock);
 	size_t i;
 	for (i = 0; i < ngmem && gmem[i].p != p; i++)
 		;
 	struct gmem g = i < ngmem ? gmem[i] : (struct gmem){ 0, 0, NULL };
-	if (i < ngmem)
-		gmem[i] = gmem[--ngmem];
 	pthread_mutex_unlock(&gmem_lock);
-	if (!g.conn)
+	if (ctx_h)
+		*ctx_h = g.h;
+	return g.conn;
+}
+
+/* (kept: the graph's next launch allocates at the address again) */
+static CUresult graph_mem_free(uint64_t p)
+{
+	struct gmem g;
+	g.p = p;
+	if (!(g.conn = rc_graph_mem_conn(p, &g.h)))
 		return CUDA_ERROR_INVALID_VALUE;
 	struct wbuf *w = rc_req();
 	put_u64(w, g.h);

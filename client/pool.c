@@ -373,6 +373,15 @@ RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 			break;
 		}
 	pthread_mutex_unlock(&lock);
+	if (!conn && rc_graph_mem_conn(dptr, NULL) == c->dev->conn) {
+		/* a graph's allocation, freed in stream order outside the
+		 * graph (graphMemoryNodes) */
+		struct wbuf *w = rc_req();
+		put_u64(w, c->h);
+		put_u64(w, sh);
+		put_u64(w, dptr);
+		return rc_post(c->dev->conn, RGPU_OP_MEM_FREE_ASYNC, w);
+	}
 	if (!conn) {
 		/* cuMemAllocAsync without pools on the server: after the
 		 * stream's earlier work */

@@ -79,13 +79,10 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if (vmem_owns(s, p))
 		return CUDA_ERROR_INVALID_VALUE; /* VMEM_UNMAP frees those */
 	struct alloc *g = session_alloc_get(s, p);
-	if ((!g || g->module) && session_gmem_take(s, p)) {
+	if ((!g || g->module) && session_gmem_has(s, p)) {
 		/* a graph's allocation, freed outside the graph as CUDA allows
 		 * (graphMemoryFootprint): the driver's to free */
-		rc = D->cuMemFree_v2(p);
-		if (rc)
-			(void)session_gmem_note(s, p);
-		return rc;
+		return D->cuMemFree_v2(p);
 	}
 	struct alloc a = session_alloc_del(s, p);
 	if (!a.size || a.module)

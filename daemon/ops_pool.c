@@ -364,9 +364,16 @@ int op_mem_free_async(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 		return rc;
 	struct appmem *a = s->appmem;
 	int i = a ? appmem_palloc_find(a, p) : -1;
-	if (i < 0 || a->pallocs[i].addr != p)
-		return CUDA_ERROR_INVALID_VALUE;
 	CUstream st;
+	if (i < 0 || a->pallocs[i].addr != p) {
+		/* a graph's allocation, freed in stream order outside the
+		 * graph (graphMemoryNodes) */
+		if (!session_gmem_has(s, p))
+			return CUDA_ERROR_INVALID_VALUE;
+		if ((rc = session_stream(s, sid, &st)))
+			return rc;
+		return D->cuMemFreeAsync(p, st);
+	}
 	if ((rc = session_stream(s, sid, &st)))
 		return rc;
 	if ((rc = D->cuMemFreeAsync(p, st)))

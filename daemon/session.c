@@ -275,13 +275,11 @@ int session_gmem_note(struct session *s, uint64_t dptr)
 	return 0;
 }
 
-int session_gmem_take(struct session *s, uint64_t dptr)
+int session_gmem_has(const struct session *s, uint64_t dptr)
 {
 	for (size_t i = 0; i < s->ngmem; i++)
-		if (s->gmem[i] == dptr) {
-			s->gmem[i] = s->gmem[--s->ngmem];
+		if (s->gmem[i] == dptr)
 			return 1;
-		}
 	return 0;
 }
 

@@ -649,6 +649,14 @@ EMU_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 	 * done (with no current context, at once: nothing can be queued) */
 	if (emu_ctx_current_handle() && (rc = cuStreamSynchronize(s)) != CUDA_SUCCESS)
 		return rc;
+	/* a graph's allocation, freed outside the graph (memory.c keeps it) */
+	struct emu_ctx *gctx;
+	if (emu_ctx_enter(&gctx) == CUDA_SUCCESS) {
+		int g = emu_mem_is_graph(gctx, dptr);
+		emu_ctx_leave(gctx);
+		if (g)
+			return CUDA_SUCCESS;
+	}
 	emu_lock(&pool_lock);
 	for (struct emu_pool *p = pools; p; p = p->next)
 		for (size_t i = 0; i < p->nb; i++)

@@ -93,11 +93,17 @@ struct emu_alloc {
 	size_t size;     /* bytes the caller asked for: the bounds */
 	size_t maplen;   /* bytes mapped */
 	int counted;     /* counts towards the device's used memory */
+	int graph;       /* a graph alloc node's: the context's until it goes */
 };
 
 /* Allocates device memory in ctx (takes mem_rw for writing). */
 CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdeviceptr *out);
 CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p);
+/* Marks the allocation at p a graph's (emu_mem_free then keeps it: graph
+ * memory freed outside its graph comes back at the graph's next launch,
+ * at the same address); whether p is such memory. */
+void emu_mem_set_graph(struct emu_ctx *ctx, CUdeviceptr p);
+int emu_mem_is_graph(struct emu_ctx *ctx, CUdeviceptr p);
 void emu_mem_free_all(struct emu_ctx *ctx);
 /* array.c: a context's CUDA arrays go with it, as the driver's do */
 void emu_arrays_destroy_all(struct emu_ctx *ctx);

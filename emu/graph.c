@@ -641,8 +641,8 @@ EMU_API CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode *out, CUgraph g, con
 			    eg->nodes[k]->dptr == f->dptr && eg->nodes[k]->bytesize >= p->bytesize)
 				d = f->dptr;
 	}
-	if (!d)
-		rc = emu_mem_alloc(ctx, p->bytesize, 1, &d);
+	if (!d && !(rc = emu_mem_alloc(ctx, p->bytesize, 1, &d)))
+		emu_mem_set_graph(ctx, d);
 	emu_ctx_leave(ctx);
 	if (rc)
 		return rc;
@@ -1412,6 +1412,8 @@ int emu_capture_mem(CUstream h, size_t bytes, CUdeviceptr *dptr, CUresult *rc)
 	 * CUDA, its address is fixed when the node is made) */
 	CUdeviceptr d = *dptr;
 	*rc = bytes ? emu_mem_alloc(ctx, bytes, 1, &d) : CUDA_SUCCESS;
+	if (bytes && !*rc)
+		emu_mem_set_graph(ctx, d);
 	emu_ctx_leave(ctx);
 	if (*rc)
 		return 1;

@@ -138,7 +138,7 @@ CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdevicept
 	}
 	i = upper_bound(ctx, (uintptr_t)p);
 	memmove(&ctx->allocs[i + 1], &ctx->allocs[i], (ctx->nallocs - i) * sizeof *a);
-	ctx->allocs[i] = (struct emu_alloc){ (uintptr_t)p, size, maplen, counted };
+	ctx->allocs[i] = (struct emu_alloc){ (uintptr_t)p, size, maplen, counted, 0 };
 	ctx->nallocs++;
 	if (counted)
 		ctx->alloc_bytes += size;
@@ -155,6 +155,30 @@ fail:
 	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+static struct emu_alloc *alloc_at(struct emu_ctx *ctx, CUdeviceptr p)
+{
+	size_t i = upper_bound(ctx, (uintptr_t)p);
+	return i && ctx->allocs[i - 1].base == p ? &ctx->allocs[i - 1] : NULL;
+}
+
+void emu_mem_set_graph(struct emu_ctx *ctx, CUdeviceptr p)
+{
+	emu_wrlock(&ctx->mem_rw);
+	struct emu_alloc *a = alloc_at(ctx, p);
+	if (a)
+		a->graph = 1;
+	emu_rwunlock(&ctx->mem_rw);
+}
+
+int emu_mem_is_graph(struct emu_ctx *ctx, CUdeviceptr p)
+{
+	emu_rdlock(&ctx->mem_rw);
+	struct emu_alloc *a = alloc_at(ctx, p);
+	int g = a && a->graph;
+	emu_rwunlock(&ctx->mem_rw);
+	return g;
+}
+
 CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p)
 {
 	struct emu_alloc a;
@@ -165,6 +189,10 @@ CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p)
 	if (i == 0 || ctx->allocs[i - 1].base != p) {
 		emu_rwunlock(&ctx->mem_rw);
 		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (ctx->allocs[i - 1].graph) {
+		emu_rwunlock(&ctx->mem_rw);
+		return CUDA_SUCCESS; /* (kept: see emu_mem_set_graph) */
 	}
 	a = ctx->allocs[i - 1];
 	memmove(&ctx->allocs[i - 1], &ctx->allocs[i], (ctx->nallocs - i) * sizeof a);

@@ -281,8 +281,13 @@ int main(int argc, char **argv)
 		CK(cuGraphLaunch(ax, s));
 		CK(cuStreamSynchronize(s));
 		CK(cuMemFree(a3.dptr));
+		/* launched again, it allocates at the address again; freed in
+		 * stream order this time (graphMemoryNodes) */
+		CK(cuGraphLaunch(ax, s));
+		CK(cuMemFreeAsync(a3.dptr, s));
+		CK(cuStreamSynchronize(s));
 		CK(cuGraphExecDestroy(ax));
-		say("a graph's allocation freed with cuMemFree");
+		say("a graph's allocation freed with cuMemFree, then with cuMemFreeAsync");
 	}
 
 	/* a conditional IF node taking its default value at each launch */
