@@ -594,7 +594,10 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 		}
 		if (!r->mirror || r->mirror->dev->conn != c->dev->conn)
 			continue;
-		rc = publish(r, stream, 1);
+		/* on the launch's stream when the copy is in its context; a
+		 * copy held by another context (another GPU of the server:
+		 * p2pBandwidthLatencyTest) goes before the launch, at once */
+		rc = r->mirror == c ? publish(r, stream, 1) : publish(r, 0, 0);
 		if (r->auto_refs && !r->auto_dst)
 			continue; /* a graph's copy only reads it */
 		if (!r->dev_dirty)

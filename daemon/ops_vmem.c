@@ -75,9 +75,22 @@ int op_vmem_map(struct session *s, const struct rgpu_hdr *hd, struct rd *r, stru
 	if (!rc)
 		mapped = (rc = D->cuMemMap(addr, size, 0, h, 0)) == CUDA_SUCCESS;
 	if (!rc) {
-		CUmemAccessDesc acc = { .location = prop.location,
+		/* host memory is every GPU's: its device copy is usable from
+		 * the GPUs that reach this one (kernels on several GPUs share
+		 * a pinned flag: p2pBandwidthLatencyTest) */
+		CUmemAccessDesc acc[RGPUD_MAX_GPUS];
+		size_t n = 0;
+		acc[n++] = (CUmemAccessDesc){ .location = prop.location,
+					      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+		for (int d = 0; d < rgpud_server.ndev && d < RGPUD_MAX_GPUS && n < RGPUD_MAX_GPUS; d++) {
+			int can = 0;
+			if ((unsigned)d != cs->dev && D->cuDeviceCanAccessPeer(&can, d, (int)cs->dev) == 0 &&
+			    can)
+				acc[n++] = (CUmemAccessDesc){
+					.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d },
 					.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-		rc = D->cuMemSetAccess(addr, size, &acc, 1);
+		}
+		rc = D->cuMemSetAccess(addr, size, acc, n);
 	}
 	struct vmem *v = rc ? NULL : calloc(1, sizeof(*v));
 	if (!rc && (!v || session_alloc_add(s, addr, size, ctx, 0, cs->dev) < 0))

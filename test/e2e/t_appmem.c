@@ -521,6 +521,34 @@ static void test_peer(int same_server)
 		CK(cuCtxSetCurrent(c1));
 		CK(cuStreamDestroy(s));
 		say("peer copies between two GPUs of one server ok");
+
+		/* pinned host memory named by kernels on both GPUs, peer
+		 * access off (p2pBandwidthLatencyTest's flag): over TCP its
+		 * device copy is on the first GPU and serves the second */
+		int *hp;
+		CUdeviceptr hd;
+		int hn = 1024;
+		CK(cuCtxSetCurrent(c0));
+		CK(cuMemHostAlloc((void **)&hp, hn * sizeof(int),
+				  CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+		CK(cuMemHostGetDevicePointer(&hd, hp, 0));
+		for (int i = 0; i < hn; i++)
+			hp[i] = i;
+		void *hargs[] = { &hd, &hn };
+		CUmodule m0 = load_test_module();
+		launch1d(get_func(m0, "inc_i32"), (unsigned)hn, NULL, hargs);
+		CK(cuCtxSynchronize());
+		CK(cuCtxSetCurrent(c1));
+		CUmodule m1 = load_test_module();
+		launch1d(get_func(m1, "inc_i32"), (unsigned)hn, NULL, hargs);
+		CK(cuCtxSynchronize());
+		for (int i = 0; i < hn; i++)
+			CHECK(hp[i] == i + 2, "pinned memory after kernels on both GPUs: [%d] = %d", i, hp[i]);
+		CK(cuModuleUnload(m1));
+		CK(cuCtxSetCurrent(c0));
+		CK(cuModuleUnload(m0));
+		CK(cuMemFreeHost(hp));
+		say("pinned memory used by kernels on both GPUs");
 	}
 	CK(cuCtxSetCurrent(c1));
 	CK(cuMemFree(b));
