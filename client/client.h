@@ -197,6 +197,9 @@ uint64_t rc_stream_capture_id(CUstream s);
 /* graph.c: stream s waits for an event recorded in capture id: s joins
  * that capture (its work goes into the same graph), as in CUDA. */
 void rc_stream_join_capture(CUstream s, uint64_t id);
+/* graph.c: stream s (one of rc_stream) is being destroyed: a capture it
+ * began and never ended goes with it. */
+void rc_stream_capture_gone(CUstream s);
 /* graph.c: a copy captured on s names host memory at device-side address
  * dev (and device memory at other): the graph made of the capture
  * publishes and fetches it at its launches, and holds registration held */

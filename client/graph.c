@@ -170,6 +170,18 @@ static CUresult acc_end(CUstream s, struct rc_graph *g)
 	return bad ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 
+void rc_stream_capture_gone(CUstream s)
+{
+	struct rc_stream *st = (struct rc_stream *)s;
+	if (st->capture_id && !st->capture_joined) {
+		/* (a capture never ended: the streams that joined it leave it,
+		 * what it gathered goes) */
+		active_del(st->capture_id);
+		acc_end(s, NULL);
+	}
+	st->capture_id = 0;
+}
+
 /* Begins a capture of s: into a new graph, or into graph `into` after
  * nodes deps (cuStreamBeginCaptureToGraph). */
 static CUresult begin_into(CUstream s, CUstreamCaptureMode mode, struct rc_graph *into,

@@ -252,6 +252,7 @@ RC_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
 	if (rc)
 		return rc;
 	rc = two_handles(st->ctx, RGPU_OP_STREAM_DESTROY, st->h);
+	rc_stream_capture_gone(s);
 	st->magic = 0;
 	free(st);
 	return rc;

@@ -20,6 +20,7 @@
 #endif
 #endif
 
+#ifndef CRASH_SANITIZED
 static char who[160];
 
 static void on_crash(int sig, siginfo_t *si, void *uc)
@@ -39,6 +40,7 @@ static void on_crash(int sig, siginfo_t *si, void *uc)
 	signal(sig, SIG_DFL);
 	raise(sig);
 }
+#endif
 
 void crash_report_install(const char *name)
 {

@@ -170,6 +170,7 @@ static struct release *release_add(struct release *r, struct mem_state *m, struc
 static void *release_main(void *arg)
 {
 	struct release *r = arg;
+	rgpud_capture_relaxed(D); /* (rgpud's own calls: never a capture's unsafe call) */
 	if (r->ctx)
 		(void)D->cuCtxSetCurrent(r->ctx);
 	for (size_t i = 0; i < r->n; i++)
@@ -262,6 +263,7 @@ struct mem_prep {
 static void *prep_main(void *arg)
 {
 	struct mem_prep *p = arg;
+	rgpud_capture_relaxed(D); /* (rgpud's own calls: never a capture's unsafe call) */
 	if (p->ctx)
 		(void)D->cuCtxSetCurrent(p->ctx);
 	uint64_t t0 = rgpu_now_ns();

@@ -257,6 +257,7 @@ static int ahead_write_ref(void *arg, const void *p, size_t n)
 static void *ahead_send(void *arg)
 {
 	struct move *m = arg;
+	rgpud_capture_relaxed(D); /* (rgpud's own calls: never a capture's unsafe call) */
 	int rc = 0;
 	for (size_t i = 0; i < m->npieces && !rc; i++) {
 		const struct piece *pc = &m->pieces[i];

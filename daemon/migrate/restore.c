@@ -381,6 +381,7 @@ void snap_restore_done(void)
 
 static void *release_thread(void *arg)
 {
+	rgpud_capture_relaxed(D); /* (rgpud's own calls: never a capture's unsafe call) */
 	imports_free(arg);
 	return NULL;
 }

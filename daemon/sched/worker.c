@@ -338,6 +338,7 @@ static void charge(struct rec *r, int ok)
 static void *charger(void *arg)
 {
 	(void)arg;
+	rgpud_capture_relaxed(D); /* (its event syncs are rgpud's, not the client's) */
 	for (;;) {
 		pthread_mutex_lock(&mu);
 		while (!head && !stopping) {
