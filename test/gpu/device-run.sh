@@ -30,7 +30,8 @@ S=$OUT/summary.txt
 {
 	echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 	nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-	echo "rgpu: $(git -C "$src" describe --always --dirty 2>/dev/null || echo '?')"
+	# (the build's own record: the checkout here may be older than it)
+	echo "rgpu: $(cat _build/revision.txt 2>/dev/null || git -C "$src" describe --always --dirty 2>/dev/null || echo '?')"
 	ldd _build/daemon/rgpud | grep -i "not found" && echo "rgpud: missing libraries"
 } >"$S" 2>&1
 threads_part() {
