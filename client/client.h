@@ -446,6 +446,12 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 #define RC_COH_NONE (~0ull - 1)
 uint64_t rc_coh_epoch(void);
 CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since);
+/* Before a synchronisation on conn waits: what the host changed in mapped
+ * or registered memory that a kernel still running may use goes to its
+ * device copy, unordered with the application's streams (a kernel that
+ * spins on a host flag ends; over TCP the device sees host memory only at
+ * launches and synchronisations). */
+CUresult rc_coh_sync_release(struct rc_conn *conn);
 /* Before a host function queued on stream (at epoch since) runs: what
  * launches before it on that stream wrote is fetched, on a stream that
  * does not wait for the one the host function holds (coherence.c). */

@@ -75,7 +75,15 @@ struct region {
 				  * and comes back after one only when a copy
 				  * writes it (auto_dst) */
 	int auto_dst;
+	/* (mapped or registered, up to TWIN_MAX bytes) the bytes as the
+	 * device copy was last given or gave them: at a synchronisation the
+	 * host's changes since go to a device copy a running kernel may be
+	 * reading (a flag it spins on), and only they, as the kernel may be
+	 * writing the rest */
+	uint8_t *twin;
 };
+
+#define TWIN_MAX (4u << 20) /* (a pinned buffer's region is 2 MiB at least) */
 
 static struct region regions[REGIONS_MAX];
 static volatile int regions_hw; /* one past the highest slot ever used */
@@ -298,6 +306,7 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 		r->live = 0;
 		r->auto_refs = 0;
 		r->auto_dst = 0;
+		r->twin = NULL;
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELEASE);
 		if (r - regions + 1 > regions_hw)
 			regions_hw = (int)(r - regions + 1);
@@ -501,6 +510,8 @@ int rc_region_free(void *p, size_t *size)
 	uintptr_t dev = r->dev;
 	*size = r->size;
 	unprotect(r); /* registered memory stays the application's */
+	free(r->twin);
+	r->twin = NULL;
 	__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&reg_lock);
 	pthread_mutex_unlock(&coh_lock);
@@ -532,6 +543,18 @@ int rc_region_kind(const void *p)
 	return r ? r->kind : 0;
 }
 
+/* The region's bytes are now the device copy's too (a publish or a
+ * fetch): kept as its twin, for mapped and registered regions small
+ * enough (coh_lock held). */
+static void twin_take(struct region *r)
+{
+	if ((r->kind != R_MAPPED && r->kind != R_REGISTERED) || r->auto_refs || r->xlen > TWIN_MAX)
+		return;
+	if (!r->twin && !(r->twin = malloc(r->xlen)))
+		return;
+	memcpy(r->twin, (const void *)(r->base + r->xoff), r->xlen);
+}
+
 static CUresult publish(struct region *r, uint64_t stream, int async)
 {
 	/* While a launch may have written the device copy and no acquire has
@@ -544,6 +567,7 @@ static CUresult publish(struct region *r, uint64_t stream, int async)
 	/* clear first: a write racing with the copy faults and re-marks */
 	r->host_dirty = 0;
 	protect(r);
+	twin_take(r);
 	return rc_htod_any(r->mirror, async ? stream : 0, r->dev + r->xoff, (void *)(r->base + r->xoff),
 			   r->xlen, async);
 }
@@ -558,6 +582,8 @@ static CUresult fetch(struct region *r, uint64_t stream, int done)
 	unprotect(r);
 	CUresult rc = rc_dtoh_any(r->mirror, stream, (void *)(r->base + r->xoff), r->dev + r->xoff,
 				  r->xlen, 0);
+	if (!rc)
+		twin_take(r);
 	if (done && !rc)
 		r->dev_dirty = 0;
 	r->host_dirty = 0;
@@ -636,6 +662,51 @@ CUresult rc_coh_acquire(struct rc_conn *conn, uint64_t stream, uint64_t since)
 			CUresult x = fetch(r, 0, done);
 			if (x && !rc)
 				rc = x;
+		}
+	}
+	pthread_mutex_unlock(&coh_lock);
+	return rc;
+}
+
+CUresult rc_coh_sync_release(struct rc_conn *conn)
+{
+	CUresult rc = CUDA_SUCCESS;
+	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
+		return rc;
+	pthread_mutex_lock(&coh_lock);
+	int hw = regions_hw;
+	for (int i = 0; i < hw && !rc; i++) {
+		struct region *r = &regions[i];
+		if (!__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) || !r->twin || !r->host_dirty ||
+		    !r->dev_dirty || !r->mirror || r->mirror->dev->conn != conn)
+			continue;
+		const uint8_t *h = (const uint8_t *)(r->base + r->xoff);
+		uint64_t own = 0;
+		for (size_t o = 0; o < r->xlen && !rc;) {
+			/* (unchanged 4 KiB at a time, then byte by byte) */
+			size_t k = r->xlen - o < 4096 ? r->xlen - o : 4096;
+			if ((o % 4096) == 0 && !memcmp(h + o, r->twin + o, k)) {
+				o += k;
+				continue;
+			}
+			if (h[o] == r->twin[o]) {
+				o++;
+				continue;
+			}
+			/* a run of changed bytes (gaps under 64 bytes joined) */
+			size_t e = o + 1, same = 0;
+			for (; e < r->xlen && same < 64; e++)
+				same = h[e] == r->twin[e] ? same + 1 : 0;
+			e -= same;
+			if (!own)
+				rc = rc_stream_internal(r->mirror, &own);
+			/* (on the context's own non-blocking stream: the kernel
+			 * the application waits for may be spinning on it) */
+			if (!rc)
+				rc = rc_htod_any(r->mirror, own, r->dev + r->xoff + o, h + o, e - o, 1);
+			if (!rc)
+				memcpy(r->twin + o, h + o, e - o);
+			o = e;
 		}
 	}
 	pthread_mutex_unlock(&coh_lock);

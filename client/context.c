@@ -342,7 +342,9 @@ static CUresult ctx_sync(struct rc_ctx *c)
 		rc_stats_local(RGPU_OP_CTX_SYNC);
 	} else {
 		uint64_t mark = rc_idle_mark(conn);
-		rc = ctx_call(c, RGPU_OP_CTX_SYNC);
+		rc = rc_coh_sync_release(conn);
+		if (!rc)
+			rc = ctx_call(c, RGPU_OP_CTX_SYNC);
 		if (!rc) {
 			uint64_t cur = __atomic_load_n(&c->idle_all, __ATOMIC_RELAXED);
 			while (cur < mark && !__atomic_compare_exchange_n(&c->idle_all, &cur, mark, 0,

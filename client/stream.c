@@ -272,7 +272,9 @@ RC_EXPORT CUresult cuStreamSynchronize(CUstream s)
 		rc_stats_local(RGPU_OP_STREAM_SYNC);
 	} else {
 		uint64_t mark = rc_idle_mark(c->dev->conn);
-		rc = two_handles(c, RGPU_OP_STREAM_SYNC, h);
+		rc = rc_coh_sync_release(c->dev->conn);
+		if (!rc)
+			rc = two_handles(c, RGPU_OP_STREAM_SYNC, h);
 		if (!rc)
 			rc_stream_idle(c, s, h, mark);
 	}
@@ -466,7 +468,9 @@ RC_EXPORT CUresult cuEventSynchronize(CUevent e)
 		rc_stats_local(RGPU_OP_EVENT_SYNC);
 	} else {
 		uint64_t mark = rc_idle_mark(ev->ctx->dev->conn);
-		rc = two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
+		rc = rc_coh_sync_release(ev->ctx->dev->conn);
+		if (!rc)
+			rc = two_handles(ev->ctx, RGPU_OP_EVENT_SYNC, ev->h);
 		if (!rc)
 			store_max(&ev->done_at, mark);
 	}
