@@ -60,6 +60,18 @@ probe local-nodomain local NCCL_MEM_SYNC_DOMAIN=0
 probe local-nocga local NCCL_CGA_CLUSTER_SIZE=0
 probe rgpu-fifo-nodomain "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_MEM_SYNC_DOMAIN=0
 probe local-again local
+# what NCCL chose for each all-reduce (algorithm, protocol, channels) both
+# ways: 64 MiB runs at local speed through rgpud, 256 MiB at 83-87%
+# (2026-11-28): a different choice for the large one would say why
+probe local-coll local NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL,TUNING
+probe rgpu-coll "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=COLL,TUNING
+for n in local-coll rgpu-coll; do
+	echo "== $n: the all-reduces NCCL ran (count, bytes, algorithm, protocol, channels)"
+	grep -o "AllReduce: opCount [0-9a-f]* sendbuff [^ ]* recvbuff [^ ]* count [0-9]* .*" "$OUT/$n.log" |
+		sed -E 's/opCount [0-9a-f]* sendbuff [^ ]* recvbuff [^ ]* //; s/comm 0x[0-9a-f]* //; s/stream 0x[0-9a-f]*//' |
+		sort | uniq -c | sort -rn | head -8
+	grep -h "Algo\|algorithm\|proto" "$OUT/$n.log" | grep -v "^$" | sort | uniq -c | sort -rn | head -6
+done
 kill $pids 2>/dev/null
 wait 2>/dev/null
 pids=""
