@@ -212,6 +212,9 @@ CUresult rc_capture_words(CUstream s, struct rc_ctx *c, const void *words, size_
 /* memory.c: graph alloc node n of context c gave address p (cuMemFree
  * may free it) */
 void rc_graph_mem_note(struct rc_ctx *c, uint64_t p);
+/* pool.c: forgets a stream-ordered allocation at p that cuMemFree frees;
+ * 1 if it was one */
+int rc_pool_alloc_forget(CUdeviceptr p);
 /* the connection (and server context handle) of graph memory at p; NULL
  * when p is no graph alloc node's address */
 struct rc_conn *rc_graph_mem_conn(uint64_t p, uint64_t *ctx_h);

@@ -271,6 +271,8 @@ RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 	int ci;
 	if (dev_lookup(p, &r, &ci) < 0 || rt_del(&dev_ranges[ci], p, &r) < 0)
 		return graph_mem_free(p);
+	/* (stream-ordered memory too: rgpud frees it once the device is done) */
+	(void)rc_pool_alloc_forget(p);
 	struct rc_ctx *c = r.owner;
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);

@@ -357,6 +357,19 @@ RC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 	return alloc_from((struct rc_pool *)pool, dptr, size, s);
 }
 
+int rc_pool_alloc_forget(CUdeviceptr dptr)
+{
+	int found = 0;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < npas && !found; i++)
+		if (pas[i].addr == dptr) {
+			pas[i] = pas[--npas];
+			found = 1;
+		}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
 RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
 	struct rc_ctx *c;

@@ -68,6 +68,9 @@ void appmem_cleanup(struct session *s);
 /* ops_pool.c: pools at session end */
 void pool_cleanup(struct session *s, struct appmem *a);
 int appmem_palloc_find(struct appmem *a, uint64_t p);
+/* cuMemFree of a pool allocation at p: freed now (a CUresult), or -1 when
+ * p is none. */
+int pool_free_now(struct session *s, uint64_t p);
 /* Reads a request's access descriptors (u32 n, then n times u32 gpu, u32
  * flags: the rest of the request) into desc (room for RGPUD_MAX_GPUS),
  * their count in *n, each GPU admitted for the session: 0, or the

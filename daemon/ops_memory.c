@@ -2,6 +2,7 @@
  * RGPU_CHUNK_SIZE pieces through the session's pinned pool (stage.c), so
  * receiving one chunk overlaps the GPU's copy of the previous one. */
 #include "log.h"
+#include "appmem.h"
 #include "gate.h"
 #include "rgpud.h"
 #include "session.h"
@@ -84,6 +85,9 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 		 * (graphMemoryFootprint): the driver's to free */
 		return D->cuMemFree_v2(p);
 	}
+	/* stream-ordered memory freed with cuMemFree, as CUDA allows */
+	if (!g && (rc = pool_free_now(s, p)) >= 0)
+		return rc;
 	struct alloc a = session_alloc_del(s, p);
 	if (!a.size || a.module)
 		return CUDA_ERROR_INVALID_VALUE; /* not ours: never free another tenant's */

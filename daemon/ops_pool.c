@@ -354,6 +354,23 @@ int op_mem_alloc_async(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	return CUDA_SUCCESS;
 }
 
+int pool_free_now(struct session *s, uint64_t p)
+{
+	struct appmem *a = s->appmem;
+	int i = a ? appmem_palloc_find(a, p) : -1;
+	if (i < 0 || a->pallocs[i].addr != p)
+		return -1;
+	/* (the driver's cuMemFree waits for the device, then frees) */
+	int rc = D->cuMemFree_v2(p);
+	if (rc)
+		return rc;
+	struct pool *pl = a->pallocs[i].pool;
+	memmove(&a->pallocs[i], &a->pallocs[i + 1], (a->npallocs - (size_t)i - 1) * sizeof(*a->pallocs));
+	a->npallocs--;
+	settle(pl);
+	return CUDA_SUCCESS;
+}
+
 int op_mem_free_async(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;

@@ -636,8 +636,6 @@ EMU_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstre
 
 EMU_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 {
-	struct pblock *v = NULL;
-	size_t n = 0;
 	CUresult rc;
 
 	if (!emu_initialized())
@@ -657,6 +655,13 @@ EMU_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 		if (g)
 			return CUDA_SUCCESS;
 	}
+	return emu_pool_block_free(dptr) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+int emu_pool_block_free(CUdeviceptr dptr)
+{
+	struct pblock *v = NULL;
+	size_t n = 0;
 	emu_lock(&pool_lock);
 	for (struct emu_pool *p = pools; p; p = p->next)
 		for (size_t i = 0; i < p->nb; i++)
@@ -666,8 +671,8 @@ EMU_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 				pool_shrink(p, p->threshold, &v, &n);
 				emu_unlock(&pool_lock);
 				blocks_free(v, n);
-				return CUDA_SUCCESS;
+				return 0;
 			}
 	emu_unlock(&pool_lock);
-	return CUDA_ERROR_INVALID_VALUE;
+	return -1;
 }

@@ -103,6 +103,9 @@ CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p);
  * memory freed outside its graph comes back at the graph's next launch,
  * at the same address); whether p is such memory. */
 void emu_mem_set_graph(struct emu_ctx *ctx, CUdeviceptr p);
+/* appmem.c: a pool's block at p, in use, back to its pool: 0, or -1 when
+ * p is none (cuMemFree of stream-ordered memory). */
+int emu_pool_block_free(CUdeviceptr p);
 int emu_mem_is_graph(struct emu_ctx *ctx, CUdeviceptr p);
 void emu_mem_free_all(struct emu_ctx *ctx);
 /* array.c: a context's CUDA arrays go with it, as the driver's do */

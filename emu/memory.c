@@ -282,6 +282,9 @@ EMU_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	emu_unlock(&ctx->lock);
 	rc = emu_mem_free(ctx, dptr);
 	emu_ctx_leave(ctx);
+	/* a pool's block (cuMemAllocAsync) goes back to its pool, as in CUDA */
+	if (rc == CUDA_ERROR_INVALID_VALUE && emu_pool_block_free(dptr) == 0)
+		rc = CUDA_SUCCESS;
 	return rc;
 }
 

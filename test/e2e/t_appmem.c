@@ -283,6 +283,13 @@ static void test_pools(void)
 	CHECK(used == 0, "used %llu after the free", (unsigned long long)used);
 	if (on_rgpu())
 		EXPECT_RC(cuMemFreeAsync(p, s), CUDA_ERROR_INVALID_VALUE);
+	/* stream-ordered memory freed with cuMemFree, as CUDA allows (it
+	 * waits for the device; cuSPARSE frees so) */
+	CK(cuMemAllocAsync(&p, bytes, s));
+	CK(cuMemsetD8Async(p, 0x11, bytes, s));
+	CK(cuMemFree(p));
+	CK(cuMemPoolGetAttribute(def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+	CHECK(used == 0, "used %llu after cuMemFree of pool memory", (unsigned long long)used);
 
 	/* a high threshold keeps the memory for reuse; trimming gives it back */
 	thr = 1ull << 40;
