@@ -66,43 +66,6 @@ int main(int argc, char **argv)
 	(void)primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction f_wait = get_func(mod, "wait_flag");
-	if (tp && !strcmp(tp, "tcp")) {
-		/* over TCP the device sees host memory at launches and
-		 * synchronisations: a flag the host sets after a launch
-		 * reaches the kernel spinning on it when the host waits for
-		 * it (UnifiedMemoryPerf's latch), and the kernel's answer
-		 * comes back then */
-		volatile int *t = NULL;
-		CK(cuMemHostAlloc((void **)&t, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
-		CUdeviceptr td = 0;
-		CK(cuMemHostGetDevicePointer(&td, (void *)t, 0));
-		CUstream ts;
-		CK(cuStreamCreate(&ts, CU_STREAM_NON_BLOCKING));
-		for (int round = 0; round < 2; round++) {
-			t[0] = 0;
-			t[1] = 0;
-			CUdeviceptr dflag = td, dout = td + 4;
-			unsigned long long timeout = 5ull * 1000 * 1000 * 1000;
-			void *args[] = { &dflag, &dout, &timeout };
-			CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, ts, args, NULL));
-			struct timespec ms20 = { 0, 20 * 1000 * 1000 };
-			nanosleep(&ms20, NULL);
-			t[0] = 41 + round;
-			if (round == 0)
-				CK(cuStreamSynchronize(ts));
-			else
-				CK(cuCtxSynchronize());
-			CHECK(t[1] == 42 + round, "over TCP, after the %s synchronisation the kernel's answer "
-			      "is %d (%d: it saw the host's flag; -1: it never did)",
-			      round ? "context's" : "stream's", t[1], 42 + round);
-		}
-		CK(cuStreamDestroy(ts));
-		CK(cuMemFreeHost((void *)t));
-		CK(cuModuleUnload(mod));
-		printf("OK (over TCP: at synchronisations)\n");
-		return 0;
-	}
-
 	volatile int *h = NULL;
 	CK(cuMemHostAlloc((void **)&h, 4096, CU_MEMHOSTALLOC_DEVICEMAP));
 	CUdeviceptr d = 0;
@@ -110,6 +73,36 @@ int main(int argc, char **argv)
 
 	CUstream s;
 	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	if (tp && !strcmp(tp, "tcp")) {
+		/* over TCP the device sees host memory at launches and
+		 * synchronisations: a flag the host sets after a launch
+		 * reaches the kernel spinning on it when the host waits for
+		 * it (UnifiedMemoryPerf's latch), and the kernel's answer
+		 * comes back then */
+		for (int round = 0; round < 2; round++) {
+			h[0] = 0;
+			h[1] = 0;
+			CUdeviceptr dflag = d, dout = d + 4;
+			unsigned long long timeout = 5ull * 1000 * 1000 * 1000;
+			void *args[] = { &dflag, &dout, &timeout };
+			CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+			struct timespec ms20 = { 0, 20 * 1000 * 1000 };
+			nanosleep(&ms20, NULL);
+			h[0] = 41 + round;
+			if (round == 0)
+				CK(cuStreamSynchronize(s));
+			else
+				CK(cuCtxSynchronize());
+			CHECK(h[1] == 42 + round, "over TCP, after the %s synchronisation the kernel's answer "
+			      "is %d (%d: it saw the host's flag; -1: it never did)",
+			      round ? "context's" : "stream's", h[1], 42 + round);
+		}
+		CK(cuStreamDestroy(s));
+		CK(cuMemFreeHost((void *)h));
+		CK(cuModuleUnload(mod));
+		printf("OK (over TCP: at synchronisations)\n");
+		return 0;
+	}
 	live_round(f_wait, s, d, &h[0], &h[1], 41, "pinned memory");
 	CHECK(h[1] == 42, "after the synchronisation the answer is %d, not 42", h[1]);
 
