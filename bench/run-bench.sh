@@ -26,7 +26,8 @@
 # rgpud-over-TCP and raw TCP copies from 16 MiB, back to back, for the 95%
 # bar; default 5, 0: none), BENCH_LAUNCH_ROUNDS (rounds of the launch
 # rate locally, over TCP and on the same host, back to back, for the 90%
-# bar; default 9, 0: none).  On the GPU machines a round's ratio ranges
+# bar; default 9, 0: none), BENCH_TASKSET (CPUs for rgpud and the launch
+# rounds, taskset -c syntax; default: unpinned).  On the GPU machines a round's ratio ranges
 # from 0.64 to 1.20 in one run (the host's noise: the local rate alone
 # moves 30% between rounds), so the median needs more rounds than five.
 #
@@ -51,6 +52,11 @@ MAX=${BENCH_MAX_SIZE:-256M}
 MIN_TIME=0.2
 DEVICE=0
 ROUNDS=${BENCH_BULK_ROUNDS:-5}
+# BENCH_TASKSET=CPUS: rgpud and the launch rounds' programs (local and
+# through rgpu alike) run on these CPUs (taskset -c), to tell where a
+# launch's cost swings between rounds from where it runs
+PIN=()
+[ -n "${BENCH_TASKSET:-}" ] && PIN=(taskset -c "$BENCH_TASKSET")
 LROUNDS=${BENCH_LAUNCH_ROUNDS:-9}
 
 usage() { sed -n '12,20p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -124,7 +130,7 @@ start_daemon() {
 				${RGPUD_ARGS:-} >"$LOGDIR/rgpud.log" 2>&1 &
 		else
 			LD_LIBRARY_PATH=$([ $HAVE_REAL = 1 ] && echo "$REAL${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" || echo "${LD_LIBRARY_PATH:-}") \
-				"$RGPUD" --open --listen "127.0.0.1:$PORT" \
+				${PIN[@]+"${PIN[@]}"} "$RGPUD" --open --listen "127.0.0.1:$PORT" \
 				${RGPUD_ARGS:-} >"$LOGDIR/rgpud.log" 2>&1 &
 		fi
 		pid=$!
@@ -240,7 +246,7 @@ if start_daemon; then
 			tcp) env=(RGPU_TRANSPORT=tcp RGPU_SERVERS="127.0.0.1:$PORT/$DEVICE" LD_LIBRARY_PATH=$CLIENTDIR) ;;
 			shm) env=(RGPU_TRANSPORT=local RGPU_SERVERS="127.0.0.1:$PORT/$DEVICE" LD_LIBRARY_PATH=$CLIENTDIR) ;;
 			esac
-			if ! env "${env[@]}" "$BW_LAT" --target "launch_${k}_r$r" --device "$DEVICE" \
+			if ! env "${env[@]}" ${PIN[@]+"${PIN[@]}"} "$BW_LAT" --target "launch_${k}_r$r" --device "$DEVICE" \
 				--no-bw --only launch_async --max 4K --min-time "$MIN_TIME" \
 				--json "$LOGDIR/launch_rounds.jsonl" >>"$LOGDIR/launch_rounds.out" \
 				2>>"$LOGDIR/launch_rounds.err"; then
