@@ -225,12 +225,13 @@ struct rgpud_driver {
 /* Loads every entry point from path; on failure writes why into err. */
 int rgpud_driver_load(struct rgpud_driver *d, const char *path, char *err, size_t errlen);
 void rgpud_driver_unload(struct rgpud_driver *d);
-/* Puts the calling thread in relaxed stream-capture mode, once; called
- * before a session's thread begins a capture.  The thread serves all of
- * the client's threads and does rgpud's own work besides (staging
- * buffers' events, the device copy of managed and registered memory):
- * in the default global mode the driver would take any of those for an
- * unsafe call of the capturing thread and invalidate the capture. */
+/* Puts the calling thread in relaxed stream-capture mode, once; every
+ * thread of a session worker that calls the driver does so first.  The
+ * session's thread serves all of the client's threads and does rgpud's
+ * own work besides (staging buffers' events, the device copy of managed
+ * and registered memory), as do its helper threads: in the default global
+ * mode the driver would take any of those for an unsafe call during a
+ * capture and invalidate it. */
 void rgpud_capture_relaxed(const struct rgpud_driver *d);
 /* "CUDA_ERROR_X: description" for logs. */
 const char *rgpud_cu_errname(const struct rgpud_driver *d, CUresult rc);

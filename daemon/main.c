@@ -365,6 +365,8 @@ static int worker_main(const char *fds, const char *who, const char *runas, cons
 		log_err("%s: cuInit failed: %s", name, rgpud_cu_errname(&srv->drv, rc));
 		return 1;
 	}
+	/* (the session's thread: see rgpud_capture_relaxed) */
+	rgpud_capture_relaxed(&srv->drv);
 	gate_attach(ctl);
 	/* what kernels print (device printf) goes to the client: the worker's
 	 * stdout becomes a pipe drained at synchronising calls */

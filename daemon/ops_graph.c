@@ -43,10 +43,7 @@ int op_capture_begin(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	uint32_t mode = get_u32(r);
 	CUstream st;
 	int rc = ready_stream(s, r, &q, &st);
-	if (rc)
-		return rc;
-	rgpud_capture_relaxed(D);
-	return (int)D->cuStreamBeginCapture_v2(st, (CUstreamCaptureMode)mode);
+	return rc ? rc : (int)D->cuStreamBeginCapture_v2(st, (CUstreamCaptureMode)mode);
 }
 
 int op_capture_end(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -854,7 +851,6 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 		CUgraphNode *deps;
 		if ((rc = ids_to_nodes(s, &q, raw, n, q.id, &deps)))
 			return rc;
-		rgpud_capture_relaxed(D);
 		rc = D->cuStreamBeginCaptureToGraph(st, q.e->obj, n ? deps : NULL, NULL, n,
 						    (CUstreamCaptureMode)mode);
 		free(deps);

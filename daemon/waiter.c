@@ -56,8 +56,6 @@ static int run_wait(const struct wait_job *j)
 static void *waiter_main(void *arg)
 {
 	struct session *s = arg;
-	/* the session's thread serves every client thread in relaxed
-	 * capture mode (ops_graph.c); so do the threads that wait for it */
 	rgpud_capture_relaxed(&rgpud_server.drv);
 	struct waiters *w = s->waiters;
 	pthread_mutex_lock(&w->lock);

@@ -180,6 +180,20 @@ static inline CUDA_MEMCPY3D copy3d_1d(CUmemorytype st, const void *sh, CUdevicep
 	return c;
 }
 
+/* A kernel node over n threads in blocks of 256 (launch1d's shape). */
+static inline CUDA_KERNEL_NODE_PARAMS kparams(CUfunction f, unsigned n, void **args)
+{
+	CUDA_KERNEL_NODE_PARAMS k;
+	memset(&k, 0, sizeof(k));
+	k.func = f;
+	k.gridDimX = (n + 255) / 256;
+	k.gridDimY = k.gridDimZ = 1;
+	k.blockDimX = 256;
+	k.blockDimY = k.blockDimZ = 1;
+	k.kernelParams = args;
+	return k;
+}
+
 static inline CUcontext primary_ctx(int dev, CUdevice *out_dev)
 {
 	CUdevice d;

@@ -46,14 +46,7 @@ int main(int argc, char **argv)
 	CK(cuMemAlloc(&d, N * sizeof(int)));
 	int n = N;
 	void *args[] = { &d, &n };
-	CUDA_KERNEL_NODE_PARAMS k;
-	memset(&k, 0, sizeof(k));
-	k.func = finc;
-	k.gridDimX = (N + 255) / 256;
-	k.gridDimY = k.gridDimZ = 1;
-	k.blockDimX = 256;
-	k.blockDimY = k.blockDimZ = 1;
-	k.kernelParams = args;
+	CUDA_KERNEL_NODE_PARAMS k = kparams(finc, N, args);
 
 	/* explicit: host -> device, +1, device -> host; from pageable memory
 	 * as host and as unified addresses, and from pinned memory (over TCP

@@ -22,19 +22,6 @@ static void CUDA_CB on_host(void *p)
 	__atomic_add_fetch(&host_runs, 1, __ATOMIC_SEQ_CST);
 }
 
-static CUDA_KERNEL_NODE_PARAMS kparams(CUfunction f, unsigned n, void **args)
-{
-	CUDA_KERNEL_NODE_PARAMS k;
-	memset(&k, 0, sizeof(k));
-	k.func = f;
-	k.gridDimX = (n + 255) / 256;
-	k.gridDimY = k.gridDimZ = 1;
-	k.blockDimX = 256;
-	k.blockDimY = k.blockDimZ = 1;
-	k.kernelParams = args;
-	return k;
-}
-
 static CUDA_MEMSET_NODE_PARAMS msparams(CUdeviceptr d, unsigned v, size_t n)
 {
 	CUDA_MEMSET_NODE_PARAMS m;

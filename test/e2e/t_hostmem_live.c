@@ -31,6 +31,18 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* wait_flag on s: spins on the int at device address d until it is set
+ * (or timeout_s passes: then -1), and writes its value + 1 at d + 4. */
+static void launch_wait(CUfunction f_wait, CUstream s, CUdeviceptr d, unsigned timeout_s)
+{
+	CUdeviceptr dflag = d, dout = d + 4;
+	unsigned long long timeout = timeout_s * 1000ull * 1000 * 1000;
+	void *args[] = { &dflag, &dout, &timeout };
+	CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+	struct timespec ms20 = { 0, 20 * 1000 * 1000 };
+	nanosleep(&ms20, NULL); /* (running, its flag not set) */
+}
+
 /* A kernel spins on flag (device address d), the host sets it to v, and
  * the answer (v + 1) must come back in host memory at *out without any
  * synchronisation; then the stream is synchronised. */
@@ -39,12 +51,7 @@ static void live_round(CUfunction f_wait, CUstream s, CUdeviceptr d, volatile in
 {
 	*flag = 0;
 	*out = 0;
-	CUdeviceptr dflag = d, dout = d + 4;
-	unsigned long long timeout = 20ull * 1000 * 1000 * 1000;
-	void *args[] = { &dflag, &dout, &timeout };
-	CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
-	struct timespec ms50 = { 0, 50 * 1000 * 1000 };
-	nanosleep(&ms50, NULL);
+	launch_wait(f_wait, s, d, 20);
 	__atomic_store_n(flag, v, __ATOMIC_SEQ_CST);
 	double t0 = now_s();
 	int got = 0;
@@ -82,12 +89,7 @@ int main(int argc, char **argv)
 		for (int round = 0; round < 2; round++) {
 			h[0] = 0;
 			h[1] = 0;
-			CUdeviceptr dflag = d, dout = d + 4;
-			unsigned long long timeout = 5ull * 1000 * 1000 * 1000;
-			void *args[] = { &dflag, &dout, &timeout };
-			CK(cuLaunchKernel(f_wait, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
-			struct timespec ms20 = { 0, 20 * 1000 * 1000 };
-			nanosleep(&ms20, NULL);
+			launch_wait(f_wait, s, d, 5);
 			h[0] = 41 + round;
 			if (round == 0)
 				CK(cuStreamSynchronize(s));
