@@ -3,6 +3,7 @@
 #include "export_tables.h"
 #include "log.h"
 #include "procaddr.h"
+#include "trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +17,13 @@ static int sym_cmp(const void *k, const void *e)
 static void *sym_find(const char *name)
 {
 	const struct rc_sym *s = bsearch(name, rc_syms, (size_t)rc_nsyms, sizeof(*rc_syms), sym_cmp);
-	return s ? s->fn : NULL;
+	if (!s)
+		return NULL;
+	/* RGPU_TRACE: the entry point's wrapper, which reports the call */
+	const struct rc_sym *t = &rc_trace_syms[s - rc_syms];
+	if (t->fn && rc_trace_mode() != RC_TRACE_OFF)
+		return t->fn;
+	return s->fn;
 }
 
 /*

@@ -19,6 +19,7 @@ struct setting {
 };
 
 static const char *const transport_words[] = { "auto", "tcp", "local", "verbs", NULL };
+static const char *const trace_words[] = { "off", "errors", "all", NULL };
 
 /* RGPU_VA_BASE must be 16 TiB aligned (coherence.c keeps a 16 TiB range). */
 #define VA_ALIGN (16ull << 40)
@@ -59,6 +60,9 @@ static const struct setting table[RS_COUNT] = {
 			      "microseconds a thread waiting for the GPU (a synchronize, a "
 			      "device-to-host copy) spins before it sleeps; not in a context "
 			      "made with CU_CTX_SCHED_BLOCKING_SYNC (0: sleeps at once)" },
+	[RS_TRACE] = { "RGPU_TRACE", K_WORD, 0, 0, 0, trace_words,
+		       "driver calls reported on stderr: errors (each call that fails), all "
+		       "(each call, its result and time) or off" },
 };
 
 static unsigned long long value[RS_COUNT];

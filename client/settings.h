@@ -21,6 +21,7 @@ enum rc_setting {
 	RS_SHM_CALLS,            /* 0 or 1: calls through shared memory on the same host */
 	RS_SPIN_US,              /* a reader spins this long before it sleeps (shmq) */
 	RS_SYNC_SPIN_US,         /* a wait for the GPU spins this long first (rpc.c) */
+	RS_TRACE,                /* off, errors, all (trace.h) */
 	RS_COUNT
 };
 

@@ -284,6 +284,31 @@ suite() {
 			verdict "t_stats_off_silent$SUFFIX" $? "a stats line without RGPU_STATS"
 		fi
 	fi
+	# RGPU_TRACE: a failing call is named with its error, calls that
+	# succeed only with "all" (with their time), nothing when off
+	if want t_trace; then
+		local tf=$LOGDIR/t_trace_errors$SUFFIX failed
+		run t_trace_errors "$ONE" -- RGPU_TRACE=errors T_TRACED=1 t_trace
+		if [ "$LAST_RC" = 0 ]; then
+			failed=$(sed -n 's/^FAILED //p' "$tf.out")
+			grep -q "^rgpu trace: \[[0-9]*\] $failed ([0-9]*)\$" "$tf.err" &&
+				! grep -q "cuMemAlloc_v2\|cuNoSuchCall\|cuGetProcAddress" "$tf.err"
+			verdict "t_trace_errors_named$SUFFIX" $? "the trace did not name '$failed' alone (see $tf.err)"
+		fi
+		tf=$LOGDIR/t_trace_all$SUFFIX
+		run t_trace_all "$ONE" -- RGPU_TRACE=all T_TRACED=1 t_trace
+		if [ "$LAST_RC" = 0 ]; then
+			failed=$(sed -n 's/^FAILED //p' "$tf.out")
+			grep -q "^rgpu trace: \[[0-9]*\] cuMemAlloc_v2 -> CUDA_SUCCESS (0) [0-9.]* us\$" "$tf.err" &&
+				grep -q "^rgpu trace: \[[0-9]*\] $failed ([0-9]*) [0-9.]* us\$" "$tf.err"
+			verdict "t_trace_all_listed$SUFFIX" $? "the trace did not list every call (see $tf.err)"
+		fi
+		run t_trace_off "$ONE" -- t_trace
+		if [ "$LAST_RC" = 0 ]; then
+			! grep -q "rgpu trace" "$LOGDIR/t_trace_off$SUFFIX.err"
+			verdict "t_trace_off_silent$SUFFIX" $? "a trace line without RGPU_TRACE"
+		fi
+	fi
 
 	# waits for the GPU spin first where RGPU_SYNC_SPIN_US says, but not
 	# in a CU_CTX_SCHED_BLOCKING_SYNC context; by default none spins

@@ -1,0 +1,57 @@
+/* RGPU_TRACE: reports the driver calls a program makes through
+ * cuGetProcAddress (every program built with the CUDA runtime, and the
+ * libraries on it), so that a failing call is named even where the
+ * program only prints "kernel execution error".  "errors": every call that
+ * does not return CUDA_SUCCESS, but for the answers that are no failure
+ * (CUDA_ERROR_NOT_READY from a query, a symbol cuGetProcAddress does not
+ * have); "all": every call, with its time. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include "clock.h"
+#include "settings.h"
+#include "trace.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+enum rc_trace_mode rc_trace_mode(void)
+{
+	char err[512];
+	/* cuGetProcAddress may come before cuInit; a bad value is reported
+	 * by cuInit, tracing stays off */
+	if (rc_settings_load(err, sizeof(err)) < 0)
+		return RC_TRACE_OFF;
+	return (enum rc_trace_mode)rc_setting(RS_TRACE);
+}
+
+uint64_t rc_trace_begin(void)
+{
+	return rc_setting(RS_TRACE) == RC_TRACE_ALL ? rgpu_now_ns() : 0;
+}
+
+static int no_failure(const char *name, int rc)
+{
+	if (rc == CUDA_ERROR_NOT_READY)
+		return 1;
+	return rc == CUDA_ERROR_NOT_FOUND && !strncmp(name, "cuGetProcAddress", 16);
+}
+
+void rc_trace_end(const char *name, int rc, uint64_t t0)
+{
+	unsigned long long mode = rc_setting(RS_TRACE);
+	if (mode == RC_TRACE_OFF || (mode == RC_TRACE_ERRORS && (rc == CUDA_SUCCESS || no_failure(name, rc))))
+		return;
+	const char *en = NULL;
+	if (cuGetErrorName((CUresult)rc, &en) != CUDA_SUCCESS || !en)
+		en = "an unknown error";
+	long tid = (long)syscall(SYS_gettid);
+	/* one write per line: threads' lines do not mix */
+	if (mode == RC_TRACE_ALL)
+		fprintf(stderr, "rgpu trace: [%ld] %s -> %s (%d) %.1f us\n", tid, name, en, rc,
+			(double)(rgpu_now_ns() - t0) / 1e3);
+	else
+		fprintf(stderr, "rgpu trace: [%ld] %s -> %s (%d)\n", tid, name, en, rc);
+}
