@@ -24,7 +24,9 @@
 #   loopback TCP's few GB/s there, not PCIe's tens),
 #   SAMPLES_DEADLINE (seconds for all, 450: later samples are reported as
 #   not run), SAMPLES_JOBS (samples run at once, 1; each sample's three runs
-#   stay one after another), SAMPLES_RGPUD_ARGS (more rgpud options).
+#   stay one after another), SAMPLES_RGPUD_ARGS (more rgpud options),
+#   SAMPLES_TRACE (RGPU_TRACE of the runs through rgpud, default errors:
+#   the table names the last driver call a failing sample saw fail).
 # Writes DIR/cuda-samples-results.md (the table and the counts), and
 # DIR/logs/ (each run's output and the client's log).  Exit: 0 the run
 # completed (verdicts in the table), 1 an error, 77 no GPU or no samples.
@@ -36,6 +38,7 @@ top_srcdir=$(cd "$here/../.." && pwd)
 : "${SAMPLE_TIMEOUT_TCP:=90}"
 : "${SAMPLES_DEADLINE:=450}"
 : "${SAMPLES_JOBS:=1}"
+: "${SAMPLES_TRACE:=errors}"
 : "${CUDA_HOME:=/usr/local/cuda}"
 REAL=${RGPU_REAL_DRIVER_DIR:-/usr/local/nvidia/lib64}
 RGPUD=$top_builddir/daemon/rgpud
@@ -118,8 +121,9 @@ run() {
 	case $mode in
 	direct) env+=(LD_LIBRARY_PATH=$REAL:$libs) ;;
 	tcp) env+=(RGPU_SERVERS=$SERVERS RGPU_TRANSPORT=tcp LD_LIBRARY_PATH=$CLIENTDIR:$libs
-		   RGPU_LOG_LEVEL=warn) ;;
-	local) env+=(RGPU_SERVERS=$SERVERS LD_LIBRARY_PATH=$CLIENTDIR:$libs RGPU_LOG_LEVEL=warn) ;;
+		   RGPU_LOG_LEVEL=warn RGPU_TRACE=$SAMPLES_TRACE) ;;
+	local) env+=(RGPU_SERVERS=$SERVERS LD_LIBRARY_PATH=$CLIENTDIR:$libs RGPU_LOG_LEVEL=warn
+		     RGPU_TRACE=$SAMPLES_TRACE) ;;
 	esac
 	local limit=$SAMPLE_TIMEOUT
 	[ "$mode" = tcp ] && limit=$SAMPLE_TIMEOUT_TCP
@@ -135,14 +139,16 @@ verdict() { # exit status -> word
 	esac
 }
 
-# the call an rgpu run failed on, from its output (the client logs there)
+# the call an rgpu run failed on, from its output (the client logs there),
+# and the last driver call that failed (RGPU_TRACE=errors)
 why() {
-	local f=$1.out c
+	local f=$1.out c t
 	c=$(grep -o '[a-zA-Z_0-9]* is not supported by rgpu' "$f" | head -1 | awk '{print $1}')
 	[ -n "$c" ] && { echo "unsupported: $c"; return; }
-	c=$(grep -m1 -i 'rgpu.*\(error\|fail\)\|CUDA_ERROR\|error' "$f" | cut -c1-120)
-	[ -n "$c" ] && { echo "$c"; return; }
-	tail -1 "$f" | cut -c1-120
+	t=$(grep '^rgpu trace: ' "$f" | tail -1 | sed 's/^rgpu trace: \[[0-9]*\] //' | cut -c1-100)
+	c=$(grep -v '^rgpu trace: ' "$f" | grep -m1 -i 'rgpu.*\(error\|fail\)\|CUDA_ERROR\|error' | cut -c1-120)
+	[ -z "$c" ] && c=$(grep -v '^rgpu trace: ' "$f" | tail -1 | cut -c1-120)
+	echo "$c${t:+ [last failed driver call: $t]}"
 }
 
 # one sample, its three runs one after another: its verdicts in $RES/NAME
