@@ -25,7 +25,9 @@ its arguments for rc_plain_call, client/plain.c) or the server's table
 call whose arguments fit none of the kinds stops the build, naming it.
 
 With --trace, a wrapper for every entry point whose prototype it can read:
-it calls the entry point and reports the call and its result
+it calls the entry point and reports the call, its arguments (each as
+the integer its first 8 bytes hold: values, handles, addresses) and its
+result
 (RGPU_TRACE, client/trace.c); cuGetProcAddress hands the wrappers out when
 tracing is on.  The table runs parallel to the name table (same names, same
 order); an entry without a wrapper is NULL.
@@ -212,10 +214,20 @@ def trace(cuda_i, out):
                 params = ", ".join("%s %s" % (t, a) if not t.endswith("*") else "%s%s" % (t, a)
                                    for t, a in parts)
                 call = ", ".join(a for _, a in parts)
+            names_ = [a for _, a in parts] if args not in ("", "void") else []
             f.write("static CUresult t_%s(%s)\n{\n" % (n, params))
             f.write("\tuint64_t t0_ = rc_trace_begin();\n")
             f.write("\tCUresult rc_ = %s(%s);\n" % (n, call))
-            f.write('\trc_trace_end("%s", rc_, t0_);\n\treturn rc_;\n}\n\n' % n)
+            f.write('\tif (rc_trace_wants("%s", rc_)) {\n' % n)
+            if names_:
+                f.write("\t\tconst uint64_t v_[] = { %s };\n"
+                        % ", ".join("RC_TRACE_V(%s)" % a for a in names_))
+                f.write("\t\tstatic const char *const n_[] = { %s };\n"
+                        % ", ".join('"%s"' % a for a in names_))
+                f.write('\t\trc_trace_report("%s", rc_, t0_, n_, v_, %d);\n' % (n, len(names_)))
+            else:
+                f.write('\t\trc_trace_report("%s", rc_, t0_, NULL, NULL, 0);\n' % n)
+            f.write("\t}\n\treturn rc_;\n}\n\n")
             wrapped.add(n)
         f.write("const struct rc_sym rc_trace_syms[] = {\n")
         for n in names:

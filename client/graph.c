@@ -280,8 +280,16 @@ RC_EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *pg)
 	uint64_t cid = rc_stream_capture_id(s);
 	if (!cid)
 		return pg ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_VALUE;
-	if (capture_origin(s) != s)
-		return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* (it joined another's) */
+	if (capture_origin(s) != s) {
+		/* it joined another's: the driver refuses, and invalidates
+		 * that capture (measured on the H200, 2026-11-28) */
+		struct wbuf *w = rc_req();
+		put_u64(w, c->h);
+		put_u64(w, h);
+		struct rd r;
+		rc = rc_call(c->dev->conn, RGPU_OP_CAPTURE_END, w, &r);
+		return rc ? rc : CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+	}
 	/* a capture into an existing graph may leave out where its graph
 	 * goes (graphConditionalNodes does): the caller has it */
 	if (!pg && !(s == CU_STREAM_PER_THREAD ? per_thread_target

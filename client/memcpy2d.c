@@ -16,6 +16,17 @@ static CUmemorytype kind_of(CUmemorytype t, CUdeviceptr d, const void *h)
 		       : CU_MEMORYTYPE_HOST;
 }
 
+/* The address one side names: with UNIFIED it is in the device field,
+ * whatever memory it turns out to be (cudaMemcpy2DAsync with
+ * cudaMemcpyDefault, as cuBLASXt copies its host tiles, leaves the host
+ * field NULL). */
+static uintptr_t base_of(CUmemorytype asked, CUmemorytype is, CUdeviceptr d, const void *h)
+{
+	if (asked == CU_MEMORYTYPE_UNIFIED)
+		return d ? (uintptr_t)d : (uintptr_t)h;
+	return is == CU_MEMORYTYPE_HOST ? (uintptr_t)h : (uintptr_t)d;
+}
+
 /* The first byte of a pitched area at base + y * pitch + x, checked so that
  * neither it nor the last byte of h rows of w wraps around the address
  * space: 0, or -1. */
@@ -59,10 +70,10 @@ static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
 		return CUDA_ERROR_INVALID_VALUE;
 	uintptr_t src, dst;
 	size_t span;
-	if (place(st == CU_MEMORYTYPE_HOST ? (uintptr_t)p->srcHost : p->srcDevice, p->srcXInBytes,
-		  p->srcY, sp, w, h, &src) < 0 ||
-	    place(dt == CU_MEMORYTYPE_HOST ? (uintptr_t)p->dstHost : p->dstDevice, p->dstXInBytes,
-		  p->dstY, dp, w, h, &dst) < 0)
+	if (place(base_of(p->srcMemoryType, st, p->srcDevice, p->srcHost), p->srcXInBytes, p->srcY,
+		  sp, w, h, &src) < 0 ||
+	    place(base_of(p->dstMemoryType, dt, p->dstDevice, p->dstHost), p->dstXInBytes, p->dstY,
+		  dp, w, h, &dst) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (st == CU_MEMORYTYPE_HOST && dt == CU_MEMORYTYPE_HOST) {
 		for (size_t y = 0; y < h; y++)

@@ -651,6 +651,8 @@ RC_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostA
 RC_EXPORT CUresult cuMemFreeHost(void *p)
 {
 	struct range r;
+	if (!p)
+		return CUDA_SUCCESS; /* free(NULL), as the driver does */
 	if (rt_lookup(&host_ranges, (uintptr_t)p, &r) < 0 || r.base != (uintptr_t)p ||
 	    r.owner == (void *)1 || rt_del(&host_ranges, (uintptr_t)p, &r) < 0)
 		return CUDA_ERROR_INVALID_VALUE;

@@ -377,6 +377,8 @@ RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 	CUresult rc = rc_stream_resolve(s, &c, &sh);
 	if (rc)
 		return rc;
+	if (!dptr)
+		return CUDA_SUCCESS; /* nothing to free, as cuMemFree(0) */
 	struct rc_conn *conn = NULL;
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < npas; i++)

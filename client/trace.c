@@ -39,19 +39,31 @@ static int no_failure(const char *name, int rc)
 	return rc == CUDA_ERROR_NOT_FOUND && !strncmp(name, "cuGetProcAddress", 16);
 }
 
-void rc_trace_end(const char *name, int rc, uint64_t t0)
+int rc_trace_wants(const char *name, int rc)
 {
 	unsigned long long mode = rc_setting(RS_TRACE);
-	if (mode == RC_TRACE_OFF || (mode == RC_TRACE_ERRORS && (rc == CUDA_SUCCESS || no_failure(name, rc))))
-		return;
+	if (mode == RC_TRACE_ALL)
+		return 1;
+	return mode == RC_TRACE_ERRORS && rc != CUDA_SUCCESS && !no_failure(name, rc);
+}
+
+void rc_trace_report(const char *name, int rc, uint64_t t0, const char *const *names,
+		     const uint64_t *vals, int n)
+{
+	char line[1024];
+	size_t k = 0;
+	long tid = (long)syscall(SYS_gettid);
+	k += (size_t)snprintf(line + k, sizeof(line) - k, "rgpu trace: [%ld] %s(", tid, name);
+	for (int i = 0; i < n && k < sizeof(line); i++)
+		k += (size_t)snprintf(line + k, sizeof(line) - k, "%s%s=%#llx", i ? ", " : "", names[i],
+				      (unsigned long long)vals[i]);
 	const char *en = NULL;
 	if (cuGetErrorName((CUresult)rc, &en) != CUDA_SUCCESS || !en)
 		en = "an unknown error";
-	long tid = (long)syscall(SYS_gettid);
+	if (k < sizeof(line))
+		k += (size_t)snprintf(line + k, sizeof(line) - k, ") -> %s (%d)", en, rc);
+	if (k < sizeof(line) && rc_setting(RS_TRACE) == RC_TRACE_ALL)
+		snprintf(line + k, sizeof(line) - k, " %.1f us", (double)(rgpu_now_ns() - t0) / 1e3);
 	/* one write per line: threads' lines do not mix */
-	if (mode == RC_TRACE_ALL)
-		fprintf(stderr, "rgpu trace: [%ld] %s -> %s (%d) %.1f us\n", tid, name, en, rc,
-			(double)(rgpu_now_ns() - t0) / 1e3);
-	else
-		fprintf(stderr, "rgpu trace: [%ld] %s -> %s (%d)\n", tid, name, en, rc);
+	fprintf(stderr, "%s\n", line);
 }

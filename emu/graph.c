@@ -1515,7 +1515,12 @@ EMU_API CUresult CUDAAPI cuStreamEndCapture(CUstream h, CUgraph *out)
 	if (!c) {
 		rc = s ? CUDA_ERROR_ILLEGAL_STATE : CUDA_ERROR_INVALID_HANDLE;
 	} else if (c->joined) {
-		rc = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED; /* (it ends where it began) */
+		/* (it ends where it began): refused, and, as CUDA does, the
+		 * capture is invalidated */
+		for (struct capture *x = captures; x; x = x->next)
+			if (x->id == c->id)
+				x->failed = 1;
+		rc = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
 	} else if (!out && c->fresh) {
 		/* (into an existing graph, the caller may leave out where it goes) */
 		rc = CUDA_ERROR_INVALID_VALUE;

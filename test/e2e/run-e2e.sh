@@ -288,19 +288,24 @@ suite() {
 	# succeed only with "all" (with their time), nothing when off
 	if want t_trace; then
 		local tf=$LOGDIR/t_trace_errors$SUFFIX failed
+		# the line the failing call must have: "FAILED name address error"
+		trace_line() {
+			sed -n 's/^FAILED \([^ ]*\) \([^ ]*\) \([^ ]*\)$/\1(dptr=\2) -> \3 ([0-9]*)/p' "$1"
+		}
 		run t_trace_errors "$ONE" -- RGPU_TRACE=errors T_TRACED=1 t_trace
 		if [ "$LAST_RC" = 0 ]; then
-			failed=$(sed -n 's/^FAILED //p' "$tf.out")
-			grep -q "^rgpu trace: \[[0-9]*\] $failed ([0-9]*)\$" "$tf.err" &&
+			failed=$(trace_line "$tf.out")
+			[ -n "$failed" ] && grep -q "^rgpu trace: \[[0-9]*\] $failed\$" "$tf.err" &&
 				! grep -q "cuMemAlloc_v2\|cuNoSuchCall\|cuGetProcAddress" "$tf.err"
 			verdict "t_trace_errors_named$SUFFIX" $? "the trace did not name '$failed' alone (see $tf.err)"
 		fi
 		tf=$LOGDIR/t_trace_all$SUFFIX
 		run t_trace_all "$ONE" -- RGPU_TRACE=all T_TRACED=1 t_trace
 		if [ "$LAST_RC" = 0 ]; then
-			failed=$(sed -n 's/^FAILED //p' "$tf.out")
-			grep -q "^rgpu trace: \[[0-9]*\] cuMemAlloc_v2 -> CUDA_SUCCESS (0) [0-9.]* us\$" "$tf.err" &&
-				grep -q "^rgpu trace: \[[0-9]*\] $failed ([0-9]*) [0-9.]* us\$" "$tf.err"
+			failed=$(trace_line "$tf.out")
+			[ -n "$failed" ] &&
+				grep -q "^rgpu trace: \[[0-9]*\] cuMemAlloc_v2(dptr=0x[0-9a-f]*, bytesize=0x1000) -> CUDA_SUCCESS (0) [0-9.]* us\$" "$tf.err" &&
+				grep -q "^rgpu trace: \[[0-9]*\] $failed [0-9.]* us\$" "$tf.err"
 			verdict "t_trace_all_listed$SUFFIX" $? "the trace did not list every call (see $tf.err)"
 		fi
 		run t_trace_off "$ONE" -- t_trace

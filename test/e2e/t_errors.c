@@ -1,4 +1,5 @@
-/* Error names and strings, and a driver function rgpu does not implement
+/* Error names and strings, frees of a null pointer (no error, as
+ * free(NULL)), and a driver function rgpu does not implement
  * (cuMipmappedArrayCreate: mipmapped arrays): CUDA_ERROR_NOT_SUPPORTED through rgpu, no crash.  With a
  * real driver it simply works. */
 #include "common.h"
@@ -65,6 +66,12 @@ int main(int argc, char **argv)
 		      cu_name(rc));
 		CK(cuMipmappedArrayDestroy(a));
 	}
+	/* freeing nothing is no error, as free(NULL) (cuSPARSE's destroy
+	 * functions free what they never allocated with cuMemFreeAsync) */
+	EXPECT_RC(cuMemFree(0), CUDA_SUCCESS);
+	EXPECT_RC(cuMemFreeHost(NULL), CUDA_SUCCESS);
+	EXPECT_RC(cuMemFreeAsync(0, NULL), CUDA_SUCCESS);
+	CK(cuCtxSynchronize());
 	/* the session is fine afterwards */
 	CK(cuMemAlloc(&p, 16));
 	CK(cuMemFree(p));

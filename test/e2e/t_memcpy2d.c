@@ -1,5 +1,7 @@
 /* Pitched copies: host -> pitched device memory -> another pitched
  * allocation -> host, with offsets; the gaps between rows stay untouched.
+ * The same with CU_MEMORYTYPE_UNIFIED sides (addresses in the device
+ * fields, host memory included).
  * Also stream-ordered allocation. */
 #include "common.h"
 
@@ -66,6 +68,49 @@ int main(int argc, char **argv)
 				fail("d2[%zu][%zu] = %#x, want %#x", y, x, out[y * p2 + x], want);
 		}
 	result("memcpy2d", out, p2 * (h + 1));
+
+	/* CU_MEMORYTYPE_UNIFIED on both sides, the addresses (host ones too)
+	 * in the device fields, as cudaMemcpy2DAsync(..., cudaMemcpyDefault)
+	 * passes them (cuBLASXt's tiles): host rows 2.. of src, 900 bytes
+	 * from byte 50, into d1 at row 3, byte 8; then back into a host
+	 * buffer of pitch w */
+	const size_t uw = 900, uh = h - 10;
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+	c.srcDevice = (CUdeviceptr)(uintptr_t)src;
+	c.srcPitch = w;
+	c.srcXInBytes = 50;
+	c.srcY = 2;
+	c.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+	c.dstDevice = d1;
+	c.dstPitch = p1;
+	c.dstXInBytes = 8;
+	c.dstY = 3;
+	c.WidthInBytes = uw;
+	c.Height = uh;
+	CK(cuMemcpy2DAsync(&c, s));
+	uint8_t *back = xmalloc(w * uh);
+	memset(back, 0xee, w * uh);
+	memset(&c, 0, sizeof(c));
+	c.srcMemoryType = CU_MEMORYTYPE_UNIFIED;
+	c.srcDevice = d1;
+	c.srcPitch = p1;
+	c.srcXInBytes = 8;
+	c.srcY = 3;
+	c.dstMemoryType = CU_MEMORYTYPE_UNIFIED;
+	c.dstDevice = (CUdeviceptr)(uintptr_t)back;
+	c.dstPitch = w;
+	c.WidthInBytes = uw;
+	c.Height = uh;
+	CK(cuMemcpy2DAsync(&c, s));
+	CK(cuStreamSynchronize(s));
+	for (size_t y = 0; y < uh; y++)
+		for (size_t x = 0; x < w; x++) {
+			uint8_t want = x < uw ? src[(y + 2) * w + 50 + x] : 0xee;
+			if (back[y * w + x] != want)
+				fail("unified copy: back[%zu][%zu] = %#x, want %#x", y, x, back[y * w + x], want);
+		}
+	free(back);
 
 	CUdeviceptr a;
 	CK(cuMemAllocAsync(&a, 1 << 20, s));

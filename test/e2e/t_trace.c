@@ -4,8 +4,9 @@
  * T_TRACED=1: tracing is on (RGPU_TRACE=errors or all), so the entry
  * points handed out are the client's reporting wrappers, not the functions
  * the library exports; run-e2e.sh then checks what stderr says.  Without
- * it they are the exported functions themselves.  Prints "FAILED name ->
- * error" for the failing call, as the trace must name it.  Against
+ * it they are the exported functions themselves.  Prints "FAILED name
+ * address error" for the failing call, which the trace must name with its
+ * argument.  Against
  * another libcuda.so.1: skipped. */
 #include "common.h"
 
@@ -49,7 +50,7 @@ int main(int argc, char **argv)
 	/* an address inside the allocation is no allocation's start */
 	CUresult rc = mfree(d + 8);
 	CHECK(rc != CUDA_SUCCESS, "cuMemFree of an interior address succeeded");
-	printf("FAILED cuMemFree_v2 -> %s\n", cu_name(rc));
+	printf("FAILED cuMemFree_v2 %#llx %s\n", (unsigned long long)(d + 8), cu_name(rc));
 	CK(mfree(d));
 	printf("t_trace: OK\n");
 	return 0;
