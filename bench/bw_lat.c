@@ -86,7 +86,9 @@ static void usage(FILE *f)
 "  --min SIZE      smallest copy (default: every size from 4K)\n"
 "  --min-time SEC  minimum time per measurement (default 0.2)\n"
 "  --device N      CUDA device ordinal (default 0)\n"
-"  --only OPS      of the latencies, only these (null_call,launch_async,...)\n");
+"  --only OPS      of the latencies, only these (null_call,launch_async,...)\n"
+"  --own-ctx       a context of its own (cuCtxCreate, as rgpud makes a\n"
+"                  session's), not the device's primary context\n");
 }
 
 enum dir { H2D, D2H };
@@ -221,12 +223,13 @@ int main(int argc, char **argv)
 		{ "no-bw", no_argument, NULL, 'B' },
 		{ "no-lat", no_argument, NULL, 'L' },
 		{ "only", required_argument, NULL, 'O' },
+		{ "own-ctx", no_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	size_t max = bench_sizes[BENCH_NSIZES - 1], min = 0;
 	const char *json_path = NULL;
-	int devno = 0, do_bw = 1, do_lat = 1, c;
+	int devno = 0, do_bw = 1, do_lat = 1, own_ctx = 0, c;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (bench_env_max("bw_lat", &max))
@@ -242,6 +245,7 @@ int main(int argc, char **argv)
 		case 'B': do_bw = 0; break;
 		case 'L': do_lat = 0; break;
 		case 'O': only = optarg; break;
+		case 'C': own_ctx = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -261,8 +265,17 @@ int main(int argc, char **argv)
 	CK(cuInit(0));
 	CK(cuDeviceGet(&dev, devno));
 	CK(cuDeviceGetName(name, sizeof(name), dev));
-	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CK(cuCtxSetCurrent(ctx));
+	if (own_ctx) {
+		/* as rgpud makes a session's */
+#if CUDA_VERSION >= 13000
+		CK(cuCtxCreate(&ctx, NULL, 0, dev));
+#else
+		CK(cuCtxCreate(&ctx, 0, dev));
+#endif
+	} else {
+		CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+		CK(cuCtxSetCurrent(ctx));
+	}
 	printf("bw_lat: target %s, device %d: %s\n", target, devno, name);
 
 	size_t top = 0;
@@ -322,7 +335,10 @@ int main(int argc, char **argv)
 	CK(cuMemFree(dp));
 	CK(cuMemFreeHost(pinned));
 	free(pageable);
-	CK(cuDevicePrimaryCtxRelease(dev));
+	if (own_ctx)
+		CK(cuCtxDestroy(ctx));
+	else
+		CK(cuDevicePrimaryCtxRelease(dev));
 	if (json && fclose(json)) {
 		perror(json_path);
 		return 1;

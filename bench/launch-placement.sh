@@ -12,6 +12,8 @@
 #   far       rgpud on a CPU of another NUMA node (when there is one)
 #   apart-spin  apart, the client spinning for the sync's reply
 #               (RGPU_SYNC_SPIN_US=1000)
+# and, unpinned, the local driver in a context of its own (cuCtxCreate,
+# as rgpud makes a session's) against the primary context.
 # It prints the machine's topology first (CPUs, NUMA nodes, the GPU's
 # local CPUs, nvidia-smi topo -m).
 #
@@ -100,22 +102,28 @@ done
 # one PLACEMENT PATH: the median us per launch of one bw_lat run
 one() {
 	local n=$1 path=$2 cpu env=()
-	if [ "$path" = driver ]; then
+	local extra=()
+	if [ "$path" = driver ] || [ "$path" = owned ]; then
 		cpu=${LOC[$n]}
 		env=(LD_LIBRARY_PATH=$REAL:${LD_LIBRARY_PATH:-})
+		[ "$path" = owned ] && extra=(--own-ctx)
 	else
 		cpu=${CLI[$n]}
 		env=(RGPU_SERVERS=127.0.0.1:${PORT[$n]}/$GPU RGPU_TRANSPORT=$path LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-} ${CENV[$n]})
 	fi
 	env "${env[@]}" ${cpu:+taskset -c $cpu} "$BW" --no-bw --only launch_async --min-time 0.5 \
-		--device "$([ "$path" = driver ] && echo "$GPU" || echo 0)" --target "$n-$path" \
+		--device "$([ "$path" = driver ] || [ "$path" = owned ] && echo "$GPU" || echo 0)" \
+		--target "$n-$path" "${extra[@]}" \
 		2>>"$OUT/bw_lat.err" | awk '$1 == "launch_async" { print $2 }'
 }
 echo "us per launch (batches of 200 and a sync), $ROUNDS interleaved rounds:"
 for r in $(seq 1 "$ROUNDS"); do
 	for n in "${ORDER[@]}"; do
-		# the local driver; rgpud over TCP; rgpud on the same host
-		for path in driver tcp local; do
+		# the local driver; rgpud over TCP; rgpud on the same host;
+		# (free) the local driver in a context of its own, as rgpud's
+		paths="driver tcp local"
+		[ "$n" = free ] && paths="$paths owned"
+		for path in $paths; do
 			v=$(one "$n" "$path")
 			echo "$r $n $path ${v:-nan}" >>"$OUT/rounds.txt"
 		done
@@ -135,7 +143,7 @@ for _, n, _, _ in rows:
 for n in order:
     loc = by.get((n, "driver"), {})
     line = "  %-11s local %5.2f" % (n, st.median(loc.values()) if loc else float("nan"))
-    for path, word in (("tcp", "tcp"), ("local", "same host")):
+    for path, word in (("tcp", "tcp"), ("local", "same host"), ("owned", "driver, own context")):
         d = by.get((n, path), {})
         # per round: local / rgpu (the rate ratio), then the median
         ratios = [loc[r] / d[r] for r in d if r in loc]

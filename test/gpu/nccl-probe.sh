@@ -60,6 +60,10 @@ probe local-nodomain local NCCL_MEM_SYNC_DOMAIN=0
 probe local-nocga local NCCL_CGA_CLUSTER_SIZE=0
 probe rgpu-fifo-nodomain "127.0.0.1:$Q/0,127.0.0.1:$Q/1" NCCL_MEM_SYNC_DOMAIN=0
 probe local-again local
+# a context on both GPUs in each rank, as an rgpud session that enables
+# peer access makes: if the local run falls to rgpu's rate with it, the
+# second context is where the time goes
+probe local-touch local NCCL_PROBE_TOUCH_ALL=1
 # what NCCL chose for each all-reduce (algorithm, protocol, channels) both
 # ways: 64 MiB runs at local speed through rgpud, 256 MiB at 83-87%
 # (2026-11-28): a different choice for the large one would say why

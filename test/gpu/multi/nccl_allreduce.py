@@ -10,6 +10,12 @@ import torch.distributed as dist
 dist.init_process_group("nccl")
 r, w = dist.get_rank(), dist.get_world_size()
 torch.cuda.set_device(r)
+if os.environ.get("NCCL_PROBE_TOUCH_ALL") == "1":
+    # a context on every GPU in each rank (nccl-probe.sh: does a second
+    # process's context on a GPU slow the all-reduce?)
+    for d in range(torch.cuda.device_count()):
+        torch.zeros(1, device=f"cuda:{d}")
+    torch.cuda.synchronize()
 x = torch.full((1 << 20,), float(r + 1), device="cuda")
 dist.all_reduce(x)
 ok = bool(torch.all(x == w * (w + 1) / 2))
