@@ -26,6 +26,7 @@ static CUresult ctx_activate(struct rc_ctx *c)
 		struct wbuf *w = rc_req();
 		put_u32(w, c->dev->gpu);
 		put_u32(w, c->flags);
+		put_u32(w, (uint32_t)c->is_primary); /* the server's primary context too */
 		struct rd r;
 		rc = rc_call(c->dev->conn, RGPU_OP_CTX_CREATE, w, &r);
 		uint64_t h = rc ? 0 : get_u64(&r);

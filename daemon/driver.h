@@ -28,6 +28,9 @@
 	X(cuDeviceTotalMem_v2)                   \
 	X(cuDeviceGetAttribute)                  \
 	X(cuCtxCreate_v2)                        \
+	X(cuDevicePrimaryCtxRetain)              \
+	X(cuDevicePrimaryCtxRelease_v2)          \
+	X(cuDevicePrimaryCtxSetFlags_v2)         \
 	X(cuCtxDestroy_v2)                       \
 	X(cuCtxSetCurrent)                       \
 	X(cuCtxSynchronize)                      \

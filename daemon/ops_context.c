@@ -56,6 +56,8 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	struct rgpud_driver *d = &rgpud_server.drv;
 	uint32_t dev = get_u32(r);
 	uint32_t flags = get_u32(r);
+	/* (a client before 2026-11-28 does not say whether it is primary) */
+	uint32_t primary = rd_ok(r) && r->left >= 4 ? get_u32(r) : 0;
 	if (!rd_done(r))
 		return OP_DROP;
 	int rc = session_admit(s, dev);
@@ -84,10 +86,26 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	 * about 524 MiB) where contexts are not charged */
 	uint64_t room = cs->cost ? cs->cost : 524ull << 20;
 	int asked = 0;
-	while ((rc = d->cuCtxCreate_v2(&ctx, flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX),
-				       cd)) == CUDA_ERROR_OUT_OF_MEMORY &&
-	       mem_ask_room(s, dev, room))
+	/* the client's primary context is the worker's (one session per
+	 * process): the kind of context a program gets locally, whose
+	 * launches cost less in the driver than a created one's (6% on the
+	 * H200, bench/launch-placement.sh); a second one on the device (a
+	 * session moved onto a GPU it already uses) is created */
+	int use_primary = primary && dev < 64 && !(s->primary_held >> dev & 1);
+	unsigned cflags = flags & (CU_CTX_SCHED_MASK | CU_CTX_LMEM_RESIZE_TO_MAX);
+	for (;;) {
+		if (use_primary) {
+			rc = d->cuDevicePrimaryCtxSetFlags_v2(cd, cflags);
+			if (!rc && !(rc = d->cuDevicePrimaryCtxRetain(&ctx, cd)) &&
+			    (rc = d->cuCtxSetCurrent(ctx)))
+				d->cuDevicePrimaryCtxRelease_v2(cd);
+		} else {
+			rc = d->cuCtxCreate_v2(&ctx, cflags, cd);
+		}
+		if (rc != CUDA_ERROR_OUT_OF_MEMORY || !mem_ask_room(s, dev, room))
+			break;
 		asked = 1;
+	}
 	if (asked)
 		mem_room_done(s, dev);
 	if (rc) {
@@ -95,15 +113,20 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		free(cs);
 		return rc;
 	}
+	if (use_primary) {
+		cs->primary = 1;
+		s->primary_held |= 1ull << dev;
+	}
 	ctx_measure(d, cd, cs);
 	uint64_t id = ht_add(&s->ht, HK_CTX, ctx, 0, cs);
 	if (!id) {
-		d->cuCtxDestroy_v2(ctx);
+		session_ctx_drop(s, ctx, cs);
 		gate_charge(dev, -(int64_t)cs->cost);
 		free(cs);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	/* cuCtxCreate made it current on this thread */
+	/* current on this thread (cuCtxCreate makes it so; a primary one was
+	 * made current above) */
 	s->cur_ctx = id;
 	put_u64(out, id);
 	return CUDA_SUCCESS;
@@ -152,7 +175,7 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	mem_forget_ctx(s, ctx);
 	if (contexts == 1)
 		stage_free(s);
-	int rc = d->cuCtxDestroy_v2(e->obj);
+	int rc = session_ctx_drop(s, e->obj, cs);
 	ht_del(&s->ht, ctx);
 	if (s->cur_ctx == ctx) {
 		s->cur_ctx = 0;

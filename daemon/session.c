@@ -218,6 +218,22 @@ int req_stream(struct session *s, uint64_t id, CUstream *out)
 	return session_stream(s, id, out);
 }
 
+int session_ctx_drop(struct session *s, CUcontext ctx, struct ctx_state *cs)
+{
+	struct rgpud_driver *d = &rgpud_server.drv;
+	if (!cs || !cs->primary)
+		return d->cuCtxDestroy_v2(ctx);
+	/* the last reference: the driver resets it, freeing what it held */
+	CUdevice cd;
+	int rc = d->cuDeviceGet(&cd, (int)cs->dev);
+	if (!rc)
+		rc = d->cuDevicePrimaryCtxRelease_v2(cd);
+	if (cs->dev < 64)
+		s->primary_held &= ~(1ull << cs->dev);
+	cs->primary = 0;
+	return rc;
+}
+
 int session_stream(struct session *s, uint64_t id, CUstream *out)
 {
 	/* The driver's special stream handles pass through unchanged. */
@@ -397,7 +413,7 @@ static void session_cleanup(struct session *s)
 		if (e->kind == HK_CTX) {
 			struct ctx_state *cs = e->extra;
 			gate_charge(cs->dev, -(int64_t)session_ctx_charged(cs));
-			int rc = d->cuCtxDestroy_v2(e->obj);
+			int rc = session_ctx_drop(s, e->obj, cs);
 			if (rc)
 				log_warn("%s: destroying a context: %s", s->name, rgpud_cu_errname(d, rc));
 			nctx++;

@@ -43,6 +43,7 @@ struct ctx_state {
 	uint32_t sms;               /* the GPU's multiprocessors */
 	uint64_t lim_base[LIM_N];   /* bytes at creation (in the context's cost) */
 	uint64_t lim_charged[LIM_N]; /* bytes charged above lim_base */
+	int primary;                /* the device's primary context (retained) */
 };
 
 /* extra data of an HK_FUNC / HK_KERNEL entry: the parameter layout */
@@ -78,6 +79,7 @@ struct session {
 
 	struct htable ht;
 	uint64_t cur_ctx; /* context handle current on this thread */
+	uint64_t primary_held; /* devices whose primary context a context is */
 
 	struct alloc *allocs; /* sorted by dptr */
 	size_t nalloc, capalloc;
@@ -227,6 +229,8 @@ int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t 
 /* What a context holds in the quota besides its allocations (its own
  * cost and its limits); refunded when it goes. */
 uint64_t session_ctx_charged(const struct ctx_state *cs);
+/* Lets go of a context: a primary one is released, another destroyed. */
+int session_ctx_drop(struct session *s, CUcontext ctx, struct ctx_state *cs);
 /* Forgets every range registered by a module (its globals), refunding
  * them. */
 void session_alloc_drop_module(struct session *s, uint64_t module);

@@ -259,6 +259,76 @@ EMU_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx)
 	return CUDA_SUCCESS;
 }
 
+/* Primary contexts: one per device in this process, made by the first
+ * retain (with the flags last set) and destroyed, with all it holds, by the
+ * last release, as the driver's.  Retaining one does not make it
+ * current. */
+static pthread_mutex_t primary_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	CUcontext ctx;
+	int refs;
+	unsigned flags;
+} primary[EMU_MAX_DEVICES];
+
+static int device_ok(CUdevice dev)
+{
+	emu_lock(&emu_glock);
+	int ok = emu_ndevices > 0 && dev >= 0 && dev < emu_ndevices;
+	emu_unlock(&emu_glock);
+	return ok;
+}
+
+EMU_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	if (!pctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!device_ok(dev))
+		return emu_ndevices ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_NOT_INITIALIZED;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&primary_lock);
+	if (!primary[dev].refs) {
+		struct emu_ctx *was = tls_ctx;
+		uint64_t was_id = tls_ctx_id;
+		rc = cuCtxCreate_v2(&primary[dev].ctx, primary[dev].flags, dev);
+		tls_ctx = was;
+		tls_ctx_id = was_id;
+	}
+	if (rc == CUDA_SUCCESS) {
+		primary[dev].refs++;
+		*pctx = primary[dev].ctx;
+	}
+	pthread_mutex_unlock(&primary_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	if (!device_ok(dev))
+		return emu_ndevices ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_NOT_INITIALIZED;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&primary_lock);
+	if (!primary[dev].refs)
+		rc = CUDA_ERROR_INVALID_CONTEXT;
+	else if (--primary[dev].refs == 0) {
+		rc = cuCtxDestroy_v2(primary[dev].ctx);
+		primary[dev].ctx = NULL;
+	}
+	pthread_mutex_unlock(&primary_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	if (!device_ok(dev))
+		return emu_ndevices ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_NOT_INITIALIZED;
+	if (flags & ~(unsigned)(CU_CTX_SCHED_MASK | CU_CTX_MAP_HOST | CU_CTX_LMEM_RESIZE_TO_MAX))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&primary_lock);
+	primary[dev].flags = flags;
+	pthread_mutex_unlock(&primary_lock);
+	return CUDA_SUCCESS;
+}
+
 EMU_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext hctx)
 {
 	struct emu_ctx *ctx;

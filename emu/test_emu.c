@@ -763,6 +763,42 @@ static void test_destroy_frees(void)
 	OK(D.cuCtxDestroy_v2(obs));
 }
 
+/* A device's primary context: the first retain makes it,
+ * later ones get the same; the last release frees what it held; a
+ * release too many is refused. */
+static void test_primary(void)
+{
+	CUcontext obs, p1, p2;
+	CUdeviceptr p;
+	size_t f0, f1, f2, total;
+
+	OK(D.cuCtxCreate_v2(&obs, 0, 0));
+	OK(D.cuMemGetInfo_v2(&f0, &total));
+	OK(D.cuDevicePrimaryCtxSetFlags_v2(0, CU_CTX_SCHED_BLOCKING_SYNC));
+	CK(D.cuDevicePrimaryCtxSetFlags_v2(0, 0x40000000u), CUDA_ERROR_INVALID_VALUE);
+	OK(D.cuDevicePrimaryCtxRetain(&p1, 0));
+	OK(D.cuDevicePrimaryCtxRetain(&p2, 0));
+	EXPECT(p1 == p2 && p1 != obs);
+	OK(D.cuCtxSetCurrent(p1));
+	OK(D.cuMemAlloc_v2(&p, 10 << 20));
+	OK(D.cuCtxSetCurrent(obs));
+	OK(D.cuMemGetInfo_v2(&f1, &total));
+	EXPECT(f1 == f0 - (64ULL << 20) - (10ULL << 20));
+	OK(D.cuDevicePrimaryCtxRelease_v2(0));
+	OK(D.cuMemGetInfo_v2(&f1, &total));
+	EXPECT(f1 == f0 - (64ULL << 20) - (10ULL << 20)); /* one reference left */
+	OK(D.cuDevicePrimaryCtxRelease_v2(0));
+	OK(D.cuMemGetInfo_v2(&f2, &total));
+	EXPECT(f2 == f0);
+	CK(D.cuDevicePrimaryCtxRelease_v2(0), CUDA_ERROR_INVALID_CONTEXT);
+	CK(D.cuDevicePrimaryCtxRetain(&p1, 99), CUDA_ERROR_INVALID_DEVICE);
+	/* made again after the last release */
+	OK(D.cuDevicePrimaryCtxRetain(&p1, 0));
+	OK(D.cuDevicePrimaryCtxRelease_v2(0));
+	OK(D.cuDevicePrimaryCtxSetFlags_v2(0, 0));
+	OK(D.cuCtxDestroy_v2(obs));
+}
+
 /* One context per thread, as rgpud runs one thread per client.  They share
  * one library, each instantiating it in its own context. */
 static CUkernel thread_kernel;
@@ -1281,6 +1317,7 @@ int main(void)
 	test_streams();
 	test_faults();
 	test_destroy_frees();
+	test_primary();
 	test_threads();
 	test_vmm();
 	test_images();
