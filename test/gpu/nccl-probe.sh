@@ -38,10 +38,19 @@ probe() { # name where env...
 			LD_LIBRARY_PATH="$B/client/.libs:$B/nvml/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@" \
 			$TR --master_port="$(free_port)" "$src/test/gpu/multi/nccl_allreduce.py" >"$OUT/$name.log" 2>&1
 	fi
-	echo "PROBE $name $(grep ^BUSBW "$OUT/$name.log" | tr '\n' ' ') $(grep -c 'CHECK allreduce_data ok' "$OUT/$name.log")"
+	echo "PROBE $name $(grep ^BUSBW "$OUT/$name.log" | tr '\n' ' ') $(grep -c 'CHECK allreduce_data ok' "$OUT/$name.log")" \
+		"$(grep ^KERNEL "$OUT/$name.log" | tr '\n' ' ')"
 }
 start fair --sched=fair
 F=$PORT
+# PROBE_ONLY=ktime: only the all-reduces' own GPU time, both ways
+if [ "${PROBE_ONLY:-}" = ktime ]; then
+	probe local-ktime local NCCL_PROBE_KERNEL_TIME=1
+	probe rgpu-ktime "127.0.0.1:$F/0,127.0.0.1:$F/1" NCCL_PROBE_KERNEL_TIME=1
+	probe local-ktime-again local NCCL_PROBE_KERNEL_TIME=1
+	probe rgpu-ktime-again "127.0.0.1:$F/0,127.0.0.1:$F/1" NCCL_PROBE_KERNEL_TIME=1
+	exit 0
+fi
 # (the requests each rank's session served, and the time they took, in
 # this rgpud's log at the sessions' end)
 RGPUD_OP_STATS=1 start fifo --sched=fifo

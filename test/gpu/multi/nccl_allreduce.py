@@ -34,6 +34,25 @@ for mib in (64, 256):
     dt = (time.perf_counter() - t0) / reps
     if r == 0:
         print(f"BUSBW {mib}MiB {(mib << 20) / dt / 1e9 * 2 * (w - 1) / w:.1f}", flush=True)
+    if os.environ.get("NCCL_PROBE_KERNEL_TIME") == "1":
+        # the all-reduce's own GPU time, the host's launches hidden: the
+        # stream sleeps ~20 ms first (both ranks), so everything is queued
+        # before the start event runs (nccl-probe.sh: are the kernels
+        # slower, or the gaps between them?)
+        times = []
+        for _ in range(10):
+            e0 = torch.cuda.Event(enable_timing=True)
+            e1 = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(40_000_000)
+            e0.record()
+            dist.all_reduce(t)
+            e1.record()
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1))
+        times.sort()
+        if r == 0:
+            print(f"KERNEL {mib}MiB {times[len(times) // 2] * 1e3:.0f} us "
+                  f"(min {times[0] * 1e3:.0f}, max {times[-1] * 1e3:.0f})", flush=True)
 if r == 0:
     print("CHECK allreduce_data", "ok" if ok else "WRONG", flush=True)
 dist.destroy_process_group()
