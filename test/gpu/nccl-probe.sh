@@ -51,6 +51,17 @@ if [ "${PROBE_ONLY:-}" = ktime ]; then
 	probe rgpu-ktime-again "127.0.0.1:$F/0,127.0.0.1:$F/1" NCCL_PROBE_KERNEL_TIME=1
 	exit 0
 fi
+# PROBE_ONLY=hostmem: NCCL's host memory without cuMem (rgpu refuses
+# cuMemCreate of host memory, so NCCL falls back to cudaHostAlloc there)
+# and its copy-engine P2P, both ways
+if [ "${PROBE_ONLY:-}" = hostmem ]; then
+	probe local local
+	probe local-nocumemhost local NCCL_CUMEM_HOST_ENABLE=0
+	probe rgpu "127.0.0.1:$F/0,127.0.0.1:$F/1"
+	probe local-p2pce local NCCL_P2P_USE_CUDA_MEMCPY=1
+	probe rgpu-p2pce "127.0.0.1:$F/0,127.0.0.1:$F/1" NCCL_P2P_USE_CUDA_MEMCPY=1
+	exit 0
+fi
 # (the requests each rank's session served, and the time they took, in
 # this rgpud's log at the sessions' end)
 RGPUD_OP_STATS=1 start fifo --sched=fifo
