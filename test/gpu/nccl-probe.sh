@@ -51,6 +51,23 @@ if [ "${PROBE_ONLY:-}" = ktime ]; then
 	probe rgpu-ktime-again "127.0.0.1:$F/0,127.0.0.1:$F/1" NCCL_PROBE_KERNEL_TIME=1
 	exit 0
 fi
+# PROBE_ONLY=p2p: the transports NCCL set up (INIT,P2P), P2P read off,
+# and PyTorch's expandable segments (its tensors in VMM memory, as rgpud
+# maps a session's), both ways
+if [ "${PROBE_ONLY:-}" = p2p ]; then
+	probe local-p2plog local NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P
+	probe rgpu-p2plog "127.0.0.1:$F/0,127.0.0.1:$F/1" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P
+	probe local-expandable local PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+	probe local-noread local NCCL_P2P_READ_ENABLE=0
+	probe rgpu-noread "127.0.0.1:$F/0,127.0.0.1:$F/1" NCCL_P2P_READ_ENABLE=0
+	for n in local-p2plog rgpu-p2plog; do
+		echo "== $n: channels and transports"
+		grep -o "Channel [0-9]*/[0-9]* : [0-9]*\[[0-9]*\] -> [0-9]*\[[0-9]*\] via .*" "$OUT/$n.log" |
+			sed 's/Channel [0-9]*\/[0-9]* : //' | sort | uniq -c
+		grep -h "P2P\|p2p" "$OUT/$n.log" | grep -v "Channel" | sed -E 's/^[^ ]+ //' | sort | uniq -c | head -12
+	done
+	exit 0
+fi
 # PROBE_ONLY=hostmem: NCCL's host memory without cuMem (rgpu refuses
 # cuMemCreate of host memory, so NCCL falls back to cudaHostAlloc there)
 # and its copy-engine P2P, both ways
