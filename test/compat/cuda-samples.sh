@@ -215,7 +215,10 @@ done
 	echo "# NVIDIA cuda-samples through rgpu"
 	echo
 	echo "$(date -u '+%Y-%m-%d %H:%M UTC'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1);"
-	echo "rgpu $(git -C "$top_srcdir" describe --always --dirty 2>/dev/null || echo '?')."
+	# (the build's own record first: the checkout on the GPU machine may
+	# be older than the build carried there)
+	echo "rgpu $(cat "$top_builddir/revision.txt" 2>/dev/null ||
+		git -C "$top_srcdir" describe --always --dirty 2>/dev/null || echo '?')."
 	echo "Samples built headless with nvcc -arch=sm_90 (test/compat/cuda-samples-build.py);"
 	echo "each run directly, through rgpud over TCP and over the same-host path;"
 	echo "pass = exit 0, waived = exit 2 (the sample cannot run here)."
