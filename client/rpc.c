@@ -609,7 +609,14 @@ static CUresult read_one(struct rc_conn *c)
 		uint8_t mb[4096];
 		if (h.len > sizeof(mb) || rx(c, mb, h.len) < 0 || rc_replay_moved(c, mb, h.len) < 0)
 			return proto_fail(c, "a malformed MOVED notice");
-		return CUDA_SUCCESS;
+		/* the notice is the old server's last frame (the target holds
+		 * the session already): re-attach now, not at the old
+		 * connection's end, which comes once the old worker has torn
+		 * its copy down (2-3 ms of the pause on two H200s) */
+		c->rx_off = c->rx_len = 0;
+		if (rc_replay_recover(c, 0, cc) == 0)
+			return CUDA_SUCCESS;
+		return rc_conn_failed(c, "re-attaching the moved session");
 	}
 	if (h.op == RGPU_OP_EVENT_DONE)
 		return notice(c, h.len);
