@@ -124,15 +124,11 @@ static CUresult side_of(CUmemorytype t, const void *host, CUdeviceptr dev, CUarr
 			size_t y, size_t z, size_t pitch, size_t height, size_t w, size_t h,
 			struct side *s, struct rc_ctx **ctx)
 {
-	*s = (struct side){ .type = t, .x = x, .y = y, .z = z, .pitch = pitch, .height = height };
-	if (t == CU_MEMORYTYPE_UNIFIED)
-		s->type = rc_alloc_lookup(dev ? dev : (CUdeviceptr)(uintptr_t)host, NULL, NULL,
-					  NULL) == 0
-				  ? CU_MEMORYTYPE_DEVICE
-				  : CU_MEMORYTYPE_HOST;
+	*s = (struct side){ .x = x, .y = y, .z = z, .pitch = pitch, .height = height };
+	uintptr_t a = rc_copy_side(t, dev, host, &s->type);
 	switch (s->type) {
 	case CU_MEMORYTYPE_HOST:
-		s->host = (uint8_t *)(uintptr_t)(host ? host : (const void *)(uintptr_t)dev);
+		s->host = (uint8_t *)a;
 		if (!s->host)
 			return CUDA_ERROR_INVALID_VALUE;
 		if (!s->pitch)
@@ -141,12 +137,12 @@ static CUresult side_of(CUmemorytype t, const void *host, CUdeviceptr dev, CUarr
 			s->height = h;
 		return s->pitch < x + w ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 	case CU_MEMORYTYPE_DEVICE:
-		s->dev = dev;
+		s->dev = a;
 		if (!s->pitch && h == 1)
 			s->pitch = x + w; /* one row: the driver ignores the pitch */
 		if (!*ctx)
-			rc_alloc_lookup(dev, ctx, NULL, NULL);
-		rc_coh_device_use(dev);
+			rc_alloc_lookup(s->dev, ctx, NULL, NULL);
+		rc_coh_device_use(s->dev);
 		return CUDA_SUCCESS;
 	case CU_MEMORYTYPE_ARRAY: {
 		CUresult rc = array_get(arr, &s->arr);

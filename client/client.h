@@ -270,6 +270,11 @@ int rc_conn_index(const struct rc_conn *c);
 
 /* array.c: a 3D copy (arrays, pitched device memory, host) */
 CUresult rc_memcpy3d(const CUDA_MEMCPY3D *p, CUstream s, int async);
+/* memcpy2d.c: one side of a copy as it names memory: its kind, UNIFIED
+ * resolved to where the address lives (*kind), and its address (with
+ * UNIFIED in the device field, host memory too; cudaMemcpyDefault leaves
+ * the host field NULL) */
+uintptr_t rc_copy_side(CUmemorytype t, CUdeviceptr d, const void *h, CUmemorytype *kind);
 
 /* log.c: once-per-name notice for unimplemented entry points */
 void rc_unsupported(const char *name);

@@ -6,25 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* UNIFIED resolves to where the address lives. */
-static CUmemorytype kind_of(CUmemorytype t, CUdeviceptr d, const void *h)
+uintptr_t rc_copy_side(CUmemorytype t, CUdeviceptr d, const void *h, CUmemorytype *kind)
 {
-	if (t != CU_MEMORYTYPE_UNIFIED)
-		return t;
-	return rc_alloc_lookup(d ? d : (CUdeviceptr)(uintptr_t)h, NULL, NULL, NULL) == 0
-		       ? CU_MEMORYTYPE_DEVICE
-		       : CU_MEMORYTYPE_HOST;
-}
-
-/* The address one side names: with UNIFIED it is in the device field,
- * whatever memory it turns out to be (cudaMemcpy2DAsync with
- * cudaMemcpyDefault, as cuBLASXt copies its host tiles, leaves the host
- * field NULL). */
-static uintptr_t base_of(CUmemorytype asked, CUmemorytype is, CUdeviceptr d, const void *h)
-{
-	if (asked == CU_MEMORYTYPE_UNIFIED)
-		return d ? (uintptr_t)d : (uintptr_t)h;
-	return is == CU_MEMORYTYPE_HOST ? (uintptr_t)h : (uintptr_t)d;
+	if (t != CU_MEMORYTYPE_UNIFIED) {
+		*kind = t;
+		return t == CU_MEMORYTYPE_HOST ? (uintptr_t)h : (uintptr_t)d;
+	}
+	uintptr_t a = d ? (uintptr_t)d : (uintptr_t)h;
+	*kind = rc_alloc_lookup(a, NULL, NULL, NULL) == 0 ? CU_MEMORYTYPE_DEVICE : CU_MEMORYTYPE_HOST;
+	return a;
 }
 
 /* The first byte of a pitched area at base + y * pitch + x, checked so that
@@ -48,15 +38,16 @@ static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
 		return rc;
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUmemorytype st = kind_of(p->srcMemoryType, p->srcDevice, p->srcHost);
-	CUmemorytype dt = kind_of(p->dstMemoryType, p->dstDevice, p->dstHost);
+	CUmemorytype st, dt;
+	uintptr_t sa = rc_copy_side(p->srcMemoryType, p->srcDevice, p->srcHost, &st);
+	uintptr_t da = rc_copy_side(p->dstMemoryType, p->dstDevice, p->dstHost, &dt);
 	if (st == CU_MEMORYTYPE_ARRAY || dt == CU_MEMORYTYPE_ARRAY) {
 		/* a 3D copy of one slice (array.c) */
 		CUDA_MEMCPY3D q = {
-			.srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcMemoryType = st,
+			.srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcMemoryType = p->srcMemoryType,
 			.srcHost = p->srcHost, .srcDevice = p->srcDevice, .srcArray = p->srcArray,
 			.srcPitch = p->srcPitch, .dstXInBytes = p->dstXInBytes, .dstY = p->dstY,
-			.dstMemoryType = dt, .dstHost = p->dstHost, .dstDevice = p->dstDevice,
+			.dstMemoryType = p->dstMemoryType, .dstHost = p->dstHost, .dstDevice = p->dstDevice,
 			.dstArray = p->dstArray, .dstPitch = p->dstPitch,
 			.WidthInBytes = p->WidthInBytes, .Height = p->Height, .Depth = 1 };
 		return rc_memcpy3d(&q, s, async);
@@ -70,10 +61,8 @@ static CUresult memcpy2d(const CUDA_MEMCPY2D *p, CUstream s, int async)
 		return CUDA_ERROR_INVALID_VALUE;
 	uintptr_t src, dst;
 	size_t span;
-	if (place(base_of(p->srcMemoryType, st, p->srcDevice, p->srcHost), p->srcXInBytes, p->srcY,
-		  sp, w, h, &src) < 0 ||
-	    place(base_of(p->dstMemoryType, dt, p->dstDevice, p->dstHost), p->dstXInBytes, p->dstY,
-		  dp, w, h, &dst) < 0)
+	if (place(sa, p->srcXInBytes, p->srcY, sp, w, h, &src) < 0 ||
+	    place(da, p->dstXInBytes, p->dstY, dp, w, h, &dst) < 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (st == CU_MEMORYTYPE_HOST && dt == CU_MEMORYTYPE_HOST) {
 		for (size_t y = 0; y < h; y++)

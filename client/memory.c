@@ -206,12 +206,19 @@ static struct gmem {
 static size_t ngmem, capgmem;
 static pthread_mutex_t gmem_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void rc_graph_mem_note(struct rc_ctx *c, uint64_t p)
+/* gmem's index of p, or ngmem (gmem_lock held) */
+static size_t gmem_find(uint64_t p)
 {
-	pthread_mutex_lock(&gmem_lock);
 	size_t i;
 	for (i = 0; i < ngmem && gmem[i].p != p; i++)
 		;
+	return i;
+}
+
+void rc_graph_mem_note(struct rc_ctx *c, uint64_t p)
+{
+	pthread_mutex_lock(&gmem_lock);
+	size_t i = gmem_find(p);
 	if (i == ngmem && ngmem == capgmem) {
 		size_t cap = capgmem ? 2 * capgmem : 16;
 		struct gmem *g = realloc(gmem, cap * sizeof(*g));
@@ -231,9 +238,7 @@ void rc_graph_mem_note(struct rc_ctx *c, uint64_t p)
 struct rc_conn *rc_graph_mem_conn(uint64_t p, uint64_t *ctx_h)
 {
 	pthread_mutex_lock(&gmem_lock);
-	size_t i;
-	for (i = 0; i < ngmem && gmem[i].p != p; i++)
-		;
+	size_t i = gmem_find(p);
 	struct gmem g = i < ngmem ? gmem[i] : (struct gmem){ 0, 0, NULL };
 	pthread_mutex_unlock(&gmem_lock);
 	if (ctx_h)
@@ -244,15 +249,15 @@ struct rc_conn *rc_graph_mem_conn(uint64_t p, uint64_t *ctx_h)
 /* (kept: the graph's next launch allocates at the address again) */
 static CUresult graph_mem_free(uint64_t p)
 {
-	struct gmem g;
-	g.p = p;
-	if (!(g.conn = rc_graph_mem_conn(p, &g.h)))
+	uint64_t h;
+	struct rc_conn *conn = rc_graph_mem_conn(p, &h);
+	if (!conn)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct wbuf *w = rc_req();
-	put_u64(w, g.h);
+	put_u64(w, h);
 	put_u64(w, p);
 	struct rd rr;
-	return rc_call(g.conn, RGPU_OP_MEM_FREE, w, &rr);
+	return rc_call(conn, RGPU_OP_MEM_FREE, w, &rr);
 }
 
 RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)

@@ -357,17 +357,24 @@ RC_EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t size, CUstream s)
 	return alloc_from((struct rc_pool *)pool, dptr, size, s);
 }
 
-int rc_pool_alloc_forget(CUdeviceptr dptr)
+/* The stream-ordered allocation at dptr taken off the list: its
+ * connection, or NULL when dptr is none. */
+static struct rc_conn *pas_take(CUdeviceptr dptr)
 {
-	int found = 0;
+	struct rc_conn *conn = NULL;
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < npas && !found; i++)
+	for (size_t i = 0; i < npas && !conn; i++)
 		if (pas[i].addr == dptr) {
+			conn = pas[i].conn;
 			pas[i] = pas[--npas];
-			found = 1;
 		}
 	pthread_mutex_unlock(&lock);
-	return found;
+	return conn;
+}
+
+int rc_pool_alloc_forget(CUdeviceptr dptr)
+{
+	return pas_take(dptr) != NULL;
 }
 
 RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
@@ -379,15 +386,7 @@ RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 		return rc;
 	if (!dptr)
 		return CUDA_SUCCESS; /* nothing to free, as cuMemFree(0) */
-	struct rc_conn *conn = NULL;
-	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < npas; i++)
-		if (pas[i].addr == dptr) {
-			conn = pas[i].conn;
-			pas[i] = pas[--npas];
-			break;
-		}
-	pthread_mutex_unlock(&lock);
+	struct rc_conn *conn = pas_take(dptr);
 	if (!conn && rc_graph_mem_conn(dptr, NULL) == c->dev->conn) {
 		/* a graph's allocation, freed in stream order outside the
 		 * graph (graphMemoryNodes) */

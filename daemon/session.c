@@ -276,9 +276,8 @@ int session_owns_range(struct session *s, uint64_t p, uint64_t n)
 
 int session_gmem_note(struct session *s, uint64_t dptr)
 {
-	for (size_t i = 0; i < s->ngmem; i++)
-		if (s->gmem[i] == dptr)
-			return 0;
+	if (session_gmem_has(s, dptr))
+		return 0;
 	if (s->ngmem == s->capgmem) {
 		size_t cap = s->capgmem ? s->capgmem * 2 : 16;
 		uint64_t *g = realloc(s->gmem, cap * sizeof(*g));

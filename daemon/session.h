@@ -218,12 +218,12 @@ int session_stream(struct session *s, uint64_t id, CUstream *out);
 int session_capturing(struct session *s, uint64_t ctx);
 /* Range [p, p+n) lies in one of this session's allocations or globals. */
 int session_owns_range(struct session *s, uint64_t p, uint64_t n);
-/* 1: added, 0: already there (a global looked up again), -1: no memory. */
 /* A graph alloc node's address (above): noted (0, or -1 out of memory);
  * known (1) or not (0).  Kept while the session lives: each launch of the
  * graph allocates at the same address again. */
 int session_gmem_note(struct session *s, uint64_t dptr);
 int session_gmem_has(const struct session *s, uint64_t dptr);
+/* 1: added, 0: already there (a global looked up again), -1: no memory. */
 int session_alloc_add(struct session *s, uint64_t dptr, uint64_t size, uint64_t ctx,
 		      uint64_t module, unsigned dev);
 /* What a context holds in the quota besides its allocations (its own

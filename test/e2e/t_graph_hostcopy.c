@@ -33,6 +33,21 @@ static void fill(int *in, int base)
 		in[i] = base + i;
 }
 
+/* Two launches of e, each with a new input from first on (first, then
+ * first + step): each must read the host's input as it is then. */
+static void rounds(CUgraphExec e, CUstream s, int *in, int *out, int first, int step,
+		   const char *what)
+{
+	for (int round = 0; round < 2; round++) {
+		int base = first + step * round;
+		fill(in, base);
+		memset(out, 0, N * sizeof(int));
+		CK(cuGraphLaunch(e, s));
+		CK(cuStreamSynchronize(s));
+		check(out, base, what);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -72,14 +87,7 @@ int main(int argc, char **argv)
 		CK(cuGraphAddMemcpyNode(&down, g, &kn, 1, &c2, ctx));
 		CUgraphExec e;
 		CK(cuGraphInstantiate(&e, g, 0));
-		for (int round = 0; round < 2; round++) {
-			int base = 1000 * (round + 1) + 100 * mode;
-			fill(hi, base);
-			memset(ho, 0, N * sizeof(int));
-			CK(cuGraphLaunch(e, s));
-			CK(cuStreamSynchronize(s));
-			check(ho, base, what[mode]);
-		}
+		rounds(e, s, hi, ho, 1000 + 100 * mode, 1000, what[mode]);
 		CK(cuGraphExecDestroy(e));
 		CK(cuGraphDestroy(g));
 		say("explicit graph (%s memory): two launches, each read the host's input", what[mode]);
@@ -123,14 +131,7 @@ int main(int argc, char **argv)
 	CHECK(nn == 3, "captured %zu nodes, want 3", nn);
 	CUgraphExec ce;
 	CK(cuGraphInstantiate(&ce, cg, 0));
-	for (int round = 0; round < 2; round++) {
-		int base = 7000 + 1000 * round;
-		fill(in, base);
-		memset(out, 0, N * sizeof(int));
-		CK(cuGraphLaunch(ce, s));
-		CK(cuStreamSynchronize(s));
-		check(out, base, "captured graph");
-	}
+	rounds(ce, s, in, out, 7000, 1000, "captured graph");
 	CK(cuGraphExecDestroy(ce));
 	CK(cuGraphDestroy(cg));
 	say("captured graph: two launches, each read the host's input");
@@ -168,14 +169,7 @@ int main(int argc, char **argv)
 			CHECK(st2 == CU_STREAM_CAPTURE_STATUS_NONE, "the joined stream still captures");
 		}
 		CK(cuGraphInstantiate(&ce, cg, 0));
-		for (int round = 0; round < 2; round++) {
-			int base = 9000 + 1000 * round;
-			fill(in, base);
-			memset(out, 0, N * sizeof(int));
-			CK(cuGraphLaunch(ce, s));
-			CK(cuStreamSynchronize(s));
-			check(out, base, "captured on two streams");
-		}
+		rounds(ce, s, in, out, 9000, 1000, "captured on two streams");
 		CK(cuGraphExecDestroy(ce));
 		CK(cuGraphDestroy(cg));
 		CK(cuEventDestroy(e1));
