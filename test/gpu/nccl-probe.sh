@@ -4,6 +4,10 @@
 # scheduler's gate (fair) and without (fifo), with NCCL's cuMem buffers and
 # with its legacy IPC ones.  Prints "PROBE name BUSBW 64MiB x 256MiB y".
 #   bash test/gpu/nccl-probe.sh [--out DIR]
+# PROBE_ONLY picks one part instead of all: ktime (the all-reduce's own GPU
+# time, "KERNEL" lines), hostmem (NCCL without cuMem host memory, and its
+# copy-engine P2P), p2p (the transports NCCL sets up, P2P read off,
+# PyTorch's expandable segments).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=/tmp/rgpu-nccl-probe
