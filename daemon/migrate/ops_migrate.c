@@ -146,16 +146,24 @@ static void log_restored(struct session *s, int32_t gpu, uint32_t mode, const st
 	if (i->peer_bytes || i->prep_bytes)
 		snprintf(maps, sizeof(maps), "; the source's memory mapped here in %.4f s, %u object(s) "
 			 "made in the pause", (double)i->map_ns / 1e9, i->pause_creates);
+	char pause[200] = "";
+	if (i->pause_ns)
+		snprintf(pause, sizeof(pause), "; the paused session's state came %.2f ms after the "
+			 "objects ahead were made, answered %.2f ms later (%.2f ms after its end), "
+			 "%llu bytes copied as their records came, the copies done in %.2f ms",
+			 (double)i->pause_wait_ns / 1e6, (double)(i->pause_ns - i->pause_wait_ns) / 1e6,
+			 (double)i->tail_ns / 1e6, (unsigned long long)i->copy_early,
+			 (double)i->copy_ns / 1e6);
 	char slow[96] = "";
 	if (i->slow_ns)
 		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", i->slow_n,
 			 rgpu_op_name(i->slow_op), (double)i->slow_ns / 1e9);
 	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
-		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s%s)",
+		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s%s%s)",
 		 s->name, gpus[0] ? gpus : "-", i->uid, (unsigned long long)i->job,
 		 mode ? "waiting for its client" : "its client goes on", (double)i->create_ns / 1e9,
 		 slow, (unsigned long long)(i->mem_bytes + i->peer_bytes), peer,
-		 (double)i->mem_ns / 1e9, prep, maps);
+		 (double)i->mem_ns / 1e9, prep, maps, pause);
 }
 
 int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

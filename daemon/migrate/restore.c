@@ -57,8 +57,25 @@ struct peer_copy {
 	struct mem_head h;
 	uint8_t token[16];
 	uint64_t va, blen;
-	int used; /* (PREP) named again by the pause */
+	int used;   /* (PREP) named again by the pause */
+	int queued; /* (PEER) its copy is queued */
 	struct peer_copy *next;
+};
+
+/* A restored context's streams for the GPU-to-GPU copies: of their own
+ * (non-blocking: the MEMORY records' copies on the legacy stream do not
+ * wait for them), two, taken in turn by pieces of COPY_PIECE, the size at
+ * which one copy ran at the link's speed (bench/migrate/peer_copy: 386 of
+ * 383-388 GB/s on two H200s; one copy per block on the legacy stream moved
+ * 267 GB/s). */
+#define COPY_STREAMS 2
+#define COPY_PIECE (64ull << 20)
+struct copy_ctx {
+	uint64_t ctx;
+	CUcontext cu;
+	CUstream st[COPY_STREAMS];
+	unsigned turn;
+	struct copy_ctx *next;
 };
 
 struct rst {
@@ -71,6 +88,9 @@ struct rst {
 	struct peer_copy *copies, **copies_tail;
 	struct peer_copy *preps; /* PREP records' memory */
 	struct snap_info *info;
+	struct copy_ctx *cctx; /* streams the copies were queued on */
+	int queued;            /* copies queued since the last wait */
+	uint64_t copy_t0;      /* when the first copy was queued */
 };
 
 static uint64_t gl(const uint8_t *p, int n)
@@ -362,10 +382,14 @@ static void imports_free(struct imported *m)
 /* The source's blocks unmapped (objects made next must find the driver's
  * address space as the source's was); their handles stay, so mapping them
  * again for the copies is a map, not an import. */
-static void imports_unmap(struct rst *r)
+static int copies_wait(struct rst *r);
+static int imports_unmap(struct rst *r)
 {
+	/* (never under copies still reading them) */
+	int rc = r->queued ? copies_wait(r) : 0;
 	for (struct imported *m = r->imp; m; m = m->next)
 		import_unmap(m);
+	return rc;
 }
 
 /* A restore's mappings of the source's memory, let go once the source
@@ -415,7 +439,8 @@ static int restore_at(struct rst *r, const struct mem_head *h)
 {
 	int rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
 	if (rc == CUDA_ERROR_INVALID_VALUE && r->imp) {
-		imports_unmap(r);
+		if (imports_unmap(r) < 0)
+			return -1;
 		rc = memif_restore_at(r->s, h->ctx, h->dev, h->dptr, h->size);
 	}
 	if (rc)
@@ -471,6 +496,10 @@ static void preps_drop(struct rst *r, uint64_t dptr, uint64_t size)
 	}
 }
 
+/* bytes of each prepared block copied ahead (prep) */
+#define WARM_BYTES (64u << 10)
+static int copy_queue(struct rst *r, uint64_t ctx, CUdeviceptr dst, CUdeviceptr src, uint64_t n);
+
 /* A PREP record: the memory re-created at its address and the source's
  * block mapped here, while the session still runs on the source. */
 static int prep(struct rst *r, uint64_t len)
@@ -489,7 +518,15 @@ static int prep(struct rst *r, uint64_t len)
 	p->next = r->preps;
 	r->preps = p;
 	r->info->prep_bytes += p->h.size;
-	return import(r, p->token, p->blen, p->h.dev) ? 0 : -1;
+	struct imported *m = import(r, p->token, p->blen, p->h.dev);
+	if (!m)
+		return -1;
+	/* a first copy from the source's block, while the session runs on
+	 * there: what a context's first GPU-to-GPU copy sets up (its copy
+	 * streams, the path to the peer) is not part of the pause; the bytes
+	 * are overwritten then, or the memory freed (after SYNC waits) */
+	uint64_t n = p->h.size < WARM_BYTES ? p->h.size : WARM_BYTES;
+	return copy_queue(r, p->h.ctx, p->h.dptr, m->va + (p->h.dptr - p->va), n);
 }
 
 /* A PEER record: the memory re-created at its address now (unless a PREP
@@ -498,6 +535,7 @@ static int prep(struct rst *r, uint64_t len)
  * memory here takes address space from the driver; done between module
  * loads, it moved the modules' data away from the addresses the client
  * knows: measured on two H100s.) */
+static int copy_one(struct rst *r, struct peer_copy *c, int mapped_only);
 static int peer(struct rst *r, uint64_t len)
 {
 	struct peer_copy *c = calloc(1, sizeof(*c));
@@ -513,41 +551,140 @@ static int peer(struct rst *r, uint64_t len)
 		    p->h.dev == c->h.dev) {
 			p->used = 1;
 			r->info->prep_used += size;
-			return 0;
+			/* the source has paused: its bytes are final, and the
+			 * copy runs while the rest of the state is read */
+			return copy_one(r, c, 1) < 0 ? -1 : 0;
 		}
 	preps_drop(r, dptr, size);
-	return restore_at(r, &c->h);
+	if (restore_at(r, &c->h) < 0)
+		return -1;
+	return copy_one(r, c, 1) < 0 ? -1 : 0;
 }
 
-/* The PEER records' copies, in their order: queued on each context's
- * default stream one after another, with one wait per context (they were
- * a synchronous copy each; the source's memory stays mapped until the
- * restore ends). */
-static int peer_copies(struct rst *r, struct snap_info *info)
+/* The copy streams of the context that is current (the memory's: made
+ * current by mem_enter), made on first use; NULL with why[] set. */
+static struct copy_ctx *copy_ctx_get(struct rst *r, uint64_t ctx)
 {
-	uint64_t cur = 0; /* the context whose copies are queued */
-	int rc = 0;
-	for (struct peer_copy *c = r->copies; c; c = c->next) {
-		if (cur && c->h.ctx != cur && (rc = D->cuStreamSynchronize(NULL)))
-			break;
-		if (mem_enter(r, &c->h) < 0)
-			return -1;
-		cur = c->h.ctx;
-		struct imported *m = import(r, c->token, c->blen, c->h.dev);
-		if (!m)
-			return -1;
-		uint64_t dptr = c->h.dptr;
-		if ((rc = D->cuMemcpyDtoDAsync_v2(dptr, m->va + (dptr - c->va), c->h.size, NULL)))
-			return BAD("copying device memory at %#llx from GPU %u: %s",
-				   (unsigned long long)dptr, m->dev, rgpud_cu_errname(D, rc));
-		info->peer_bytes += c->h.size;
+	for (struct copy_ctx *c = r->cctx; c; c = c->next)
+		if (c->ctx == ctx)
+			return c;
+	struct copy_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return BAD("out of memory"), NULL;
+	c->ctx = ctx;
+	struct hentry *e = ht_get(&r->s->ht, ctx, HK_CTX);
+	c->cu = e ? e->obj : NULL;
+	for (unsigned i = 0; i < COPY_STREAMS; i++) {
+		int rc = D->cuStreamCreateWithPriority(&c->st[i], CU_STREAM_NON_BLOCKING, 0);
+		if (rc) {
+			while (i--)
+				D->cuStreamDestroy_v2(c->st[i]);
+			free(c);
+			return BAD("no stream to copy the session's memory GPU to GPU: %s",
+				   rgpud_cu_errname(D, rc)), NULL;
+		}
 	}
-	if (!rc && cur)
-		rc = D->cuStreamSynchronize(NULL);
+	c->next = r->cctx;
+	r->cctx = c;
+	return c;
+}
+
+/* Queues n bytes from src (the source's block mapped here) to dst on the
+ * current context's copy streams, in pieces taken by them in turn. */
+static int copy_queue(struct rst *r, uint64_t ctx, CUdeviceptr dst, CUdeviceptr src, uint64_t n)
+{
+	struct copy_ctx *c = copy_ctx_get(r, ctx);
+	if (!c)
+		return -1;
+	if (!r->copy_t0)
+		r->copy_t0 = rgpu_now_ns();
+	for (uint64_t off = 0; off < n;) {
+		uint64_t k = n - off < COPY_PIECE ? n - off : COPY_PIECE;
+		int rc = D->cuMemcpyDtoDAsync_v2(dst + off, src + off, k,
+						 c->st[c->turn++ % COPY_STREAMS]);
+		if (rc)
+			return BAD("copying device memory at %#llx GPU to GPU: %s",
+				   (unsigned long long)(dst + off), rgpud_cu_errname(D, rc));
+		off += k;
+	}
+	r->queued = 1;
+	return 0;
+}
+
+/* Waits for every copy queued (0, or -1 with why[] set). */
+static int copies_wait(struct rst *r)
+{
+	int rc = 0;
+	for (struct copy_ctx *c = r->cctx; c; c = c->next)
+		for (unsigned i = 0; i < COPY_STREAMS; i++) {
+			if (c->cu && i == 0)
+				D->cuCtxSetCurrent(c->cu);
+			int k = D->cuStreamSynchronize(c->st[i]);
+			if (k && !rc)
+				rc = k;
+		}
+	r->queued = 0;
 	if (rc)
 		return BAD("waiting for the GPU-to-GPU copies of device memory: %s",
 			   rgpud_cu_errname(D, rc));
 	return 0;
+}
+
+/* The copy streams go, after what they hold is done (on any path: the
+ * source's blocks are unmapped only after). */
+static void copy_ctx_free(struct copy_ctx *l)
+{
+	while (l) {
+		struct copy_ctx *c = l;
+		l = c->next;
+		if (c->cu)
+			D->cuCtxSetCurrent(c->cu);
+		for (unsigned i = 0; i < COPY_STREAMS; i++) {
+			D->cuStreamSynchronize(c->st[i]);
+			D->cuStreamDestroy_v2(c->st[i]);
+		}
+		free(c);
+	}
+}
+
+/* A PEER record's copy queued, its source's block mapped here first
+ * unless mapped_only (in mid-stream, mapping would take address space
+ * that objects made later must find as the source had it: then it waits
+ * for the end).  1 queued, 0 left for later, -1 failed. */
+static int copy_one(struct rst *r, struct peer_copy *c, int mapped_only)
+{
+	if (c->queued)
+		return 1;
+	struct imported *m = NULL;
+	for (m = r->imp; m && memcmp(m->token, c->token, 16); m = m->next)
+		;
+	if (mapped_only && (!m || !m->mapped || m->len != c->blen))
+		return 0;
+	if (mem_enter(r, &c->h) < 0 || !(m = import(r, c->token, c->blen, c->h.dev)))
+		return -1;
+	uint64_t dptr = c->h.dptr;
+	if (copy_queue(r, c->h.ctx, dptr, m->va + (dptr - c->va), c->h.size) < 0)
+		return -1;
+	c->queued = 1;
+	r->info->peer_bytes += c->h.size;
+	if (mapped_only)
+		r->info->copy_early += c->h.size;
+	return 1;
+}
+
+/* The PEER records' copies not queued yet, queued; with wait, waited for
+ * (all of them: those queued as their records came too). */
+static int peer_copies(struct rst *r, int wait)
+{
+	for (struct peer_copy *c = r->copies; c; c = c->next)
+		if (copy_one(r, c, 0) < 0)
+			return -1;
+	if (!wait)
+		return 0;
+	int rc = copies_wait(r);
+	if (r->copy_t0)
+		r->info->copy_ns = rgpu_now_ns() - r->copy_t0;
+	return rc;
 }
 
 static void peer_copies_free(struct rst *r)
@@ -610,6 +747,8 @@ struct snap_defer {
 	int gpu_to;
 	struct imported *imp;
 	struct peer_copy *copies;
+	struct copy_ctx *cctx; /* the streams they are queued on */
+	uint64_t copy_t0;
 };
 
 uint64_t snap_defer_bytes(const struct snap_defer *d)
@@ -623,14 +762,16 @@ uint64_t snap_defer_bytes(const struct snap_defer *d)
 int snap_restore_finish(struct snap_defer *d, struct snap_info *info, char *why, size_t whylen)
 {
 	struct rst rr = { .s = d->s, .gpu_to = d->gpu_to, .why = why, .whylen = whylen,
-			  .info = info, .imp = d->imp, .copies = d->copies };
+			  .info = info, .imp = d->imp, .copies = d->copies, .cctx = d->cctx,
+			  .queued = 1, .copy_t0 = d->copy_t0 };
 	struct rst *r = &rr;
 	r->copies_tail = &r->copies;
 	free(d);
 	uint64_t t0 = rgpu_now_ns();
-	int rc = peer_copies(r, info);
+	int rc = peer_copies(r, 1);
 	info->mem_ns += rgpu_now_ns() - t0;
 	peer_copies_free(r);
+	copy_ctx_free(r->cctx);
 	snap_restore_done(); /* (none left: one restore at a time) */
 	imports_left = r->imp; /* let go by the caller */
 	D->cuCtxSetCurrent(NULL);
@@ -646,6 +787,7 @@ void snap_restore_cancel(struct snap_defer *d)
 		return;
 	struct rst rr = { .copies = d->copies };
 	peer_copies_free(&rr);
+	copy_ctx_free(d->cctx); /* (before the blocks they read go) */
 	imports_free(d->imp);
 	free(d);
 }
@@ -662,7 +804,7 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 	memset(info, 0, sizeof(*info));
 	if (s->ht.n)
 		return BAD("a session is restored only into a fresh one");
-	uint64_t nrec = 0;
+	uint64_t nrec = 0, t_sync = 0;
 	int rc = 0, ended = 0, paused_mem = 0, synced = 0;
 	uint64_t op_ns[RGPU_OP_MAX] = { 0 };
 	uint32_t op_n[RGPU_OP_MAX] = { 0 };
@@ -674,6 +816,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		uint32_t tag = (uint32_t)gl(h, 4);
 		uint64_t len = gl(h + 8, 8);
+		if (t_sync && !info->pause_wait_ns) /* (the source paused and sent) */
+			info->pause_wait_ns = rgpu_now_ns() - t_sync + 1;
 		if (nrec == 0 && tag != SNAP_HEADER) {
 			rc = BAD("not a session state (no header)");
 			break;
@@ -688,7 +832,10 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			 * where it went there), so the source's blocks mapped
 			 * ahead go (mapped again for the copies), and in the
 			 * pause, prepared memory no record has claimed */
-			imports_unmap(r);
+			if (imports_unmap(r) < 0) {
+				rc = -1;
+				break;
+			}
 			if (synced) {
 				preps_drop(r, 0, 0);
 				info->pause_creates++;
@@ -734,9 +881,13 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			 * for the rest */
 			if (len || !io->sync)
 				rc = BAD("malformed session state (sync)");
+			else if (r->queued && copies_wait(r) < 0)
+				rc = -1; /* (the PREP records' first copies) */
 			else if (io->sync(io->arg) < 0)
 				rc = BAD("the sender of the session's state went away");
 			synced = 1;
+			r->copy_t0 = 0;
+			t_sync = rgpu_now_ns();
 			break;
 		case SNAP_LAST: {
 			uint8_t l[8];
@@ -763,24 +914,33 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 	}
 	if (!rc)
 		preps_drop(r, 0, 0);
-	/* the copies run after the answer, while the client re-attaches; the
-	 * source's blocks are imported first (the source lets its exports go
-	 * once it has the answer) */
-	for (struct peer_copy *c = defer && !rc ? r->copies : NULL; c && !rc; c = c->next)
-		if (mem_enter(r, &c->h) < 0 || !import(r, c->token, c->blen, c->h.dev))
-			rc = -1;
+	uint64_t t_end = rgpu_now_ns();
+	/* the copies not queued yet (their blocks were not mapped here when
+	 * their records came) are queued now; they and the rest run after
+	 * the answer, while the client re-attaches (defer), or are waited
+	 * for here */
+	if (!rc && r->copies) {
+		uint64_t t0 = rgpu_now_ns();
+		rc = peer_copies(r, !defer);
+		info->mem_ns += rgpu_now_ns() - t0;
+	}
 	if (!rc && r->copies && defer && (*defer = calloc(1, sizeof(**defer)))) {
 		**defer = (struct snap_defer){ .s = s, .gpu_to = gpu_to, .imp = r->imp,
-					       .copies = r->copies };
+					       .copies = r->copies, .cctx = r->cctx,
+					       .copy_t0 = r->copy_t0 };
 		r->imp = NULL;
 		r->copies = NULL;
 		r->copies_tail = &r->copies;
-	} else if (!rc && r->copies) {
-		uint64_t t0 = rgpu_now_ns();
-		rc = peer_copies(r, info);
-		info->mem_ns += rgpu_now_ns() - t0;
+		r->cctx = NULL;
+	} else if (!rc && r->copies && defer) {
+		rc = peer_copies(r, 1);
 	}
+	if (synced)
+		info->pause_ns = rgpu_now_ns() - t_sync;
+	info->tail_ns = rgpu_now_ns() - t_end;
 	peer_copies_free(r);
+	copy_ctx_free(r->cctx); /* (done, or waited for on failure) */
+	r->cctx = NULL;
 	if (rc) {
 		imports_free(r->imp);
 		r->imp = NULL;

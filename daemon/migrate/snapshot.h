@@ -132,6 +132,13 @@ struct snap_info {
 	 * the objects made in the pause (after the SYNC record) */
 	uint64_t map_ns;
 	uint32_t pause_creates;
+	/* a move's pause here: from the SYNC record's answer to the next
+	 * record (the source pausing and sending), to the answer; the end of
+	 * the stream to the answer; GPU-to-GPU copies queued as their records
+	 * came (the rest after the stream's end), and how long the copies
+	 * took from the first queued to the last done */
+	uint64_t pause_wait_ns, pause_ns, tail_ns;
+	uint64_t copy_early, copy_ns;
 	/* the kind of request whose re-creation took longest in all, and how
 	 * long (where a move's pause goes) */
 	uint16_t slow_op;
