@@ -20,6 +20,9 @@
 #              the median and mean step time are recorded
 #   migrate-ahead  the same as rgpud moves by default: the session's
 #              objects are re-created on B before the pause
+#   same-gpu-ahead  rgpu migrate to GPU 0 of the same server (a fresh
+#              worker on the same GPU; memory by reference, copied within
+#              the GPU), objects ahead, on any machine
 #   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
 #              (everything in the pause; then through host, two-gpus-host,
 #              and as by default, the objects ahead of the pause,
@@ -191,20 +194,43 @@ result standby "$([ $SRC = 0 ] && [ "$final" = "$L0" ] && grep -q "recovered on"
 kill_all "$BP"
 
 # ---- two GPUs of one server ----
-# move_to_gpu1 RUN SERVER: trains RUN on a fresh rgpud named SERVER (the
-# caller's environment goes to it), moves it to that rgpud's GPU 1 at step
-# MOVE_AT; SAME=0 when the losses are those of the plain run, TRC its exit
+# move_to_gpu1 RUN SERVER [GPU]: trains RUN on a fresh rgpud named SERVER
+# (the caller's environment goes to it), moves it to that rgpud's GPU 1 (or
+# GPU) at step MOVE_AT; SAME=0 when the losses are those of the plain run,
+# TRC its exit
 move_to_gpu1() {
 	start "$2" && A=$PORT AP=$PID
 	train "$1" "127.0.0.1:$A"
 	if wait_step "$1" "$MOVE_AT"; then
-		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$OUT/$1.cmd" 2>&1
+		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/${3:-1}" >"$OUT/$1.cmd" 2>&1
 	fi
 	wait "$TPID"
 	TRC=$?
 	SAME=$(diff <(losses plain) <(losses "$1") >/dev/null && echo 0 || echo 1)
 	kill_all "$AP"
 }
+# ---- a fresh worker on the same GPU (any machine) ----
+# the memory goes by reference as between two GPUs, copied device to device
+# within the GPU: what a move costs where the copy is not the bound
+MIG_CLIENT_LOG=debug RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 samegpu sameX 0
+ps=$(pause_ms samegpu "$MOVE_AT")
+MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpu.cmd" && echo 0 || echo 1)
+result same-gpu-ahead "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && grep -q "of them copied GPU to GPU" "$OUT/rgpud-sameX.log" && echo 0 || echo 1)" \
+	"moved to a fresh worker on GPU 0 of the same rgpud at step $MOVE_AT (objects ahead): losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpu.cmd"); pause $ps ms; $(grep -o "session moved to .*" "$OUT/rgpud-sameX.log" | tail -1)"
+grep -o "objects re-created in .*" "$OUT/rgpud-sameX.log" 2>/dev/null | tail -1 | sed "s/^/same-gpu-ahead target: /" | tee -a "$S"
+grep -o "session re-attached.*" "$OUT/samegpu.err" 2>/dev/null | tail -1 | sed "s/^/same-gpu-ahead client: /" | tee -a "$S"
+LD_LIBRARY_PATH=$R:$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} timeout 60 $PY -c '
+import torch, time
+a = torch.empty(1 << 28, dtype=torch.uint8, device="cuda"); b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(20): b.copy_(a)
+torch.cuda.synchronize(); print("BW dtod %.1f" % (20 * a.numel() / (time.perf_counter() - t) / 1e9))' >"$OUT/dtod-local.log" 2>&1
+dtod=$(awk '$1 == "BW" && $2 == "dtod" { print $3 }' "$OUT/dtod-local.log")
+xs=$(grep -o "[0-9]* of them device memory copied GPU to GPU" "$OUT/rgpud-sameX.log" | tail -1 | cut -d' ' -f1)
+[ -n "$dtod" ] && [ -n "$xs" ] && [ -n "$ps" ] &&
+	say "same-gpu-ahead path: local device-to-device copy ${dtod} GB/s (256 MiB); the pause ($ps ms) moved $xs bytes at $(awk -v b="$xs" -v p="$ps" 'BEGIN { if (p > 0) printf "%.1f", b / (p / 1000) / 1e9 }') GB/s; $(awk -v b="$xs" -v p="$ps" 'BEGIN { if (b > 0) printf "%.2f", p / (b / 1073741824) }') ms per GiB"
+
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if [ "$ngpu" -ge 2 ]; then
 	RGPUD_MIGRATE_AHEAD=0 move_to_gpu1 twogpu twoA

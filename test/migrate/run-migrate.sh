@@ -11,8 +11,10 @@
 #   t_migrate_second_gpu        rgpu migrate A -> B/1 (another GPU), same checks
 #   t_migrate_same_server_peer  rgpu migrate A -> A/1: device memory handed to
 #                               the new worker (made ready there before the
-#                               pause) and copied GPU to GPU (the logs
-#                               say how much), same checks
+#                               pause) and copied GPU to GPU as the pause's
+#                               records come (the logs say how much), same checks
+#   t_migrate_same_gpu_worker   rgpu migrate A -> A/0 from GPU 0: a fresh worker
+#                               on the same GPU, memory by reference too
 #   t_migrate_memory_churn      the same while the application frees and
 #                               allocates memory all through the move (made
 #                               ready ahead, then gone, or new since): every
@@ -210,7 +212,7 @@ same_server() {
 	A=$PORT AP=$PID
 	if run_app "$name" "127.0.0.1:$A" "$@"; then
 		[ "${1:-}" = memchurn ] && echo churn >&3
-		"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/1" >"$LOGDIR/$name.cmd" 2>&1
+		"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/${MOVE_GPU:-1}" >"$LOGDIR/$name.cmd" 2>&1
 		go "$name"
 		grep -E "session moved to|session restored on" "$LOG" >"$LOGDIR/$name.moved"
 	fi
@@ -218,8 +220,14 @@ same_server() {
 }
 same_server peer
 check t_migrate_same_server_peer \
-	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/peer.out" && grep -q "1 moved, 0 failed" "$LOGDIR/peer.cmd" && grep -q "session restored on GPU 1 .*[1-9][0-9]* of them copied GPU to GPU.*before the pause [1-9][0-9]* bytes of memory made ready in [0-9.]* s, [1-9][0-9]* of them still in use" "$LOGDIR/peer.moved" && grep -q "session moved to .*(another GPU).*of them device memory copied GPU to GPU" "$LOGDIR/peer.moved"' \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/peer.out" && grep -q "1 moved, 0 failed" "$LOGDIR/peer.cmd" && grep -q "session restored on GPU 1 .*[1-9][0-9]* of them copied GPU to GPU.*before the pause [1-9][0-9]* bytes of memory made ready in [0-9.]* s, [1-9][0-9]* of them still in use.* [1-9][0-9]* bytes copied as their records came" "$LOGDIR/peer.moved" && grep -q "session moved to .*(another GPU).*of them device memory copied GPU to GPU" "$LOGDIR/peer.moved"' \
 	"$(cat "$LOGDIR/peer.cmd" "$LOGDIR/peer.moved"; detail peer)"
+# to a fresh worker on the same GPU of the same server (a worker replaced
+# under a live session): its memory by reference as well
+MOVE_GPU=0 same_server samegpu
+check t_migrate_same_gpu_worker \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/samegpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/samegpu.cmd" && grep -q "session restored on GPU 0 .*[1-9][0-9]* of them copied GPU to GPU" "$LOGDIR/samegpu.moved"' \
+	"$(cat "$LOGDIR/samegpu.cmd" "$LOGDIR/samegpu.moved"; detail samegpu)"
 # memory freed and allocated while the move's memory is made ready ahead
 # (the buffers go one a millisecond, the target makes ready in tens of
 # them: some of what was made ready is gone by the pause)
