@@ -12,8 +12,12 @@
 #   far       rgpud on a CPU of another NUMA node (when there is one)
 #   apart-spin  apart, the client spinning for the sync's reply
 #               (RGPU_SYNC_SPIN_US=1000)
+#   random    nothing pinned, rgpud --worker-layout=random (its workers'
+#             address space randomised, as a program's is)
 # and, unpinned, the local driver in a context of its own (cuCtxCreate,
-# as rgpud makes a session's) against the primary context.
+# as rgpud once made a session's) and without address-space
+# randomisation (setarch -R, as rgpud lays out its workers) against the
+# plain local run.
 # It prints the machine's topology first (CPUs, NUMA nodes, the GPU's
 # local CPUs, nvidia-smi topo -m).
 #
@@ -80,8 +84,10 @@ placement() {
 	[ -n "$scpu" ] || [ "$name" = free ] || { echo "  (no $name placement here)"; return; }
 	local p
 	p=$(port)
+	local layout=()
+	[ "$name" = random ] && layout=(--worker-layout=random)
 	RGPUD_OP_STATS=1 LD_LIBRARY_PATH=$REAL:${LD_LIBRARY_PATH:-} ${scpu:+taskset -c $scpu} \
-		"$B/daemon/rgpud" --open --listen 127.0.0.1:$p >"$OUT/rgpud-$name.log" 2>&1 &
+		"$B/daemon/rgpud" --open --listen 127.0.0.1:$p "${layout[@]}" >"$OUT/rgpud-$name.log" 2>&1 &
 	PIDS+=($!)
 	PORT[$name]=$p SRV[$name]=$scpu CLI[$name]=$ccpu LOC[$name]=$lcpu CENV[$name]="$*"
 	ORDER+=("$name")
@@ -92,6 +98,9 @@ placement apart "$A" "$C" "$A"
 [ -n "$S" ] && placement siblings "$A" "$S" "$A"
 [ -n "$F" ] && placement far "$F" "$C" "$F"
 [ -n "$C" ] && placement apart-spin "$A" "$C" "$A" RGPU_SYNC_SPIN_US=1000
+# session workers laid out at random (rgpud --worker-layout=random), as a
+# program is: does the fixed layout of a worker cost its launches?
+placement random "" "" ""
 for n in "${ORDER[@]}"; do
 	for _ in $(seq 1 100); do
 		(exec 3<>/dev/tcp/127.0.0.1/${PORT[$n]}) 2>/dev/null && break
@@ -102,17 +111,20 @@ done
 # one PLACEMENT PATH: the median us per launch of one bw_lat run
 one() {
 	local n=$1 path=$2 cpu env=()
-	local extra=()
-	if [ "$path" = driver ] || [ "$path" = owned ]; then
+	local extra=() pre=()
+	if [ "$path" = driver ] || [ "$path" = owned ] || [ "$path" = fixed ]; then
 		cpu=${LOC[$n]}
 		env=(LD_LIBRARY_PATH=$REAL:${LD_LIBRARY_PATH:-})
 		[ "$path" = owned ] && extra=(--own-ctx)
+		# the program laid out as rgpud lays out its workers (no
+		# address-space randomisation)
+		[ "$path" = fixed ] && command -v setarch >/dev/null && pre=(setarch "$(uname -m)" -R)
 	else
 		cpu=${CLI[$n]}
 		env=(RGPU_SERVERS=127.0.0.1:${PORT[$n]}/$GPU RGPU_TRANSPORT=$path LD_LIBRARY_PATH=$CL:${LD_LIBRARY_PATH:-} ${CENV[$n]})
 	fi
-	env "${env[@]}" ${cpu:+taskset -c $cpu} "$BW" --no-bw --only launch_async --min-time 0.5 \
-		--device "$([ "$path" = driver ] || [ "$path" = owned ] && echo "$GPU" || echo 0)" \
+	env "${env[@]}" ${cpu:+taskset -c $cpu} ${pre[@]+"${pre[@]}"} "$BW" --no-bw --only launch_async --min-time 0.5 \
+		--device "$([ "$path" = driver ] || [ "$path" = owned ] || [ "$path" = fixed ] && echo "$GPU" || echo 0)" \
 		--target "$n-$path" "${extra[@]}" \
 		2>>"$OUT/bw_lat.err" | awk '$1 == "launch_async" { print $2 }'
 }
@@ -122,7 +134,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		# the local driver; rgpud over TCP; rgpud on the same host;
 		# (free) the local driver in a context of its own, as rgpud's
 		paths="driver tcp local"
-		[ "$n" = free ] && paths="$paths owned"
+		[ "$n" = free ] && paths="$paths owned fixed"
 		for path in $paths; do
 			v=$(one "$n" "$path")
 			echo "$r $n $path ${v:-nan}" >>"$OUT/rounds.txt"
@@ -143,7 +155,8 @@ for _, n, _, _ in rows:
 for n in order:
     loc = by.get((n, "driver"), {})
     line = "  %-11s local %5.2f" % (n, st.median(loc.values()) if loc else float("nan"))
-    for path, word in (("tcp", "tcp"), ("local", "same host"), ("owned", "driver, own context")):
+    for path, word in (("tcp", "tcp"), ("local", "same host"), ("owned", "driver, own context"),
+                       ("fixed", "driver, no ASLR")):
         d = by.get((n, path), {})
         # per round: local / rgpu (the rate ratio), then the median
         ratios = [loc[r] / d[r] for r in d if r in loc]
