@@ -25,7 +25,8 @@
 #
 # Environment: top_builddir (default _build beside the sources),
 # RGPU_REAL_DRIVER_DIR (/usr/local/nvidia/lib64), PLACE_ROUNDS (5),
-# PLACE_GPU (0).
+# PLACE_GPU (0), PLACE_ONLY (the placements to run, e.g. "free random";
+# default all).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/.." && pwd)
@@ -81,7 +82,9 @@ declare -A PORT=() SRV=() CLI=() LOC=() CENV=()
 placement() {
 	local name=$1 scpu=$2 ccpu=$3 lcpu=$4
 	shift 4
-	[ -n "$scpu" ] || [ "$name" = free ] || { echo "  (no $name placement here)"; return; }
+	[ -z "${PLACE_ONLY:-}" ] || [[ " $PLACE_ONLY " == *" $name "* ]] || return
+	[ -n "$scpu" ] || [ "$name" = free ] || [ "$name" = random ] ||
+		{ echo "  (no $name placement here)"; return; }
 	local p
 	p=$(port)
 	local layout=()

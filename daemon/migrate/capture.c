@@ -6,6 +6,7 @@
  * globals (their objects exist by then); the handle table; END.
  */
 #include "snapshot.h"
+#include "clock.h"
 #include "memif.h"
 #include "../rgpud.h"
 #include "../session.h"
@@ -359,8 +360,10 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 			return -2;
 		}
 	}
+	uint64_t t0 = rgpu_now_ns();
 	if (drain(s, why, whylen) < 0)
 		return -1;
+	io->drain_ns = rgpu_now_ns() - t0;
 	/* memory swapped out to host comes back first: it is read from the
 	 * device like the rest */
 	uint64_t resident = 0, swapped = 0;

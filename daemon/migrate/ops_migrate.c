@@ -146,14 +146,17 @@ static void log_restored(struct session *s, int32_t gpu, uint32_t mode, const st
 	if (i->peer_bytes || i->prep_bytes)
 		snprintf(maps, sizeof(maps), "; the source's memory mapped here in %.4f s, %u object(s) "
 			 "made in the pause", (double)i->map_ns / 1e9, i->pause_creates);
-	char pause[200] = "";
+	char pause[320] = "";
 	if (i->pause_ns)
 		snprintf(pause, sizeof(pause), "; the paused session's state came %.2f ms after the "
-			 "objects ahead were made, answered %.2f ms later (%.2f ms after its end), "
-			 "%llu bytes copied as their records came, the copies done in %.2f ms",
+			 "objects ahead were made, answered %.2f ms later (%.2f ms after its end; "
+			 "%llu PEER records %.2f ms, %llu copies queued in %.2f ms, the handle table "
+			 "%.2f ms), %llu bytes copied as their records came, the copies done in %.2f ms",
 			 (double)i->pause_wait_ns / 1e6, (double)(i->pause_ns - i->pause_wait_ns) / 1e6,
-			 (double)i->tail_ns / 1e6, (unsigned long long)i->copy_early,
-			 (double)i->copy_ns / 1e6);
+			 (double)i->tail_ns / 1e6, (unsigned long long)i->peer_recs,
+			 (double)i->peer_ns / 1e6, (unsigned long long)i->copy_calls,
+			 (double)i->copy_queue_ns / 1e6, (double)i->table_ns / 1e6,
+			 (unsigned long long)i->copy_early, (double)i->copy_ns / 1e6);
 	char slow[96] = "";
 	if (i->slow_ns)
 		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", i->slow_n,

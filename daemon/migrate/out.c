@@ -443,10 +443,10 @@ static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
 		snprintf(later, sizeof(later), "; %llu bytes copied there GPU to GPU while the client "
 			 "re-attaches", (unsigned long long)pending);
 	log_info("%s: session moved to %s%s: %llu bytes of state%s in %.3f s (%.2f GB/s; drained "
-		 "and sent in %.1f ms, restored there in %.1f ms%s)%s", s->name, m->target,
-		 m->o.gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
+		 "and sent in %.1f ms (the drain %.1f ms), restored there in %.1f ms%s)%s", s->name,
+		 m->target, m->o.gpu >= 0 ? " (another GPU)" : "", (unsigned long long)all, ref, secs,
 		 secs > 0 ? all / secs / 1e9 : 0.0, (double)(t_sent - t0) / 1e6,
-		 (double)(t_restored - t_sent) / 1e6, later, pre);
+		 (double)io.drain_ns / 1e6, (double)(t_restored - t_sent) / 1e6, later, pre);
 out:
 	free(rbuf);
 	return rc;

@@ -596,8 +596,9 @@ static int copy_queue(struct rst *r, uint64_t ctx, CUdeviceptr dst, CUdeviceptr 
 	struct copy_ctx *c = copy_ctx_get(r, ctx);
 	if (!c)
 		return -1;
+	uint64_t t0 = rgpu_now_ns();
 	if (!r->copy_t0)
-		r->copy_t0 = rgpu_now_ns();
+		r->copy_t0 = t0;
 	for (uint64_t off = 0; off < n;) {
 		uint64_t k = n - off < COPY_PIECE ? n - off : COPY_PIECE;
 		int rc = D->cuMemcpyDtoDAsync_v2(dst + off, src + off, k,
@@ -606,8 +607,10 @@ static int copy_queue(struct rst *r, uint64_t ctx, CUdeviceptr dst, CUdeviceptr 
 			return BAD("copying device memory at %#llx GPU to GPU: %s",
 				   (unsigned long long)(dst + off), rgpud_cu_errname(D, rc));
 		off += k;
+		r->info->copy_calls++;
 	}
 	r->queued = 1;
+	r->info->copy_queue_ns += rgpu_now_ns() - t0;
 	return 0;
 }
 
@@ -864,6 +867,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			paused_mem = 1;
 			rc = peer(r, len);
 			info->mem_ns += rgpu_now_ns() - t0;
+			info->peer_ns += rgpu_now_ns() - t0;
+			info->peer_recs++;
 			break;
 		}
 		case SNAP_PREP: {
@@ -873,9 +878,12 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			info->prep_ns += rgpu_now_ns() - t0;
 			break;
 		}
-		case SNAP_TABLE:
+		case SNAP_TABLE: {
+			uint64_t t0 = rgpu_now_ns();
 			rc = table(r, len);
+			info->table_ns += rgpu_now_ns() - t0;
 			break;
+		}
 		case SNAP_SYNC:
 			/* the objects sent ahead are made: say so, then wait
 			 * for the rest */
@@ -887,6 +895,7 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 				rc = BAD("the sender of the session's state went away");
 			synced = 1;
 			r->copy_t0 = 0;
+			info->copy_calls = info->copy_queue_ns = 0; /* (the pause's alone) */
 			t_sync = rgpu_now_ns();
 			break;
 		case SNAP_LAST: {

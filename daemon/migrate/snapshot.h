@@ -90,6 +90,8 @@ struct snap_io {
 	 * as PEER records; ref_bytes counts what went so */
 	int by_ref;
 	uint64_t ref_bytes;
+	/* capture: how long the session's work took to drain */
+	uint64_t drain_ns;
 	/* restore: a SYNC record was read (NULL: SYNC is refused) */
 	int (*sync)(void *arg);
 };
@@ -139,6 +141,9 @@ struct snap_info {
 	 * took from the first queued to the last done */
 	uint64_t pause_wait_ns, pause_ns, tail_ns;
 	uint64_t copy_early, copy_ns;
+	/* of the pause's records: PEER records and the time they took, of
+	 * it queueing copies (calls, time), and the handle table's */
+	uint64_t peer_recs, peer_ns, copy_calls, copy_queue_ns, table_ns;
 	/* the kind of request whose re-creation took longest in all, and how
 	 * long (where a move's pause goes) */
 	uint16_t slow_op;
