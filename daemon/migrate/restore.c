@@ -78,6 +78,44 @@ struct copy_ctx {
 	struct copy_ctx *next;
 };
 
+/* Contexts whose legacy stream holds MEMORY records' copies not waited
+ * for: a record no longer waits for its own (in a move's pause they
+ * queued behind the GPU-to-GPU copies: 3.4 ms of a same-GPU pause on the
+ * H200), the restore waits for them all before the session serves. */
+#define MEM_PENDING_MAX 64
+struct mem_pending {
+	CUcontext ctx[MEM_PENDING_MAX];
+	unsigned n;
+};
+
+/* Waits for every context's MEMORY copies: 0 or the first CUresult. */
+static int mem_pending_wait(struct mem_pending *mp)
+{
+	int rc = 0;
+	for (unsigned i = 0; i < mp->n; i++) {
+		D->cuCtxSetCurrent(mp->ctx[i]);
+		int k = D->cuStreamSynchronize(NULL);
+		if (k && !rc)
+			rc = k;
+	}
+	mp->n = 0;
+	return rc;
+}
+
+/* ctx's legacy stream has copies queued: 0, or the CUresult of waiting
+ * for them at once when the list is full. */
+static int mem_pending_add(struct mem_pending *mp, CUcontext ctx)
+{
+	for (unsigned i = 0; i < mp->n; i++)
+		if (mp->ctx[i] == ctx)
+			return 0;
+	if (mp->n < MEM_PENDING_MAX) {
+		mp->ctx[mp->n++] = ctx;
+		return 0;
+	}
+	return (int)D->cuStreamSynchronize(NULL);
+}
+
 struct rst {
 	struct session *s;
 	const struct snap_io *io;
@@ -91,6 +129,7 @@ struct rst {
 	struct copy_ctx *cctx; /* streams the copies were queued on */
 	int queued;            /* copies queued since the last wait */
 	uint64_t copy_t0;      /* when the first copy was queued */
+	struct mem_pending mp;  /* MEMORY records' copies not waited for */
 };
 
 static uint64_t gl(const uint8_t *p, int n)
@@ -271,9 +310,13 @@ static int memory(struct rst *r, uint64_t len)
 		rc = stage_htod(pool, i, dptr + off, k, NULL, 0, 0);
 		off += k;
 	}
-	int src = D->cuStreamSynchronize(NULL);
-	if (!rc)
-		rc = src;
+	if (rc) {
+		D->cuStreamSynchronize(NULL);
+	} else {
+		/* waited for with the rest (the restore's end) */
+		struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
+		rc = e ? mem_pending_add(&r->mp, e->obj) : (int)D->cuStreamSynchronize(NULL);
+	}
 	if (rc)
 		return BAD("writing device memory at %#llx: %s", (unsigned long long)dptr,
 			   rgpud_cu_errname(D, rc));
@@ -752,6 +795,7 @@ struct snap_defer {
 	struct peer_copy *copies;
 	struct copy_ctx *cctx; /* the streams they are queued on */
 	uint64_t copy_t0;
+	struct mem_pending mp; /* and the MEMORY records' copies */
 };
 
 uint64_t snap_defer_bytes(const struct snap_defer *d)
@@ -769,12 +813,15 @@ int snap_restore_finish(struct snap_defer *d, struct snap_info *info, char *why,
 			  .queued = 1, .copy_t0 = d->copy_t0 };
 	struct rst *r = &rr;
 	r->copies_tail = &r->copies;
-	free(d);
 	uint64_t t0 = rgpu_now_ns();
 	int rc = peer_copies(r, 1);
+	int mrc = mem_pending_wait(&d->mp);
+	if (!rc && mrc)
+		rc = BAD("writing device memory: %s", rgpud_cu_errname(D, mrc));
 	info->mem_ns += rgpu_now_ns() - t0;
 	peer_copies_free(r);
 	copy_ctx_free(r->cctx);
+	free(d);
 	snap_restore_done(); /* (none left: one restore at a time) */
 	imports_left = r->imp; /* let go by the caller */
 	D->cuCtxSetCurrent(NULL);
@@ -790,6 +837,7 @@ void snap_restore_cancel(struct snap_defer *d)
 		return;
 	struct rst rr = { .copies = d->copies };
 	peer_copies_free(&rr);
+	mem_pending_wait(&d->mp);
 	copy_ctx_free(d->cctx); /* (before the blocks they read go) */
 	imports_free(d->imp);
 	free(d);
@@ -936,14 +984,19 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 	if (!rc && r->copies && defer && (*defer = calloc(1, sizeof(**defer)))) {
 		**defer = (struct snap_defer){ .s = s, .gpu_to = gpu_to, .imp = r->imp,
 					       .copies = r->copies, .cctx = r->cctx,
-					       .copy_t0 = r->copy_t0 };
+					       .copy_t0 = r->copy_t0, .mp = r->mp };
 		r->imp = NULL;
 		r->copies = NULL;
 		r->copies_tail = &r->copies;
 		r->cctx = NULL;
+		r->mp.n = 0;
 	} else if (!rc && r->copies && defer) {
 		rc = peer_copies(r, 1);
 	}
+	/* (on every other path, before the session serves or goes) */
+	int mrc = mem_pending_wait(&r->mp);
+	if (!rc && mrc)
+		rc = BAD("writing device memory: %s", rgpud_cu_errname(D, mrc));
 	if (synced)
 		info->pause_ns = rgpu_now_ns() - t_sync;
 	info->tail_ns = rgpu_now_ns() - t_end;
