@@ -20,9 +20,10 @@
 #              the median and mean step time are recorded
 #   migrate-ahead  the same as rgpud moves by default: the session's
 #              objects are re-created on B before the pause
-#   same-gpu-ahead  rgpu migrate to GPU 0 of the same server (a fresh
-#              worker on the same GPU; memory by reference, copied within
-#              the GPU), objects ahead, on any machine
+#   same-gpu, same-gpu-ahead  rgpu migrate to GPU 0 of the same server (a
+#              fresh worker on the same GPU; memory by reference, copied
+#              within the GPU), everything in the pause, then the objects
+#              ahead; on any machine
 #   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
 #              (everything in the pause; then through host, two-gpus-host,
 #              and as by default, the objects ahead of the pause,
@@ -212,6 +213,11 @@ move_to_gpu1() {
 # ---- a fresh worker on the same GPU (any machine) ----
 # the memory goes by reference as between two GPUs, copied device to device
 # within the GPU: what a move costs where the copy is not the bound
+# (everything in the pause first: the copies queued at the state's end)
+RGPUD_MIGRATE_AHEAD=0 move_to_gpu1 samegpu0 same0 0
+MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpu0.cmd" && echo 0 || echo 1)
+result same-gpu "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && grep -q "of them copied GPU to GPU" "$OUT/rgpud-same0.log" && echo 0 || echo 1)" \
+	"moved to a fresh worker on GPU 0 of the same rgpud at step $MOVE_AT (everything in the pause): losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpu0.cmd"); pause $(pause_ms samegpu0 "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-same0.log" | tail -1)"
 MIG_CLIENT_LOG=debug RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 samegpu sameX 0
 ps=$(pause_ms samegpu "$MOVE_AT")
 MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpu.cmd" && echo 0 || echo 1)
