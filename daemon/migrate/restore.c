@@ -270,6 +270,9 @@ static int mem_enter(struct rst *r, const struct mem_head *m)
 static int restore_at(struct rst *r, const struct mem_head *h);
 static void preps_drop(struct rst *r, uint64_t dptr, uint64_t size);
 
+/* MEMORY records up to this size are copied from pageable memory */
+#define MEM_SMALL_COPY (64u << 10)
+
 static int memory(struct rst *r, uint64_t len)
 {
 	struct session *s = r->s;
@@ -291,12 +294,34 @@ static int memory(struct rst *r, uint64_t len)
 	} else if (!session_owns_range(s, dptr, size)) {
 		return BAD("memory at %#llx was not re-created by its object", (unsigned long long)dptr);
 	}
+	int rc = 0;
+	if (size <= MEM_SMALL_COPY) {
+		/* a module's globals, typically: from pageable memory, which
+		 * the driver stages itself (a pinned buffer made now would
+		 * wait for the GPU-to-GPU copies under way) */
+		uint8_t *b = malloc(size ? size : 1);
+		if (!b)
+			return BAD("out of memory");
+		if (get(r, b, size) < 0) {
+			free(b);
+			return -1;
+		}
+		rc = size ? D->cuMemcpyHtoDAsync_v2(dptr, b, size, NULL) : 0;
+		free(b);
+		if (!rc) {
+			struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
+			rc = e ? mem_pending_add(&r->mp, e->obj) : (int)D->cuStreamSynchronize(NULL);
+		}
+		if (rc)
+			return BAD("writing device memory at %#llx: %s", (unsigned long long)dptr,
+				   rgpud_cu_errname(D, rc));
+		return 0;
+	}
 	/* through the session's staging pool, as a client's host-to-device
 	 * copy: each chunk is received into a free pinned buffer and queued,
 	 * the buffer back when its copy is done, so the network and the GPU
 	 * overlap as far as the pool reaches */
 	struct xfer_pool *pool = stage_pool(s);
-	int rc = 0;
 	for (uint64_t off = 0; off < size && !rc;) {
 		size_t k = size - off < RGPU_CHUNK_SIZE ? (size_t)(size - off) : RGPU_CHUNK_SIZE;
 		int i = xfer_pool_get(pool, ctx, &rc);
@@ -537,6 +562,27 @@ static void preps_drop(struct rst *r, uint64_t dptr, uint64_t size)
 		}
 		pp = &p->next;
 	}
+}
+
+/* Pinned staging buffers made ahead of a move's pause whose copies go GPU
+ * to GPU: the pause's MEMORY records by value (memory mapped by the
+ * client, VMM) would otherwise make them then, and making pinned memory
+ * waits for the copies under way. */
+#define STAGE_PRIME 2
+static int stage_prime(struct rst *r)
+{
+	struct xfer_pool *pool = stage_pool(r->s);
+	if (mem_enter(r, &r->preps->h) < 0)
+		return -1;
+	int got[STAGE_PRIME], n = 0, rc = 0;
+	/* (each kept meanwhile, so that the next is another) */
+	while (n < STAGE_PRIME && (got[n] = xfer_pool_get(pool, r->preps->h.ctx, &rc)) >= 0)
+		xfer_pool_keep(pool, got[n++]);
+	while (n--)
+		xfer_pool_drop(pool, got[n]);
+	if (rc)
+		return BAD("no staging memory for the session's state: %s", rgpud_cu_errname(D, rc));
+	return 0;
 }
 
 /* bytes of each prepared block copied ahead (prep) */
@@ -939,6 +985,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 				rc = BAD("malformed session state (sync)");
 			else if (r->queued && copies_wait(r) < 0)
 				rc = -1; /* (the PREP records' first copies) */
+			else if (r->preps && stage_prime(r) < 0)
+				rc = -1;
 			else if (io->sync(io->arg) < 0)
 				rc = BAD("the sender of the session's state went away");
 			synced = 1;
