@@ -308,32 +308,26 @@ static int memory(struct rst *r, uint64_t len)
 		}
 		rc = size ? D->cuMemcpyHtoDAsync_v2(dptr, b, size, NULL) : 0;
 		free(b);
-		if (!rc) {
-			struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
-			rc = e ? mem_pending_add(&r->mp, e->obj) : (int)D->cuStreamSynchronize(NULL);
+	} else {
+		/* through the session's staging pool, as a client's
+		 * host-to-device copy: each chunk is received into a free
+		 * pinned buffer and queued, the buffer back when its copy is
+		 * done, so the network and the GPU overlap as far as the pool
+		 * reaches */
+		struct xfer_pool *pool = stage_pool(s);
+		for (uint64_t off = 0; off < size && !rc;) {
+			size_t k = size - off < RGPU_CHUNK_SIZE ? (size_t)(size - off) : RGPU_CHUNK_SIZE;
+			int i = xfer_pool_get(pool, ctx, &rc);
+			if (i < 0)
+				break;
+			if (get(r, pool->b[i].p, k) < 0) {
+				xfer_pool_drop(pool, i);
+				D->cuStreamSynchronize(NULL);
+				return -1;
+			}
+			rc = stage_htod(pool, i, dptr + off, k, NULL, 0, 0);
+			off += k;
 		}
-		if (rc)
-			return BAD("writing device memory at %#llx: %s", (unsigned long long)dptr,
-				   rgpud_cu_errname(D, rc));
-		return 0;
-	}
-	/* through the session's staging pool, as a client's host-to-device
-	 * copy: each chunk is received into a free pinned buffer and queued,
-	 * the buffer back when its copy is done, so the network and the GPU
-	 * overlap as far as the pool reaches */
-	struct xfer_pool *pool = stage_pool(s);
-	for (uint64_t off = 0; off < size && !rc;) {
-		size_t k = size - off < RGPU_CHUNK_SIZE ? (size_t)(size - off) : RGPU_CHUNK_SIZE;
-		int i = xfer_pool_get(pool, ctx, &rc);
-		if (i < 0)
-			break;
-		if (get(r, pool->b[i].p, k) < 0) {
-			xfer_pool_drop(pool, i);
-			D->cuStreamSynchronize(NULL);
-			return -1;
-		}
-		rc = stage_htod(pool, i, dptr + off, k, NULL, 0, 0);
-		off += k;
 	}
 	if (rc) {
 		D->cuStreamSynchronize(NULL);
