@@ -26,11 +26,13 @@ struct phys {
 	int released;           /* cuMemRelease done: gone with its last mapping */
 	int exported;
 	uint8_t token[16];
+	uint32_t types;         /* the shareable handle types asked for */
 };
 
 struct amap {
 	uint64_t addr, size;
 	struct phys *p;
+	uint64_t off;           /* where in p it begins */
 	uint64_t access;        /* bit g: GPU g may access it */
 };
 

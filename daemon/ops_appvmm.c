@@ -155,6 +155,7 @@ int op_vmm_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	}
 	p->size = size;
 	p->gpu = gpu;
+	p->types = prop.requestedHandleTypes;
 	p->charged = 1;
 	p->next = a->phys;
 	a->phys = p;
@@ -243,7 +244,7 @@ int op_vmm_map(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct
 	if ((rc = D->cuMemMap(addr, size, off, p->h, 0)))
 		return rc;
 	memmove(&a->maps[at + 1], &a->maps[at], (a->nmaps - at) * sizeof(*a->maps));
-	a->maps[at] = (struct amap){ addr, size, p, 0 };
+	a->maps[at] = (struct amap){ .addr = addr, .size = size, .p = p, .off = off };
 	a->nmaps++;
 	p->maps++;
 	return CUDA_SUCCESS;

@@ -6,6 +6,7 @@
  * globals (their objects exist by then); the handle table; END.
  */
 #include "snapshot.h"
+#include "vmmstate.h"
 #include "clock.h"
 #include "memif.h"
 #include "../rgpud.h"
@@ -63,6 +64,32 @@ static int put(struct cap *c, const void *p, size_t n)
 	return 0;
 }
 
+/* A CREATE record's fields and payload (snapshot.h); by_ref: the payload
+ * stays where it is until the journal thaws, so it may go from there. */
+static int create_out(struct cap *c, uint16_t op, uint64_t id, uint64_t result, uint64_t place,
+		      const uint8_t *p, size_t n, int by_ref)
+{
+	uint8_t f[32];
+	le(f, op, 2);
+	le(f + 2, 0, 2);
+	le(f + 4, n, 4);
+	le(f + 8, id, 8);
+	le(f + 16, result, 8);
+	le(f + 24, place, 8);
+	if (rec_hdr(c, SNAP_CREATE, sizeof(f) + n) < 0 || put(c, f, sizeof(f)) < 0)
+		return -1;
+	/* ahead of a pause the journal is frozen (snap_capture_ahead): a
+	 * library image (tens of MB) goes from where it lies */
+	if (by_ref && c->io->write_ref && n) {
+		if (c->io->write_ref(c->io->arg, p, n) < 0) {
+			snprintf(c->why, c->whylen, "out of memory capturing the session's objects");
+			return -1;
+		}
+		return 0;
+	}
+	return put(c, p, n);
+}
+
 static int create_rec(void *arg, const struct journal_rec *r)
 {
 	struct cap *c = arg;
@@ -70,25 +97,13 @@ static int create_rec(void *arg, const struct journal_rec *r)
 		return 0;
 	if (r->seq > c->last)
 		c->last = r->seq;
-	uint8_t f[32];
-	le(f, r->op, 2);
-	le(f + 2, 0, 2);
-	le(f + 4, r->plen, 4);
-	le(f + 8, r->id, 8);
-	le(f + 16, r->result, 8);
-	le(f + 24, r->place, 8);
-	if (rec_hdr(c, SNAP_CREATE, sizeof(f) + r->plen) < 0 || put(c, f, sizeof(f)) < 0)
-		return -1;
-	/* ahead of a pause the journal is frozen (snap_capture_ahead): a
-	 * library image (tens of MB) goes from where it lies */
-	if (c->io->write_ref && r->plen) {
-		if (c->io->write_ref(c->io->arg, r->payload, r->plen) < 0) {
-			snprintf(c->why, c->whylen, "out of memory capturing the session's objects");
-			return -1;
-		}
-		return 0;
-	}
-	return put(c, r->payload, r->plen);
+	return create_out(c, r->op, r->id, r->result, r->place, r->payload, r->plen, 1);
+}
+
+/* A request that makes the application's VMM memory again (vmmstate.h). */
+static int vmm_rec(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n)
+{
+	return create_out(arg, op, id, 0, 0, p, n, 0);
 }
 
 /* kinds to write in this pass (bit per MEMK_*) */
@@ -276,14 +291,15 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 				 "callbacks), which are not migrated yet");
 		return buf;
 	}
-	if (s->appmem && (s->appmem->phys || s->appmem->nmaps || s->appmem->npallocs)) {
-		snprintf(buf, n, "the session holds application VMM memory or stream-ordered "
-				 "allocations, which are not migrated yet");
+	const char *vmm = vmm_unmovable(s);
+	if (vmm) {
+		snprintf(buf, n, "%s", vmm);
 		return buf;
 	}
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		const struct hentry *e = &s->ht.e[i];
-		if (e->kind == HK_FREE)
+		/* (application VMM memory is written from the live state) */
+		if (e->kind == HK_FREE || e->kind == HK_VMM)
 			continue;
 		const char *k = (unsigned)e->kind < sizeof(kinds) / sizeof(kinds[0])
 					? kinds[e->kind] : "unknown";
@@ -386,6 +402,8 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 	c.phase = 1;
 	if (!rc)
 		rc = journal_each(s, create_rec, &c);
+	if (!rc)
+		rc = vmm_each_request(s, vmm_rec, &c);
 	if (!rc)
 		rc = memif_each(s, mem_rec, &rest);
 	if (!rc)

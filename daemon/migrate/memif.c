@@ -12,6 +12,7 @@
  */
 #include "memif.h"
 #include "snapshot.h"
+#include "vmmstate.h"
 #include "../gate.h"
 #include "../rgpud.h"
 #include "../session.h"
@@ -41,7 +42,8 @@ int memif_each(struct session *s, int (*fn)(void *arg, const struct memif_alloc 
 		if (rc)
 			return rc;
 	}
-	return 0;
+	/* the application's VMM mappings (vmmstate.h) */
+	return vmm_each_map(s, fn, arg);
 }
 
 typedef CUresult (*place_fn)(CUdeviceptr);

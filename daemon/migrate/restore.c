@@ -132,6 +132,12 @@ struct rst {
 	struct mem_pending mp;  /* MEMORY records' copies not waited for */
 };
 
+static void le32_put(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
 static uint64_t gl(const uint8_t *p, int n)
 {
 	uint64_t v = 0;
@@ -206,10 +212,16 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 		free(p);
 		return -1;
 	}
-	if (op == RGPU_OP_CTX_CREATE && r->gpu_to >= 0 && plen >= 4) {
-		p[0] = (uint8_t)r->gpu_to;
-		p[1] = (uint8_t)(r->gpu_to >> 8);
-		p[2] = p[3] = 0;
+	/* a move to another GPU: contexts and physical memory are made
+	 * there (each request's first field), and access is given to it */
+	if ((op == RGPU_OP_CTX_CREATE || op == RGPU_OP_VMM_CREATE) && r->gpu_to >= 0 && plen >= 4)
+		le32_put(p, (uint32_t)r->gpu_to);
+	if (op == RGPU_OP_VMM_ACCESS && r->gpu_to >= 0 && plen >= 28) {
+		/* u64 addr, u64 size, u32 n, n x (u32 gpu, u32 flags): one */
+		le32_put(p + 16, 1);
+		le32_put(p + 20, (uint32_t)r->gpu_to);
+		le32_put(p + 24, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+		plen = 28;
 	}
 	s->ht.force_id = id;
 	if (place)

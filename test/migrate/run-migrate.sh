@@ -15,6 +15,9 @@
 #                               records come (the logs say how much), same checks
 #   t_migrate_same_gpu_worker   rgpu migrate A -> A/0 from GPU 0: a fresh worker
 #                               on the same GPU, memory by reference too
+#   t_migrate_vmm               a session with application VMM memory (mapped,
+#                               one handle released) -> another server
+#   t_migrate_vmm_same_server   the same -> the other GPU of its server
 #   t_migrate_memory_churn      the same while the application frees and
 #                               allocates memory all through the move (made
 #                               ready ahead, then gone, or new since): every
@@ -87,7 +90,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..17"
+echo "1..19"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -183,6 +186,13 @@ check t_migrate_ahead_changed \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/churn.out" && grep -q "1 moved, 0 failed" "$LOGDIR/churn.cmd" && grep -q "changed or went meanwhile; moving it at once" "$ALOG"' \
 	"$(cat "$LOGDIR/churn.cmd"; detail churn; grep -E "moved|ahead|meanwhile" "$ALOG")"
 
+# application VMM memory (cuMemCreate, cuMemMap, cuMemSetAccess; one
+# handle released while mapped): to another server, objects ahead
+ahead vmm vmm
+check t_migrate_vmm \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmm.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmm.cmd" && grep -q "client attached" "$BLOG"' \
+	"$(cat "$LOGDIR/vmm.cmd"; detail vmm; grep -E "moved|restor|ahead" "$ALOG" "$BLOG")"
+
 # ---- to the second GPU of another server ----
 start_open_rgpud a2 --worker-layout=random && A=$PORT AP=$PID
 start_open_rgpud b2 && B=$PORT BP=$PID
@@ -225,6 +235,12 @@ check t_migrate_same_server_peer \
 # to a fresh worker on the same GPU of the same server (a worker replaced
 # under a live session): its memory by reference as well
 MOVE_GPU=0 same_server samegpu
+# application VMM memory to the other GPU of the same server: made there,
+# its access given to that GPU
+same_server vmmgpu vmm
+check t_migrate_vmm_same_server \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmmgpu.cmd" && grep -q "session restored on GPU 1 " "$LOGDIR/vmmgpu.moved"' \
+	"$(cat "$LOGDIR/vmmgpu.cmd" "$LOGDIR/vmmgpu.moved"; detail vmmgpu)"
 check t_migrate_same_gpu_worker \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/samegpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/samegpu.cmd" && grep -q "session restored on GPU 0 .*[1-9][0-9]* of them copied GPU to GPU" "$LOGDIR/samegpu.moved"' \
 	"$(cat "$LOGDIR/samegpu.cmd" "$LOGDIR/samegpu.moved"; detail samegpu)"

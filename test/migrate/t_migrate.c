@@ -78,6 +78,62 @@ static void memchurn(int phase)
 		CK(cuMemFree(i < mgone ? mnew[i] : mold[i]));
 }
 
+/* Application VMM memory (vmm mode): two physical pieces mapped side by
+ * side, the second's handle released while mapped, as allocators that
+ * grow a reserved range do (PyTorch's expandable segments, XLA). */
+#define VMM_PIECES 2
+struct vmm_state {
+	CUdeviceptr va;
+	size_t piece, size;
+	CUmemGenericAllocationHandle h[VMM_PIECES];
+};
+
+static void vmm_make(struct vmm_state *v, CUfunction f_inc, CUstream s)
+{
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	CK(cuMemGetAllocationGranularity(&v->piece, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	v->size = VMM_PIECES * v->piece;
+	CK(cuMemAddressReserve(&v->va, v->size, 0, 0, 0));
+	for (int i = 0; i < VMM_PIECES; i++) {
+		CK(cuMemCreate(&v->h[i], v->piece, &prop, 0));
+		CK(cuMemMap(v->va + i * v->piece, v->piece, 0, v->h[i], 0));
+	}
+	CK(cuMemRelease(v->h[VMM_PIECES - 1]));
+	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CK(cuMemSetAccess(v->va, v->size, &acc, 1));
+	int words = (int)(v->size / 4);
+	int *h = xmalloc(v->size);
+	for (int i = 0; i < words; i++)
+		h[i] = i * 7;
+	CK(cuMemcpyHtoD(v->va, h, v->size));
+	void *args[] = { &v->va, &words };
+	launch1d(f_inc, words, s, args);
+	CK(cuStreamSynchronize(s));
+	free(h);
+}
+
+/* after the move: each word i * 7 + 1 (+ 1 more after another launch) */
+static void vmm_check(struct vmm_state *v, CUfunction f_inc, CUstream s)
+{
+	int words = (int)(v->size / 4);
+	int *h = xmalloc(v->size);
+	CK(cuMemcpyDtoH(h, v->va, v->size));
+	for (int i = 0; i < words; i++)
+		CHECK(h[i] == i * 7 + 1, "vmm[%d] = %d, want %d", i, h[i], i * 7 + 1);
+	void *args[] = { &v->va, &words };
+	launch1d(f_inc, words, s, args);
+	CK(cuStreamSynchronize(s));
+	CK(cuMemcpyDtoH(h, v->va, v->size));
+	for (int i = 0; i < words; i++)
+		CHECK(h[i] == i * 7 + 2, "vmm[%d] = %d after a launch, want %d", i, h[i], i * 7 + 2);
+	free(h);
+	CK(cuMemUnmap(v->va, v->size));
+	for (int i = 0; i < VMM_PIECES - 1; i++)
+		CK(cuMemRelease(v->h[i]));
+	CK(cuMemAddressFree(v->va, v->size));
+}
+
 static void wait_go(int churn, int mchurn)
 {
 	char line[64];
@@ -118,6 +174,7 @@ int main(int argc, char **argv)
 	int pool = argc > 1 && !strcmp(argv[1], "pool");
 	int churn = argc > 1 && !strcmp(argv[1], "churn");
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
+	int vmm = argc > 1 && !strcmp(argv[1], "vmm");
 	(void)primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction f_add = get_func(mod, "vec_add");
@@ -190,6 +247,9 @@ int main(int argc, char **argv)
 		launch1d(f_inc, N, s, inc_args);
 		CK(cuStreamSynchronize(s));
 	}
+	struct vmm_state vs = { 0 };
+	if (vmm)
+		vmm_make(&vs, f_inc, s);
 	wait_go(churn, mchurn);
 
 	/* ---- after the move: everything as it was ---- */
@@ -205,6 +265,8 @@ int main(int argc, char **argv)
 		CHECK(bigh[i] == PATTERN, "big[%u] = %#x", i, bigh[i]);
 	if (mchurn)
 		memchurn(1);
+	if (vmm)
+		vmm_check(&vs, f_inc, s);
 	if (standby) {
 		CK(cuMemcpyDtoH(d, dd, N * sizeof(int)));
 		for (int i = 0; i < N; i++)

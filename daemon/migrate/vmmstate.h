@@ -1,0 +1,28 @@
+/*
+ * Application VMM memory in a session's captured state (vmmstate.c).
+ */
+#ifndef RGPUD_MIGRATE_VMMSTATE_H
+#define RGPUD_MIGRATE_VMMSTATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct session;
+struct memif_alloc;
+
+/* Why the session's application memory cannot be captured (stream-ordered
+ * allocations, memory shared with another process, physical memory not
+ * mapped whole), or NULL. */
+const char *vmm_unmovable(struct session *s);
+/* The requests that make the session's VMM memory again, in order
+ * (VMM_CREATE with the handle's id, VMM_MAP, VMM_ACCESS, VMM_RELEASE of
+ * handles released while mapped), each payload as the client sends it;
+ * stops at a nonzero return of fn and returns it. */
+int vmm_each_request(struct session *s,
+		     int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
+		     void *arg);
+/* Each mapping that some GPU may access, as a MEMK_FIXED allocation of a
+ * context on such a GPU; stops at a nonzero return of fn. */
+int vmm_each_map(struct session *s, int (*fn)(void *arg, const struct memif_alloc *a), void *arg);
+
+#endif
