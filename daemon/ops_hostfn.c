@@ -263,6 +263,18 @@ int op_hostfn_done(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	return found ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+int hostfn_busy(struct session *s)
+{
+	struct hostfn *hf = s->hostfn;
+	if (!hf)
+		return 0;
+	pthread_mutex_lock(&hf->mu);
+	/* reached or queued ones, graph host nodes, the client's poll */
+	int busy = hf->fires || hf->calls || hf->have_wait;
+	pthread_mutex_unlock(&hf->mu);
+	return busy;
+}
+
 void hostfn_cleanup(struct session *s)
 {
 	struct hostfn *hf = s->hostfn;

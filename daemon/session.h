@@ -277,6 +277,9 @@ void *hostfn_node_arg(struct session *s, uint64_t client_id, int oneshot);
 CUhostFn hostfn_trampoline(void);
 uint64_t hostfn_client_id(struct session *s, void *p);
 void hostfn_cleanup(struct session *s);
+/* Whether a host function is queued, reached or out on the client, or a
+ * graph host node holds one (a session is captured only when none is). */
+int hostfn_busy(struct session *s);
 void hostfn_free(struct session *s);
 
 /* ops (ops_*.c) */

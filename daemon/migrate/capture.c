@@ -286,9 +286,12 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 					      "kernel", "stream", "event", "graph",
 					      "executable graph", "VMM physical memory",
 					      "memory pool" };
-	if (s->hostfn) {
-		snprintf(buf, n, "the session uses host functions (cuLaunchHostFunc, stream "
-				 "callbacks), which are not migrated yet");
+	/* (nothing of a host function that has returned is left to move:
+	 * the client starts its poll again for the next one) */
+	if (hostfn_busy(s)) {
+		snprintf(buf, n, "a host function (cuLaunchHostFunc, a stream callback, a graph "
+				 "host node) is under way or held by a graph: the session can move "
+				 "once none is");
 		return buf;
 	}
 	const char *vmm = vmm_unmovable(s);

@@ -18,6 +18,7 @@
 #   t_migrate_vmm               a session with application VMM memory (mapped,
 #                               one handle released) -> another server
 #   t_migrate_vmm_same_server   the same -> the other GPU of its server
+#   t_migrate_hostfn            a session that ran host functions moves, runs more
 #   t_migrate_memory_churn      the same while the application frees and
 #                               allocates memory all through the move (made
 #                               ready ahead, then gone, or new since): every
@@ -90,7 +91,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..19"
+echo "1..20"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -192,6 +193,13 @@ ahead vmm vmm
 check t_migrate_vmm \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmm.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmm.cmd" && grep -q "client attached" "$BLOG"' \
 	"$(cat "$LOGDIR/vmm.cmd"; detail vmm; grep -E "moved|restor|ahead" "$ALOG" "$BLOG")"
+
+# a session that ran a host function (none under way at the pause), and
+# runs more after the move
+ahead hostfn hostfn
+check t_migrate_hostfn \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/hostfn.out" && grep -q "1 moved, 0 failed" "$LOGDIR/hostfn.cmd" && grep -q "client attached" "$BLOG"' \
+	"$(cat "$LOGDIR/hostfn.cmd"; detail hostfn; grep -E "moved|restor|ahead" "$ALOG" "$BLOG")"
 
 # ---- to the second GPU of another server ----
 start_open_rgpud a2 --worker-layout=random && A=$PORT AP=$PID

@@ -134,6 +134,15 @@ static void vmm_check(struct vmm_state *v, CUfunction f_inc, CUstream s)
 	CK(cuMemAddressFree(v->va, v->size));
 }
 
+/* hostfn mode: host functions before and after the move, in stream order
+ * behind a kernel (each sees the words the kernel wrote so far) */
+static volatile int hostfn_runs;
+static void CUDA_CB hostfn_count(void *arg)
+{
+	(void)arg;
+	hostfn_runs++;
+}
+
 static void wait_go(int churn, int mchurn)
 {
 	char line[64];
@@ -175,6 +184,7 @@ int main(int argc, char **argv)
 	int churn = argc > 1 && !strcmp(argv[1], "churn");
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
 	int vmm = argc > 1 && !strcmp(argv[1], "vmm");
+	int hostfn = argc > 1 && !strcmp(argv[1], "hostfn");
 	(void)primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction f_add = get_func(mod, "vec_add");
@@ -250,6 +260,11 @@ int main(int argc, char **argv)
 	struct vmm_state vs = { 0 };
 	if (vmm)
 		vmm_make(&vs, f_inc, s);
+	if (hostfn) {
+		CK(cuLaunchHostFunc(s, hostfn_count, NULL));
+		CK(cuStreamSynchronize(s));
+		CHECK(hostfn_runs == 1, "a host function ran %d times before the move", hostfn_runs);
+	}
 	wait_go(churn, mchurn);
 
 	/* ---- after the move: everything as it was ---- */
@@ -267,6 +282,12 @@ int main(int argc, char **argv)
 		memchurn(1);
 	if (vmm)
 		vmm_check(&vs, f_inc, s);
+	if (hostfn) {
+		CK(cuLaunchHostFunc(s, hostfn_count, NULL));
+		CK(cuLaunchHostFunc(s, hostfn_count, NULL));
+		CK(cuStreamSynchronize(s));
+		CHECK(hostfn_runs == 3, "host functions ran %d times in all, want 3", hostfn_runs);
+	}
 	if (standby) {
 		CK(cuMemcpyDtoH(d, dd, N * sizeof(int)));
 		for (int i = 0; i < N; i++)
