@@ -32,6 +32,7 @@
 #   t_lost_without_standby_fails  no standby: a clear error, no hang
 #   t_migrate_needs_admin       a user's credential is refused
 #   t_unmovable_stays           a session holding a memory pool: refused, goes on
+#   t_unmovable_vmm_part        VMM physical memory mapped in part: refused, goes on
 #   t_bad_state_refused         garbage, truncated and forged state, forged tokens
 #                               (raw_restore.py): refused with a reason, server unharmed
 #   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
@@ -91,7 +92,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..20"
+echo "1..21"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -320,6 +321,19 @@ if run_app pool "127.0.0.1:$A" pool; then
 		"rc $PRC; $(cat "$LOGDIR/pool.cmd"; detail pool)"
 else
 	ko t_unmovable_stays "$(detail pool)"
+fi
+kill_all "$AP"
+
+start_open_rgpud a8 && A=$PORT AP=$PID
+if run_app vmmpart "127.0.0.1:$A" vmmpart; then
+	"$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B" >"$LOGDIR/vmmpart.cmd" 2>&1
+	PRC=$?
+	go vmmpart
+	check t_unmovable_vmm_part \
+		'[ "$PRC" = 1 ] && grep -q "0 moved, 1 failed" "$LOGDIR/vmmpart.cmd" && grep -q "not mapped whole" "$LOGDIR/vmmpart.cmd" && [ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmpart.out"' \
+		"rc $PRC; $(cat "$LOGDIR/vmmpart.cmd"; detail vmmpart)"
+else
+	ko t_unmovable_vmm_part "$(detail vmmpart)"
 fi
 kill_all "$AP"
 

@@ -185,6 +185,9 @@ int main(int argc, char **argv)
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
 	int vmm = argc > 1 && !strcmp(argv[1], "vmm");
 	int hostfn = argc > 1 && !strcmp(argv[1], "hostfn");
+	/* physical memory mapped in part only: its other bytes could not be
+	 * captured, so the session may not move */
+	int vmmpart = argc > 1 && !strcmp(argv[1], "vmmpart");
 	(void)primary_ctx(0, NULL);
 	CUmodule mod = load_test_module();
 	CUfunction f_add = get_func(mod, "vec_add");
@@ -265,6 +268,17 @@ int main(int argc, char **argv)
 		CK(cuStreamSynchronize(s));
 		CHECK(hostfn_runs == 1, "a host function ran %d times before the move", hostfn_runs);
 	}
+	CUmemGenericAllocationHandle ph = 0;
+	CUdeviceptr pva = 0;
+	size_t pg = 0;
+	if (vmmpart) {
+		CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+		CK(cuMemGetAllocationGranularity(&pg, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+		CK(cuMemCreate(&ph, 2 * pg, &prop, 0));
+		CK(cuMemAddressReserve(&pva, pg, 0, 0, 0));
+		CK(cuMemMap(pva, pg, pg, ph, 0)); /* its second half only */
+	}
 	wait_go(churn, mchurn);
 
 	/* ---- after the move: everything as it was ---- */
@@ -282,6 +296,11 @@ int main(int argc, char **argv)
 		memchurn(1);
 	if (vmm)
 		vmm_check(&vs, f_inc, s);
+	if (vmmpart) {
+		CK(cuMemUnmap(pva, pg));
+		CK(cuMemRelease(ph));
+		CK(cuMemAddressFree(pva, pg));
+	}
 	if (hostfn) {
 		CK(cuLaunchHostFunc(s, hostfn_count, NULL));
 		CK(cuLaunchHostFunc(s, hostfn_count, NULL));
