@@ -465,10 +465,13 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
 	} else {
 		rc_coh_device_use(src);
 	}
-	struct rc_ctx *sc;
+	struct rc_ctx *sc, *dc;
 	if (rc_alloc_lookup(src, &sc, NULL, NULL) == 0 && sc->dev->conn != c->dev->conn) {
-		rc_unsupported("device-to-device copies between two servers");
-		return CUDA_ERROR_NOT_SUPPORTED;
+		/* GPUs of two servers (or a stream of a third): through here */
+		if (rc_alloc_lookup(dst, &dc, NULL, NULL) < 0)
+			dc = c;
+		return n ? rc_peer_relay(dst, dc, src, sc, n, async ? s : NULL, async ? c : NULL)
+			 : CUDA_SUCCESS;
 	}
 	struct wbuf *w = stream_req(c, sh, dst);
 	put_u64(w, src);

@@ -4,13 +4,14 @@
  * GPUs of one server share the client's connection to it; their peer
  * access and copies are served there (daemon/ops_peer.c), GPU to GPU, and
  * never pass through the client.  GPUs of different servers cannot reach
- * each other: cuDeviceCanAccessPeer says 0, and a peer copy between them
- * fails with CUDA_ERROR_NOT_SUPPORTED (a server-to-server path is not
- * built yet; see docs/multi-gpu.md).
+ * each other: cuDeviceCanAccessPeer says 0, peer access is refused, and a
+ * peer copy between them goes through this process (a server-to-server
+ * path is not built yet; see docs/multi-gpu.md).
  */
 #include "client.h"
 #include "log.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 struct peer_info {
@@ -131,6 +132,70 @@ RC_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 
 RC_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) { return peer_access(peer, 0); }
 
+/* a relayed copy's pieces: read from one server while nothing else of
+ * this copy is in flight, so that memory stays bounded */
+#define RELAY_PIECE (64u << 20)
+
+/* A peer copy between GPUs of different servers, relayed through this
+ * process in pieces: each read from the source's server, then written to
+ * the destination's.  Ordered as CUDA orders it: a copy on a stream comes
+ * after that stream's work (the stream of either context; the other GPU's
+ * work is waited for whole), a synchronous one after both legacy
+ * streams'; the bytes of an asynchronous write are taken before it
+ * returns (pageable memory), so the piece buffer is free again at once. */
+CUresult rc_peer_relay(CUdeviceptr dst, struct rc_ctx *d, CUdeviceptr src, struct rc_ctx *sc, size_t n,
+		       CUstream s, struct rc_ctx *sctx_of_stream)
+{
+	if (s && rc_stream_capture_id(s)) {
+		/* (bytes through this process are no node of a graph) */
+		rc_unsupported("capturing a copy between GPUs of two servers");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	static int warned;
+	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		log_warn("peer copies between GPUs of different servers (%s:%u and %s:%u) go through "
+			 "this process: a server-to-server path is not built yet",
+			 d->dev->conn->host, d->dev->conn->port, sc->dev->conn->host,
+			 sc->dev->conn->port);
+	CUcontext cur = NULL;
+	CUresult rc = cuCtxGetCurrent(&cur);
+	if (rc)
+		return rc;
+	int on_src = sctx_of_stream == sc, on_dst = sctx_of_stream == d;
+	/* a stream of neither context: its work first, then as a
+	 * synchronous copy */
+	if (sctx_of_stream && !on_src && !on_dst && (rc = cuStreamSynchronize(s)))
+		return rc;
+	size_t piece = n < RELAY_PIECE ? n : RELAY_PIECE;
+	uint8_t *buf = malloc(piece);
+	if (!buf)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t off = 0; off < n && !rc;) {
+		size_t k = n - off < piece ? n - off : piece;
+		if (!(rc = cuCtxSetCurrent((CUcontext)sc))) {
+			if (on_src) {
+				if (!(rc = cuMemcpyDtoHAsync_v2(buf, src + off, k, s)))
+					rc = cuStreamSynchronize(s);
+			} else {
+				/* the source GPU's work, all of it, before the
+				 * first read (a stream of the destination
+				 * names no work of the source's) */
+				if (!off && on_dst)
+					rc = cuCtxSynchronize();
+				if (!rc)
+					rc = cuMemcpyDtoH_v2(buf, src + off, k);
+			}
+		}
+		if (!rc && !(rc = cuCtxSetCurrent((CUcontext)d)))
+			rc = on_dst ? cuMemcpyHtoDAsync_v2(dst + off, buf, k, s)
+				    : cuMemcpyHtoD_v2(dst + off, buf, k);
+		off += k;
+	}
+	free(buf);
+	CUresult back = cuCtxSetCurrent(cur);
+	return rc ? rc : back;
+}
+
 static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
 			  CUstream s, int async)
 {
@@ -149,15 +214,10 @@ static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUco
 	} else {
 		c = d;
 	}
-	if (d->dev->conn != sc->dev->conn || c->dev->conn != d->dev->conn) {
-		log_warn("a peer copy between GPUs of different servers (%s:%u and %s:%u) is not "
-			 "supported: rgpu copies between GPUs of one server only",
-			 d->dev->conn->host, d->dev->conn->port, sc->dev->conn->host,
-			 sc->dev->conn->port);
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
 	if (!n)
 		return CUDA_SUCCESS;
+	if (d->dev->conn != sc->dev->conn || c->dev->conn != d->dev->conn)
+		return rc_peer_relay(dst, d, src, sc, n, async ? s : NULL, async ? c : NULL);
 	rc_coh_device_use(dst);
 	rc_coh_device_use(src);
 	struct wbuf *w = rc_req();

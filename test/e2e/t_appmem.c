@@ -469,9 +469,50 @@ static void test_peer(int same_server)
 	CK(cuCtxSetCurrent(c0));
 	CK(cuMemcpyHtoD(a, h, bytes));
 	if (!same_server) {
-		EXPECT_RC(cuMemcpyPeer(b, c1, a, c0, bytes), CUDA_ERROR_NOT_SUPPORTED);
+		/* peer access is refused; copies go through the client, in
+		 * pieces of 64 MiB (this one is one), ordered as CUDA orders
+		 * them */
 		EXPECT_RC(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_UNSUPPORTED);
-		say("peers on different servers: refused as documented");
+		CK(cuMemcpyPeer(b, c1, a, c0, bytes));
+		CK(cuCtxSetCurrent(c1));
+		memset(back, 0, bytes);
+		CK(cuMemcpyDtoH(back, b, bytes));
+		CHECK(!memcmp(back, h, bytes), "peer copy 0 -> 1 across servers differs");
+		/* a plain device-to-device copy between them (unified
+		 * addressing: what cudaMemcpy(..., cudaMemcpyDeviceToDevice)
+		 * between two GPUs does) */
+		CK(cuCtxSetCurrent(c0));
+		CK(cuMemsetD8(a, 0x77, 4096));
+		CK(cuMemcpyDtoD(b + 8192, a, 4096));
+		CK(cuCtxSetCurrent(c1));
+		CK(cuMemcpyDtoH(back, b + 8192, 4096));
+		CHECK(back[0] == 0x77 && back[4095] == 0x77, "a copy across servers read %#x", back[0]);
+		CK(cuCtxSetCurrent(c0));
+		CK(cuMemcpyHtoD(a, h, 4096));
+		CK(cuCtxSetCurrent(c1));
+		/* on a stream of the source (its memset first), and of the
+		 * destination (the source's work waited for) */
+		CUstream s1;
+		CK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+		CK(cuMemsetD8Async(b, 0x3c, 1000, s1));
+		CK(cuMemcpyPeerAsync(a + 5, c0, b, c1, 2000, s1));
+		CK(cuStreamSynchronize(s1));
+		CK(cuMemsetD8Async(b, 0x5a, 64, s1));
+		CK(cuCtxSetCurrent(c0));
+		CUstream s0;
+		CK(cuStreamCreate(&s0, CU_STREAM_NON_BLOCKING));
+		CK(cuMemcpyPeerAsync(a + 3000, c0, b, c1, 64, s0));
+		CK(cuStreamSynchronize(s0));
+		CK(cuMemcpyDtoH(back, a, 3064));
+		CHECK(back[4] == h[4] && back[5] == 0x3c && back[1004] == 0x3c && back[1005] == h[1000] &&
+			      back[2004] == h[1999] && back[3000] == 0x5a && back[3063] == 0x5a,
+		      "async peer copies across servers differ (%#x %#x %#x)", back[5], back[1005],
+		      back[3000]);
+		CK(cuStreamDestroy(s0));
+		CK(cuCtxSetCurrent(c1));
+		CK(cuStreamDestroy(s1));
+		CK(cuCtxSetCurrent(c0));
+		say("peers on different servers: access refused, copies through the client");
 	} else {
 		EXPECT_RC(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
 		int rank = -1, ok = -1;
