@@ -64,6 +64,10 @@ static int ht_take_forced(struct htable *t, uint32_t slot)
 int ht_set_layout(struct htable *t, uint32_t n, const uint32_t *gens, const uint32_t *freel,
 		  uint32_t nfree)
 {
+	/* slots past the source's end that were used and freed again here
+	 * (a restore's temporary objects) carry nothing */
+	while (t->n > n && t->e[t->n - 1].kind == HK_FREE)
+		t->n--;
 	if (n < t->n || nfree > n || ht_grow(t, n ? n : 1) < 0)
 		return -1;
 	for (uint32_t i = t->n; i < n; i++)

@@ -130,11 +130,18 @@ struct rst {
 	int queued;            /* copies queued since the last wait */
 	uint64_t copy_t0;      /* when the first copy was queued */
 	struct mem_pending mp;  /* MEMORY records' copies not waited for */
+	uint64_t vmm_made;      /* the VMM_CREATE of id 0 made this (vmmstate.h) */
 };
 
 static void le32_put(uint8_t *p, uint32_t v)
 {
 	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void le64_put(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
@@ -216,6 +223,12 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 	 * there (each request's first field), and access is given to it */
 	if ((op == RGPU_OP_CTX_CREATE || op == RGPU_OP_VMM_CREATE) && r->gpu_to >= 0 && plen >= 4)
 		le32_put(p, (uint32_t)r->gpu_to);
+	/* handle 0 in a VMM request: the physical memory made last under a
+	 * new id (one released while mapped: vmmstate.h) */
+	if (op == RGPU_OP_VMM_MAP && plen == 32 && !gl(p + 24, 8))
+		le64_put(p + 24, r->vmm_made);
+	if (op == RGPU_OP_VMM_RELEASE && plen == 8 && !gl(p, 8))
+		le64_put(p, r->vmm_made);
 	if (op == RGPU_OP_VMM_ACCESS && r->gpu_to >= 0 && plen >= 28) {
 		/* u64 addr, u64 size, u32 n, n x (u32 gpu, u32 flags): one */
 		le32_put(p + 16, 1);
@@ -240,6 +253,8 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 	if (st)
 		rc = BAD("re-creating an object (%s) failed: %s", rgpu_op_name(op),
 			 st > 0 ? rgpud_cu_errname(D, st) : "malformed request");
+	else if (op == RGPU_OP_VMM_CREATE && !id && !(r->vmm_made = made))
+		rc = BAD("re-creating physical memory (VMM_CREATE) gave no handle");
 	else if (id && made != id)
 		rc = BAD("re-creating an object (%s) gave handle %#llx, not %#llx", rgpu_op_name(op),
 			 (unsigned long long)made, (unsigned long long)id);

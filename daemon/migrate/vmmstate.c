@@ -61,6 +61,44 @@ static int emit(struct wbuf *w, uint16_t op, uint64_t id,
 	return rc;
 }
 
+/* p's mappings (VMM_MAP naming it by id: 0 for "the one made last") and
+ * their access; access as the mapping has it (read-only access is given
+ * as read and write: the mask keeps no flags). */
+static int maps_of(const struct appmem *a, const struct phys *p, uint64_t id, struct wbuf *w,
+		   int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
+		   void *arg)
+{
+	int rc = 0;
+	for (size_t i = 0; i < a->nmaps && !rc; i++) {
+		const struct amap *m = &a->maps[i];
+		if (m->p != p)
+			continue;
+		put_u64(w, m->addr);
+		put_u64(w, m->size);
+		put_u64(w, m->off);
+		put_u64(w, id);
+		rc = emit(w, RGPU_OP_VMM_MAP, 0, fn, arg);
+	}
+	for (size_t i = 0; i < a->nmaps && !rc; i++) {
+		const struct amap *m = &a->maps[i];
+		if (m->p != p || !m->access)
+			continue;
+		uint32_t n = 0;
+		for (unsigned g = 0; g < 64; g++)
+			n += (unsigned)(m->access >> g & 1);
+		put_u64(w, m->addr);
+		put_u64(w, m->size);
+		put_u32(w, n);
+		for (unsigned g = 0; g < 64; g++)
+			if (m->access >> g & 1) {
+				put_u32(w, g);
+				put_u32(w, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+			}
+		rc = emit(w, RGPU_OP_VMM_ACCESS, 0, fn, arg);
+	}
+	return rc;
+}
+
 int vmm_each_request(struct session *s,
 		     int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
 		     void *arg)
@@ -71,46 +109,33 @@ int vmm_each_request(struct session *s,
 	struct wbuf w;
 	wbuf_init(&w);
 	int rc = 0;
-	/* physical memory (a released handle too, while it is mapped: made,
-	 * mapped, then released again) */
+	/* physical memory the client holds a handle to: made again with that
+	 * handle's id, then mapped */
 	for (const struct phys *p = a->phys; p && !rc; p = p->next) {
+		if (p->released)
+			continue;
 		put_u32(&w, p->gpu);
 		put_u64(&w, p->size);
 		put_u32(&w, p->types);
 		rc = emit(&w, RGPU_OP_VMM_CREATE, p->id, fn, arg);
 	}
-	for (size_t i = 0; i < a->nmaps && !rc; i++) {
-		const struct amap *m = &a->maps[i];
-		put_u64(&w, m->addr);
-		put_u64(&w, m->size);
-		put_u64(&w, m->off);
-		put_u64(&w, m->p->id);
-		rc = emit(&w, RGPU_OP_VMM_MAP, 0, fn, arg);
-	}
-	/* access as the mapping has it (read-only access is given as read
-	 * and write: the mask keeps no flags) */
-	for (size_t i = 0; i < a->nmaps && !rc; i++) {
-		const struct amap *m = &a->maps[i];
-		if (!m->access)
-			continue;
-		uint32_t n = 0;
-		for (unsigned g = 0; g < 64; g++)
-			n += (unsigned)(m->access >> g & 1);
-		put_u64(&w, m->addr);
-		put_u64(&w, m->size);
-		put_u32(&w, n);
-		for (unsigned g = 0; g < 64; g++)
-			if (m->access >> g & 1) {
-				put_u32(&w, g);
-				put_u32(&w, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
-			}
-		rc = emit(&w, RGPU_OP_VMM_ACCESS, 0, fn, arg);
-	}
+	for (const struct phys *p = a->phys; p && !rc; p = p->next)
+		if (!p->released)
+			rc = maps_of(a, p, p->id, &w, fn, arg);
+	/* a handle released while mapped: its id may name something else by
+	 * now, so it is made under a new one (id 0: the restore makes one),
+	 * mapped and released again at once */
 	for (const struct phys *p = a->phys; p && !rc; p = p->next) {
 		if (!p->released)
 			continue;
-		put_u64(&w, p->id);
-		rc = emit(&w, RGPU_OP_VMM_RELEASE, 0, fn, arg);
+		put_u32(&w, p->gpu);
+		put_u64(&w, p->size);
+		put_u32(&w, p->types);
+		if (!(rc = emit(&w, RGPU_OP_VMM_CREATE, 0, fn, arg)) &&
+		    !(rc = maps_of(a, p, 0, &w, fn, arg))) {
+			put_u64(&w, 0);
+			rc = emit(&w, RGPU_OP_VMM_RELEASE, 0, fn, arg);
+		}
 	}
 	wbuf_free(&w);
 	return rc;

@@ -15,9 +15,11 @@ struct memif_alloc;
  * mapped whole), or NULL. */
 const char *vmm_unmovable(struct session *s);
 /* The requests that make the session's VMM memory again, in order
- * (VMM_CREATE with the handle's id, VMM_MAP, VMM_ACCESS, VMM_RELEASE of
- * handles released while mapped), each payload as the client sends it;
- * stops at a nonzero return of fn and returns it. */
+ * (VMM_CREATE with the handle's id, VMM_MAP, VMM_ACCESS; then for each
+ * handle released while mapped VMM_CREATE with id 0, its VMM_MAPs and
+ * VMM_RELEASE naming handle 0: "the physical memory made last", which the
+ * restore puts in), each payload as the client sends it; stops at a
+ * nonzero return of fn and returns it. */
 int vmm_each_request(struct session *s,
 		     int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
 		     void *arg);

@@ -86,6 +86,7 @@ struct vmm_state {
 	CUdeviceptr va;
 	size_t piece, size;
 	CUmemGenericAllocationHandle h[VMM_PIECES];
+	CUevent ev; /* made after the release: its handle may be the released one's */
 };
 
 static void vmm_make(struct vmm_state *v, CUfunction f_inc, CUstream s)
@@ -100,6 +101,7 @@ static void vmm_make(struct vmm_state *v, CUfunction f_inc, CUstream s)
 		CK(cuMemMap(v->va + i * v->piece, v->piece, 0, v->h[i], 0));
 	}
 	CK(cuMemRelease(v->h[VMM_PIECES - 1]));
+	CK(cuEventCreate(&v->ev, CU_EVENT_DISABLE_TIMING));
 	CUmemAccessDesc acc = { .location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 	CK(cuMemSetAccess(v->va, v->size, &acc, 1));
 	int words = (int)(v->size / 4);
@@ -128,6 +130,9 @@ static void vmm_check(struct vmm_state *v, CUfunction f_inc, CUstream s)
 	for (int i = 0; i < words; i++)
 		CHECK(h[i] == i * 7 + 2, "vmm[%d] = %d after a launch, want %d", i, h[i], i * 7 + 2);
 	free(h);
+	CK(cuEventRecord(v->ev, s));
+	CK(cuEventSynchronize(v->ev));
+	CK(cuEventDestroy(v->ev));
 	CK(cuMemUnmap(v->va, v->size));
 	for (int i = 0; i < VMM_PIECES - 1; i++)
 		CK(cuMemRelease(v->h[i]));
