@@ -166,7 +166,9 @@ if [ -z "${RGPU_SKIP_SANITIZERS:-}" ]; then
 			grep -E '^#' parent-san.log | tail -30
 		fi
 		# migration and recovery (test/migrate) against the same rgpud
+		# (the VMM window away from ASan's heap, as above)
 		RGPU_MIGRATE_DAEMON_BUILD=$top/_build-san RGPU_MIGRATE_LOGDIR=$PWD/migrate-san-logs \
+		   RGPU_VA_BASE=0x400000000000 \
 		   ASAN_OPTIONS=detect_leaks=1 top_builddir=$PWD \
 		   bash "$top/test/migrate/run-migrate.sh" > migrate-san.log 2>&1 || status=1
 		sed -n -e 's/^ok [0-9]* - \(.*\) # *SKIP\(.*\)/SKIP: san \1 -\2/p' \

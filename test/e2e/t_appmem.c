@@ -480,15 +480,23 @@ static void test_peer(int same_server)
 		CHECK(!memcmp(back, h, bytes), "peer copy 0 -> 1 across servers differs");
 		/* a plain device-to-device copy between them (unified
 		 * addressing: what cudaMemcpy(..., cudaMemcpyDeviceToDevice)
-		 * between two GPUs does) */
-		CK(cuCtxSetCurrent(c0));
-		CK(cuMemsetD8(a, 0x77, 4096));
-		CK(cuMemcpyDtoD(b + 8192, a, 4096));
-		CK(cuCtxSetCurrent(c1));
-		CK(cuMemcpyDtoH(back, b + 8192, 4096));
-		CHECK(back[0] == 0x77 && back[4095] == 0x77, "a copy across servers read %#x", back[0]);
-		CK(cuCtxSetCurrent(c0));
-		CK(cuMemcpyHtoD(a, h, 4096));
+		 * between two GPUs does); only where the two servers' addresses
+		 * differ (their ranges are taken per worker: under ASan both
+		 * fall back to the same place, and an address then names two
+		 * allocations) */
+		if (a + bytes <= b || b + bytes <= a) {
+			CK(cuCtxSetCurrent(c0));
+			CK(cuMemsetD8(a, 0x77, 4096));
+			CK(cuMemcpyDtoD(b + 8192, a, 4096));
+			CK(cuCtxSetCurrent(c1));
+			CK(cuMemcpyDtoH(back, b + 8192, 4096));
+			CHECK(back[0] == 0x77 && back[4095] == 0x77, "a copy across servers read %#x",
+			      back[0]);
+			CK(cuCtxSetCurrent(c0));
+			CK(cuMemcpyHtoD(a, h, 4096));
+		} else {
+			say("the two servers' allocations share addresses: no copy by address");
+		}
 		CK(cuCtxSetCurrent(c1));
 		/* on a stream of the source (its memset first), and of the
 		 * destination (the source's work waited for) */

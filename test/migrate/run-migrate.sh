@@ -244,15 +244,15 @@ check t_migrate_same_server_peer \
 # to a fresh worker on the same GPU of the same server (a worker replaced
 # under a live session): its memory by reference as well
 MOVE_GPU=0 same_server samegpu
+check t_migrate_same_gpu_worker \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/samegpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/samegpu.cmd" && grep -q "session restored on GPU 0 .*[1-9][0-9]* of them copied GPU to GPU" "$LOGDIR/samegpu.moved"' \
+	"$(cat "$LOGDIR/samegpu.cmd" "$LOGDIR/samegpu.moved"; detail samegpu)"
 # application VMM memory to the other GPU of the same server: made there,
 # its access given to that GPU
 same_server vmmgpu vmm
 check t_migrate_vmm_same_server \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmmgpu.cmd" && grep -q "session restored on GPU 1 " "$LOGDIR/vmmgpu.moved"' \
 	"$(cat "$LOGDIR/vmmgpu.cmd" "$LOGDIR/vmmgpu.moved"; detail vmmgpu)"
-check t_migrate_same_gpu_worker \
-	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/samegpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/samegpu.cmd" && grep -q "session restored on GPU 0 .*[1-9][0-9]* of them copied GPU to GPU" "$LOGDIR/samegpu.moved"' \
-	"$(cat "$LOGDIR/samegpu.cmd" "$LOGDIR/samegpu.moved"; detail samegpu)"
 # memory freed and allocated while the move's memory is made ready ahead
 # (the buffers go one a millisecond, the target makes ready in tens of
 # them: some of what was made ready is gone by the pause)
