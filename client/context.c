@@ -27,6 +27,10 @@ static CUresult ctx_activate(struct rc_ctx *c)
 		put_u32(w, c->dev->gpu);
 		put_u32(w, c->flags);
 		put_u32(w, (uint32_t)c->is_primary); /* the server's primary context too */
+		/* which of this process's servers it is (1, 2, ...): each puts
+		 * device memory in a range of its own, so that an address names
+		 * one server's memory (unified addressing across servers) */
+		put_u32(w, (uint32_t)rc_conn_index(c->dev->conn) + 1);
 		struct rd r;
 		rc = rc_call(c->dev->conn, RGPU_OP_CTX_CREATE, w, &r);
 		uint64_t h = rc ? 0 : get_u64(&r);

@@ -58,8 +58,12 @@ int op_ctx_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	uint32_t flags = get_u32(r);
 	/* (a client before 2026-11-28 does not say whether it is primary) */
 	uint32_t primary = rd_ok(r) && r->left >= 4 ? get_u32(r) : 0;
+	uint32_t server = rd_ok(r) && r->left >= 4 ? get_u32(r) : 0;
 	if (!rd_done(r))
 		return OP_DROP;
+	/* (before the session's first allocation reserves its range) */
+	if (server && !s->range_hint)
+		s->range_hint = server;
 	int rc = session_admit(s, dev);
 	if (rc)
 		return rc;

@@ -96,6 +96,7 @@ struct session {
 	struct vmem *vmem;      /* fixed-address device memory (ops_vmem.c) */
 	struct mem_state *mem;  /* movable device memory (mem/mem.h) */
 	uint64_t vmem_window;   /* its reserved address range, once reserved */
+	uint32_t range_hint;    /* which of its client's servers this is (CTX_CREATE) */
 	struct appmem *appmem;  /* application VMM and pools (appmem.h) */
 	struct hostfn *hostfn;  /* client host functions (ops_hostfn.c) */
 	struct texobj *tex;     /* texture and surface objects (ops_array.c) */

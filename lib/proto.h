@@ -85,7 +85,9 @@ typedef uint64_t rgpu_handle;
 	/* u32 dev -> str name, bytes16 uuid, u64 totalmem, u32 nattr,        \
 	 * i32 attr[nattr] (index = CUdevice_attribute) */                     \
 	X(DEVICE_INFO, 2, "device properties (cached by the client)")          \
-	/* u32 dev, u32 flags -> handle ctx */                                 \
+	/* u32 dev, u32 flags[, u32 primary[, u32 server: which of the        \
+	 * client's servers this is, 1.. (0: unknown), so that their device   \
+	 * memory lies in distinct ranges]] -> handle ctx */                   \
 	X(CTX_CREATE, 10, "create a context")                                  \
 	X(CTX_DESTROY, 11, "handle ctx ->")                                    \
 	X(CTX_SYNC, 12, "handle ctx ->")                                       \

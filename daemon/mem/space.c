@@ -143,9 +143,13 @@ static int range_reserve_at(struct session *s, struct mem_state *m, unsigned dev
 		return rc;
 	if (!gran || MEM_CHUNK % gran)
 		return CUDA_ERROR_NOT_SUPPORTED; /* only 2 MiB divisors are handled */
-	/* a slot per process (and device), so the addresses of a client's
-	 * several sessions rarely coincide; any other free slot else */
-	unsigned first = (unsigned)(getpid() + 5 * dev) % MEM_RANGE_SLOTS;
+	/* a slot per server of the client (and device), so that the
+	 * addresses of a client's several sessions differ (an address names
+	 * one server's memory); for a client that does not say, one per
+	 * process, so they rarely coincide; any other free slot else */
+	unsigned first = s->range_hint
+				 ? (unsigned)((s->range_hint - 1) * 3 + dev) % MEM_RANGE_SLOTS
+				 : (unsigned)(getpid() + 5 * dev) % MEM_RANGE_SLOTS;
 	if (near >= MEM_RANGE_FIRST && near - MEM_RANGE_FIRST < MEM_RANGE_SLOTS * MEM_RANGE_SIZE)
 		first = (unsigned)((near - MEM_RANGE_FIRST) / MEM_RANGE_SIZE);
 	for (unsigned k = 0; k < MEM_RANGE_SLOTS; k++) {

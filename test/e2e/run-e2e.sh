@@ -233,10 +233,15 @@ suite() {
 	run t_sync_threads "$ONE" -- t_sync_threads
 	# application memory (issue 10): VMM, shareable handles between two
 	# processes, pools, 2D memsets; peer copies between two GPUs of one
-	# server, and their refusal between two servers
+	# server, and between two servers through the client; with GPU 0 of
+	# each of two servers, their memory in distinct ranges (each server
+	# told which of the client's it is), except where a sanitizer build's
+	# workers cannot have rgpud's fixed ranges at all
 	run t_appmem "$ONE" -- t_appmem
 	run t_appmem_peer "127.0.0.1:$P1/0,127.0.0.1:$P1/1" -- T_APPMEM_PEER=1 t_appmem
 	run t_appmem_2srv "$TWO" -- T_APPMEM_PEER=0 t_appmem
+	run t_appmem_2srv_gpu0 "127.0.0.1:$P1/0,127.0.0.1:$P2/0" -- T_APPMEM_PEER=0 \
+		T_APPMEM_DISTINCT=$([ "$DAEMON_BUILD" = "$top_builddir" ] && echo 1 || echo 0) t_appmem
 	# CUDA IPC between two processes of a job on one server
 	run t_ipc "$ONE" -- t_ipc
 	# rgpu's NVML lists exactly the GPUs of RGPU_SERVERS

@@ -484,6 +484,17 @@ static void test_peer(int same_server)
 		 * differ (their ranges are taken per worker: under ASan both
 		 * fall back to the same place, and an address then names two
 		 * allocations) */
+		const char *distinct = getenv("T_APPMEM_DISTINCT");
+		if (distinct && !strcmp(distinct, "1")) {
+			/* rgpud's layout (daemon/mem/space.c): 512 GiB
+			 * ranges from 0x0a0000000000, server k's (the
+			 * client's k-th, from 1) at slot 3 (k - 1) + GPU */
+			uint64_t first = 0x0a0000000000ull, range = 512ull << 30;
+			CHECK(a >= first && (a - first) / range == 0 && b >= first &&
+				      (b - first) / range == 3,
+			      "two servers' allocations at %#llx and %#llx, not in ranges 0 and 3",
+			      (unsigned long long)a, (unsigned long long)b);
+		}
 		if (a + bytes <= b || b + bytes <= a) {
 			CK(cuCtxSetCurrent(c0));
 			CK(cuMemsetD8(a, 0x77, 4096));
