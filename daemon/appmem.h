@@ -27,6 +27,10 @@ struct phys {
 	int exported;
 	uint8_t token[16];
 	uint32_t types;         /* the shareable handle types asked for */
+	int fd_ok;              /* made exportable (a move within the server
+				 * hands it over by reference) */
+	int move_exported;      /* so exported for a move, under move_token */
+	uint8_t move_token[16];
 };
 
 struct amap {

@@ -107,6 +107,8 @@ static void phys_free(struct session *s, struct phys *p)
 		}
 	if (p->charged)
 		gate_refund_bytes(p->gpu, p->size);
+	if (p->move_exported)
+		gate_share_drop(p->move_token);
 	free(p);
 }
 
@@ -138,12 +140,22 @@ int op_vmm_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		free(p);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
+	/* exportable whether asked or not, where the driver can: a move to
+	 * another GPU of this server then hands it over by reference
+	 * (migrate/vmmstate.c); the client answers for what was asked */
+	uint32_t want = types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 	CUmemAllocationProp prop = {
 		.type = CU_MEM_ALLOCATION_TYPE_PINNED,
-		.requestedHandleTypes = types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+		.requestedHandleTypes = want | (D->cuMemExportToShareableHandle
+							? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0),
 		.location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = (int)gpu },
 	};
 	rc = D->cuMemCreate(&p->h, size, &prop, 0);
+	if ((rc == CUDA_ERROR_NOT_SUPPORTED || rc == CUDA_ERROR_INVALID_VALUE) && !want &&
+	    prop.requestedHandleTypes) {
+		prop.requestedHandleTypes = 0;
+		rc = D->cuMemCreate(&p->h, size, &prop, 0);
+	}
 	if (!rc && !(p->id = ht_add(&s->ht, HK_VMM, p, 0, NULL))) {
 		D->cuMemRelease(p->h);
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -155,7 +167,8 @@ int op_vmm_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	}
 	p->size = size;
 	p->gpu = gpu;
-	p->types = prop.requestedHandleTypes;
+	p->types = want;
+	p->fd_ok = (prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0;
 	p->charged = 1;
 	p->next = a->phys;
 	a->phys = p;
@@ -327,7 +340,8 @@ int op_vmm_export(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	if (!rd_done(r))
 		return OP_DROP;
 	struct phys *p = phys_get(s, id);
-	if (!p)
+	/* (as the driver: only a handle type asked for at creation) */
+	if (!p || !(p->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!D->cuMemExportToShareableHandle)
 		return CUDA_ERROR_NOT_SUPPORTED;

@@ -130,14 +130,24 @@ static void mem_fields(uint8_t f[32], const struct memif_alloc *a)
 	le(f + 28, (uint64_t)a->kind, 4);
 }
 
-/* cuMemAlloc'd memory by reference (a PEER or PREP record), when the
- * reader can map it: 1 written, 0 not so (it goes by value), -1 failed. */
+void snap_exports_drop(struct session *s)
+{
+	mem_export_drop(s);
+	vmm_export_drop(s);
+}
+
+/* Device memory by reference (a PEER or PREP record), when the reader can
+ * map it: 1 written, 0 not so (it goes by value), -1 failed. */
 static int ref_rec(struct cap *c, const struct memif_alloc *a, uint32_t tag)
 {
 	uint8_t tok[16];
 	uint64_t va, len;
-	if (!c->io->by_ref || a->kind != MEMK_ALLOC || mem_export(c->s, a->dptr, tok, &va, &len) ||
-	    a->dptr + a->size > va + len)
+	/* cuMemAlloc'd memory (the memory manager's), or an application VMM
+	 * mapping (its physical memory: vmmstate.h) */
+	int rc = a->kind == MEMK_ALLOC   ? mem_export(c->s, a->dptr, tok, &va, &len)
+		 : a->kind == MEMK_FIXED ? vmm_export_map(c->s, a->dptr, tok, &va, &len)
+					 : CUDA_ERROR_NOT_SUPPORTED;
+	if (!c->io->by_ref || rc || a->dptr < va || a->dptr + a->size > va + len)
 		return 0;
 	uint8_t g[32 + 16 + 16];
 	mem_fields(g, a);
@@ -355,7 +365,7 @@ int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead 
 	if (rc) {
 		journal_freeze(s, 0);
 		if (io->by_ref)
-			mem_export_drop(s);
+			snap_exports_drop(s);
 		return -1;
 	}
 	/* from here the records sent keep their payloads (sent by reference)
@@ -422,7 +432,7 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 		rc = rec_hdr(&c, SNAP_END, 8) < 0 || put(&c, n, 8) < 0 ? -1 : 0;
 	}
 	if (rc && io->by_ref)
-		mem_export_drop(s);
+		snap_exports_drop(s);
 	D->cuCtxSetCurrent(NULL);
 	s->cur_ctx = 0;
 	return rc ? -1 : 0;

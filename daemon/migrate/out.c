@@ -297,7 +297,7 @@ static void move_free(struct session *s, struct move *m)
 	(void)sender_join(m, 1); /* it may read the frozen journal's payloads */
 	journal_freeze(s, 0);
 	if (m->by_ref)
-		mem_export_drop(s); /* (what went ahead by reference) */
+		snap_exports_drop(s); /* (what went ahead by reference) */
 	move_close(m);
 	free(m);
 }
@@ -461,7 +461,7 @@ static int move_out(struct session *s, const char *target, int32_t gpu, char *wh
 		return -1;
 	int rc = move_finish(s, &m, why, wl);
 	if (m.by_ref)
-		mem_export_drop(s);
+		snap_exports_drop(s);
 	move_close(&m);
 	return rc == 0 ? 0 : -1;
 }

@@ -552,8 +552,8 @@ static int peer_read(struct rst *r, uint64_t len, struct peer_copy *c)
 	c->va = gl(f + 48, 8);
 	c->blen = gl(f + 56, 8);
 	uint64_t dptr = c->h.dptr, size = c->h.size;
-	if (c->h.kind != MEMK_ALLOC || !size || dptr < c->va || dptr - c->va > c->blen ||
-	    size > c->blen - (dptr - c->va))
+	if ((c->h.kind != MEMK_ALLOC && c->h.kind != MEMK_FIXED) || !size || dptr < c->va ||
+	    dptr - c->va > c->blen || size > c->blen - (dptr - c->va))
 		return BAD("malformed session state (peer record)");
 	return 0;
 }
@@ -621,6 +621,11 @@ static int prep(struct rst *r, uint64_t len)
 		free(p);
 		return -1;
 	}
+	if (p->h.kind != MEMK_ALLOC) {
+		int kind = p->h.kind;
+		free(p);
+		return BAD("malformed session state (prepared memory of kind %d)", kind);
+	}
 	if (restore_at(r, &p->h) < 0) {
 		free(p);
 		return -1;
@@ -656,6 +661,14 @@ static int peer(struct rst *r, uint64_t len)
 	if (peer_read(r, len, c) < 0 || mem_enter(r, &c->h) < 0)
 		return -1;
 	uint64_t dptr = c->h.dptr, size = c->h.size;
+	if (c->h.kind == MEMK_FIXED) {
+		/* an application VMM mapping: re-made by the CREATE records
+		 * before it (vmmstate.h); only its bytes come by reference */
+		if (!session_owns_range(r->s, dptr, size))
+			return BAD("memory at %#llx was not re-created by its object",
+				   (unsigned long long)dptr);
+		return copy_one(r, c, 1) < 0 ? -1 : 0;
+	}
 	for (struct peer_copy *p = r->preps; p; p = p->next)
 		if (!p->used && p->h.dptr == dptr && p->h.size == size && p->h.ctx == c->h.ctx &&
 		    p->h.dev == c->h.dev) {

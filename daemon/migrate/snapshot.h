@@ -24,7 +24,10 @@
  *           worker of the same rgpud (a move between its GPUs): the token
  *           names, in the parent's share registry, the physical memory
  *           mapped at [va, va + len) in the source, which holds
- *           [dptr, dptr + size); the target maps it and copies GPU to GPU
+ *           [dptr, dptr + size); kind MEMK_ALLOC (re-created at dptr) or
+ *           MEMK_FIXED (an application VMM mapping, made again by the
+ *           CREATE records before it); the target maps the source's
+ *           physical memory and copies GPU to GPU
  *   PREP    the fields of a PEER record, sent ahead of a move's pause:
  *           the target re-creates that memory and maps the source's block
  *           now; a PEER record of the pause that names the same memory
@@ -116,6 +119,10 @@ int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead 
  * -2 (nothing written) when an object sent ahead changed or went since. */
 int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 		 const struct snap_ahead *ahead, char *why, size_t whylen);
+
+/* Drops what a capture exported for a move by reference (PEER, PREP
+ * records: the move is over either way). */
+void snap_exports_drop(struct session *s);
 
 /* What a restore learnt from the header. */
 struct snap_info {

@@ -11,10 +11,16 @@
 #include "snapshot.h"
 #include "../appmem.h"
 #include "../session.h"
+#include "../rgpud.h"
+#include "../share.h"
 #include "proto.h"
 #include "wire.h"
 
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define D (&rgpud_server.drv)
 
 /* Whether the mappings of p cover all of it (bytes outside them would be
  * lost: they are captured through the mappings). */
@@ -139,6 +145,45 @@ int vmm_each_request(struct session *s,
 	}
 	wbuf_free(&w);
 	return rc;
+}
+
+int vmm_export_map(struct session *s, uint64_t addr, uint8_t token[16], uint64_t *va,
+		   uint64_t *len)
+{
+	const struct appmem *a = s->appmem;
+	const struct amap *m = NULL;
+	for (size_t i = 0; a && i < a->nmaps && !m; i++)
+		if (a->maps[i].addr == addr)
+			m = &a->maps[i];
+	struct phys *p = m ? m->p : NULL;
+	if (!p || !p->fd_ok || p->released || !D->cuMemExportToShareableHandle)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!p->move_exported) {
+		int fd = -1;
+		int rc = D->cuMemExportToShareableHandle(&fd, p->h,
+							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (rc)
+			return rc;
+		/* the parent keeps a duplicate, for the target worker */
+		rc = gate_share_put(fd, p->gpu, p->size, p->move_token);
+		close(fd);
+		if (rc)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		p->move_exported = 1;
+	}
+	memcpy(token, p->move_token, 16);
+	*va = m->addr - m->off; /* where p's first byte would be mapped */
+	*len = p->size;
+	return CUDA_SUCCESS;
+}
+
+void vmm_export_drop(struct session *s)
+{
+	for (struct phys *p = s->appmem ? s->appmem->phys : NULL; p; p = p->next)
+		if (p->move_exported) {
+			gate_share_drop(p->move_token);
+			p->move_exported = 0;
+		}
 }
 
 /* A context of the session on a GPU in mask (its id), 0 if none. */

@@ -26,5 +26,13 @@ int vmm_each_request(struct session *s,
 /* Each mapping that some GPU may access, as a MEMK_FIXED allocation of a
  * context on such a GPU; stops at a nonzero return of fn. */
 int vmm_each_map(struct session *s, int (*fn)(void *arg, const struct memif_alloc *a), void *arg);
+/* The physical memory under the mapping at addr, exported for a move to a
+ * worker of this rgpud (a PEER record: snapshot.h): its token, where its
+ * first byte would lie in the mapping's terms, its size.  A CUresult
+ * (CUDA_ERROR_NOT_SUPPORTED: not so exportable; it goes by value). */
+int vmm_export_map(struct session *s, uint64_t addr, uint8_t token[16], uint64_t *va,
+		   uint64_t *len);
+/* Drops what vmm_export_map exported (the move is over either way). */
+void vmm_export_drop(struct session *s);
 
 #endif
