@@ -144,10 +144,12 @@ static int ref_rec(struct cap *c, const struct memif_alloc *a, uint32_t tag)
 	uint64_t va, len;
 	/* cuMemAlloc'd memory (the memory manager's), or an application VMM
 	 * mapping (its physical memory: vmmstate.h) */
+	if (!c->io->by_ref)
+		return 0;
 	int rc = a->kind == MEMK_ALLOC   ? mem_export(c->s, a->dptr, tok, &va, &len)
 		 : a->kind == MEMK_FIXED ? vmm_export_map(c->s, a->dptr, tok, &va, &len)
 					 : CUDA_ERROR_NOT_SUPPORTED;
-	if (!c->io->by_ref || rc || a->dptr < va || a->dptr + a->size > va + len)
+	if (rc || a->dptr < va || a->dptr + a->size > va + len)
 		return 0;
 	uint8_t g[32 + 16 + 16];
 	mem_fields(g, a);
