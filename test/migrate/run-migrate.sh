@@ -19,6 +19,7 @@
 #                               one handle released) -> another server
 #   t_migrate_vmm_same_server   the same -> the other GPU of its server
 #   t_migrate_hostfn            a session that ran host functions moves, runs more
+#   t_standby_vmm               the standby case with application VMM memory
 #   t_migrate_memory_churn      the same while the application frees and
 #                               allocates memory all through the move (made
 #                               ready ahead, then gone, or new since): every
@@ -92,7 +93,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..21"
+echo "1..22"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -287,6 +288,20 @@ if run_app standby "127.0.0.1:$A" standby; then
 		"$(detail standby; tail -5 "$LOGDIR/b3.log")"
 else
 	ko t_standby_after_sigkill "$(detail standby)"
+fi
+kill_all "$BP"
+# the same with application VMM memory in the checkpoint
+start_open_rgpud a3v --checkpoint-interval=1 && A=$PORT AP=$PID
+start_open_rgpud b3v && B=$PORT BP=$PID
+export RGPU_STANDBY=127.0.0.1:$B
+if run_app vmmsb "127.0.0.1:$A" vmmstandby; then
+	kill_all "$AP"
+	go vmmsb
+	check t_standby_vmm \
+		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmsb.out" && grep -q "recovered on" "$LOGDIR/vmmsb.err" && [ "$(grep -c "checkpoint of" "$LOGDIR/vmmsb.err")" -ge 2 ]' \
+		"$(detail vmmsb; tail -5 "$LOGDIR/b3v.log")"
+else
+	ko t_standby_vmm "$(detail vmmsb)"
 fi
 unset RGPU_STANDBY
 

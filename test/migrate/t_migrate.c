@@ -184,11 +184,12 @@ static void wait_go(int churn, int mchurn)
 int main(int argc, char **argv)
 {
 	e2e_init(argv[0]);
-	int standby = argc > 1 && !strcmp(argv[1], "standby");
+	/* vmmstandby: both */
+	int standby = argc > 1 && (!strcmp(argv[1], "standby") || !strcmp(argv[1], "vmmstandby"));
 	int pool = argc > 1 && !strcmp(argv[1], "pool");
 	int churn = argc > 1 && !strcmp(argv[1], "churn");
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
-	int vmm = argc > 1 && !strcmp(argv[1], "vmm");
+	int vmm = argc > 1 && (!strcmp(argv[1], "vmm") || !strcmp(argv[1], "vmmstandby"));
 	int hostfn = argc > 1 && !strcmp(argv[1], "hostfn");
 	/* physical memory mapped in part only: its other bytes could not be
 	 * captured, so the session may not move */
@@ -245,6 +246,10 @@ int main(int argc, char **argv)
 	}
 	CUdeviceptr dd = 0;
 	int *d = xmalloc(N * sizeof(int));
+	/* (before a standby's checkpoint: in it) */
+	struct vmm_state vs = { 0 };
+	if (vmm)
+		vmm_make(&vs, f_inc, s);
 	if (standby) {
 		/* after the checkpoint: replayed on the standby */
 		for (int i = 0; i < N; i++)
@@ -265,9 +270,6 @@ int main(int argc, char **argv)
 		launch1d(f_inc, N, s, inc_args);
 		CK(cuStreamSynchronize(s));
 	}
-	struct vmm_state vs = { 0 };
-	if (vmm)
-		vmm_make(&vs, f_inc, s);
 	if (hostfn) {
 		CK(cuLaunchHostFunc(s, hostfn_count, NULL));
 		CK(cuStreamSynchronize(s));
