@@ -24,6 +24,8 @@
 #              fresh worker on the same GPU; memory by reference, copied
 #              within the GPU), everything in the pause, then the objects
 #              ahead; on any machine
+#   same-gpu-vmm, migrate-vmm  the same move, and the TCP one, of a run with
+#              PyTorch's expandable segments (its memory through the VMM API)
 #   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
 #              (everything in the pause; then through host, two-gpus-host,
 #              and as by default, the objects ahead of the pause,
@@ -147,7 +149,7 @@ tcp_move() {
 	fi
 	wait "$TPID"
 	MRC=$?
-	same=$(diff <(losses plain) <(losses "$name") >/dev/null && echo 0 || echo 1)
+	same=$(diff <(losses "${REF:-plain}") <(losses "$name") >/dev/null && echo 0 || echo 1)
 	moved=$(grep -o "session moved to .*" "$OUT/rgpud-$from.log" | tail -1)
 	bytes=$(echo "$moved" | sed -n 's/.*: \([0-9]*\) bytes of state in \([0-9.]*\) s.*/\1/p')
 	secs=$(echo "$moved" | sed -n 's/.*bytes of state in \([0-9.]*\) s.*/\1/p')
@@ -207,7 +209,7 @@ move_to_gpu1() {
 	fi
 	wait "$TPID"
 	TRC=$?
-	SAME=$(diff <(losses plain) <(losses "$1") >/dev/null && echo 0 || echo 1)
+	SAME=$(diff <(losses "${REF:-plain}") <(losses "$1") >/dev/null && echo 0 || echo 1)
 	kill_all "$AP"
 }
 # ---- a fresh worker on the same GPU (any machine) ----
@@ -236,6 +238,21 @@ dtod=$(awk '$1 == "BW" && $2 == "dtod" { print $3 }' "$OUT/dtod-local.log")
 xs=$(grep -o "[0-9]* of them device memory copied GPU to GPU" "$OUT/rgpud-sameX.log" | tail -1 | cut -d' ' -f1)
 [ -n "$dtod" ] && [ -n "$xs" ] && [ -n "$ps" ] &&
 	say "same-gpu-ahead path: local device-to-device copy ${dtod} GB/s (256 MiB); the pause ($ps ms) moved $xs bytes at $(awk -v b="$xs" -v p="$ps" 'BEGIN { if (p > 0) printf "%.1f", b / (p / 1000) / 1e9 }') GB/s; $(awk -v b="$xs" -v p="$ps" 'BEGIN { if (b > 0) printf "%.2f", p / (b / 1073741824) }') ms per GiB"
+
+# PyTorch's expandable segments: its memory through the VMM API
+# (cuMemCreate, cuMemMap), made again on the target from the live state;
+# against an unmoved run with the same allocator
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+start plainV && PV=$PID
+train plainvmm "127.0.0.1:$PORT"
+wait "$TPID"
+kill_all "$PV"
+REF=plainvmm RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 samegpuvmm sameV 0
+MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpuvmm.cmd" && echo 0 || echo 1)
+result same-gpu-vmm "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
+	"PyTorch with expandable segments (VMM memory) moved to a fresh worker on GPU 0 at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpuvmm.cmd"); pause $(pause_ms samegpuvmm "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-sameV.log" | tail -1)"
+REF=plainvmm RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-vmm migVA migVB " (expandable segments: VMM memory)"
+unset PYTORCH_CUDA_ALLOC_CONF
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if [ "$ngpu" -ge 2 ]; then
