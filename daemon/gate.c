@@ -1,4 +1,5 @@
 #include "gate.h"
+#include "rgpud.h"
 #include "migrate/migrate.h"
 #include "proto.h"
 #include "log.h"
@@ -272,6 +273,22 @@ int gate_share_put(int fd, unsigned gpu, uint64_t size, uint8_t token[16])
 		lost();
 	memcpy(token, p.token, 16);
 	return p.rc;
+}
+
+int gate_share_export(CUmemGenericAllocationHandle h, unsigned gpu, uint64_t size,
+		      uint8_t token[16])
+{
+	const struct rgpud_driver *d = &rgpud_server.drv;
+	if (!d->cuMemExportToShareableHandle)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	int fd = -1;
+	int rc = d->cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (rc)
+		return rc;
+	/* the parent keeps a duplicate */
+	rc = gate_share_put(fd, gpu, size, token);
+	close(fd);
+	return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
 
 int gate_share_get(const uint8_t token[16], int *fd, unsigned *gpu, uint64_t *size)

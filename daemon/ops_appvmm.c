@@ -346,15 +346,9 @@ int op_vmm_export(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	if (!D->cuMemExportToShareableHandle)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!p->exported) {
-		int fd = -1;
-		int rc = D->cuMemExportToShareableHandle(&fd, p->h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		int rc = gate_share_export(p->h, p->gpu, p->size, p->token);
 		if (rc)
 			return rc;
-		/* the parent keeps its own copy of the descriptor */
-		rc = gate_share_put(fd, p->gpu, p->size, p->token);
-		close(fd);
-		if (rc)
-			return CUDA_ERROR_OUT_OF_MEMORY;
 		p->exported = 1;
 	}
 	put_raw(out, p->token, 16);

@@ -11,6 +11,7 @@
 #define RGPUD_SHARE_H
 
 #include "access.h"
+#include "driver.h"
 
 #include <stdint.h>
 
@@ -29,5 +30,9 @@ void share_drop_owner(const void *owner);
 int gate_share_put(int fd, unsigned gpu, uint64_t size, uint8_t token[16]);
 int gate_share_get(const uint8_t token[16], int *fd, unsigned *gpu, uint64_t *size);
 void gate_share_drop(const uint8_t token[16]);
+/* Exports physical memory h of size bytes on gpu (its POSIX file
+ * descriptor) into the registry under a new token: a CUresult. */
+int gate_share_export(CUmemGenericAllocationHandle h, unsigned gpu, uint64_t size,
+		      uint8_t token[16]);
 
 #endif

@@ -26,16 +26,9 @@ int mem_export(struct session *s, uint64_t addr, uint8_t token[16], uint64_t *va
 	if (!b || b->plain || b->resident != 1)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!b->exported) {
-		int fd = -1;
-		int rc = D->cuMemExportToShareableHandle(&fd, b->h,
-							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		int rc = gate_share_export(b->h, b->dev, b->len, b->token);
 		if (rc)
 			return rc;
-		/* the parent keeps a duplicate */
-		rc = gate_share_put(fd, b->dev, b->len, b->token);
-		close(fd);
-		if (rc)
-			return CUDA_ERROR_OUT_OF_MEMORY;
 		b->exported = 1;
 	}
 	memcpy(token, b->token, 16);

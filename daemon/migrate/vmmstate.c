@@ -159,16 +159,9 @@ int vmm_export_map(struct session *s, uint64_t addr, uint8_t token[16], uint64_t
 	if (!p || !p->fd_ok || p->released || !D->cuMemExportToShareableHandle)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	if (!p->move_exported) {
-		int fd = -1;
-		int rc = D->cuMemExportToShareableHandle(&fd, p->h,
-							 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		int rc = gate_share_export(p->h, p->gpu, p->size, p->move_token);
 		if (rc)
 			return rc;
-		/* the parent keeps a duplicate, for the target worker */
-		rc = gate_share_put(fd, p->gpu, p->size, p->move_token);
-		close(fd);
-		if (rc)
-			return CUDA_ERROR_OUT_OF_MEMORY;
 		p->move_exported = 1;
 	}
 	memcpy(token, p->move_token, 16);

@@ -277,32 +277,27 @@ check t_worker_layout \
 	"fixed: ${PERS_FIXED:-?} random: ${PERS_RANDOM:-?} bad value: exit $BADRC: $bad"
 
 # ---- a standby: the whole server SIGKILLed ----
-start_open_rgpud a3 --checkpoint-interval=1 && A=$PORT AP=$PID
-start_open_rgpud b3 && B=$PORT BP=$PID
-export RGPU_STANDBY=127.0.0.1:$B
-if run_app standby "127.0.0.1:$A" standby; then
-	kill_all "$AP"
-	go standby
-	check t_standby_after_sigkill \
-		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/standby.out" && grep -q "recovered on" "$LOGDIR/standby.err" && [ "$(grep -c "checkpoint of" "$LOGDIR/standby.err")" -ge 2 ]' \
-		"$(detail standby; tail -5 "$LOGDIR/b3.log")"
-else
-	ko t_standby_after_sigkill "$(detail standby)"
-fi
+# standby_case NAME TEST MODE: t_migrate MODE on a checkpointing server
+# with a standby, the server SIGKILLed at READY; B, BP stay the standby's
+standby_case() {
+	local name=$1 test=$2 mode=$3
+	start_open_rgpud "a-$name" --checkpoint-interval=1 && A=$PORT AP=$PID
+	start_open_rgpud "b-$name" && B=$PORT BP=$PID
+	export RGPU_STANDBY=127.0.0.1:$B
+	if run_app "$name" "127.0.0.1:$A" "$mode"; then
+		kill_all "$AP"
+		go "$name"
+		check "$test" \
+			'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/$name.out" && grep -q "recovered on" "$LOGDIR/$name.err" && [ "$(grep -c "checkpoint of" "$LOGDIR/$name.err")" -ge 2 ]' \
+			"$(detail "$name"; tail -5 "$LOGDIR/b-$name.log")"
+	else
+		ko "$test" "$(detail "$name")"
+	fi
+}
+standby_case standby t_standby_after_sigkill standby
 kill_all "$BP"
 # the same with application VMM memory in the checkpoint
-start_open_rgpud a3v --checkpoint-interval=1 && A=$PORT AP=$PID
-start_open_rgpud b3v && B=$PORT BP=$PID
-export RGPU_STANDBY=127.0.0.1:$B
-if run_app vmmsb "127.0.0.1:$A" vmmstandby; then
-	kill_all "$AP"
-	go vmmsb
-	check t_standby_vmm \
-		'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmsb.out" && grep -q "recovered on" "$LOGDIR/vmmsb.err" && [ "$(grep -c "checkpoint of" "$LOGDIR/vmmsb.err")" -ge 2 ]' \
-		"$(detail vmmsb; tail -5 "$LOGDIR/b3v.log")"
-else
-	ko t_standby_vmm "$(detail vmmsb)"
-fi
+standby_case vmmsb t_standby_vmm vmmstandby
 unset RGPU_STANDBY
 
 # ---- no standby: a clear error, never a hang ----
