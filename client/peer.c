@@ -132,8 +132,7 @@ RC_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 
 RC_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) { return peer_access(peer, 0); }
 
-/* a relayed copy's pieces: read from one server while nothing else of
- * this copy is in flight, so that memory stays bounded */
+/* a relayed copy goes in pieces of this size: its buffer stays bounded */
 #define RELAY_PIECE (64u << 20)
 
 /* A peer copy between GPUs of different servers, relayed through this
@@ -144,7 +143,7 @@ RC_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) { return peer_access(p
  * streams'; the bytes of an asynchronous write are taken before it
  * returns (pageable memory), so the piece buffer is free again at once. */
 CUresult rc_peer_relay(CUdeviceptr dst, struct rc_ctx *d, CUdeviceptr src, struct rc_ctx *sc, size_t n,
-		       CUstream s, struct rc_ctx *sctx_of_stream)
+		       CUstream s, struct rc_ctx *stream_ctx)
 {
 	if (s && rc_stream_capture_id(s)) {
 		/* (bytes through this process are no node of a graph) */
@@ -161,10 +160,10 @@ CUresult rc_peer_relay(CUdeviceptr dst, struct rc_ctx *d, CUdeviceptr src, struc
 	CUresult rc = cuCtxGetCurrent(&cur);
 	if (rc)
 		return rc;
-	int on_src = sctx_of_stream == sc, on_dst = sctx_of_stream == d;
+	int on_src = stream_ctx == sc, on_dst = stream_ctx == d;
 	/* a stream of neither context: its work first, then as a
 	 * synchronous copy */
-	if (sctx_of_stream && !on_src && !on_dst && (rc = cuStreamSynchronize(s)))
+	if (stream_ctx && !on_src && !on_dst && (rc = cuStreamSynchronize(s)))
 		return rc;
 	size_t piece = n < RELAY_PIECE ? n : RELAY_PIECE;
 	uint8_t *buf = malloc(piece);

@@ -31,6 +31,7 @@ struct phys {
 				 * hands it over by reference) */
 	int move_exported;      /* so exported for a move, under move_token */
 	uint8_t move_token[16];
+	int whole;              /* (a capture's scratch: one mapping covers it) */
 };
 
 struct amap {

@@ -276,8 +276,10 @@ int gate_share_put(int fd, unsigned gpu, uint64_t size, uint8_t token[16])
 }
 
 int gate_share_export(CUmemGenericAllocationHandle h, unsigned gpu, uint64_t size,
-		      uint8_t token[16])
+		      uint8_t token[16], int *done)
 {
+	if (*done)
+		return CUDA_SUCCESS;
 	const struct rgpud_driver *d = &rgpud_server.drv;
 	if (!d->cuMemExportToShareableHandle)
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -288,7 +290,10 @@ int gate_share_export(CUmemGenericAllocationHandle h, unsigned gpu, uint64_t siz
 	/* the parent keeps a duplicate */
 	rc = gate_share_put(fd, gpu, size, token);
 	close(fd);
-	return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+	if (rc)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*done = 1;
+	return CUDA_SUCCESS;
 }
 
 int gate_share_get(const uint8_t token[16], int *fd, unsigned *gpu, uint64_t *size)

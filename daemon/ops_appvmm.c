@@ -343,14 +343,9 @@ int op_vmm_export(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	/* (as the driver: only a handle type asked for at creation) */
 	if (!p || !(p->types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!D->cuMemExportToShareableHandle)
-		return CUDA_ERROR_NOT_SUPPORTED;
-	if (!p->exported) {
-		int rc = gate_share_export(p->h, p->gpu, p->size, p->token);
-		if (rc)
-			return rc;
-		p->exported = 1;
-	}
+	int rc = gate_share_export(p->h, p->gpu, p->size, p->token, &p->exported);
+	if (rc)
+		return rc;
 	put_raw(out, p->token, 16);
 	return CUDA_SUCCESS;
 }

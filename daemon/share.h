@@ -31,8 +31,9 @@ int gate_share_put(int fd, unsigned gpu, uint64_t size, uint8_t token[16]);
 int gate_share_get(const uint8_t token[16], int *fd, unsigned *gpu, uint64_t *size);
 void gate_share_drop(const uint8_t token[16]);
 /* Exports physical memory h of size bytes on gpu (its POSIX file
- * descriptor) into the registry under a new token: a CUresult. */
+ * descriptor) into the registry under a new token, unless *done says it
+ * is already (then sets it): a CUresult. */
 int gate_share_export(CUmemGenericAllocationHandle h, unsigned gpu, uint64_t size,
-		      uint8_t token[16]);
+		      uint8_t token[16], int *done);
 
 #endif

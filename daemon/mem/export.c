@@ -15,22 +15,18 @@
 #include "../share.h"
 
 #include <string.h>
-#include <unistd.h>
 
 int mem_export(struct session *s, uint64_t addr, uint8_t token[16], uint64_t *va, uint64_t *len)
 {
 	struct mem_state *m = s->mem;
-	if (!m || !D->cuMemExportToShareableHandle)
+	if (!m)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	struct mem_block *b = mem_block_holding(m, addr);
 	if (!b || b->plain || b->resident != 1)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!b->exported) {
-		int rc = gate_share_export(b->h, b->dev, b->len, b->token);
-		if (rc)
-			return rc;
-		b->exported = 1;
-	}
+	int rc = gate_share_export(b->h, b->dev, b->len, b->token, &b->exported);
+	if (rc)
+		return rc;
 	memcpy(token, b->token, 16);
 	*va = b->va;
 	*len = b->len;

@@ -36,17 +36,11 @@ struct cap {
 	uint64_t last;  /* the last record's seq written */
 };
 
-static void le(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static int rec_hdr(struct cap *c, uint32_t tag, uint64_t len)
 {
 	uint8_t h[SNAP_REC_HDR] = { 0 };
-	le(h, tag, 4);
-	le(h + 8, len, 8);
+	snap_le(h, tag, 4);
+	snap_le(h + 8, len, 8);
 	c->nrec++;
 	if (c->io->write(c->io->arg, h, sizeof(h)) < 0) {
 		snprintf(c->why, c->whylen, "the receiving end of the session's state went away");
@@ -70,12 +64,12 @@ static int create_out(struct cap *c, uint16_t op, uint64_t id, uint64_t result, 
 		      const uint8_t *p, size_t n, int by_ref)
 {
 	uint8_t f[32];
-	le(f, op, 2);
-	le(f + 2, 0, 2);
-	le(f + 4, n, 4);
-	le(f + 8, id, 8);
-	le(f + 16, result, 8);
-	le(f + 24, place, 8);
+	snap_le(f, op, 2);
+	snap_le(f + 2, 0, 2);
+	snap_le(f + 4, n, 4);
+	snap_le(f + 8, id, 8);
+	snap_le(f + 16, result, 8);
+	snap_le(f + 24, place, 8);
 	if (rec_hdr(c, SNAP_CREATE, sizeof(f) + n) < 0 || put(c, f, sizeof(f)) < 0)
 		return -1;
 	/* ahead of a pause the journal is frozen (snap_capture_ahead): a
@@ -123,11 +117,11 @@ static int mem_emit(void *arg, struct xfer_pool *pool, int i, size_t n, int last
 /* The fields MEMORY and PEER records begin with (snapshot.h). */
 static void mem_fields(uint8_t f[32], const struct memif_alloc *a)
 {
-	le(f, a->dptr, 8);
-	le(f + 8, a->size, 8);
-	le(f + 16, a->ctx, 8);
-	le(f + 24, a->dev, 4);
-	le(f + 28, (uint64_t)a->kind, 4);
+	snap_le(f, a->dptr, 8);
+	snap_le(f + 8, a->size, 8);
+	snap_le(f + 16, a->ctx, 8);
+	snap_le(f + 24, a->dev, 4);
+	snap_le(f + 28, (uint64_t)a->kind, 4);
 }
 
 void snap_exports_drop(struct session *s)
@@ -154,8 +148,8 @@ static int ref_rec(struct cap *c, const struct memif_alloc *a, uint32_t tag)
 	uint8_t g[32 + 16 + 16];
 	mem_fields(g, a);
 	memcpy(g + 32, tok, 16);
-	le(g + 48, va, 8);
-	le(g + 56, len, 8);
+	snap_le(g + 48, va, 8);
+	snap_le(g + 56, len, 8);
 	if (rec_hdr(c, tag, sizeof(g)) < 0 || put(c, g, sizeof(g)) < 0)
 		return -1;
 	if (tag == SNAP_PEER)
@@ -244,14 +238,14 @@ static int header(struct cap *c, uint64_t last_id)
 	size_t n = 0;
 	memcpy(f, SNAP_MAGIC, 8);
 	n = 8;
-	le(f + n, SNAP_VERSION, 4), n += 4;
-	le(f + n, s->who.uid, 4), n += 4;
-	le(f + n, s->who.gid, 4), n += 4;
-	le(f + n, s->who.job_id, 8), n += 8;
-	le(f + n, last_id, 8), n += 8;
-	le(f + n, ngpu, 4), n += 4;
+	snap_le(f + n, SNAP_VERSION, 4), n += 4;
+	snap_le(f + n, s->who.uid, 4), n += 4;
+	snap_le(f + n, s->who.gid, 4), n += 4;
+	snap_le(f + n, s->who.job_id, 8), n += 8;
+	snap_le(f + n, last_id, 8), n += 8;
+	snap_le(f + n, ngpu, 4), n += 4;
 	for (uint32_t i = 0; i < ngpu; i++)
-		le(f + n, gpus[i], 4), n += 4;
+		snap_le(f + n, gpus[i], 4), n += 4;
 	if (rec_hdr(c, SNAP_HEADER, n) < 0 || put(c, f, n) < 0)
 		return -1;
 	return 0;
@@ -264,19 +258,19 @@ static int table(struct cap *c)
 	if (rec_hdr(c, SNAP_TABLE, len) < 0)
 		return -1;
 	uint8_t w[4];
-	le(w, t->n, 4);
+	snap_le(w, t->n, 4);
 	if (put(c, w, 4) < 0)
 		return -1;
 	for (uint32_t i = 0; i < t->n; i++) {
-		le(w, t->e[i].gen, 4);
+		snap_le(w, t->e[i].gen, 4);
 		if (put(c, w, 4) < 0)
 			return -1;
 	}
-	le(w, t->nfree, 4);
+	snap_le(w, t->nfree, 4);
 	if (put(c, w, 4) < 0)
 		return -1;
 	for (uint32_t i = 0; i < t->nfree; i++) {
-		le(w, t->freel[i], 4);
+		snap_le(w, t->freel[i], 4);
 		if (put(c, w, 4) < 0)
 			return -1;
 	}
@@ -425,12 +419,12 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 		rc = table(&c);
 	if (!rc && ahead) {
 		uint8_t l[8];
-		le(l, last_id, 8);
+		snap_le(l, last_id, 8);
 		rc = rec_hdr(&c, SNAP_LAST, 8) < 0 || put(&c, l, 8) < 0 ? -1 : 0;
 	}
 	if (!rc) {
 		uint8_t n[8];
-		le(n, c.nrec, 8);
+		snap_le(n, c.nrec, 8);
 		rc = rec_hdr(&c, SNAP_END, 8) < 0 || put(&c, n, 8) < 0 ? -1 : 0;
 	}
 	if (rc && io->by_ref)

@@ -133,26 +133,6 @@ struct rst {
 	uint64_t vmm_made;      /* the VMM_CREATE of id 0 made this (vmmstate.h) */
 };
 
-static void le32_put(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void le64_put(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t gl(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-	for (int i = n - 1; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 static int get(struct rst *r, void *p, size_t n)
 {
 	if (n && r->io->read(r->io->arg, p, n) < 0) {
@@ -179,18 +159,18 @@ static int header(struct rst *r, uint64_t len, struct snap_info *info)
 		return BAD("malformed session state (header of %llu bytes)", (unsigned long long)len);
 	if (get(r, f, len) < 0)
 		return -1;
-	if (memcmp(f, SNAP_MAGIC, 8) || gl(f + 8, 4) != SNAP_VERSION)
+	if (memcmp(f, SNAP_MAGIC, 8) || snap_gl(f + 8, 4) != SNAP_VERSION)
 		return BAD("not a session state of this rgpud's format (version %u expected)",
 			   SNAP_VERSION);
-	info->uid = (uint32_t)gl(f + 12, 4);
-	info->gid = (uint32_t)gl(f + 16, 4);
-	info->job = gl(f + 20, 8);
-	info->last_id = gl(f + 28, 8);
-	info->ngpu = (uint32_t)gl(f + 36, 4);
+	info->uid = (uint32_t)snap_gl(f + 12, 4);
+	info->gid = (uint32_t)snap_gl(f + 16, 4);
+	info->job = snap_gl(f + 20, 8);
+	info->last_id = snap_gl(f + 28, 8);
+	info->ngpu = (uint32_t)snap_gl(f + 36, 4);
 	if (info->ngpu > SNAP_MAX_GPUS || len != 40 + 4ull * info->ngpu)
 		return BAD("malformed session state (header)");
 	for (uint32_t i = 0; i < info->ngpu; i++)
-		info->gpus[i] = (uint32_t)gl(f + 40 + 4 * i, 4);
+		info->gpus[i] = (uint32_t)snap_gl(f + 40 + 4 * i, 4);
 	return 0;
 }
 
@@ -203,10 +183,10 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 		return BAD("malformed session state (a request of %llu bytes)", (unsigned long long)len);
 	if (get(r, f, sizeof(f)) < 0)
 		return -1;
-	uint16_t op = (uint16_t)gl(f, 2);
+	uint16_t op = (uint16_t)snap_gl(f, 2);
 	*op_out = op;
-	uint64_t plen = gl(f + 4, 4), id = gl(f + 8, 8), result = gl(f + 16, 8),
-		 place = gl(f + 24, 8);
+	uint64_t plen = snap_gl(f + 4, 4), id = snap_gl(f + 8, 8), result = snap_gl(f + 16, 8),
+		 place = snap_gl(f + 24, 8);
 	if (plen != len - sizeof(f))
 		return BAD("malformed session state (request length)");
 	const struct op_desc *od = rgpud_op(op);
@@ -222,18 +202,18 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 	/* a move to another GPU: contexts and physical memory are made
 	 * there (each request's first field), and access is given to it */
 	if ((op == RGPU_OP_CTX_CREATE || op == RGPU_OP_VMM_CREATE) && r->gpu_to >= 0 && plen >= 4)
-		le32_put(p, (uint32_t)r->gpu_to);
+		snap_le(p, (uint32_t)r->gpu_to, 4);
 	/* handle 0 in a VMM request: the physical memory made last under a
 	 * new id (one released while mapped: vmmstate.h) */
-	if (op == RGPU_OP_VMM_MAP && plen == 32 && !gl(p + 24, 8))
-		le64_put(p + 24, r->vmm_made);
-	if (op == RGPU_OP_VMM_RELEASE && plen == 8 && !gl(p, 8))
-		le64_put(p, r->vmm_made);
+	if (op == RGPU_OP_VMM_MAP && plen == 32 && !snap_gl(p + 24, 8))
+		snap_le(p + 24, r->vmm_made, 8);
+	if (op == RGPU_OP_VMM_RELEASE && plen == 8 && !snap_gl(p, 8))
+		snap_le(p, r->vmm_made, 8);
 	if (op == RGPU_OP_VMM_ACCESS && r->gpu_to >= 0 && plen >= 28) {
 		/* u64 addr, u64 size, u32 n, n x (u32 gpu, u32 flags): one */
-		le32_put(p + 16, 1);
-		le32_put(p + 20, (uint32_t)r->gpu_to);
-		le32_put(p + 24, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+		snap_le(p + 16, 1, 4);
+		snap_le(p + 20, (uint32_t)r->gpu_to, 4);
+		snap_le(p + 24, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, 4);
 		plen = 28;
 	}
 	s->ht.force_id = id;
@@ -249,7 +229,7 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 	if (place)
 		migrate_place_next(0);
 	int rc = 0;
-	uint64_t made = s->tx.len >= 8 ? gl(s->tx.data, 8) : 0;
+	uint64_t made = s->tx.len >= 8 ? snap_gl(s->tx.data, 8) : 0;
 	if (st)
 		rc = BAD("re-creating an object (%s) failed: %s", rgpu_op_name(op),
 			 st > 0 ? rgpud_cu_errname(D, st) : "malformed request");
@@ -276,11 +256,11 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 
 static void mem_head_read(struct rst *r, const uint8_t f[32], struct mem_head *m)
 {
-	m->dptr = gl(f, 8);
-	m->size = gl(f + 8, 8);
-	m->ctx = gl(f + 16, 8);
-	m->dev = r->gpu_to >= 0 ? (unsigned)r->gpu_to : (unsigned)gl(f + 24, 4);
-	m->kind = (int)gl(f + 28, 4);
+	m->dptr = snap_gl(f, 8);
+	m->size = snap_gl(f + 8, 8);
+	m->ctx = snap_gl(f + 16, 8);
+	m->dev = r->gpu_to >= 0 ? (unsigned)r->gpu_to : (unsigned)snap_gl(f + 24, 4);
+	m->kind = (int)snap_gl(f + 28, 4);
 }
 
 /* Makes the memory's restored context current. */
@@ -549,8 +529,8 @@ static int peer_read(struct rst *r, uint64_t len, struct peer_copy *c)
 		return -1;
 	mem_head_read(r, f, &c->h);
 	memcpy(c->token, f + 32, 16);
-	c->va = gl(f + 48, 8);
-	c->blen = gl(f + 56, 8);
+	c->va = snap_gl(f + 48, 8);
+	c->blen = snap_gl(f + 56, 8);
 	uint64_t dptr = c->h.dptr, size = c->h.size;
 	if ((c->h.kind != MEMK_ALLOC && c->h.kind != MEMK_FIXED) || !size || dptr < c->va ||
 	    dptr - c->va > c->blen || size > c->blen - (dptr - c->va))
@@ -828,7 +808,7 @@ static int table(struct rst *r, uint64_t len)
 	uint8_t w[4];
 	if (len < 8 || get(r, w, 4) < 0)
 		return len < 8 ? BAD("malformed session state (table)") : -1;
-	uint64_t n = gl(w, 4);
+	uint64_t n = snap_gl(w, 4);
 	if (n > (1u << 28) || len < 8 + 4 * n)
 		return BAD("malformed session state (table of %llu)", (unsigned long long)n);
 	uint32_t *gens = malloc((n + 1) * 4);
@@ -839,11 +819,11 @@ static int table(struct rst *r, uint64_t len)
 	for (uint64_t i = 0; i < n; i++) {
 		if (get(r, w, 4) < 0)
 			goto out;
-		gens[i] = (uint32_t)gl(w, 4);
+		gens[i] = (uint32_t)snap_gl(w, 4);
 	}
 	if (get(r, w, 4) < 0)
 		goto out;
-	uint64_t nf = gl(w, 4);
+	uint64_t nf = snap_gl(w, 4);
 	if (nf > n || len != 8 + 4 * n + 4 * nf) {
 		BAD("malformed session state (free list)");
 		goto out;
@@ -855,7 +835,7 @@ static int table(struct rst *r, uint64_t len)
 	for (uint64_t i = 0; i < nf; i++) {
 		if (get(r, w, 4) < 0)
 			goto out;
-		freel[i] = (uint32_t)gl(w, 4);
+		freel[i] = (uint32_t)snap_gl(w, 4);
 	}
 	if (ht_set_layout(&r->s->ht, (uint32_t)n, gens, freel, (uint32_t)nf) < 0)
 		BAD("the restored handle table disagrees with the source's");
@@ -945,8 +925,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			rc = -1;
 			break;
 		}
-		uint32_t tag = (uint32_t)gl(h, 4);
-		uint64_t len = gl(h + 8, 8);
+		uint32_t tag = (uint32_t)snap_gl(h, 4);
+		uint64_t len = snap_gl(h + 8, 8);
 		if (t_sync && !info->pause_wait_ns) /* (the source paused and sent) */
 			info->pause_wait_ns = rgpu_now_ns() - t_sync + 1;
 		if (nrec == 0 && tag != SNAP_HEADER) {
@@ -1033,16 +1013,16 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			if (len != 8 || get(r, l, 8) < 0)
 				rc = len != 8 ? BAD("malformed session state (last)") : -1;
 			else
-				info->last_id = gl(l, 8);
+				info->last_id = snap_gl(l, 8);
 			break;
 		}
 		case SNAP_END: {
 			uint8_t n[8];
 			if (len != 8 || get(r, n, 8) < 0)
 				rc = BAD("malformed session state (end)");
-			else if (gl(n, 8) != nrec)
+			else if (snap_gl(n, 8) != nrec)
 				rc = BAD("session state of %llu records, %llu received",
-					 (unsigned long long)gl(n, 8), (unsigned long long)nrec);
+					 (unsigned long long)snap_gl(n, 8), (unsigned long long)nrec);
 			ended = 1;
 			break;
 		}

@@ -69,6 +69,21 @@ enum snap_tag {
 
 #define SNAP_SYNC_ACK 0x434e5953u /* "SYNC" */
 
+/* The stream's little-endian fields of n bytes: written, read. */
+static inline void snap_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static inline uint64_t snap_gl(const uint8_t *p, int n)
+{
+	uint64_t v = 0;
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
 /* MEMORY kinds */
 enum {
 	MEMK_ALLOC = 0,  /* cuMemAlloc'd: re-created at dptr */

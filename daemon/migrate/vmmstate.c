@@ -11,19 +11,15 @@
 #include "snapshot.h"
 #include "../appmem.h"
 #include "../session.h"
-#include "../rgpud.h"
 #include "../share.h"
 #include "proto.h"
 #include "wire.h"
 
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-#define D (&rgpud_server.drv)
 
 /* Whether the mappings of p cover all of it (bytes outside them would be
- * lost: they are captured through the mappings). */
+ * lost: they are captured through the mappings).  (Quadratic; the
+ * callers ask only for memory no single mapping covers whole.) */
 static int mapped_whole(const struct appmem *a, const struct phys *p)
 {
 	uint64_t at = 0;
@@ -48,11 +44,17 @@ const char *vmm_unmovable(struct session *s)
 	if (a->npallocs)
 		return "the session holds stream-ordered allocations (cuMemAllocAsync, memory pools), "
 		       "which are not migrated yet";
+	/* (the usual case in one pass: each piece mapped once, whole) */
+	for (struct phys *p = a->phys; p; p = p->next)
+		p->whole = 0;
+	for (size_t i = 0; i < a->nmaps; i++)
+		if (!a->maps[i].off && a->maps[i].size == a->maps[i].p->size)
+			a->maps[i].p->whole = 1;
 	for (const struct phys *p = a->phys; p; p = p->next) {
 		if (p->exported || !p->charged)
 			return "the session shares application VMM memory with another process "
 			       "(exported or imported), which is not migrated yet";
-		if (!mapped_whole(a, p))
+		if (!p->whole && !mapped_whole(a, p))
 			return "the session holds application VMM memory that is not mapped whole, "
 			       "which is not migrated yet";
 	}
@@ -67,31 +69,30 @@ static int emit(struct wbuf *w, uint16_t op, uint64_t id,
 	return rc;
 }
 
-/* p's mappings (VMM_MAP naming it by id: 0 for "the one made last") and
- * their access; access as the mapping has it (read-only access is given
- * as read and write: the mask keeps no flags). */
-static int maps_of(const struct appmem *a, const struct phys *p, uint64_t id, struct wbuf *w,
+/* The mappings of p (NULL: of every handle not released), VMM_MAP naming
+ * the handle by id (0 for "the one made last" with p), then their access
+ * as each has it (read-only access is given as read and write: the mask
+ * keeps no flags). */
+static int maps_of(const struct appmem *a, const struct phys *p, struct wbuf *w,
 		   int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
 		   void *arg)
 {
 	int rc = 0;
 	for (size_t i = 0; i < a->nmaps && !rc; i++) {
 		const struct amap *m = &a->maps[i];
-		if (m->p != p)
+		if (p ? m->p != p : m->p->released)
 			continue;
 		put_u64(w, m->addr);
 		put_u64(w, m->size);
 		put_u64(w, m->off);
-		put_u64(w, id);
+		put_u64(w, p ? 0 : m->p->id);
 		rc = emit(w, RGPU_OP_VMM_MAP, 0, fn, arg);
 	}
 	for (size_t i = 0; i < a->nmaps && !rc; i++) {
 		const struct amap *m = &a->maps[i];
-		if (m->p != p || !m->access)
+		if ((p ? m->p != p : m->p->released) || !m->access)
 			continue;
-		uint32_t n = 0;
-		for (unsigned g = 0; g < 64; g++)
-			n += (unsigned)(m->access >> g & 1);
+		uint32_t n = (uint32_t)__builtin_popcountll(m->access);
 		put_u64(w, m->addr);
 		put_u64(w, m->size);
 		put_u32(w, n);
@@ -125,9 +126,8 @@ int vmm_each_request(struct session *s,
 		put_u32(&w, p->types);
 		rc = emit(&w, RGPU_OP_VMM_CREATE, p->id, fn, arg);
 	}
-	for (const struct phys *p = a->phys; p && !rc; p = p->next)
-		if (!p->released)
-			rc = maps_of(a, p, p->id, &w, fn, arg);
+	if (!rc)
+		rc = maps_of(a, NULL, &w, fn, arg);
 	/* a handle released while mapped: its id may name something else by
 	 * now, so it is made under a new one (id 0: the restore makes one),
 	 * mapped and released again at once */
@@ -138,7 +138,7 @@ int vmm_each_request(struct session *s,
 		put_u64(&w, p->size);
 		put_u32(&w, p->types);
 		if (!(rc = emit(&w, RGPU_OP_VMM_CREATE, 0, fn, arg)) &&
-		    !(rc = maps_of(a, p, 0, &w, fn, arg))) {
+		    !(rc = maps_of(a, p, &w, fn, arg))) {
 			put_u64(&w, 0);
 			rc = emit(&w, RGPU_OP_VMM_RELEASE, 0, fn, arg);
 		}
@@ -156,14 +156,11 @@ int vmm_export_map(struct session *s, uint64_t addr, uint8_t token[16], uint64_t
 		if (a->maps[i].addr == addr)
 			m = &a->maps[i];
 	struct phys *p = m ? m->p : NULL;
-	if (!p || !p->fd_ok || p->released || !D->cuMemExportToShareableHandle)
+	if (!p || !p->fd_ok || p->released)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	if (!p->move_exported) {
-		int rc = gate_share_export(p->h, p->gpu, p->size, p->move_token);
-		if (rc)
-			return rc;
-		p->move_exported = 1;
-	}
+	int rc = gate_share_export(p->h, p->gpu, p->size, p->move_token, &p->move_exported);
+	if (rc)
+		return rc;
 	memcpy(token, p->move_token, 16);
 	*va = m->addr - m->off; /* where p's first byte would be mapped */
 	*len = p->size;
