@@ -12,6 +12,7 @@ void ht_free(struct htable *t)
 			free(t->e[i].extra);
 	free(t->e);
 	free(t->freel);
+	free(t->made);
 	ht_init(t);
 }
 
@@ -87,9 +88,38 @@ int ht_set_layout(struct htable *t, uint32_t n, const uint32_t *gens, const uint
 	return 0;
 }
 
+static void made_note(struct htable *t, uint64_t id)
+{
+	if (t->nmade == t->capmade) {
+		uint32_t cap = t->capmade ? 2 * t->capmade : 16;
+		uint64_t *v = realloc(t->made, cap * sizeof(*v));
+		if (!v) {
+			t->made_lost = 1;
+			return;
+		}
+		t->made = v;
+		t->capmade = cap;
+	}
+	t->made[t->nmade++] = id;
+}
+
+static uint64_t add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void *extra);
+
 uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void *extra)
 {
+	uint64_t id = add(t, kind, obj, ctx, extra);
+	if (id)
+		made_note(t, id);
+	return id;
+}
+
+static uint64_t add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void *extra)
+{
 	uint32_t slot;
+	if (!t->force_id && t->nforce) {
+		t->force_id = *t->force++;
+		t->nforce--;
+	}
 	if (t->force_id) {
 		uint64_t id = t->force_id;
 		t->force_id = 0;
@@ -158,6 +188,28 @@ void ht_del(struct htable *t, uint64_t id)
 	h->kind = HK_FREE;
 	h->obj = NULL;
 	t->freel[t->nfree++] = slot - 1;
+}
+
+int ht_hold(struct htable *t, uint64_t id)
+{
+	uint32_t slot = (uint32_t)id;
+	if (slot == 0 || slot > t->n || !t->nfree || t->freel[t->nfree - 1] != slot - 1)
+		return -1;
+	struct hentry *h = &t->e[slot - 1];
+	if (h->kind != HK_FREE || h->gen != (uint32_t)(id >> 32))
+		return -1;
+	t->nfree--;
+	h->kind = HK_HELD;
+	return 0;
+}
+
+void ht_unhold_all(struct htable *t)
+{
+	for (uint32_t i = 0; i < t->n; i++)
+		if (t->e[i].kind == HK_HELD) {
+			t->e[i].kind = HK_FREE;
+			t->freel[t->nfree++] = i;
+		}
 }
 
 void ht_del_children(struct htable *t, uint64_t parent)

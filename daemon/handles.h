@@ -22,6 +22,9 @@ enum hkind {
 	HK_POOL,    /* stream-ordered memory pool (ops_pool.c) */
 	HK_GNODE,     /* a node of a graph (parent: the graph) */
 	HK_ARRAY,     /* a CUDA array (ops_array.c) */
+	HK_HELD,      /* a destroyed stream's or event's slot, kept from reuse
+		       * while graphs built with it may be replayed (a move
+		       * makes it again: migrate/journal.c) */
 };
 
 struct hentry {
@@ -39,12 +42,26 @@ struct htable {
 	uint32_t *freel;
 	uint32_t nfree;
 	/* migration (daemon/migrate/): when set, the next ht_add creates
-	 * exactly this id, so a restored session keeps its clients' handles */
+	 * exactly this id, so a restored session keeps its clients' handles;
+	 * force[0..nforce) the ids the next ht_adds create, in order (a
+	 * graph request makes several: journal.c) */
 	uint64_t force_id;
+	const uint64_t *force;
+	uint32_t nforce;
+	/* the ids made since ht_made_reset (the request being served) */
+	uint64_t *made;
+	uint32_t nmade, capmade;
+	int made_lost; /* one did not fit (out of memory) */
 };
 
 void ht_init(struct htable *t);
 void ht_free(struct htable *t);
+/* Forgets the ids made so far (the next request's begin). */
+static inline void ht_made_reset(struct htable *t)
+{
+	t->nmade = 0;
+	t->made_lost = 0;
+}
 /* Returns the new id, or 0 when out of memory. */
 uint64_t ht_add(struct htable *t, enum hkind kind, void *obj, uint64_t ctx, void *extra);
 /* The id of the object in slot i (whatever its kind). */
@@ -61,6 +78,11 @@ void ht_del(struct htable *t, uint64_t id);
  * or a live entry where the layout says free). */
 int ht_set_layout(struct htable *t, uint32_t n, const uint32_t *gens, const uint32_t *freel,
 		  uint32_t nfree);
+/* Keeps the slot of id, deleted just now (the last freed), from reuse:
+ * 0, or -1 when it is not so. */
+int ht_hold(struct htable *t, uint64_t id);
+/* Frees the held slots, in slot order. */
+void ht_unhold_all(struct htable *t);
 /* Deletes every entry whose parent is id (a module's or library's
  * functions and kernels, which die with it). */
 void ht_del_children(struct htable *t, uint64_t parent);

@@ -36,6 +36,13 @@ static int ready_stream(struct session *s, struct rd *r, struct req *q, CUstream
 	return rc ? rc : req_stream(s, q->id, st);
 }
 
+/* A capture began on st: the journal keeps what it builds (journal.c). */
+static void capture_begun(struct session *s, CUstream st)
+{
+	s->captures++;
+	s->req_capture = session_capture_id(st);
+}
+
 int op_capture_begin(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;
@@ -43,7 +50,9 @@ int op_capture_begin(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	uint32_t mode = get_u32(r);
 	CUstream st;
 	int rc = ready_stream(s, r, &q, &st);
-	return rc ? rc : (int)D->cuStreamBeginCapture_v2(st, (CUstreamCaptureMode)mode);
+	if (!rc && !(rc = D->cuStreamBeginCapture_v2(st, (CUstreamCaptureMode)mode)))
+		capture_begun(s, st);
+	return rc;
 }
 
 int op_capture_end(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -53,8 +62,12 @@ int op_capture_end(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	CUstream st;
 	int rc = ready_stream(s, r, &q, &st);
 	CUgraph g = NULL;
-	if (!rc)
+	if (!rc) {
 		rc = D->cuStreamEndCapture(st, &g);
+		/* (ended, failed or not) */
+		if (s->req_capture && s->captures)
+			s->captures--;
+	}
 	if (rc)
 		return rc;
 	/* known already if the client asked for the capture's graph */
@@ -854,6 +867,8 @@ int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 		rc = D->cuStreamBeginCaptureToGraph(st, q.e->obj, n ? deps : NULL, NULL, n,
 						    (CUstreamCaptureMode)mode);
 		free(deps);
+		if (!rc)
+			capture_begun(s, st);
 		return rc;
 	}
 	case RGPU_G_MEM_TRIM:

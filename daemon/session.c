@@ -240,13 +240,35 @@ int session_stream(struct session *s, uint64_t id, CUstream *out)
 	if (id == 0 || id == (uint64_t)(uintptr_t)CU_STREAM_LEGACY ||
 	    id == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD) {
 		*out = (CUstream)(uintptr_t)id;
+		if (s->captures && !s->req_capture && id == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD)
+			s->req_capture = session_capture_id(*out);
 		return CUDA_SUCCESS;
 	}
 	struct hentry *e = ht_get(&s->ht, id, HK_STREAM);
 	if (!e || e->ctx != s->cur_ctx)
 		return CUDA_ERROR_INVALID_HANDLE;
 	*out = e->obj;
+	/* work on a stream being captured builds a graph: the journal keeps
+	 * it (a capture's joined streams are known to the driver only) */
+	if (s->captures && !s->req_capture)
+		s->req_capture = session_capture_id(*out);
 	return CUDA_SUCCESS;
+}
+
+uint64_t session_capture_id(CUstream st)
+{
+	struct rgpud_driver *d = &rgpud_server.drv;
+	CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+	cuuint64_t id = 0;
+	if (d->cuStreamGetCaptureInfo_v3) {
+		if (d->cuStreamGetCaptureInfo_v3(st, &cs, &id, NULL, NULL, NULL, NULL))
+			return 0;
+	} else if (!d->cuStreamIsCapturing || d->cuStreamIsCapturing(st, &cs)) {
+		return 0;
+	}
+	if (cs == CU_STREAM_CAPTURE_STATUS_NONE)
+		return 0;
+	return id ? id : 1;
 }
 
 /* index of the last allocation with dptr <= p, or -1 */
@@ -659,6 +681,9 @@ int session_serve_one(struct session *s)
 	if (od->flags & OPF_DRAINS)
 		waiter_drain(s);
 	wbuf_reset(&s->tx);
+	/* what the request makes and where it runs, for the journal */
+	ht_made_reset(&s->ht);
+	s->req_capture = 0;
 	/* an evicted session's memory comes back before GPU work */
 	static const struct op_desc refused = { op_mem_refused, 0, 1, 0 };
 	if ((s->mem_err = mem_before_request(s, h.op)))
@@ -684,6 +709,9 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 	 * the whole request is in s->rx) */
 	if (st >= 0 && !od->prefix)
 		journal_note(s, h->op, s->rx, h->len, st, s->tx.data, s->tx.len);
+	else if (st >= 0 && s->req_capture)
+		journal_graph_unreplayable(s, "a capture held a request whose data the client "
+					      "streamed (not kept)");
 	if (st == OP_DROP) {
 		log_warn("%s: malformed %s request (%u bytes), dropping connection", s->name,
 			 rgpu_op_name(h->op), h->len);

@@ -118,6 +118,11 @@ struct session {
 
 	/* migration and recovery (daemon/migrate/) */
 	struct journal *journal;       /* requests that made the live objects */
+	/* stream captures begun and not ended; the capture (its driver id)
+	 * the current request's stream is in, if any: graphs are made again
+	 * by replaying what built them (journal.c) */
+	unsigned captures;
+	uint64_t req_capture;
 	struct memif_run *memif_runs;  /* memory re-created at fixed addresses */
 	int mig_fd;                    /* the migration channel (parent and worker ends); <= 0: none */
 	struct move *move;             /* a move whose objects went ahead (migrate/out.c) */
@@ -214,6 +219,9 @@ int session_wait_elsewhere(struct session *s, const struct rgpu_hdr *h, enum wai
 			   void *ctx, void *obj);
 /* Resolves a stream handle (0 = NULL stream) in the current context. */
 int session_stream(struct session *s, uint64_t id, CUstream *out);
+/* The driver's id of the capture stream st is part of; 0: none (1 when
+ * the driver says capturing but has no ids). */
+uint64_t session_capture_id(CUstream st);
 /* 1 when a stream of context ctx is being captured into a graph (or its
  * capture failed): its streams must not be queried. */
 int session_capturing(struct session *s, uint64_t ctx);

@@ -84,13 +84,35 @@ static int create_out(struct cap *c, uint16_t op, uint64_t id, uint64_t result, 
 	return put(c, p, n);
 }
 
+/* The handles a graph record's request made (an IDS record before it). */
+static int ids_out(struct cap *c, const struct journal_rec *r)
+{
+	uint8_t w[8];
+	if (rec_hdr(c, SNAP_IDS, 4 + 8ull * r->nids) < 0)
+		return -1;
+	snap_le(w, r->nids, 4);
+	if (put(c, w, 4) < 0)
+		return -1;
+	for (uint32_t i = 0; i < r->nids; i++) {
+		snap_le(w, r->ids[i], 8);
+		if (put(c, w, 8) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Phase 0: contexts; 1: the other objects (what went ahead skipped);
+ * 2: the graph records, all in the pause, after everything they use. */
 static int create_rec(void *arg, const struct journal_rec *r)
 {
 	struct cap *c = arg;
-	if ((r->op == RGPU_OP_CTX_CREATE) != (c->phase == 0) || r->seq <= c->after)
+	int phase = r->graph ? 2 : r->op == RGPU_OP_CTX_CREATE ? 0 : 1;
+	if (phase != c->phase || (phase < 2 && r->seq <= c->after))
 		return 0;
-	if (r->seq > c->last)
+	if (phase < 2 && r->seq > c->last)
 		c->last = r->seq;
+	if (r->nids && ids_out(c, r) < 0)
+		return -1;
 	return create_out(c, r->op, r->id, r->result, r->place, r->payload, r->plen, 1);
 }
 
@@ -279,7 +301,11 @@ static int table(struct cap *c)
 
 static int has_record(void *arg, const struct journal_rec *r)
 {
-	return r->id == *(uint64_t *)arg;
+	uint64_t id = *(uint64_t *)arg;
+	for (uint32_t i = 0; i < r->nids; i++)
+		if (r->ids[i] == id)
+			return 1;
+	return r->id == id;
 }
 
 /* Every live object must be one the journal can make again: a kind it
@@ -291,7 +317,7 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 	static const char *const kinds[] = { "?", "context", "module", "function", "library",
 					      "kernel", "stream", "event", "graph",
 					      "executable graph", "VMM physical memory",
-					      "memory pool" };
+					      "memory pool", "graph node", "CUDA array" };
 	/* (nothing of a host function that has returned is left to move:
 	 * the client starts its poll again for the next one) */
 	if (hostfn_busy(s)) {
@@ -308,12 +334,15 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		const struct hentry *e = &s->ht.e[i];
 		/* (application VMM memory is written from the live state) */
-		if (e->kind == HK_FREE || e->kind == HK_VMM)
+		if (e->kind == HK_FREE || e->kind == HK_VMM || e->kind == HK_HELD)
 			continue;
 		const char *k = (unsigned)e->kind < sizeof(kinds) / sizeof(kinds[0])
 					? kinds[e->kind] : "unknown";
 		uint64_t id = ht_id_at(&s->ht, i);
-		if (e->kind > HK_EVENT || !journal_each(s, has_record, &id)) {
+		/* (graphs, their nodes and executables: made by graph records) */
+		int known = e->kind <= HK_EVENT || e->kind == HK_GRAPH ||
+			    e->kind == HK_GRAPHEXEC || e->kind == HK_GNODE;
+		if (!known || !journal_each(s, has_record, &id)) {
 			snprintf(buf, n, "the session holds a %s (handle %#llx) that is not migrated "
 				 "yet", k, (unsigned long long)id);
 			return buf;
@@ -415,6 +444,9 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 		rc = vmm_each_request(s, vmm_rec, &c);
 	if (!rc)
 		rc = memif_each(s, mem_rec, &rest);
+	c.phase = 2;
+	if (!rc)
+		rc = journal_each(s, create_rec, &c);
 	if (!rc)
 		rc = table(&c);
 	if (!rc && ahead) {

@@ -131,6 +131,9 @@ struct rst {
 	uint64_t copy_t0;      /* when the first copy was queued */
 	struct mem_pending mp;  /* MEMORY records' copies not waited for */
 	uint64_t vmm_made;      /* the VMM_CREATE of id 0 made this (vmmstate.h) */
+	uint64_t *ids;          /* an IDS record's: what the next CREATE makes */
+	uint32_t nids;
+	int graph_phase;        /* the graph records (after everything else) began */
 };
 
 static int get(struct rst *r, void *p, size_t n)
@@ -174,8 +177,42 @@ static int header(struct rst *r, uint64_t len, struct snap_info *info)
 	return 0;
 }
 
-/* One CREATE record served again by its handler; *op: its request. */
-static int create(struct rst *r, uint64_t len, unsigned *op_out)
+static void preps_drop(struct rst *r, uint64_t dptr, uint64_t size);
+static int imports_unmap(struct rst *r);
+
+/* The requests that build graphs: with what ran in their captures, the
+ * last CREATE records (snapshot.h) */
+static int graph_op(unsigned op)
+{
+	return op == RGPU_OP_CAPTURE_BEGIN || op == RGPU_OP_CAPTURE_END ||
+	       op == RGPU_OP_GRAPH_INSTANTIATE || op == RGPU_OP_GRAPH_DESTROY ||
+	       op == RGPU_OP_GRAPH_OP;
+}
+
+/* IDS: the handles the next CREATE record makes. */
+static int ids(struct rst *r, uint64_t len)
+{
+	uint8_t w[8];
+	if (len < 4 || r->ids || get(r, w, 4) < 0)
+		return len < 4 || r->ids ? BAD("malformed session state (ids)") : -1;
+	uint64_t n = snap_gl(w, 4);
+	if (!n || n > 65536 || len != 4 + 8 * n)
+		return BAD("malformed session state (%llu ids)", (unsigned long long)n);
+	if (!(r->ids = malloc(n * sizeof(*r->ids))))
+		return BAD("out of memory restoring a graph");
+	for (uint64_t i = 0; i < n; i++) {
+		if (get(r, w, 8) < 0)
+			return -1;
+		r->ids[i] = snap_gl(w, 8);
+	}
+	r->nids = (uint32_t)n;
+	r->graph_phase = 1;
+	return 0;
+}
+
+/* One CREATE record served again by its handler; *op: its request;
+ * synced: in the pause of a move whose objects went ahead. */
+static int create(struct rst *r, uint64_t len, unsigned *op_out, int synced)
 {
 	struct session *s = r->s;
 	uint8_t f[32];
@@ -185,6 +222,16 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 		return -1;
 	uint16_t op = (uint16_t)snap_gl(f, 2);
 	*op_out = op;
+	if (graph_op(op))
+		r->graph_phase = 1;
+	if (!r->graph_phase) {
+		if (imports_unmap(r) < 0)
+			return -1;
+		if (synced) {
+			preps_drop(r, 0, 0);
+			r->info->pause_creates++;
+		}
+	}
 	uint64_t plen = snap_gl(f + 4, 4), id = snap_gl(f + 8, 8), result = snap_gl(f + 16, 8),
 		 place = snap_gl(f + 24, 8);
 	if (plen != len - sizeof(f))
@@ -217,6 +264,10 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 		plen = 28;
 	}
 	s->ht.force_id = id;
+	s->ht.force = r->ids;
+	s->ht.nforce = r->nids;
+	ht_made_reset(&s->ht);
+	s->req_capture = 0;
 	if (place)
 		migrate_place_next(place);
 	struct rgpu_hdr h = { .magic = RGPU_PROTO_MAGIC, .version = RGPU_PROTO_VERSION, .op = op,
@@ -226,6 +277,12 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 	wbuf_reset(&s->tx);
 	int st = od->fn(s, &h, &rd, &s->tx);
 	s->ht.force_id = 0;
+	uint32_t unused = s->ht.nforce, wanted = r->nids;
+	s->ht.force = NULL;
+	s->ht.nforce = 0;
+	free(r->ids);
+	r->ids = NULL;
+	r->nids = 0;
 	if (place)
 		migrate_place_next(0);
 	int rc = 0;
@@ -233,6 +290,9 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out)
 	if (st)
 		rc = BAD("re-creating an object (%s) failed: %s", rgpu_op_name(op),
 			 st > 0 ? rgpud_cu_errname(D, st) : "malformed request");
+	else if (wanted && (unused || s->ht.nmade != wanted))
+		rc = BAD("replaying a graph's request (%s) made %u handles, not %u",
+			 rgpu_op_name(op), s->ht.nmade - (wanted - unused), wanted);
 	else if (op == RGPU_OP_VMM_CREATE && !id && !(r->vmm_made = made))
 		rc = BAD("re-creating physical memory (VMM_CREATE) gave no handle");
 	else if (id && made != id)
@@ -937,23 +997,20 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		case SNAP_HEADER:
 			rc = nrec ? BAD("malformed session state (two headers)") : header(r, len, info);
 			break;
+		case SNAP_IDS:
+			rc = ids(r, len);
+			break;
 		case SNAP_CREATE: {
 			/* objects made since the PREP records: the driver's
 			 * address space as the source's was (module data goes
 			 * where it went there), so the source's blocks mapped
 			 * ahead go (mapped again for the copies), and in the
-			 * pause, prepared memory no record has claimed */
-			if (imports_unmap(r) < 0) {
-				rc = -1;
-				break;
-			}
-			if (synced) {
-				preps_drop(r, 0, 0);
-				info->pause_creates++;
-			}
+			 * pause, prepared memory no record has claimed.  The
+			 * graph records come last and place nothing: the
+			 * copies go on under them. */
 			uint64_t t0 = rgpu_now_ns();
 			unsigned op = RGPU_OP_MAX;
-			rc = create(r, len, &op);
+			rc = create(r, len, &op, synced);
 			uint64_t dt = rgpu_now_ns() - t0;
 			info->create_ns += dt;
 			if (op < RGPU_OP_MAX) {
@@ -1031,6 +1088,8 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 		}
 		nrec++;
 	}
+	free(r->ids);
+	r->ids = NULL;
 	if (!rc)
 		preps_drop(r, 0, 0);
 	uint64_t t_end = rgpu_now_ns();

@@ -17,6 +17,10 @@
  *           u64 place (where the device placed that object's data, 0:
  *           unknown), payload[plen] (the request as the client sent it:
  *           module and library images included)
+ *   IDS     u32 n, u64 id[n]: the handles the next CREATE record's request
+ *           made, in the order it made them (a graph request: a graph, an
+ *           executable, nodes; that CREATE's own id is 0).  CREATE records
+ *           of graph requests come after every MEMORY record (journal.c)
  *   MEMORY  u64 dptr, u64 size, u64 ctx, u32 dev, u32 kind (MEMK_*),
  *           then the size bytes of device memory
  *   PEER    u64 dptr, u64 size, u64 ctx, u32 dev, u32 kind, u8 token[16],
@@ -65,6 +69,7 @@ enum snap_tag {
 	SNAP_SYNC = 7,
 	SNAP_LAST = 8,
 	SNAP_PREP = 9,
+	SNAP_IDS = 10,
 };
 
 #define SNAP_SYNC_ACK 0x434e5953u /* "SYNC" */
@@ -207,6 +212,12 @@ struct journal_rec {
 	uint64_t id, ctx, parent, result, place;
 	size_t plen;
 	uint8_t *payload;
+	/* a request that built a graph (a capture's, an explicit graph's, an
+	 * instantiation, an update, a destruction): replayed after everything
+	 * else, never ahead of a pause; ids: the handles it made, in order */
+	int graph;
+	uint64_t *ids;
+	uint32_t nids;
 };
 /* Sending ahead (a move's objects before its pause): the records up to
  * seq are frozen; 0 while none changed or went since (a capture then sends
@@ -214,7 +225,10 @@ struct journal_rec {
 void journal_freeze(struct session *s, uint64_t seq);
 int journal_frozen_intact(struct session *s);
 int journal_each(struct session *s, int (*fn)(void *arg, const struct journal_rec *r), void *arg);
-/* Whether the session holds state that cannot be captured (graphs); why. */
+/* Whether the session holds state that cannot be captured; why. */
 const char *journal_unmovable(struct session *s);
+/* A request served in a capture could not be kept (why: a constant): the
+ * session's graphs are not replayed, and a move refuses the session. */
+void journal_graph_unreplayable(struct session *s, const char *why);
 
 #endif

@@ -18,8 +18,13 @@
 #   t_migrate_vmm               a session with application VMM memory (mapped,
 #                               one handle released) -> another server
 #   t_migrate_vmm_same_server   the same -> the other GPU of its server
+#   t_migrate_graphs            a session with CUDA graphs (captured, explicit, an
+#                               executable updated, a graph and an event it used
+#                               destroyed) -> another server: they run as before
+#   t_migrate_graphs_same_server  the same -> the other GPU of its server
 #   t_migrate_hostfn            a session that ran host functions moves, runs more
 #   t_standby_vmm               the standby case with application VMM memory
+#   t_standby_graphs            the standby case with CUDA graphs
 #   t_migrate_memory_churn      the same while the application frees and
 #                               allocates memory all through the move (made
 #                               ready ahead, then gone, or new since): every
@@ -34,6 +39,7 @@
 #   t_migrate_needs_admin       a user's credential is refused
 #   t_unmovable_stays           a session holding a memory pool: refused, goes on
 #   t_unmovable_vmm_part        VMM physical memory mapped in part: refused, goes on
+#   t_unmovable_graph_memory    a graph with a memory node: refused, goes on
 #   t_bad_state_refused         garbage, truncated and forged state, forged tokens
 #                               (raw_restore.py): refused with a reason, server unharmed
 #   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
@@ -93,7 +99,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..22"
+echo "1..26"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -196,6 +202,14 @@ check t_migrate_vmm \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmm.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmm.cmd" && grep -q "client attached" "$BLOG"' \
 	"$(cat "$LOGDIR/vmm.cmd"; detail vmm; grep -E "moved|restor|ahead" "$ALOG" "$BLOG")"
 
+# CUDA graphs (captured and explicit, an executable updated, the captured
+# graph and an event it recorded destroyed): made again on the target by
+# replaying what built them
+ahead graph graph
+check t_migrate_graphs \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graph.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graph.cmd" && grep -q "client attached" "$BLOG"' \
+	"$(cat "$LOGDIR/graph.cmd"; detail graph; grep -E "moved|restor|ahead|graph" "$ALOG" "$BLOG")"
+
 # a session that ran a host function (none under way at the pause), and
 # runs more after the move
 ahead hostfn hostfn
@@ -257,6 +271,11 @@ gpu2gpu() { sed -n 's/.*session restored on GPU 1 .* \([0-9]*\) of them copied G
 check t_migrate_vmm_same_server \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmmgpu.cmd" && [ "$(gpu2gpu vmmgpu)" -gt "$(gpu2gpu peer)" ]' \
 	"$(cat "$LOGDIR/vmmgpu.cmd" "$LOGDIR/vmmgpu.moved"; detail vmmgpu)"
+# graphs to the other GPU of their server
+same_server graphgpu graph
+check t_migrate_graphs_same_server \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graphgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graphgpu.cmd" && grep -q "session restored on GPU 1" "$LOGDIR/graphgpu.moved"' \
+	"$(cat "$LOGDIR/graphgpu.cmd" "$LOGDIR/graphgpu.moved"; detail graphgpu)"
 # memory freed and allocated while the move's memory is made ready ahead
 # (the buffers go one a millisecond, the target makes ready in tens of
 # them: some of what was made ready is gone by the pause)
@@ -298,6 +317,9 @@ standby_case standby t_standby_after_sigkill standby
 kill_all "$BP"
 # the same with application VMM memory in the checkpoint
 standby_case vmmsb t_standby_vmm vmmstandby
+kill_all "$BP"
+# and with CUDA graphs in it
+standby_case graphsb t_standby_graphs graphstandby
 unset RGPU_STANDBY
 
 # ---- no standby: a clear error, never a hang ----
@@ -344,6 +366,8 @@ unmovable() {
 unmovable pool t_unmovable_stays pool "memory pool .* not migrated yet"
 # VMM physical memory mapped in part only
 unmovable vmmpart t_unmovable_vmm_part vmmpart "not mapped whole"
+# a graph with a memory node (its address is the driver's choice)
+unmovable graphmem t_unmovable_graph_memory graphmem "graph memory"
 
 # ---- bad state, forged tokens ----
 python3 "$(dirname "$0")/raw_restore.py" "$B" >"$LOGDIR/raw.out" 2>&1

@@ -139,6 +139,136 @@ static void vmm_check(struct vmm_state *v, CUfunction f_inc, CUstream s)
 	CK(cuMemAddressFree(v->va, v->size));
 }
 
+/* graph mode: CUDA graphs move (made again on the target by replaying
+ * what built them).  A captured graph, instantiated, then destroyed with
+ * an event its capture recorded (the executable lives on); an explicit
+ * graph (kernel node, then a copy node) whose executable's kernel node
+ * was given other arguments.  After the move both executables run as
+ * before, a node's handle still names its node, and the graph clones. */
+#define GN 4096
+struct graph_state {
+	CUstream cs;
+	CUgraphExec x1, x2;
+	CUgraph g2;
+	CUgraphNode k2;
+	CUdeviceptr x, y, z, z2, w;
+	CUfunction inc;
+};
+
+static void graph_expect(CUdeviceptr d, int v, const char *what)
+{
+	static int h[GN];
+	CK(cuMemcpyDtoH(h, d, sizeof(h)));
+	for (int i = 0; i < GN; i++)
+		if (h[i] != v) {
+			CHECK(0, "%s[%d] = %d, want %d", what, i, h[i], v);
+			return;
+		}
+}
+
+static void graph_make(struct graph_state *g, CUfunction inc)
+{
+	static int n = GN;
+	g->inc = inc;
+	CUdeviceptr *bufs[] = { &g->x, &g->y, &g->z, &g->z2, &g->w };
+	for (int i = 0; i < 5; i++) {
+		CK(cuMemAlloc(bufs[i], GN * sizeof(int)));
+		CK(cuMemsetD32(*bufs[i], 0, GN));
+	}
+	CK(cuStreamCreate(&g->cs, CU_STREAM_NON_BLOCKING));
+	CUevent e;
+	CK(cuEventCreate(&e, CU_EVENT_DEFAULT));
+	CK(cuStreamBeginCapture(g->cs, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	void *xa[] = { &g->x, &n };
+	launch1d(inc, GN, g->cs, xa);
+	launch1d(inc, GN, g->cs, xa);
+	CK(cuEventRecord(e, g->cs));
+	CK(cuMemsetD32Async(g->y, 5, GN, g->cs));
+	CUgraph g1;
+	CK(cuStreamEndCapture(g->cs, &g1));
+	CK(cuGraphInstantiate(&g->x1, g1, 0));
+	CK(cuGraphDestroy(g1));
+	CK(cuEventDestroy(e));
+	CK(cuGraphLaunch(g->x1, g->cs));
+
+	CK(cuGraphCreate(&g->g2, 0));
+	void *za[] = { &g->z, &n }, *z2a[] = { &g->z2, &n };
+	CUDA_KERNEL_NODE_PARAMS kp = kparams(inc, GN, za);
+	CK(cuGraphAddKernelNode(&g->k2, g->g2, NULL, 0, &kp));
+	CUDA_MEMCPY3D cp;
+	memset(&cp, 0, sizeof(cp));
+	cp.srcMemoryType = cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+	cp.srcDevice = g->z2;
+	cp.dstDevice = g->w;
+	cp.WidthInBytes = GN * sizeof(int);
+	cp.Height = cp.Depth = 1;
+	CUgraphNode c2;
+	CUcontext cx;
+	CK(cuCtxGetCurrent(&cx));
+	CK(cuGraphAddMemcpyNode(&c2, g->g2, &g->k2, 1, &cp, cx));
+	CK(cuGraphInstantiate(&g->x2, g->g2, 0));
+	/* the executable's kernel node increments z2 (the graph's: z) */
+	kp = kparams(inc, GN, z2a);
+	CK(cuGraphExecKernelNodeSetParams(g->x2, g->k2, &kp));
+	CK(cuGraphLaunch(g->x2, g->cs));
+	CK(cuStreamSynchronize(g->cs));
+	graph_expect(g->x, 2, "x");
+	graph_expect(g->w, 1, "w");
+}
+
+static void graph_check(struct graph_state *g)
+{
+	static int n = GN;
+	CK(cuGraphLaunch(g->x1, g->cs));
+	CK(cuGraphLaunch(g->x2, g->cs));
+	CK(cuStreamSynchronize(g->cs));
+	graph_expect(g->x, 4, "x (a captured graph launched again)");
+	graph_expect(g->y, 5, "y (its memset node)");
+	graph_expect(g->z2, 2, "z2 (an updated kernel node)");
+	graph_expect(g->z, 0, "z (the update kept)");
+	graph_expect(g->w, 2, "w (a copy node)");
+	/* the node's handle names the target's node */
+	void *za[] = { &g->z, &n };
+	CUDA_KERNEL_NODE_PARAMS kp = kparams(g->inc, GN, za);
+	CK(cuGraphExecKernelNodeSetParams(g->x2, g->k2, &kp));
+	CK(cuGraphLaunch(g->x2, g->cs));
+	CUgraph cl;
+	CUgraphExec xc;
+	CK(cuGraphClone(&cl, g->g2));
+	CK(cuGraphInstantiate(&xc, cl, 0));
+	CK(cuGraphLaunch(xc, g->cs));
+	CK(cuStreamSynchronize(g->cs));
+	graph_expect(g->z, 2, "z (after the move: updated, then the clone)");
+	graph_expect(g->w, 2, "w (after the move)");
+	size_t nn = 0;
+	CK(cuGraphGetNodes(g->g2, NULL, &nn));
+	CHECK(nn == 2, "the explicit graph has %zu nodes after the move, want 2", nn);
+	CK(cuGraphExecDestroy(xc));
+	CK(cuGraphDestroy(cl));
+	CK(cuGraphExecDestroy(g->x1));
+	CK(cuGraphExecDestroy(g->x2));
+	CK(cuGraphDestroy(g->g2));
+	CK(cuStreamDestroy(g->cs));
+	CUdeviceptr bufs[] = { g->x, g->y, g->z, g->z2, g->w };
+	for (int i = 0; i < 5; i++)
+		CK(cuMemFree(bufs[i]));
+}
+
+/* graphmem mode: a graph with a memory node, which is not migrated */
+static CUgraph graph_with_memory(void)
+{
+	CUgraph g;
+	CK(cuGraphCreate(&g, 0));
+	CUDA_MEM_ALLOC_NODE_PARAMS a;
+	memset(&a, 0, sizeof(a));
+	a.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	a.bytesize = 1 << 20;
+	CUgraphNode nd;
+	CK(cuGraphAddMemAllocNode(&nd, g, NULL, 0, &a));
+	return g;
+}
+
 /* hostfn mode: host functions before and after the move, in stream order
  * behind a kernel (each sees the words the kernel wrote so far) */
 static volatile int hostfn_runs;
@@ -191,6 +321,9 @@ int main(int argc, char **argv)
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
 	int vmm = argc > 1 && (!strcmp(argv[1], "vmm") || !strcmp(argv[1], "vmmstandby"));
 	int hostfn = argc > 1 && !strcmp(argv[1], "hostfn");
+	int graph = argc > 1 && (!strcmp(argv[1], "graph") || !strcmp(argv[1], "graphstandby"));
+	int graphmem = argc > 1 && !strcmp(argv[1], "graphmem");
+	standby |= argc > 1 && !strcmp(argv[1], "graphstandby");
 	/* physical memory mapped in part only: its other bytes could not be
 	 * captured, so the session may not move */
 	int vmmpart = argc > 1 && !strcmp(argv[1], "vmmpart");
@@ -250,6 +383,10 @@ int main(int argc, char **argv)
 	struct vmm_state vs = { 0 };
 	if (vmm)
 		vmm_make(&vs, f_inc, s);
+	struct graph_state gs = { 0 };
+	if (graph)
+		graph_make(&gs, f_inc);
+	CUgraph gm = graphmem ? graph_with_memory() : NULL;
 	if (standby) {
 		/* after the checkpoint: replayed on the standby */
 		for (int i = 0; i < N; i++)
@@ -303,6 +440,10 @@ int main(int argc, char **argv)
 		memchurn(1);
 	if (vmm)
 		vmm_check(&vs, f_inc, s);
+	if (graph)
+		graph_check(&gs);
+	if (gm)
+		CK(cuGraphDestroy(gm));
 	if (vmmpart) {
 		CK(cuMemUnmap(pva, pg));
 		CK(cuMemRelease(ph));
