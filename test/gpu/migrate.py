@@ -8,7 +8,12 @@ data set kept on the GPU (about DATA_MB MiB of device memory, so that a
 move has something to carry).  Prints "step I LOSS MS" for every step
 (LOSS with 9 significant digits, MS the step's wall time), then
 "final LOSS", "median_ms M", "reserved_bytes B".  The test moves or kills
-the server while it runs: the run must not notice but for a pause."""
+the server while it runs: the run must not notice but for a pause.
+
+MIG_GRAPH=1: the whole training step (forward, backward, optimizer) is
+captured once into a CUDA graph (torch.cuda.graph, after three warm-up
+steps on a side stream, as PyTorch's documentation does it) and replayed
+every step on static input buffers: a move must carry the graph."""
 import os
 import sys
 import time
@@ -33,17 +38,41 @@ model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, width
                       nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 16)).to(dev)
 opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 lossf = nn.CrossEntropyLoss()
+graph = None
+if os.environ.get("MIG_GRAPH") == "1":
+    static_x = x_all[:batch].clone()
+    static_y = y_all[:batch].clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            lossf(model(static_x), static_y).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        static_loss = lossf(model(static_x), static_y)
+        static_loss.backward()
+        opt.step()
 times = []
 loss_v = float("nan")
 for i in range(steps):
     t0 = time.perf_counter()
     lo = (i * batch) % (nsamples - batch + 1)
     xb, yb = x_all[lo:lo + batch], y_all[lo:lo + batch]
-    opt.zero_grad(set_to_none=True)
-    loss = lossf(model(xb), yb)
-    loss.backward()
-    opt.step()
-    loss_v = loss.item()  # a synchronisation every step
+    if graph is not None:
+        static_x.copy_(xb)
+        static_y.copy_(yb)
+        graph.replay()
+        loss_v = static_loss.item()
+    else:
+        opt.zero_grad(set_to_none=True)
+        loss = lossf(model(xb), yb)
+        loss.backward()
+        opt.step()
+        loss_v = loss.item()  # a synchronisation every step
     ms = (time.perf_counter() - t0) * 1000
     times.append(ms)
     print(f"step {i} {loss_v:.9g} {ms:.3f}", flush=True)

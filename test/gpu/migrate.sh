@@ -26,6 +26,10 @@
 #              ahead; on any machine
 #   same-gpu-vmm, migrate-vmm  the same move, and the TCP one, of a run with
 #              PyTorch's expandable segments (its memory through the VMM API)
+#   graph-plain, same-gpu-graph, migrate-graph, standby-graph  a run whose
+#              whole step is a CUDA graph (MIG_GRAPH=1, torch.cuda.graph):
+#              unmoved (against the local driver), moved within its GPU,
+#              over TCP, and recovered on a standby after a SIGKILL
 #   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
 #              (everything in the pause; then through host, two-gpus-host,
 #              and as by default, the objects ahead of the pause,
@@ -253,6 +257,37 @@ result same-gpu-vmm "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo
 	"PyTorch with expandable segments (VMM memory) moved to a fresh worker on GPU 0 at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpuvmm.cmd"); pause $(pause_ms samegpuvmm "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-sameV.log" | tail -1)"
 REF=plainvmm RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-vmm migVA migVB " (expandable segments: VMM memory)"
 unset PYTORCH_CUDA_ALLOC_CONF
+
+# CUDA graphs: the whole training step captured once (torch.cuda.graph)
+# and replayed every step; made again on the target by replaying what
+# built it; against an unmoved graphed run (and the local driver's)
+export MIG_GRAPH=1
+train localgraph ""
+wait "$TPID"
+start plainG && PG=$PID
+train plaingraph "127.0.0.1:$PORT"
+wait "$TPID"
+GRC=$?
+kill_all "$PG"
+LG=$(val plaingraph final)
+result graph-plain "$([ $GRC = 0 ] && [ -n "$LG" ] && [ "$LG" = "$(val localgraph final)" ] && echo 0 || echo 1)" \
+	"the step a CUDA graph, rgpu, nothing moved: final loss $LG (local driver: $(val localgraph final)), median step $(val plaingraph median_ms) ms (local $(val localgraph median_ms) ms)"
+REF=plaingraph RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 samegpugraph sameG 0
+MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpugraph.cmd" && echo 0 || echo 1)
+result same-gpu-graph "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
+	"the step a CUDA graph, moved to a fresh worker on GPU 0 at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpugraph.cmd"); pause $(pause_ms samegpugraph "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-sameG.log" | tail -1)"
+grep -o "objects re-created in .*" "$OUT/rgpud-sameG.log" 2>/dev/null | tail -1 | sed "s/^/same-gpu-graph target: /" | tee -a "$S"
+REF=plaingraph RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-graph migGA migGB " (the step a CUDA graph)"
+start sbGA --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID
+start sbGB && BPORT=$PORT BP=$PID
+RGPU_STANDBY=127.0.0.1:$BPORT train standbygraph "127.0.0.1:$A"
+wait_step standbygraph "$KILL_AT" && kill_all "$AP"
+wait "$TPID"
+SRC=$?
+result standby-graph "$([ $SRC = 0 ] && [ "$(val standbygraph final)" = "$LG" ] && grep -q "recovered on" "$OUT/standbygraph.err" && echo 0 || echo 1)" \
+	"the step a CUDA graph, SIGKILL of rgpud at step $KILL_AT, standby took over: final loss $(val standbygraph final) (unmoved $LG); recovery pause $(pause_ms standbygraph "$KILL_AT") ms; $(grep -o "checkpoint of [0-9]* bytes in [0-9.]* s" "$OUT/standbygraph.err" | tail -1)"
+kill_all "$BP"
+unset MIG_GRAPH
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if [ "$ngpu" -ge 2 ]; then
