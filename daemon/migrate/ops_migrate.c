@@ -157,10 +157,15 @@ static void log_restored(struct session *s, int32_t gpu, uint32_t mode, const st
 			 (double)i->peer_ns / 1e6, (unsigned long long)i->copy_calls,
 			 (double)i->copy_queue_ns / 1e6, (double)i->table_ns / 1e6,
 			 (unsigned long long)i->copy_early, (double)i->copy_ns / 1e6);
-	char slow[96] = "";
+	char slow[192] = "";
 	if (i->slow_ns)
 		snprintf(slow, sizeof(slow), " (most in %u %s: %.3f s)", i->slow_n,
 			 rgpu_op_name(i->slow_op), (double)i->slow_ns / 1e9);
+	if (i->graph_recs) {
+		size_t l = strlen(slow);
+		snprintf(slow + l, sizeof(slow) - l, ", its graphs made again from %llu requests in "
+			 "%.2f ms", (unsigned long long)i->graph_recs, (double)i->graph_ns / 1e6);
+	}
 	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
 		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s%s%s)",
 		 s->name, gpus[0] ? gpus : "-", i->uid, (unsigned long long)i->job,

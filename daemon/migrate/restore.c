@@ -1013,6 +1013,10 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			rc = create(r, len, &op, synced);
 			uint64_t dt = rgpu_now_ns() - t0;
 			info->create_ns += dt;
+			if (r->graph_phase) {
+				info->graph_recs++;
+				info->graph_ns += dt;
+			}
 			if (op < RGPU_OP_MAX) {
 				op_ns[op] += dt;
 				op_n[op]++;

@@ -176,6 +176,8 @@ struct snap_info {
 	uint16_t slow_op;
 	uint32_t slow_n;
 	uint64_t slow_ns;
+	/* the graph records replayed (journal.c), and how long they took */
+	uint64_t graph_recs, graph_ns;
 };
 
 /* Rebuilds a captured session into s, a fresh one (restore.c).  gpu_to:

@@ -207,7 +207,7 @@ check t_migrate_vmm \
 # replaying what built them
 ahead graph graph
 check t_migrate_graphs \
-	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graph.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graph.cmd" && grep -q "client attached" "$BLOG"' \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graph.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graph.cmd" && grep -q "client attached" "$BLOG" && grep -q "its graphs made again from [1-9][0-9]* requests" "$BLOG"' \
 	"$(cat "$LOGDIR/graph.cmd"; detail graph; grep -E "moved|restor|ahead|graph" "$ALOG" "$BLOG")"
 
 # a session that ran a host function (none under way at the pause), and
