@@ -14,6 +14,8 @@
 #               (RGPU_SYNC_SPIN_US=1000)
 #   random    nothing pinned, rgpud --worker-layout=random (its workers'
 #             address space randomised, as a program's is)
+#   noburst   nothing pinned, RGPUD_BURST_SPIN_US=0 (the worker sleeps
+#             whenever a burst of launches runs dry, instead of spinning)
 # and, unpinned, the local driver in a context of its own (cuCtxCreate,
 # as rgpud once made a session's) and without address-space
 # randomisation (setarch -R, as rgpud lays out its workers) against the
@@ -83,13 +85,15 @@ placement() {
 	local name=$1 scpu=$2 ccpu=$3 lcpu=$4
 	shift 4
 	[ -z "${PLACE_ONLY:-}" ] || [[ " $PLACE_ONLY " == *" $name "* ]] || return
-	[ -n "$scpu" ] || [ "$name" = free ] || [ "$name" = random ] ||
+	[ -n "$scpu" ] || [ "$name" = free ] || [ "$name" = random ] || [ "$name" = noburst ] ||
 		{ echo "  (no $name placement here)"; return; }
 	local p
 	p=$(port)
 	local layout=()
 	[ "$name" = random ] && layout=(--worker-layout=random)
-	RGPUD_OP_STATS=1 LD_LIBRARY_PATH=$REAL:${LD_LIBRARY_PATH:-} ${scpu:+taskset -c $scpu} \
+	local senv=()
+	[ "$name" = noburst ] && senv=(RGPUD_BURST_SPIN_US=0)
+	env ${senv[@]+"${senv[@]}"} RGPUD_OP_STATS=1 LD_LIBRARY_PATH=$REAL:${LD_LIBRARY_PATH:-} ${scpu:+taskset -c $scpu} \
 		"$B/daemon/rgpud" --open --listen 127.0.0.1:$p "${layout[@]}" >"$OUT/rgpud-$name.log" 2>&1 &
 	PIDS+=($!)
 	PORT[$name]=$p SRV[$name]=$scpu CLI[$name]=$ccpu LOC[$name]=$lcpu CENV[$name]="$*"
@@ -104,6 +108,7 @@ placement apart "$A" "$C" "$A"
 # session workers laid out at random (rgpud --worker-layout=random), as a
 # program is: does the fixed layout of a worker cost its launches?
 placement random "" "" ""
+placement noburst "" "" ""
 for n in "${ORDER[@]}"; do
 	for _ in $(seq 1 100); do
 		(exec 3<>/dev/tcp/127.0.0.1/${PORT[$n]}) 2>/dev/null && break
@@ -178,5 +183,7 @@ for n in "${ORDER[@]}"; do
 	printf '  %-11s ' "$n"
 	grep -o "LAUNCH [0-9]* x [0-9.]* us (driver [0-9.]* us)" "$OUT/rgpud-$n.log" | tail -3 | tr '\n' ' '
 	echo
+	# how often the worker found no call waiting (slept), per session
+	grep -o "waiting for the client ([^)]*)" "$OUT/rgpud-$n.log" | tail -3 | sed 's/^/              /'
 done
 exit 0

@@ -16,24 +16,39 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+/* A whole number of microseconds from the environment (0 to 100000),
+ * def when unset or bad (a bad value is logged). */
+static unsigned env_us(const char *name, const char *var, unsigned def)
+{
+	const char *e = getenv(var);
+	if (!e || !*e)
+		return def;
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(e, &end, 10);
+	if (errno || *end || *e < '0' || *e > '9' || v > 100000) {
+		log_warn("%s: %s=%s: not a whole number of microseconds from 0 to 100000; using %u",
+			 name, var, e, def);
+		return def;
+	}
+	return (unsigned)v;
+}
+
 /* RGPUD_SPIN_US: how long a session's thread spins for the next call
  * before it sleeps on the socket (default 100; 0 sleeps at once, a
  * doorbell then wakes it for every call); over a socket, after a sync
  * answered at once (session.c). */
 unsigned server_spin_us(const char *name)
 {
-	const char *e = getenv("RGPUD_SPIN_US");
-	if (!e || !*e)
-		return 100;
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(e, &end, 10);
-	if (errno || *end || *e < '0' || *e > '9' || v > 100000) {
-		log_warn("%s: RGPUD_SPIN_US=%s: not a whole number of microseconds from 0 to "
-			 "100000; using 100", name, e);
-		return 100;
-	}
-	return (unsigned)v;
+	return env_us(name, "RGPUD_SPIN_US", 100);
+}
+
+/* RGPUD_BURST_SPIN_US: over a socket, how long the thread spins for more
+ * of a burst of calls that need no reply (launches) when it has served
+ * what came (session.c). */
+unsigned server_burst_spin_us(const char *name)
+{
+	return env_us(name, "RGPUD_BURST_SPIN_US", RGPUD_BURST_SPIN_DEFAULT);
 }
 
 static int shmq_upgrade(struct session *s, const struct rgpu_hdr *h, uint32_t fd, uint64_t ring,

@@ -10,7 +10,8 @@
 struct opstats {
 	uint64_t n[RGPU_OP_MAX], ns[RGPU_OP_MAX], drv_ns[RGPU_OP_MAX];
 	uint64_t idle_ns;
-	uint64_t spins[2]; /* after a sync: ran out, caught the next call */
+	uint64_t spins[2][2]; /* after a sync, in a burst: ran out, caught the next call */
+	uint64_t waits;       /* times the input was found empty (after any spin) */
 };
 
 struct opstats *opstats_open(void)
@@ -41,10 +42,16 @@ void opstats_driver(struct opstats *o, unsigned op, uint64_t ns)
 		o->drv_ns[op] += ns;
 }
 
-void opstats_spin(struct opstats *o, int caught)
+void opstats_spin(struct opstats *o, int burst, int caught)
 {
 	if (o)
-		o->spins[caught ? 1 : 0]++;
+		o->spins[burst ? 1 : 0][caught ? 1 : 0]++;
+}
+
+void opstats_wait(struct opstats *o)
+{
+	if (o)
+		o->waits++;
 }
 
 void opstats_close(struct opstats *o, const char *name)
@@ -81,14 +88,19 @@ void opstats_close(struct opstats *o, const char *name)
 		}
 		o->n[best] = 0;
 	}
-	char spins[128] = "";
-	if (o->spins[0] + o->spins[1])
-		snprintf(spins, sizeof(spins), " (after syncs, %llu spins caught the next call, %llu "
-			 "ran out)", (unsigned long long)o->spins[1], (unsigned long long)o->spins[0]);
+	char spins[256] = "";
+	for (int b = 0; b < 2; b++) {
+		size_t l = strlen(spins);
+		if (o->spins[b][0] + o->spins[b][1])
+			snprintf(spins + l, sizeof(spins) - l, ", %s %llu spins caught the next "
+				 "call, %llu ran out", b ? "within bursts" : "after syncs",
+				 (unsigned long long)o->spins[b][1], (unsigned long long)o->spins[b][0]);
+	}
 	if (calls)
 		log_info("%s: op stats: %llu requests, %.3f s handling them, %.3f s waiting for the "
-			 "client%s;%s", name, (unsigned long long)calls, (double)total / 1e9,
-			 (double)o->idle_ns / 1e9, spins, line);
+			 "client (%llu waits%s);%s", name, (unsigned long long)calls,
+			 (double)total / 1e9, (double)o->idle_ns / 1e9, (unsigned long long)o->waits,
+			 spins, line);
 	free(o);
 }
 

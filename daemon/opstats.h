@@ -21,7 +21,9 @@ void opstats_op(struct opstats *o, unsigned op, uint64_t ns);
 void opstats_driver(struct opstats *o, unsigned op, uint64_t ns);
 /* A spin for the client's next call after a sync (session.c): caught it
  * (1) or ran out (0). */
-void opstats_spin(struct opstats *o, int caught);
+void opstats_spin(struct opstats *o, int burst, int caught);
+/* The input was found empty: the thread waits (or spun first). */
+void opstats_wait(struct opstats *o);
 /* Logs the session's line (if it served any request) and frees o. */
 void opstats_close(struct opstats *o, const char *name);
 /* Frees o unlogged (the parent's part of a connection: its HELLO). */

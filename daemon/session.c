@@ -74,6 +74,7 @@ void session_prepare(struct session *s)
 	pthread_mutex_init(&s->send_lock, NULL);
 	s->opstats = opstats_open();
 	s->spin_us = server_spin_us(s->name);
+	s->burst_spin_us = server_burst_spin_us(s->name);
 	if (s->out_fd >= 0) {
 		s->out = devout_start(s->out_fd);
 		if (!s->out)
@@ -598,21 +599,29 @@ static int session_wait_client(struct session *s)
  * wake up.  Only then: a worker that spun for every call over TCP, with a
  * client spinning too, slowed launches on the H100 (2026-11-28).  (The
  * shared-memory queues spin in their transport.) */
-static void spin_after_sync(struct session *s)
+/* Within a burst of calls without reply (launches, mostly) the same for
+ * RGPUD_BURST_SPIN_US: a client writes a burst in pieces (client/rpc.c),
+ * and a thread that slept between them woke up for each. */
+static int spin_after_sync(struct session *s)
 {
+	unsigned us = s->spin_next == 2 ? s->burst_spin_us : s->spin_us;
+	int burst = s->spin_next == 2;
 	s->spin_next = 0;
-	if (!s->spin_us || !s->conn || s->conn->tp->arm)
-		return;
-	int r = rgpu_conn_spin(s->conn, (uint64_t)s->spin_us * 1000u);
+	if (!us || !s->conn || s->conn->tp->arm)
+		return 0;
+	int r = rgpu_conn_spin(s->conn, (uint64_t)us * 1000u);
 	if (r >= 0)
-		opstats_spin(s->opstats, r > 0);
+		opstats_spin(s->opstats, burst, r > 0);
+	return r > 0;
 }
 
 static int recv_hdr(struct session *s, struct rgpu_hdr *h)
 {
-	if (s->spin_next && s->in_len - s->in_off < RGPU_HDR_SIZE)
-		spin_after_sync(s);
-	int w = s->in_len - s->in_off < RGPU_HDR_SIZE ? session_wait_client(s) : 0;
+	int dry = s->in_len - s->in_off < RGPU_HDR_SIZE;
+	int caught = s->spin_next && dry ? spin_after_sync(s) : 0;
+	if (dry && !caught)
+		opstats_wait(s->opstats);
+	int w = dry ? session_wait_client(s) : 0;
 	if (w)
 		return w == 2 ? RGPU_HDR_AHEAD : RGPU_HDR_ORDER;
 	if (in_fill(s, RGPU_HDR_SIZE) < 0)
@@ -731,6 +740,7 @@ static int reply(struct session *s, const struct op_desc *od, const struct rgpu_
 	if (h->flags & RGPU_F_NOREPLY) {
 		if (st && !s->deferred)
 			s->deferred = st;
+		s->spin_next = 2;
 		return 0;
 	}
 	/*

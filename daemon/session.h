@@ -128,7 +128,8 @@ struct session {
 	struct move *move;             /* a move whose objects went ahead (migrate/out.c) */
 	struct opstats *opstats;       /* RGPUD_OP_STATS (opstats.h), or NULL */
 	unsigned spin_us;              /* RGPUD_SPIN_US (shared-memory queues; a socket after a sync) */
-	int spin_next;                 /* a sync was just answered here */
+	unsigned burst_spin_us;        /* RGPUD_BURST_SPIN_US (a socket, within a burst) */
+	int spin_next;                 /* a sync (1) or a call without reply (2) was just served */
 	uint64_t last_id;              /* id of the last request served */
 	int attach;                    /* parent: HELLO named a moved session */
 	uint8_t attach_token[16];
@@ -175,6 +176,8 @@ void session_prepare(struct session *s);
 /* RGPUD_SPIN_US in microseconds (ops_transport.c; a bad value is logged
  * under name and the default used). */
 unsigned server_spin_us(const char *name);
+#define RGPUD_BURST_SPIN_DEFAULT 30
+unsigned server_burst_spin_us(const char *name);
 /* Reads and serves one request: 0, or -1 when the session is over. */
 int session_serve_one(struct session *s);
 /* Worker: serves the session until the client leaves, then frees all. */
