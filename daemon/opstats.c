@@ -92,7 +92,7 @@ void opstats_close(struct opstats *o, const char *name)
 	for (int b = 0; b < 2; b++) {
 		size_t l = strlen(spins);
 		if (o->spins[b][0] + o->spins[b][1])
-			snprintf(spins + l, sizeof(spins) - l, ", %s %llu spins caught the next "
+			snprintf(spins + l, sizeof(spins) - l, ", %s, %llu spins caught the next "
 				 "call, %llu ran out", b ? "within bursts" : "after syncs",
 				 (unsigned long long)o->spins[b][1], (unsigned long long)o->spins[b][0]);
 	}
