@@ -30,6 +30,7 @@ struct journal {
 	struct jrec *v;
 	size_t n, cap;
 	size_t ngraph, graph_bytes; /* graph records */
+	uint64_t vmm_gen;           /* application VMM requests served (vmmstate.h) */
 	const char *graph_no;       /* why they cannot be replayed, or NULL */
 	uint64_t seq;    /* the last record's */
 	uint64_t frozen; /* records up to this were sent ahead (0: none) */
@@ -333,6 +334,9 @@ void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, in
 	if (status != 0)
 		return;
 	struct journal *j;
+	if (op >= RGPU_OP_VMM_CREATE && op <= RGPU_OP_VMM_IMPORT && op != RGPU_OP_VMM_EXPORT &&
+	    (j = jget(s)))
+		j->vmm_gen++;
 	uint64_t made = rd64(reply, rlen, 0);
 	uint64_t h0 = rd64(p, n, 0), h1 = rd64(p, n, 8);
 	switch (op) {
@@ -423,6 +427,12 @@ void journal_freeze(struct session *s, uint64_t seq)
 		if (!seq)
 			later_free(j);
 	}
+}
+
+uint64_t journal_vmm_gen(struct session *s)
+{
+	struct journal *j = jget(s);
+	return j ? j->vmm_gen : 0;
 }
 
 int journal_frozen_intact(struct session *s)

@@ -123,6 +123,10 @@ struct snap_io {
 struct snap_ahead {
 	uint64_t seq;  /* the journal's records up to this one */
 	uint64_t nrec; /* records written */
+	/* the application's VMM memory went ahead too (its requests, made
+	 * from the live state), as of this count of VMM requests */
+	int vmm_sent;
+	uint64_t vmm_gen;
 };
 
 /* A move's first part, while the session runs on: HEADER, every CREATE
@@ -226,6 +230,9 @@ struct journal_rec {
  * only what came after), -1 when one did.  journal_freeze(s, 0) ends it. */
 void journal_freeze(struct session *s, uint64_t seq);
 int journal_frozen_intact(struct session *s);
+/* How many requests changed the application's VMM memory so far: what
+ * went ahead of a pause is still so while it stays the same. */
+uint64_t journal_vmm_gen(struct session *s);
 int journal_each(struct session *s, int (*fn)(void *arg, const struct journal_rec *r), void *arg);
 /* Whether the session holds state that cannot be captured; why. */
 const char *journal_unmovable(struct session *s);

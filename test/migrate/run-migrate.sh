@@ -17,6 +17,8 @@
 #                               on the same GPU, memory by reference too
 #   t_migrate_vmm               a session with application VMM memory (mapped,
 #                               one handle released) -> another server
+#   t_migrate_vmm_changed       the same while VMM memory is made and let go:
+#                               it went ahead, changed, so the whole state goes
 #   t_migrate_vmm_same_server   the same -> the other GPU of its server
 #   t_migrate_graphs            a session with CUDA graphs (captured, explicit, an
 #                               executable updated, a graph and an event it used
@@ -99,7 +101,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..26"
+echo "1..27"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -177,7 +179,7 @@ ahead() {
 	start_open_rgpud "$name-a" && A=$PORT AP=$PID ALOG=$LOG
 	start_open_rgpud "$name-b" && B=$PORT BP=$PID BLOG=$LOG
 	if run_app "$name" "127.0.0.1:$A" "$@"; then
-		[ "${1:-}" = churn ] && echo churn >&3
+		case ${1:-} in churn | vmmchurn) echo churn >&3 ;; esac
 		env -u RGPU_MUNGE_SOCKET "$RGPU" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$B" \
 			>"$LOGDIR/$name.cmd" 2>&1
 		kill_all "$AP"
@@ -201,6 +203,12 @@ ahead vmm vmm
 check t_migrate_vmm \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmm.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmm.cmd" && grep -q "client attached" "$BLOG"' \
 	"$(cat "$LOGDIR/vmm.cmd"; detail vmm; grep -E "moved|restor|ahead" "$ALOG" "$BLOG")"
+# its VMM memory goes ahead of the pause too; made and let go again and
+# again meanwhile: the whole state goes at once instead
+ahead vmmchurn vmmchurn
+check t_migrate_vmm_changed \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmchurn.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmmchurn.cmd" && grep -q "its VMM memory, sent ahead, changed meanwhile; moving it at once" "$ALOG"' \
+	"$(cat "$LOGDIR/vmmchurn.cmd"; detail vmmchurn; grep -E "moved|ahead|meanwhile" "$ALOG")"
 
 # CUDA graphs (captured and explicit, an executable updated, the captured
 # graph and an event it recorded destroyed): made again on the target by

@@ -115,6 +115,17 @@ static void vmm_make(struct vmm_state *v, CUfunction f_inc, CUstream s)
 	free(h);
 }
 
+/* vmmchurn mode: the VMM memory's access set again and again while the
+ * move's objects go ahead (a change to what went: the pause must then
+ * send it all) */
+static struct vmm_state *churned;
+static void vmm_churn_once(void)
+{
+	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CK(cuMemSetAccess(churned->va, churned->size, &acc, 1));
+}
+
 /* after the move: each word i * 7 + 1 (+ 1 more after another launch) */
 static void vmm_check(struct vmm_state *v, CUfunction f_inc, CUstream s)
 {
@@ -278,7 +289,7 @@ static void CUDA_CB hostfn_count(void *arg)
 	hostfn_runs++;
 }
 
-static void wait_go(int churn, int mchurn)
+static void wait_go(int churn, int mchurn, int vchurn)
 {
 	char line[64];
 	static CUevent ev[CHURN];
@@ -295,6 +306,13 @@ static void wait_go(int churn, int mchurn)
 		struct pollfd p = { .fd = 0, .events = POLLIN };
 		while (mgone < MCHURN && poll(&p, 1, 1) == 0)
 			mem_replace();
+	}
+	if (vchurn) {
+		if (!fgets(line, sizeof(line), stdin))
+			fail("no churn line on stdin");
+		struct pollfd p = { .fd = 0, .events = POLLIN };
+		while (poll(&p, 1, 1) == 0)
+			vmm_churn_once();
 	}
 	if (churn) {
 		/* "churn": the move starts now; destroy back to back (a request
@@ -319,7 +337,8 @@ int main(int argc, char **argv)
 	int pool = argc > 1 && !strcmp(argv[1], "pool");
 	int churn = argc > 1 && !strcmp(argv[1], "churn");
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
-	int vmm = argc > 1 && (!strcmp(argv[1], "vmm") || !strcmp(argv[1], "vmmstandby"));
+	int vchurn = argc > 1 && !strcmp(argv[1], "vmmchurn");
+	int vmm = argc > 1 && (!strcmp(argv[1], "vmm") || !strcmp(argv[1], "vmmstandby") || vchurn);
 	int hostfn = argc > 1 && !strcmp(argv[1], "hostfn");
 	int graph = argc > 1 && (!strcmp(argv[1], "graph") || !strcmp(argv[1], "graphstandby"));
 	int graphmem = argc > 1 && !strcmp(argv[1], "graphmem");
@@ -383,6 +402,7 @@ int main(int argc, char **argv)
 	struct vmm_state vs = { 0 };
 	if (vmm)
 		vmm_make(&vs, f_inc, s);
+	churned = &vs;
 	struct graph_state gs = { 0 };
 	if (graph)
 		graph_make(&gs, f_inc);
@@ -423,7 +443,7 @@ int main(int argc, char **argv)
 		CK(cuMemAddressReserve(&pva, pg, 0, 0, 0));
 		CK(cuMemMap(pva, pg, pg, ph, 0)); /* its second half only */
 	}
-	wait_go(churn, mchurn);
+	wait_go(churn, mchurn, vchurn);
 
 	/* ---- after the move: everything as it was ---- */
 	CK(cuMemcpyDtoH(c, dc, N * sizeof(float)));
