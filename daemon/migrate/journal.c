@@ -114,10 +114,10 @@ static struct jrec *add(struct session *s, uint16_t op, const uint8_t *p, size_t
 }
 
 /* A record sent ahead of a move's pause changed or went (journal_freeze;
- * graph records never go ahead). */
+ * graph records go ahead only within a server, but are counted always). */
 static void touched(struct journal *j, const struct jrec *e)
 {
-	if (e->r.seq <= j->frozen && !e->r.graph)
+	if (e->r.seq <= j->frozen)
 		j->broken = 1;
 }
 

@@ -164,7 +164,8 @@ static void log_restored(struct session *s, int32_t gpu, uint32_t mode, const st
 	if (i->graph_recs) {
 		size_t l = strlen(slow);
 		snprintf(slow + l, sizeof(slow) - l, ", its graphs made again from %llu requests in "
-			 "%.2f ms", (unsigned long long)i->graph_recs, (double)i->graph_ns / 1e6);
+			 "%.2f ms (%llu of them in the pause)", (unsigned long long)i->graph_recs,
+			 (double)i->graph_ns / 1e6, (unsigned long long)i->graph_pause);
 	}
 	log_info("%s: session restored on GPU %s (uid %u job %llu, %s; objects re-created in "
 		 "%.3f s%s, %llu bytes of memory received and copied in%s in %.3f s%s%s%s)",

@@ -1016,6 +1016,7 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			if (r->graph_phase) {
 				info->graph_recs++;
 				info->graph_ns += dt;
+				info->graph_pause += synced;
 			}
 			if (op < RGPU_OP_MAX) {
 				op_ns[op] += dt;
@@ -1065,6 +1066,9 @@ int snap_restore(struct session *s, const struct snap_io *io, int gpu_to, struct
 			else if (io->sync(io->arg) < 0)
 				rc = BAD("the sender of the session's state went away");
 			synced = 1;
+			/* (graph records ahead end here: the pause's objects
+			 * find the address space as the source left it) */
+			r->graph_phase = 0;
 			r->copy_t0 = 0;
 			info->copy_calls = info->copy_queue_ns = 0; /* (the pause's alone) */
 			t_sync = rgpu_now_ns();

@@ -20,7 +20,9 @@
  *   IDS     u32 n, u64 id[n]: the handles the next CREATE record's request
  *           made, in the order it made them (a graph request: a graph, an
  *           executable, nodes; that CREATE's own id is 0).  CREATE records
- *           of graph requests come after every MEMORY record (journal.c)
+ *           of graph requests come after every MEMORY record (journal.c),
+ *           or, on a move within a server, after the PREP records ahead of
+ *           the pause (with those made since in the pause)
  *   MEMORY  u64 dptr, u64 size, u64 ctx, u32 dev, u32 kind (MEMK_*),
  *           then the size bytes of device memory
  *   PEER    u64 dptr, u64 size, u64 ctx, u32 dev, u32 kind, u8 token[16],
@@ -127,6 +129,8 @@ struct snap_ahead {
 	 * from the live state), as of this count of VMM requests */
 	int vmm_sent;
 	uint64_t vmm_gen;
+	/* the graph records up to this one went too (0: none) */
+	uint64_t graph_seq;
 };
 
 /* A move's first part, while the session runs on: HEADER, every CREATE
@@ -181,7 +185,7 @@ struct snap_info {
 	uint32_t slow_n;
 	uint64_t slow_ns;
 	/* the graph records replayed (journal.c), and how long they took */
-	uint64_t graph_recs, graph_ns;
+	uint64_t graph_recs, graph_ns, graph_pause; /* (of them in the pause) */
 };
 
 /* Rebuilds a captured session into s, a fresh one (restore.c).  gpu_to:

@@ -215,7 +215,7 @@ check t_migrate_vmm_changed \
 # replaying what built them
 ahead graph graph
 check t_migrate_graphs \
-	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graph.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graph.cmd" && grep -q "client attached" "$BLOG" && grep -q "its graphs made again from [1-9][0-9]* requests" "$BLOG"' \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graph.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graph.cmd" && grep -q "client attached" "$BLOG" && grep -q "its graphs made again from \([1-9][0-9]*\) requests in [0-9.]* ms (\1 of them in the pause)" "$BLOG"' \
 	"$(cat "$LOGDIR/graph.cmd"; detail graph; grep -E "moved|restor|ahead|graph" "$ALOG" "$BLOG")"
 
 # a session that ran a host function (none under way at the pause), and
@@ -279,10 +279,11 @@ gpu2gpu() { sed -n 's/.*session restored on GPU 1 .* \([0-9]*\) of them copied G
 check t_migrate_vmm_same_server \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmmgpu.cmd" && [ "$(gpu2gpu vmmgpu)" -gt "$(gpu2gpu peer)" ]' \
 	"$(cat "$LOGDIR/vmmgpu.cmd" "$LOGDIR/vmmgpu.moved"; detail vmmgpu)"
-# graphs to the other GPU of their server
+# graphs to the other GPU of their server: made there ahead of the pause
+# (the memory they name is made ahead too)
 same_server graphgpu graph
 check t_migrate_graphs_same_server \
-	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graphgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graphgpu.cmd" && grep -q "session restored on GPU 1" "$LOGDIR/graphgpu.moved"' \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graphgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graphgpu.cmd" && grep -q "session restored on GPU 1.*its graphs made again from [1-9][0-9]* requests in [0-9.]* ms (0 of them in the pause)" "$LOGDIR/graphgpu.moved"' \
 	"$(cat "$LOGDIR/graphgpu.cmd" "$LOGDIR/graphgpu.moved"; detail graphgpu)"
 # memory freed and allocated while the move's memory is made ready ahead
 # (the buffers go one a millisecond, the target makes ready in tens of
