@@ -35,6 +35,7 @@ struct cap {
 	uint64_t after; /* only records after this journal seq (sent ahead) */
 	uint64_t last;  /* the last record's seq written */
 	uint64_t graph_after, graph_last; /* the same for the graph records */
+	int vmm_ahead; /* the application's VMM requests went ahead */
 };
 
 static int rec_hdr(struct cap *c, uint32_t tag, uint64_t len)
@@ -190,7 +191,9 @@ static int prep_rec(void *arg, const struct memif_alloc *a)
 {
 	struct cap *c = arg;
 	struct hentry *e = ht_get(&c->s->ht, a->ctx, HK_CTX);
-	if (!e || a->kind != MEMK_ALLOC)
+	/* (application VMM mappings when their requests went ahead: the
+	 * target maps the source's blocks now, the pause only copies) */
+	if (!e || (a->kind != MEMK_ALLOC && !(a->kind == MEMK_FIXED && c->vmm_ahead)))
 		return 0; /* the pause says what is wrong with it */
 	D->cuCtxSetCurrent(e->obj);
 	return ref_rec(c, a, SNAP_PREP) < 0 ? -1 : 0;
@@ -391,7 +394,7 @@ int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead 
 	a->vmm_sent = 0;
 	if (!rc && s->appmem) {
 		rc = vmm_each_request(s, vmm_rec, &c);
-		a->vmm_sent = !rc;
+		a->vmm_sent = c.vmm_ahead = !rc;
 	}
 	if (!rc && io->by_ref)
 		rc = memif_each(s, prep_rec, &c);

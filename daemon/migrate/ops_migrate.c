@@ -136,12 +136,17 @@ static void log_restored(struct session *s, int32_t gpu, uint32_t mode, const st
 	if (i->peer_bytes)
 		snprintf(peer, sizeof(peer), ", %llu of them copied GPU to GPU",
 			 (unsigned long long)i->peer_bytes);
-	char prep[160] = "";
+	char prep[240] = "";
 	if (i->prep_bytes)
 		snprintf(prep, sizeof(prep), "; before the pause %llu bytes of memory made ready in "
 			 "%.3f s, %llu of them still in use at the pause",
 			 (unsigned long long)i->prep_bytes, (double)i->prep_ns / 1e9,
 			 (unsigned long long)i->prep_used);
+	if (i->prep_vmm) {
+		size_t l = strlen(prep);
+		snprintf(prep + l, sizeof(prep) - l, "; %llu bytes of VMM memory mapped from the "
+			 "source before the pause", (unsigned long long)i->prep_vmm);
+	}
 	char maps[128] = "";
 	if (i->peer_bytes || i->prep_bytes)
 		snprintf(maps, sizeof(maps), "; the source's memory mapped here in %.4f s, %u object(s) "

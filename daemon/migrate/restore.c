@@ -661,6 +661,21 @@ static int prep(struct rst *r, uint64_t len)
 		free(p);
 		return -1;
 	}
+	if (p->h.kind == MEMK_FIXED) {
+		/* an application VMM mapping, made by the requests ahead of it:
+		 * the source's block mapped here now, so that its PEER record
+		 * in the pause only copies */
+		uint64_t at = p->h.dptr;
+		int owned = session_owns_range(r->s, at, p->h.size);
+		struct imported *m = owned ? import(r, p->token, p->blen, p->h.dev) : NULL;
+		if (m)
+			r->info->prep_vmm += p->h.size;
+		free(p);
+		if (!owned)
+			return BAD("prepared memory at %#llx was not made by its objects",
+				   (unsigned long long)at);
+		return m ? 0 : -1;
+	}
 	if (p->h.kind != MEMK_ALLOC) {
 		int kind = p->h.kind;
 		free(p);

@@ -165,6 +165,7 @@ struct snap_info {
 	/* memory made ready ahead of the pause (PREP records), and of it what
 	 * the pause found unchanged */
 	uint64_t prep_ns, prep_bytes, prep_used;
+	uint64_t prep_vmm; /* application VMM memory whose source blocks were mapped ahead */
 	/* mapping the source's blocks here (for PREP and PEER records), and
 	 * the objects made in the pause (after the SYNC record) */
 	uint64_t map_ns;

@@ -277,7 +277,7 @@ check t_migrate_same_gpu_worker \
 same_server vmmgpu vmm
 gpu2gpu() { sed -n 's/.*session restored on GPU 1 .* \([0-9]*\) of them copied GPU to GPU.*/\1/p' "$LOGDIR/$1.moved" | tail -1; }
 check t_migrate_vmm_same_server \
-	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmmgpu.cmd" && [ "$(gpu2gpu vmmgpu)" -gt "$(gpu2gpu peer)" ]' \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/vmmgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/vmmgpu.cmd" && [ "$(gpu2gpu vmmgpu)" -gt "$(gpu2gpu peer)" ] && grep -q "[1-9][0-9]* bytes of VMM memory mapped from the source before the pause" "$LOGDIR/vmmgpu.moved"' \
 	"$(cat "$LOGDIR/vmmgpu.cmd" "$LOGDIR/vmmgpu.moved"; detail vmmgpu)"
 # graphs to the other GPU of their server: made there ahead of the pause
 # (the memory they name is made ahead too)
