@@ -222,13 +222,10 @@ static void graph_add(struct session *s, struct journal *j, uint16_t op, const u
 	j->graph_bytes += n;
 }
 
+/* (graph requests only) */
 static uint32_t rd32(const uint8_t *p, size_t n, size_t off)
 {
-	uint32_t v;
-	if (off + 4 > n)
-		return 0;
-	memcpy(&v, p + off, 4);
-	return le32toh(v);
+	return off + 4 > n ? 0 : (uint32_t)snap_gl(p + off, 4);
 }
 
 /* A graph request (or one served in a capture): kept or acted on, 1;
