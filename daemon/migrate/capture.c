@@ -364,6 +364,10 @@ static int movable(struct session *s, char *why, size_t whylen)
 	const char *no = journal_unmovable(s);
 	if (!no)
 		no = uncapturable(s, kb, sizeof(kb));
+	/* (draining would end the application's capture: cuCtxSynchronize
+	 * is not allowed while a stream is captured) */
+	if (!no && s->captures)
+		no = "a stream capture is under way: the session can move once it ends";
 	if (!no && s->shm)
 		no = "the session shares memory with a client on the same host (RGPU_TRANSPORT=tcp "
 		     "makes a session movable)";

@@ -42,6 +42,7 @@
 #   t_unmovable_stays           a session holding a memory pool: refused, goes on
 #   t_unmovable_vmm_part        VMM physical memory mapped in part: refused, goes on
 #   t_unmovable_graph_memory    a graph with a memory node: refused, goes on
+#   t_unmovable_capture         a stream capture under way: refused, the capture goes on
 #   t_bad_state_refused         garbage, truncated and forged state, forged tokens
 #                               (raw_restore.py): refused with a reason, server unharmed
 #   t_drain                     rgpu drain A --to B: moved, then A refuses new sessions
@@ -101,7 +102,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..27"
+echo "1..28"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -377,6 +378,9 @@ unmovable pool t_unmovable_stays pool "memory pool .* not migrated yet"
 unmovable vmmpart t_unmovable_vmm_part vmmpart "not mapped whole"
 # a graph with a memory node (its address is the driver's choice)
 unmovable graphmem t_unmovable_graph_memory graphmem "graph memory"
+# a stream capture under way (a drain would end it): refused, the capture
+# ends after and its graph runs
+unmovable capturing t_unmovable_capture capturing "stream capture is under way"
 
 # ---- bad state, forged tokens ----
 python3 "$(dirname "$0")/raw_restore.py" "$B" >"$LOGDIR/raw.out" 2>&1

@@ -407,6 +407,20 @@ int main(int argc, char **argv)
 	if (graph)
 		graph_make(&gs, f_inc);
 	CUgraph gm = graphmem ? graph_with_memory() : NULL;
+	/* capturing mode: a capture under way at the move (refused: draining
+	 * would end it); it ends after, and its graph runs */
+	int capturing = argc > 1 && !strcmp(argv[1], "capturing");
+	CUstream cs = NULL;
+	CUdeviceptr dcap = 0;
+	static int ncap = 1024;
+	void *cap_args[] = { &dcap, &ncap };
+	if (capturing) {
+		CK(cuMemAlloc(&dcap, ncap * sizeof(int)));
+		CK(cuMemsetD32(dcap, 0, ncap));
+		CK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+		CK(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
+		launch1d(f_inc, ncap, cs, cap_args);
+	}
 	if (standby) {
 		/* after the checkpoint: replayed on the standby */
 		for (int i = 0; i < N; i++)
@@ -444,6 +458,25 @@ int main(int argc, char **argv)
 		CK(cuMemMap(pva, pg, pg, ph, 0)); /* its second half only */
 	}
 	wait_go(churn, mchurn, vchurn);
+	if (capturing) {
+		launch1d(f_inc, ncap, cs, cap_args);
+		CUgraph cg;
+		CUgraphExec cx;
+		CK(cuStreamEndCapture(cs, &cg));
+		CK(cuGraphInstantiate(&cx, cg, 0));
+		CK(cuGraphLaunch(cx, cs));
+		CK(cuStreamSynchronize(cs));
+		int *hc = xmalloc(ncap * sizeof(int));
+		CK(cuMemcpyDtoH(hc, dcap, ncap * sizeof(int)));
+		for (int i = 0; i < ncap; i++)
+			CHECK(hc[i] == 2, "a capture across the refused move: word %d = %d, want 2", i,
+			      hc[i]);
+		free(hc);
+		CK(cuGraphExecDestroy(cx));
+		CK(cuGraphDestroy(cg));
+		CK(cuStreamDestroy(cs));
+		CK(cuMemFree(dcap));
+	}
 
 	/* ---- after the move: everything as it was ---- */
 	CK(cuMemcpyDtoH(c, dc, N * sizeof(float)));
