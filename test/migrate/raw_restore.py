@@ -106,6 +106,14 @@ NOREPLY = 2  # RGPU_F_NOREPLY
 case("foreign_frame", None, "ended early",
      frames=frame(OP_RESTORE, struct.pack("<Ii", 0, -1) + header(), NOREPLY) +
      frame(OP_HELLO, b"\0" * 16))
+# the handles a graph request makes (IDS): counted, sized, one at a time
+case("ids_empty", header() + rec(10, struct.pack("<I", 0)), "malformed session state (0 ids)")
+case("ids_length", header() + rec(10, struct.pack("<IQ", 2, 1 << 32 | 1)),
+     "malformed session state (2 ids)")
+case("ids_huge", header() + rec(10, struct.pack("<I", 65537) + b"\0" * 8),
+     "malformed session state (65537 ids)")
+one_id = rec(10, struct.pack("<IQ", 1, 1 << 32 | 1))
+case("ids_twice", header() + one_id + one_id, "malformed session state (ids)")
 # memory by reference (PEER, a move between GPUs of one rgpud)
 def peer(dptr, size, va, length):
     return rec(6, struct.pack("<QQQII", dptr, size, 1 << 32 | 5, 0, 0) + os.urandom(16) +
