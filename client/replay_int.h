@@ -58,6 +58,7 @@ struct rc_replay {
 	size_t ckpt_len;
 	uint64_t ckpt_id;     /* its SESSION_SAVE's request id */
 	int ckpt_failed;      /* the server refused one: no more tries */
+	double ckpt_retry;    /* deferred (something under way): not before then */
 	int ckpt_busy;
 };
 

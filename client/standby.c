@@ -63,6 +63,9 @@ void rc_standby_set_interval(struct rc_conn *c, uint32_t seconds)
 		c->ckpt_interval = seconds;
 }
 
+/* how soon a deferred checkpoint is asked for again */
+#define CKPT_RETRY_S 0.25
+
 /* Takes a checkpoint: the state stream into memory, the log trimmed. */
 static void checkpoint(struct rc_conn *c, struct rc_replay *rp)
 {
@@ -109,6 +112,16 @@ static void checkpoint(struct rc_conn *c, struct rc_replay *rp)
 		if (!(f.flags & RGPU_F_MORE))
 			break;
 	}
+	if (!rc && st == CUDA_ERROR_NOT_READY) {
+		/* a capture or a host function under way: asked again at a
+		 * synchronisation a little later */
+		free(buf);
+		pthread_mutex_lock(&rp->lock);
+		rp->ckpt_retry = rgpu_now_s() + CKPT_RETRY_S;
+		pthread_mutex_unlock(&rp->lock);
+		log_debug("%s:%u: checkpoint deferred: %s", c->host, c->port, msg);
+		return;
+	}
 	if (rc || st) {
 		free(buf);
 		pthread_mutex_lock(&rp->lock);
@@ -136,8 +149,9 @@ int rc_standby_tick(struct rc_conn *c)
 	if (!rp || !rp->nstandby || !rp->interval_s)
 		return 0;
 	pthread_mutex_lock(&rp->lock);
-	int due = !rp->ckpt_failed && !rp->ckpt_busy && !rp->lost &&
-		  (!rp->ckpt || rgpu_now_s() - rp->last_ckpt >= rp->interval_s);
+	double now = rgpu_now_s();
+	int due = !rp->ckpt_failed && !rp->ckpt_busy && !rp->lost && now >= rp->ckpt_retry &&
+		  (!rp->ckpt || now - rp->last_ckpt >= rp->interval_s);
 	if (due)
 		rp->ckpt_busy = 1;
 	pthread_mutex_unlock(&rp->lock);

@@ -324,14 +324,6 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 					      "kernel", "stream", "event", "graph",
 					      "executable graph", "VMM physical memory",
 					      "memory pool", "graph node", "CUDA array" };
-	/* (nothing of a host function that has returned is left to move:
-	 * the client starts its poll again for the next one) */
-	if (hostfn_busy(s)) {
-		snprintf(buf, n, "a host function (cuLaunchHostFunc, a stream callback, a graph "
-				 "host node) is under way or held by a graph: the session can move "
-				 "once none is");
-		return buf;
-	}
 	const char *vmm = vmm_unmovable(s);
 	if (vmm) {
 		snprintf(buf, n, "%s", vmm);
@@ -357,17 +349,28 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 	return NULL;
 }
 
-/* What cannot be captured, said in why[]: -1, else 0. */
-static int movable(struct session *s, char *why, size_t whylen)
+/* What cannot be captured, said in why[]: -1 (*later: only for now,
+ * until something under way ends), else 0. */
+static int movable(struct session *s, char *why, size_t whylen, int *later)
 {
 	char kb[200];
-	const char *no = journal_unmovable(s);
-	if (!no)
-		no = uncapturable(s, kb, sizeof(kb));
+	const char *no = NULL;
+	*later = 1;
+	/* (nothing of a host function that has returned is left to move:
+	 * the client starts its poll again for the next one) */
+	if (hostfn_busy(s))
+		no = "a host function (cuLaunchHostFunc, a stream callback, a graph host node) is "
+		     "under way or held by a graph: the session can move once none is";
 	/* (draining would end the application's capture: cuCtxSynchronize
 	 * is not allowed while a stream is captured) */
 	if (!no && s->captures)
 		no = "a stream capture is under way: the session can move once it ends";
+	if (!no)
+		*later = 0;
+	if (!no)
+		no = journal_unmovable(s);
+	if (!no)
+		no = uncapturable(s, kb, sizeof(kb));
 	if (!no && s->shm)
 		no = "the session shares memory with a client on the same host (RGPU_TRANSPORT=tcp "
 		     "makes a session movable)";
@@ -381,7 +384,8 @@ static int movable(struct session *s, char *why, size_t whylen)
 int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead *a, char *why,
 		       size_t whylen)
 {
-	if (movable(s, why, whylen) < 0)
+	int later;
+	if (movable(s, why, whylen, &later) < 0)
 		return -1;
 	struct cap c = { .s = s, .io = io, .why = why, .whylen = whylen };
 	/* the last id served goes in LAST, after the pause */
@@ -433,8 +437,9 @@ int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead 
 int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 		 const struct snap_ahead *ahead, char *why, size_t whylen)
 {
-	if (movable(s, why, whylen) < 0)
-		return -1;
+	int later;
+	if (movable(s, why, whylen, &later) < 0)
+		return later ? -3 : -1;
 	if (ahead) {
 		int intact = journal_frozen_intact(s);
 		journal_freeze(s, 0);

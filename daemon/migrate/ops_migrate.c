@@ -66,9 +66,15 @@ int op_session_save(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 		return rc < 0 ? (s->ended = 1, OP_REPLIED) : OP_REPLIED;
 	}
 	free(o.buf);
-	log_warn("%s: checkpoint refused: %s", s->name, why);
+	/* only for now (a capture, a host function under way): the client
+	 * asks again soon (CUDA_ERROR_NOT_READY) */
+	if (rc == -3)
+		log_info("%s: checkpoint deferred: %s", s->name, why);
+	else
+		log_warn("%s: checkpoint refused: %s", s->name, why);
 	put_str(out, why);
-	session_send_reply(s, h, 0, CUDA_ERROR_NOT_SUPPORTED, out->data, out->len);
+	session_send_reply(s, h, 0, rc == -3 ? CUDA_ERROR_NOT_READY : CUDA_ERROR_NOT_SUPPORTED,
+			   out->data, out->len);
 	return OP_REPLIED;
 }
 

@@ -142,9 +142,11 @@ int snap_capture_ahead(struct session *s, struct snap_io *io, struct snap_ahead 
 		       size_t whylen);
 
 /* The session's state after draining its work (capture.c): 0, or -1 with
- * why[] saying what cannot be moved or that the sink failed.  ahead: what
- * snap_capture_ahead sent (NULL: nothing), then only the rest goes, and
- * -2 (nothing written) when an object sent ahead changed or went since. */
+ * why[] saying what cannot be moved or that the sink failed, -3 (nothing
+ * written) when it cannot only while something under way lasts (a host
+ * function, a stream capture).  ahead: what snap_capture_ahead sent
+ * (NULL: nothing), then only the rest goes, and -2 (nothing written) when
+ * an object sent ahead changed or went since. */
 int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 		 const struct snap_ahead *ahead, char *why, size_t whylen);
 

@@ -27,6 +27,9 @@
 #   t_migrate_hostfn            a session that ran host functions moves, runs more
 #   t_standby_vmm               the standby case with application VMM memory
 #   t_standby_graphs            the standby case with CUDA graphs
+#   t_standby_capture_deferred  checkpoints due during a stream capture are
+#                               deferred, not given up: recovered after, with
+#                               the capture's graph (and the deferral logged)
 #   t_migrate_memory_churn      the same while the application frees and
 #                               allocates memory all through the move (made
 #                               ready ahead, then gone, or new since): every
@@ -102,7 +105,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..28"
+echo "1..30"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -330,6 +333,14 @@ standby_case vmmsb t_standby_vmm vmmstandby
 kill_all "$BP"
 # and with CUDA graphs in it
 standby_case graphsb t_standby_graphs graphstandby
+kill_all "$BP"
+# a capture under way when checkpoints come due: deferred (not given up),
+# the one after it carries the graph, which runs again on the standby
+standby_case capsb t_standby_capture_deferred capturestandby
+grep -q "checkpoint deferred: a stream capture is under way" "$LOGDIR/a-capsb.log" ||
+	ko t_standby_capture_deferred_logged "$(grep -i checkpoint "$LOGDIR/a-capsb.log" | tail -3)"
+grep -q "checkpoint deferred: a stream capture is under way" "$LOGDIR/a-capsb.log" &&
+	ok t_standby_capture_deferred_logged
 unset RGPU_STANDBY
 
 # ---- no standby: a clear error, never a hang ----

@@ -410,6 +410,12 @@ int main(int argc, char **argv)
 	/* capturing mode: a capture under way at the move (refused: draining
 	 * would end it); it ends after, and its graph runs */
 	int capturing = argc > 1 && !strcmp(argv[1], "capturing");
+	/* capturestandby: the same on a checkpointing server with a standby:
+	 * checkpoints asked for during the capture are deferred, the one
+	 * after it carries the graph, and the graph runs again after the
+	 * server is killed */
+	int capsb = argc > 1 && !strcmp(argv[1], "capturestandby");
+	capturing |= capsb;
 	CUstream cs = NULL;
 	CUdeviceptr dcap = 0;
 	static int ncap = 1024;
@@ -420,6 +426,33 @@ int main(int argc, char **argv)
 		CK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
 		CK(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
 		launch1d(f_inc, ncap, cs, cap_args);
+	}
+	CUgraphExec capx = NULL;
+	if (capsb) {
+		/* synchronisations meanwhile (of work on another stream, so
+		 * that the server is asked): checkpoints come due, deferred */
+		CUdeviceptr scratch;
+		CK(cuMemAlloc(&scratch, ncap * sizeof(int)));
+		void *sargs[] = { &scratch, &ncap };
+		for (int i = 0; i < 25; i++) {
+			launch1d(f_inc, ncap, s, sargs);
+			CK(cuStreamSynchronize(s));
+			struct timespec ts = { 0, 100 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+		CK(cuMemFree(scratch));
+		launch1d(f_inc, ncap, cs, cap_args);
+		CUgraph cg;
+		CK(cuStreamEndCapture(cs, &cg));
+		CK(cuGraphInstantiate(&capx, cg, 0));
+		CK(cuGraphDestroy(cg));
+		CK(cuGraphLaunch(capx, cs));
+		CK(cuStreamSynchronize(cs));
+		/* (the checkpoint, with the graph) */
+		struct timespec ts = { 0, 300 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+		CK(cuCtxSynchronize());
+		capturing = 0;
 	}
 	if (standby) {
 		/* after the checkpoint: replayed on the standby */
@@ -458,6 +491,19 @@ int main(int argc, char **argv)
 		CK(cuMemMap(pva, pg, pg, ph, 0)); /* its second half only */
 	}
 	wait_go(churn, mchurn, vchurn);
+	if (capx) {
+		CK(cuGraphLaunch(capx, cs));
+		CK(cuStreamSynchronize(cs));
+		int *hc = xmalloc(ncap * sizeof(int));
+		CK(cuMemcpyDtoH(hc, dcap, ncap * sizeof(int)));
+		for (int i = 0; i < ncap; i++)
+			CHECK(hc[i] == 4, "a graph recovered on the standby: word %d = %d, want 4", i,
+			      hc[i]);
+		free(hc);
+		CK(cuGraphExecDestroy(capx));
+		CK(cuStreamDestroy(cs));
+		CK(cuMemFree(dcap));
+	}
 	if (capturing) {
 		launch1d(f_inc, ncap, cs, cap_args);
 		CUgraph cg;
