@@ -265,7 +265,7 @@ static int graph_note(struct session *s, uint16_t op, const uint8_t *p, size_t n
 		if (sub == RGPU_G_ADD) {
 			/* u64 graph, u32 ndeps, u64 deps[ndeps], u32 type */
 			uint32_t nd = rd32(p, n, 20);
-			if (nd <= (n - 28) / 8 && n >= 28 &&
+			if (n >= 28 && nd <= (n - 28) / 8 &&
 			    rd32(p, n, 24 + 8 * (size_t)nd) == CU_GRAPH_NODE_TYPE_MEM_ALLOC)
 				j->graph_no = "it holds graph memory nodes, whose addresses the "
 					      "driver chooses: not migrated yet";
@@ -298,7 +298,6 @@ static int graph_hold(struct session *s, struct journal *j, uint16_t op, const u
 	for (size_t i = 0; i < j->n; i++)
 		if (!j->v[i].dead && j->v[i].r.id == x)
 			j->v[i].held = 1;
-	ht_made_reset(&s->ht);
 	graph_add(s, j, op, p, n, 0);
 	return 1;
 }

@@ -335,7 +335,6 @@ static int mem_enter(struct rst *r, const struct mem_head *m)
 }
 
 static int restore_at(struct rst *r, const struct mem_head *h);
-static void preps_drop(struct rst *r, uint64_t dptr, uint64_t size);
 
 /* MEMORY records up to this size are copied from pageable memory */
 #define MEM_SMALL_COPY (64u << 10)
