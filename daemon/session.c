@@ -238,20 +238,19 @@ int session_ctx_drop(struct session *s, CUcontext ctx, struct ctx_state *cs)
 int session_stream(struct session *s, uint64_t id, CUstream *out)
 {
 	/* The driver's special stream handles pass through unchanged. */
-	if (id == 0 || id == (uint64_t)(uintptr_t)CU_STREAM_LEGACY ||
-	    id == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD) {
+	int legacy = id == 0 || id == (uint64_t)(uintptr_t)CU_STREAM_LEGACY;
+	if (legacy || id == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD) {
 		*out = (CUstream)(uintptr_t)id;
-		if (s->captures && !s->req_capture && id == (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD)
-			s->req_capture = session_capture_id(*out);
-		return CUDA_SUCCESS;
+	} else {
+		struct hentry *e = ht_get(&s->ht, id, HK_STREAM);
+		if (!e || e->ctx != s->cur_ctx)
+			return CUDA_ERROR_INVALID_HANDLE;
+		*out = e->obj;
 	}
-	struct hentry *e = ht_get(&s->ht, id, HK_STREAM);
-	if (!e || e->ctx != s->cur_ctx)
-		return CUDA_ERROR_INVALID_HANDLE;
-	*out = e->obj;
 	/* work on a stream being captured builds a graph: the journal keeps
-	 * it (a capture's joined streams are known to the driver only) */
-	if (s->captures && !s->req_capture)
+	 * it (a capture's joined streams are known to the driver only; the
+	 * legacy stream is never captured) */
+	if (s->captures && !s->req_capture && !legacy)
 		s->req_capture = session_capture_id(*out);
 	return CUDA_SUCCESS;
 }
@@ -598,10 +597,10 @@ static int session_wait_client(struct session *s)
  * (RGPUD_SPIN_US), so that the GPU does not also wait for this thread to
  * wake up.  Only then: a worker that spun for every call over TCP, with a
  * client spinning too, slowed launches on the H100 (2026-11-28).  (The
- * shared-memory queues spin in their transport.) */
-/* Within a burst of calls without reply (launches, mostly) the same for
- * RGPUD_BURST_SPIN_US: a client writes a burst in pieces (client/rpc.c),
- * and a thread that slept between them woke up for each. */
+ * shared-memory queues spin in their transport.)  Within a burst of
+ * calls without reply (launches, mostly) the same for RGPUD_BURST_SPIN_US:
+ * a client writes a burst in pieces (client/rpc.c), and a thread that
+ * slept between them woke up for each.  1: the spin caught input. */
 static int spin_after_sync(struct session *s)
 {
 	unsigned us = s->spin_next == 2 ? s->burst_spin_us : s->spin_us;
