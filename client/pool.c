@@ -1,7 +1,8 @@
 /*
- * Stream-ordered memory pools (cuMemAllocAsync and friends), served by the
- * driver's pools on the server (daemon/ops_pool.c, where the quota counts a
- * pool's reserved memory).  A CUmemoryPool is a client struct naming the
+ * Stream-ordered memory pools (cuMemAllocAsync and friends), served by
+ * rgpud's own pools (daemon/mem/pool.h: memory that migrates and is
+ * replayed at the same addresses; the quota counts what each pool
+ * reserves).  A CUmemoryPool is a client struct naming the
  * server's pool; each device's current pool (cuDeviceSetMemPool) is kept
  * here.  Frees are posted without waiting, as asynchronous copies are.
  */

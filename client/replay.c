@@ -322,6 +322,14 @@ static int resend(struct rc_conn *c, struct rgpu_conn *nc, uint64_t base, int st
 				f[8 + k] = (uint8_t)(e->dptr >> (8 * k));
 			rc = rgpu_frame_send(nc, RGPU_OP_MEM_ALLOC_AT, RGPU_F_NOREPLY, e->id, f, 24, NULL,
 					     0);
+		} else if (standby && e->op == RGPU_OP_MEM_ALLOC_ASYNC && e->dptr && e->len == 32 &&
+			   !e->ext_len) {
+			/* the same from a pool: the request names the address */
+			uint8_t f[40];
+			memcpy(f, e->data, 32);
+			for (int k = 0; k < 8; k++)
+				f[32 + k] = (uint8_t)(e->dptr >> (8 * k));
+			rc = rgpu_frame_send(nc, e->op, e->flags, e->id, f, 40, NULL, 0);
 		} else {
 			rc = rgpu_frame_send(nc, e->op, e->flags, e->id, e->data,
 					     e->len - e->ext_len, e->ext, e->ext_len);

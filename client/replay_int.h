@@ -16,7 +16,7 @@ struct rc_logent {
 	uint64_t id;
 	uint16_t op;
 	uint32_t flags;
-	uint64_t dptr; /* MEM_ALLOC: the address it returned, once known */
+	uint64_t dptr; /* MEM_ALLOC(_ASYNC): the address it returned, once known */
 	size_t len;    /* all of the payload: data's, then ext's */
 	uint8_t *data; /* owned */
 	/* a synchronous copy's data, still the caller's (rc_replay_settle) */

@@ -795,7 +795,8 @@ CUresult rc_reply_frame(struct rc_conn *c, uint64_t id, uint16_t op, struct rc_r
 	rx_sync = sync_spin_ns(op, &rx_spin_ns);
 	CUresult rc = take_frame(c, w, f, sink, sinkcap);
 	rx_sync = 0;
-	if (!rc && op == RGPU_OP_MEM_ALLOC && !f->st && !sink && f->len >= 8) {
+	if (!rc && (op == RGPU_OP_MEM_ALLOC || op == RGPU_OP_MEM_ALLOC_ASYNC) && !f->st && !sink &&
+	    f->len >= 8) {
 		struct rd t = f->r;
 		rc_replay_alloc(c, id, get_u64(&t));
 	}

@@ -41,15 +41,26 @@ struct amap {
 	uint64_t access;        /* bit g: GPU g may access it */
 };
 
+/* A stream-ordered pool (cuMemPoolCreate, a GPU's default pool).  Its
+ * memory is rgpu's (mem/pool.h: blocks of the memory manager, so it is
+ * swapped, migrated and replayed like cuMemAlloc memory); the driver's
+ * pool p serves only allocations made while a stream is captured (graph
+ * memory, ops_pool.c). */
 struct pool {
 	struct pool *next;
 	uint64_t id;            /* session handle (HK_POOL) */
 	CUmemoryPool p;
 	unsigned gpu;
 	int is_default;
-	uint64_t charged;       /* bytes of the pool's reserve charged */
+	uint64_t charged;       /* bytes of p's reserve charged */
+	uint64_t threshold;     /* CU_MEMPOOL_ATTR_RELEASE_THRESHOLD */
+	uint64_t maxsize;       /* 0: no limit */
+	int reuse[3];           /* the three REUSE_* attributes */
+	uint64_t reserved, used, reserved_high, used_high;
+	uint64_t access;        /* bit g: GPU g given access (cuMemPoolSetAccess) */
 };
 
+/* an allocation made from the driver's pool during a stream capture */
 struct palloc {
 	uint64_t addr, size;
 	struct pool *pool;
@@ -61,22 +72,25 @@ struct appmem {
 	size_t nmaps, capmaps;
 	uint64_t window;        /* the VMM window, once reserved */
 	struct pool *pools;
-	struct palloc *pallocs; /* stream-ordered allocations, sorted by addr */
+	struct palloc *pallocs; /* captured allocations, sorted by addr */
 	size_t npallocs, cappallocs;
+	struct pblock *pblocks; /* rgpu's pool blocks, sorted by addr (mem/pool.h) */
+	size_t npblocks, cappblocks;
 };
 
 /* The session's state, created on first use (NULL: out of memory). */
 struct appmem *appmem_of(struct session *s);
 /* [p, p+n) is accessible application memory of the session: mapped VMM
- * memory with access set, or a stream-ordered allocation. */
+ * memory with access set, or a captured stream-ordered allocation (rgpu's
+ * pool blocks are session allocations). */
 int appmem_owns_range(struct session *s, uint64_t p, uint64_t n);
 /* Frees everything at session end (refunds the quota). */
 void appmem_cleanup(struct session *s);
 /* ops_pool.c: pools at session end */
 void pool_cleanup(struct session *s, struct appmem *a);
 int appmem_palloc_find(struct appmem *a, uint64_t p);
-/* cuMemFree of a pool allocation at p: freed now (a CUresult), or -1 when
- * p is none. */
+/* cuMemFree of a pool allocation at p (a block or a captured one): freed
+ * now (a CUresult), or -1 when p is none. */
 int pool_free_now(struct session *s, uint64_t p);
 /* Reads a request's access descriptors (u32 n, then n times u32 gpu, u32
  * flags: the rest of the request) into desc (room for RGPUD_MAX_GPUS),

@@ -97,6 +97,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPDF(TEXOBJ_CREATE, texobj_create, 0, OPF_CREATES),
 	OPD(TEXOBJ_DESTROY, texobj_destroy, 0),
 	OPD(IPC_EXPORT, ipc_export, 0),
+	OPD(POOL_ADOPT, pool_adopt, 0),
 	OPDF(MEM_ALLOC_ASYNC, mem_alloc_async, 0, OPF_CREATES),
 	OPD(MEM_FREE_ASYNC, mem_free_async, 0),
 	OPD(GPU_STATUS, gpu_status, 0),

@@ -6,6 +6,7 @@
 #include "session.h"
 #include "sched/scheduler.h"
 #include "mem/mem.h"
+#include "mem/pool.h"
 
 #include <stdlib.h>
 
@@ -145,8 +146,9 @@ int op_ctx_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	struct hentry *e = ht_get(&s->ht, ctx, HK_CTX);
 	if (!e)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	/* refund and forget the context's allocations and globals, and the
-	 * context itself */
+	/* refund and forget the context's allocations and globals (its pool
+	 * blocks among them), and the context itself */
+	pb_forget_ctx(s, ctx);
 	for (size_t i = 0; i < s->nalloc;) {
 		if (s->allocs[i].ctx == ctx) {
 			struct alloc a = session_alloc_del(s, s->allocs[i].dptr);
@@ -198,6 +200,8 @@ int op_ctx_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	if (session_wait_elsewhere(s, h, WAIT_CTX, session_ctx_obj(s), NULL) == 0)
 		return OP_REPLIED;
 	rc = rgpud_server.drv.cuCtxSynchronize();
+	if (!rc)
+		pb_synced(s);
 	session_forward_output(s, h);
 	return rc;
 }

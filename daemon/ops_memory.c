@@ -85,8 +85,9 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 		 * (graphMemoryFootprint): the driver's to free */
 		return D->cuMemFree_v2(p);
 	}
-	/* stream-ordered memory freed with cuMemFree, as CUDA allows */
-	if (!g && (rc = pool_free_now(s, p)) >= 0)
+	/* stream-ordered memory freed with cuMemFree, as CUDA allows (rgpu's
+	 * pool blocks are session allocations too) */
+	if ((!g || !g->module) && (rc = pool_free_now(s, p)) >= 0)
 		return rc;
 	struct alloc a = session_alloc_del(s, p);
 	if (!a.size || a.module)

@@ -1,20 +1,19 @@
 /*
- * Stream-ordered memory pools (cuMemPoolCreate, cuMemAllocAsync, ...),
- * served by the driver's pools.  The quota counts what a pool holds of the
- * GPU: its reserved memory (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), not the
- * bytes allocated from it.  Each allocation is charged up front (so a full
- * quota refuses it) and the pool's charge is then set to its reserve after
- * every call that can move it (allocation, free, trim, threshold change).
- * A pool grows only in an allocation, so the charge is never below the
- * reserve; memory the pool gives back at a synchronisation is refunded at
- * the pool's next call.  Allocations made while a stream is captured are
- * graph memory, allocated when the graph runs, and not charged here.
+ * Stream-ordered memory pools (cuMemPoolCreate, cuMemAllocAsync, ...):
+ * the requests.  Their memory is rgpu's (mem/pool.h), charged to the
+ * quota by the bytes each pool reserves.  Allocations made while a stream
+ * is captured are graph memory, allocated when the graph runs: those go
+ * to the driver's pool behind each pool (its reserve charged after every
+ * call that can move it, never below it: a pool grows only in an
+ * allocation).
  */
 #include "appmem.h"
 #include "gate.h"
 #include "log.h"
 #include "rgpud.h"
 #include "session.h"
+#include "mem/mem.h"
+#include "mem/pool.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +82,8 @@ static int pool_add(struct session *s, struct appmem *a, CUmemoryPool p, unsigne
 	pl->p = p;
 	pl->gpu = gpu;
 	pl->is_default = is_default;
+	pl->reuse[0] = pl->reuse[1] = pl->reuse[2] = 1;
+	pl->access = 1ull << gpu;
 	pl->next = a->pools;
 	a->pools = pl;
 	*id = pl->id;
@@ -125,6 +126,9 @@ int op_pool_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		D->cuMemPoolDestroy(p);
 		return rc;
 	}
+	struct pool *pl = pool_get(s, id);
+	pl->threshold = threshold;
+	pl->maxsize = maxsize;
 	put_u64(out, id);
 	return CUDA_SUCCESS;
 }
@@ -188,7 +192,8 @@ int op_pool_destroy(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	int rc = D->cuMemPoolDestroy(pl->p);
 	if (rc)
 		return rc;
-	/* the driver frees the pool's memory once its allocations are freed;
+	pb_pool_gone(s, pl);
+	/* the driver frees its pool's memory once its allocations are freed;
 	 * the session can no longer reach them */
 	pool_forget_allocs(s->appmem, pl);
 	pool_free(s, s->appmem, pl);
@@ -229,13 +234,19 @@ int op_pool_get_attr(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	struct pool *pl = pool_get(s, id);
 	if (!pl || !attr_ok(attr, 0))
 		return CUDA_ERROR_INVALID_VALUE;
-	cuuint64_t v = 0;
-	int iv = 0;
-	int rc = D->cuMemPoolGetAttribute(pl->p, (CUmemPool_attribute)attr,
-					  is_int_attr(attr) ? (void *)&iv : (void *)&v);
-	if (rc)
-		return rc;
-	put_u64(out, is_int_attr(attr) ? (uint64_t)(uint32_t)iv : v);
+	pb_sweep(s);
+	uint64_t v = 0;
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: v = (uint64_t)pl->reuse[0]; break;
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: v = (uint64_t)pl->reuse[1]; break;
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: v = (uint64_t)pl->reuse[2]; break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: v = pl->threshold; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: v = pl->reserved; break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: v = pl->reserved_high; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: v = pl->used; break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH: v = pl->used_high; break;
+	}
+	put_u64(out, v);
 	return CUDA_SUCCESS;
 }
 
@@ -249,13 +260,26 @@ int op_pool_set_attr(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	struct pool *pl = pool_get(s, id);
 	if (!pl || !attr_ok(attr, 1))
 		return CUDA_ERROR_INVALID_VALUE;
-	cuuint64_t v = val;
-	int iv = (int)val;
-	int rc = D->cuMemPoolSetAttribute(pl->p, (CUmemPool_attribute)attr,
-					  is_int_attr(attr) ? (void *)&iv : (void *)&v);
-	if (!rc)
-		settle(pl);
-	return rc;
+	if (is_int_attr(attr) && val > 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: pl->reuse[0] = (int)val; break;
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: pl->reuse[1] = (int)val; break;
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: pl->reuse[2] = (int)val; break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: pl->threshold = val; break;
+	/* the high-water marks: only reset (to the current value), as CUDA */
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+		if (val)
+			return CUDA_ERROR_INVALID_VALUE;
+		pl->reserved_high = pl->reserved;
+		break;
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		if (val)
+			return CUDA_ERROR_INVALID_VALUE;
+		pl->used_high = pl->used;
+		break;
+	}
+	return CUDA_SUCCESS;
 }
 
 /* The session's streams whose work is done, synchronised (at once): a
@@ -285,7 +309,9 @@ int op_pool_trim(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 	if (!pl)
 		return CUDA_ERROR_INVALID_VALUE;
 	streams_settle(s);
-	int rc = D->cuMemPoolTrimTo(pl->p, keep);
+	pb_trim(s, pl, keep);
+	/* (the driver's pool holds no more than captures left it) */
+	int rc = D->cuMemPoolTrimTo(pl->p, 0);
 	if (!rc)
 		settle(pl);
 	return rc;
@@ -306,7 +332,56 @@ int op_pool_access(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!D->cuMemPoolSetAccess)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	return D->cuMemPoolSetAccess(pl->p, desc, n);
+	if ((rc = D->cuMemPoolSetAccess(pl->p, desc, n)))
+		return rc;
+	/* rgpu's blocks: a GPU given access reaches all of the session's
+	 * memory on the pool's GPU from then on (taking access away again
+	 * is only recorded: more access than asked breaks no program) */
+	for (uint32_t i = 0; i < n; i++) {
+		unsigned g = (unsigned)desc[i].location.id;
+		if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+			if (g != pl->gpu)
+				pl->access &= ~(1ull << g);
+			continue;
+		}
+		if (g != pl->gpu && !(pl->access >> g & 1) &&
+		    (rc = mem_peer_access(s, pl->gpu, g, 1)))
+			return rc;
+		pl->access |= 1ull << g;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* An allocation from the driver's pool: during a stream capture (graph
+ * memory, allocated when the graph runs), or for another GPU's stream. */
+static int alloc_driver(struct session *s, struct appmem *a, struct pool *pl, CUstream st,
+			  uint64_t size, uint64_t *out)
+{
+	if (a->npallocs == a->cappallocs) {
+		size_t cap = a->cappallocs ? a->cappallocs * 2 : 64;
+		struct palloc *n = realloc(a->pallocs, cap * sizeof(*n));
+		if (!n)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		a->pallocs = n;
+		a->cappallocs = cap;
+	}
+	/* up front, so a full quota refuses it */
+	if (gate_charge_bytes(pl->gpu, size) < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pl->charged += size;
+	CUdeviceptr p = 0;
+	int rc = D->cuMemAllocFromPoolAsync(&p, size, pl->p, st);
+	/* (asking the pool during the capture may end it: settled later) */
+	if (rc)
+		return rc;
+	size_t i = (size_t)(appmem_palloc_find(a, p) + 1);
+	while (i < a->npallocs && a->pallocs[i].addr < p)
+		i++;
+	memmove(&a->pallocs[i + 1], &a->pallocs[i], (a->npallocs - i) * sizeof(*a->pallocs));
+	a->pallocs[i] = (struct palloc){ p, size, pl };
+	a->npallocs++;
+	*out = p;
+	return CUDA_SUCCESS;
 }
 
 int op_mem_alloc_async(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -314,6 +389,8 @@ int op_mem_alloc_async(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	struct req q;
 	req_ids(r, &q, REQ_CTX);
 	uint64_t sid = get_u64(r), pid = get_u64(r), size = get_u64(r);
+	/* a recovery's replay names the address the client holds */
+	uint64_t at = r->left == 8 ? get_u64(r) : 0;
 	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
@@ -324,44 +401,34 @@ int op_mem_alloc_async(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	CUstream st;
 	if ((rc = session_stream(s, sid, &st)))
 		return rc;
-	if (a->npallocs == a->cappallocs) {
-		size_t cap = a->cappallocs ? a->cappallocs * 2 : 64;
-		struct palloc *n = realloc(a->pallocs, cap * sizeof(*n));
-		if (!n)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		a->pallocs = n;
-		a->cappallocs = cap;
+	uint64_t p = 0;
+	int captured = capturing(st);
+	if (!captured && pl->gpu == q.cs->dev) {
+		rc = pb_alloc(s, pl, q.ctx, sid, st, size, at, &p);
+	} else {
+		/* (a pool of another GPU than the stream's: the driver's,
+		 * placed where it places them) */
+		rc = alloc_driver(s, a, pl, st, size, &p);
+		if (!rc && !captured)
+			settle(pl);
 	}
-	/* up front, so a full quota refuses it; settled to the reserve below */
-	if (gate_charge_bytes(pl->gpu, size) < 0)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	pl->charged += size;
-	CUdeviceptr p = 0;
-	rc = D->cuMemAllocFromPoolAsync(&p, size, pl->p, st);
-	/* captured, it is the graph's allocation node (the pool's memory does
-	 * not change now), and asking the pool during the capture may end it */
-	if (!capturing(st))
-		settle(pl);
 	if (rc)
 		return rc;
-	size_t i = (size_t)(appmem_palloc_find(a, p) + 1);
-	while (i < a->npallocs && a->pallocs[i].addr < p)
-		i++;
-	memmove(&a->pallocs[i + 1], &a->pallocs[i], (a->npallocs - i) * sizeof(*a->pallocs));
-	a->pallocs[i] = (struct palloc){ p, size, pl };
-	a->npallocs++;
 	put_u64(out, p);
 	return CUDA_SUCCESS;
 }
 
 int pool_free_now(struct session *s, uint64_t p)
 {
+	int rc = pb_free_now(s, p);
+	if (rc >= 0)
+		return rc;
 	struct appmem *a = s->appmem;
 	int i = a ? appmem_palloc_find(a, p) : -1;
 	if (i < 0 || a->pallocs[i].addr != p)
 		return -1;
 	/* (the driver's cuMemFree waits for the device, then frees) */
-	int rc = D->cuMemFree_v2(p);
+	rc = D->cuMemFree_v2(p);
 	if (rc)
 		return rc;
 	struct pool *pl = a->pallocs[i].pool;
@@ -380,19 +447,19 @@ int op_mem_free_async(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 	if (rc)
 		return rc;
 	struct appmem *a = s->appmem;
-	int i = a ? appmem_palloc_find(a, p) : -1;
 	CUstream st;
+	if ((rc = session_stream(s, sid, &st)))
+		return rc;
+	if ((rc = pb_free_async(s, p, q.ctx, sid, st, capturing(st))) >= 0)
+		return rc;
+	int i = a ? appmem_palloc_find(a, p) : -1;
 	if (i < 0 || a->pallocs[i].addr != p) {
 		/* a graph's allocation, freed in stream order outside the
 		 * graph (graphMemoryNodes) */
 		if (!session_gmem_has(s, p))
 			return CUDA_ERROR_INVALID_VALUE;
-		if ((rc = session_stream(s, sid, &st)))
-			return rc;
 		return D->cuMemFreeAsync(p, st);
 	}
-	if ((rc = session_stream(s, sid, &st)))
-		return rc;
 	if ((rc = D->cuMemFreeAsync(p, st)))
 		return rc;
 	struct pool *pl = a->pallocs[i].pool;
@@ -403,8 +470,21 @@ int op_mem_free_async(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 	return CUDA_SUCCESS;
 }
 
+int op_pool_adopt(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	uint64_t id = get_u64(r), addr = get_u64(r), size = get_u64(r);
+	uint32_t used = get_u32(r);
+	if (!rd_done(r))
+		return OP_DROP;
+	struct pool *pl = NULL;
+	if (id && !(pl = pool_get(s, id)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return pb_adopt(s, pl, addr, size, used != 0);
+}
+
 void pool_cleanup(struct session *s, struct appmem *a)
 {
+	pb_cleanup(s);
 	/* allocations still live go back to their pools, then the pools go */
 	for (size_t i = 0; i < a->npallocs; i++)
 		D->cuMemFreeAsync(a->pallocs[i].addr, NULL);

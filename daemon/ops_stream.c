@@ -3,6 +3,7 @@
 #include "rgpud.h"
 #include "session.h"
 #include "waiter.h"
+#include "mem/pool.h"
 
 #include <string.h>
 
@@ -74,10 +75,10 @@ int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	 * main loop.  The per-thread stream is the main loop's own. */
 	CUstream st;
 	int rc = stream_call(s, r, D->cuStreamQuery, &st);
-	/* done: with stream-ordered pools, the driver's own sync (it returns
-	 * at once) is where they give memory back (their release threshold) */
-	if (rc == CUDA_SUCCESS && s->appmem && s->appmem->pools)
-		rc = D->cuStreamSynchronize(st);
+	/* done: a synchronisation, where stream-ordered pools give memory
+	 * back (their release threshold) */
+	if (rc == CUDA_SUCCESS)
+		pb_synced(s);
 	if (rc == CUDA_ERROR_NOT_READY) {
 		if (st != CU_STREAM_PER_THREAD &&
 		    session_wait_elsewhere(s, h, WAIT_STREAM, session_ctx_obj(s), st) == 0)
@@ -191,6 +192,8 @@ int op_event_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 {
 	CUevent ev = NULL;
 	int rc = event_call(s, r, D->cuEventQuery, &ev);
+	if (rc == CUDA_SUCCESS)
+		pb_synced(s);
 	if (rc == CUDA_ERROR_NOT_READY) {
 		if (session_wait_elsewhere(s, h, WAIT_EVENT, session_ctx_obj(s), ev) == 0)
 			return OP_REPLIED;

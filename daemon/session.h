@@ -317,7 +317,7 @@ DECL_OP(vmm_create) DECL_OP(vmm_release) DECL_OP(vmm_map) DECL_OP(vmm_unmap) DEC
 DECL_OP(vmm_export) DECL_OP(vmm_import) DECL_OP(memset2d) DECL_OP(peer_query) DECL_OP(peer_access)
 DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
-DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status)
+DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status) DECL_OP(pool_adopt)
 /* arrays, 3D copies, texture and surface objects (ops_array.c) */
 DECL_OP(array_create) DECL_OP(array_destroy) DECL_OP(memcpy3d) DECL_OP(texobj_create)
 DECL_OP(texobj_destroy)

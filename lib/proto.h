@@ -393,7 +393,12 @@ typedef uint64_t rgpu_handle;
 	 * allocation) -> bytes16 token of the physical memory under it (as   \
 	 * VMM_EXPORT's: VMM_IMPORT takes it), u64 offset of dptr in that     \
 	 * memory, u64 its size, u64 the allocation's size */                \
-	X(IPC_EXPORT, 186, "export an allocation for cuIpcGetMemHandle")
+	X(IPC_EXPORT, 186, "export an allocation for cuIpcGetMemHandle")     \
+	/* A restore (daemon/migrate/poolstate.c): handle pool (0: a pool    \
+	 * destroyed since), u64 dptr, u64 size, u32 in use -> ; the session's \
+	 * own allocation of exactly [dptr, dptr + size) becomes a block of   \
+	 * that pool, in use or cached */                                     \
+	X(POOL_ADOPT, 187, "make an allocation a pool's block (a restore)")
 
 /* Graphs, host functions, attributes, the linker (graphs, 128-159). */
 #define RGPU_OPS_GRAPHS(X)                                                     \

@@ -7,6 +7,7 @@
  */
 #include "snapshot.h"
 #include "vmmstate.h"
+#include "poolstate.h"
 #include "clock.h"
 #include "memif.h"
 #include "../rgpud.h"
@@ -331,8 +332,10 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 	}
 	for (uint32_t i = 0; i < s->ht.n; i++) {
 		const struct hentry *e = &s->ht.e[i];
-		/* (application VMM memory is written from the live state) */
-		if (e->kind == HK_FREE || e->kind == HK_VMM || e->kind == HK_HELD)
+		/* (application VMM memory and pools are written from the live
+		 * state) */
+		if (e->kind == HK_FREE || e->kind == HK_VMM || e->kind == HK_POOL ||
+		    e->kind == HK_HELD)
 			continue;
 		const char *k = (unsigned)e->kind < sizeof(kinds) / sizeof(kinds[0])
 					? kinds[e->kind] : "unknown";
@@ -476,6 +479,10 @@ int snap_capture(struct session *s, uint64_t last_id, struct snap_io *io,
 		rc = journal_each(s, create_rec, &c);
 	if (!rc)
 		rc = memif_each(s, mem_rec, &first);
+	/* the pools, their blocks now there (never ahead: they change with
+	 * every allocation) */
+	if (!rc)
+		rc = pool_each_request(s, vmm_rec, &c);
 	c.phase = 1;
 	if (!rc)
 		rc = journal_each(s, create_rec, &c);

@@ -189,6 +189,13 @@ static int graph_op(unsigned op)
 	       op == RGPU_OP_GRAPH_OP;
 }
 
+/* The requests that make pools again (poolstate.h) */
+static int pool_op(unsigned op)
+{
+	return op == RGPU_OP_POOL_CREATE || op == RGPU_OP_POOL_DEFAULT ||
+	       op == RGPU_OP_POOL_SET_ATTR || op == RGPU_OP_POOL_ACCESS || op == RGPU_OP_POOL_ADOPT;
+}
+
 /* IDS: the handles the next CREATE record makes. */
 static int ids(struct rst *r, uint64_t len)
 {
@@ -224,7 +231,8 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out, int synced)
 	*op_out = op;
 	if (graph_op(op))
 		r->graph_phase = 1;
-	if (!r->graph_phase) {
+	/* (pool requests make no device memory: prepared memory stays) */
+	if (!r->graph_phase && !pool_op(op)) {
 		if (imports_unmap(r) < 0)
 			return -1;
 		if (synced) {
@@ -248,8 +256,14 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out, int synced)
 	}
 	/* a move to another GPU: contexts and physical memory are made
 	 * there (each request's first field), and access is given to it */
-	if ((op == RGPU_OP_CTX_CREATE || op == RGPU_OP_VMM_CREATE) && r->gpu_to >= 0 && plen >= 4)
+	if ((op == RGPU_OP_CTX_CREATE || op == RGPU_OP_VMM_CREATE || op == RGPU_OP_POOL_CREATE ||
+	     op == RGPU_OP_POOL_DEFAULT) && r->gpu_to >= 0 && plen >= 4)
 		snap_le(p, (uint32_t)r->gpu_to, 4);
+	/* (a session moved onto one GPU has no peers to give access) */
+	if (op == RGPU_OP_POOL_ACCESS && r->gpu_to >= 0) {
+		free(p);
+		return 0;
+	}
 	/* handle 0 in a VMM request: the physical memory made last under a
 	 * new id (one released while mapped: vmmstate.h) */
 	if (op == RGPU_OP_VMM_MAP && plen == 32 && !snap_gl(p + 24, 8))

@@ -42,8 +42,8 @@ const char *vmm_unmovable(struct session *s)
 	if (!a)
 		return NULL;
 	if (a->npallocs)
-		return "the session holds stream-ordered allocations (cuMemAllocAsync, memory pools), "
-		       "which are not migrated yet";
+		return "the session holds graph memory allocated during a stream capture (or from "
+		       "a pool of another GPU than its stream's), which is not migrated yet";
 	/* (the usual case in one pass: each piece mapped once, whole) */
 	for (struct phys *p = a->phys; p; p = p->next)
 		p->whole = 0;

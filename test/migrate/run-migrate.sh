@@ -24,9 +24,16 @@
 #                               executable updated, a graph and an event it used
 #                               destroyed) -> another server: they run as before
 #   t_migrate_graphs_same_server  the same -> the other GPU of its server
+#   t_migrate_pools             a session with stream-ordered pools (default and
+#                               created, a cached block, a destroyed pool's live
+#                               allocation) -> another server: same addresses,
+#                               attributes and sizes, the cached block reused
+#   t_migrate_pools_same_server the same -> the other GPU of its server
 #   t_migrate_hostfn            a session that ran host functions moves, runs more
 #   t_standby_vmm               the standby case with application VMM memory
 #   t_standby_graphs            the standby case with CUDA graphs
+#   t_standby_pools             the standby case with pools: allocations after the
+#                               checkpoint replayed at the same addresses
 #   t_standby_capture_deferred  checkpoints due during a stream capture are
 #                               deferred, not given up: recovered after, with
 #                               the capture's graph (and the deferral logged)
@@ -42,7 +49,8 @@
 #   t_standby_after_sigkill     RGPU_STANDBY=B, A's parent and workers SIGKILLed
 #   t_lost_without_standby_fails  no standby: a clear error, no hang
 #   t_migrate_needs_admin       a user's credential is refused
-#   t_unmovable_stays           a session holding a memory pool: refused, goes on
+#   t_unmovable_stays           a session holding VMM memory exported for another
+#                               process: refused, goes on
 #   t_unmovable_vmm_part        VMM physical memory mapped in part: refused, goes on
 #   t_unmovable_graph_memory    a graph with a memory node: refused, goes on
 #   t_unmovable_capture         a stream capture under way: refused, the capture goes on
@@ -105,7 +113,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..30"
+echo "1..33"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -222,6 +230,14 @@ check t_migrate_graphs \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graph.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graph.cmd" && grep -q "client attached" "$BLOG" && grep -q "its graphs made again from \([1-9][0-9]*\) requests in [0-9.]* ms (\1 of them in the pause)" "$BLOG"' \
 	"$(cat "$LOGDIR/graph.cmd"; detail graph; grep -E "moved|restor|ahead|graph" "$ALOG" "$BLOG")"
 
+# stream-ordered pools (default and created, a cached block, a pool gone
+# with an allocation live): their blocks at the same addresses, the
+# cached one served again
+ahead pools pool
+check t_migrate_pools \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/pools.out" && grep -q "1 moved, 0 failed" "$LOGDIR/pools.cmd" && grep -q "client attached" "$BLOG"' \
+	"$(cat "$LOGDIR/pools.cmd"; detail pools; grep -E "moved|restor|ahead" "$ALOG" "$BLOG")"
+
 # a session that ran a host function (none under way at the pause), and
 # runs more after the move
 ahead hostfn hostfn
@@ -289,6 +305,11 @@ same_server graphgpu graph
 check t_migrate_graphs_same_server \
 	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/graphgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/graphgpu.cmd" && grep -q "session restored on GPU 1.*its graphs made again from [1-9][0-9]* requests in [0-9.]* ms (0 of them in the pause)" "$LOGDIR/graphgpu.moved"' \
 	"$(cat "$LOGDIR/graphgpu.cmd" "$LOGDIR/graphgpu.moved"; detail graphgpu)"
+# pools to the other GPU of their server (blocks by reference)
+same_server poolgpu pool
+check t_migrate_pools_same_server \
+	'[ "$APP_RC" = 0 ] && grep -q "^OK" "$LOGDIR/poolgpu.out" && grep -q "1 moved, 0 failed" "$LOGDIR/poolgpu.cmd" && grep -q "session restored on GPU 1 .*[1-9][0-9]* of them copied GPU to GPU" "$LOGDIR/poolgpu.moved"' \
+	"$(cat "$LOGDIR/poolgpu.cmd" "$LOGDIR/poolgpu.moved"; detail poolgpu)"
 # memory freed and allocated while the move's memory is made ready ahead
 # (the buffers go one a millisecond, the target makes ready in tens of
 # them: some of what was made ready is gone by the pause)
@@ -333,6 +354,10 @@ standby_case vmmsb t_standby_vmm vmmstandby
 kill_all "$BP"
 # and with CUDA graphs in it
 standby_case graphsb t_standby_graphs graphstandby
+kill_all "$BP"
+# and with pools, allocations after the last checkpoint replayed at the
+# addresses the application holds
+standby_case poolsb t_standby_pools poolstandby
 kill_all "$BP"
 # a capture under way when checkpoints come due: deferred (not given up),
 # the one after it carries the graph, which runs again on the standby
@@ -384,7 +409,7 @@ unmovable() {
 	fi
 	kill_all "$AP"
 }
-unmovable pool t_unmovable_stays pool "memory pool .* not migrated yet"
+unmovable shared t_unmovable_stays vmmshared "shares application VMM memory with another process"
 # VMM physical memory mapped in part only
 unmovable vmmpart t_unmovable_vmm_part vmmpart "not mapped whole"
 # a graph with a memory node (its address is the driver's choice)

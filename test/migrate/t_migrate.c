@@ -10,8 +10,9 @@
  * server.  Phase 2 checks every byte and every handle: the data, the
  * globals, launches on the old stream, the old event, then creates and
  * destroys objects.  It prints OK on success.  With "pool" it also holds
- * a memory pool, which is not migrated: the move must be refused and the
- * session go on where it was.  With "churn" it makes events before READY
+ * stream-ordered pools (pool_make).  With "vmmshared" it holds VMM memory
+ * exported for another process, which is not migrated: the move must be
+ * refused and the session go on where it was.  With "churn" it makes events before READY
  * and, told "churn" on stdin, destroys them one after another while the
  * test moves the session, so that objects sent ahead of a move's pause go
  * meanwhile (RGPUD_MIGRATE_AHEAD: the move must then send it all).  With
@@ -22,6 +23,7 @@
  * comes that was not there ahead; every buffer left is checked after.
  */
 #include <poll.h>
+#include <unistd.h>
 #include "../e2e/common.h"
 
 #define N (1 << 18)           /* floats per vector */
@@ -148,6 +150,144 @@ static void vmm_check(struct vmm_state *v, CUfunction f_inc, CUstream s)
 	for (int i = 0; i < VMM_PIECES - 1; i++)
 		CK(cuMemRelease(v->h[i]));
 	CK(cuMemAddressFree(v->va, v->size));
+}
+
+/* pool mode: stream-ordered pools move (rgpud's own: their blocks are
+ * re-created at their addresses).  The default pool holds two live
+ * allocations and a freed block it caches (a high release threshold); a
+ * created pool with a non-default attribute holds one of each; a pool
+ * destroyed with an allocation still live leaves that one behind.  After
+ * the move the data is there, the attributes and the pools' sizes are as
+ * they were, and an allocation of the cached block's size gets that very
+ * block.  poolstandby: more after the last checkpoint (recovery replays
+ * them at the addresses the application holds: a new block, the cached
+ * one, one freed and taken again on the same stream). */
+#define P_SMALL (100u << 10)
+#define P_MID (3u << 20)
+#define P_CACHED (5u << 20)
+struct pool_state {
+	CUmemoryPool def, mine;
+	CUdeviceptr p1, p2, p3, m1, g1, q1, q2, q3;
+	cuuint64_t reserved, used, mreserved;
+};
+
+static void pool_fill(CUdeviceptr d, size_t bytes, unsigned v, CUstream s)
+{
+	CK(cuMemsetD32Async(d, v, bytes / 4, s));
+}
+
+static void pool_expect(CUdeviceptr d, size_t bytes, unsigned v, const char *what)
+{
+	unsigned *h = xmalloc(bytes);
+	CK(cuMemcpyDtoH(h, d, bytes));
+	for (size_t k = 0; k < bytes / 4; k++)
+		if (h[k] != v) {
+			CHECK(0, "pool memory %s word %zu = %#x, want %#x", what, k, h[k], v);
+			break;
+		}
+	free(h);
+}
+
+static cuuint64_t pool_attr(CUmemoryPool p, CUmemPool_attribute a)
+{
+	cuuint64_t v = 0;
+	CK(cuMemPoolGetAttribute(p, a, &v));
+	return v;
+}
+
+static void pool_make(struct pool_state *ps, CUstream s)
+{
+	CK(cuDeviceGetDefaultMemPool(&ps->def, 0));
+	cuuint64_t thr = 1ull << 40;
+	CK(cuMemPoolSetAttribute(ps->def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	CK(cuMemAllocAsync(&ps->p1, P_MID, s));
+	CK(cuMemAllocAsync(&ps->p2, P_SMALL, s));
+	CK(cuMemAllocAsync(&ps->p3, P_CACHED, s));
+	pool_fill(ps->p1, P_MID, 0x11000001u, s);
+	pool_fill(ps->p2, P_SMALL, 0x22000002u, s);
+	CK(cuMemFreeAsync(ps->p3, s));
+	CUmemPoolProps pp = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+			      .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
+	CK(cuMemPoolCreate(&ps->mine, &pp));
+	int off = 0;
+	CK(cuMemPoolSetAttribute(ps->mine, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &off));
+	CK(cuMemPoolSetAttribute(ps->mine, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	CUdeviceptr m2;
+	CK(cuMemAllocFromPoolAsync(&ps->m1, P_MID, ps->mine, s));
+	CK(cuMemAllocFromPoolAsync(&m2, P_SMALL, ps->mine, s));
+	pool_fill(ps->m1, P_MID, 0x33000003u, s);
+	CK(cuMemFreeAsync(m2, s));
+	CUmemoryPool gone;
+	CK(cuMemPoolCreate(&gone, &pp));
+	CK(cuMemAllocFromPoolAsync(&ps->g1, P_SMALL, gone, s));
+	pool_fill(ps->g1, P_SMALL, 0x44000004u, s);
+	CK(cuStreamSynchronize(s));
+	CK(cuMemPoolDestroy(gone));
+	ps->reserved = pool_attr(ps->def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+	ps->used = pool_attr(ps->def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+	ps->mreserved = pool_attr(ps->mine, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+	CHECK(ps->reserved > ps->used && ps->used >= P_MID + P_SMALL,
+	      "the default pool reserves %llu bytes, uses %llu", (unsigned long long)ps->reserved,
+	      (unsigned long long)ps->used);
+}
+
+/* poolstandby: after the last checkpoint */
+static void pool_more(struct pool_state *ps, CUstream s)
+{
+	CK(cuMemAllocAsync(&ps->q1, 2u << 20, s));
+	CK(cuMemAllocAsync(&ps->q2, P_CACHED, s)); /* the cached block */
+	CHECK(ps->q2 == ps->p3, "the cached block is not reused: %#llx, not %#llx",
+	      (unsigned long long)ps->q2, (unsigned long long)ps->p3);
+	pool_fill(ps->q2, P_CACHED, 0x55000005u, s);
+	CK(cuMemFreeAsync(ps->q1, s));
+	CK(cuMemAllocAsync(&ps->q3, 2u << 20, s)); /* freed on this stream: taken again */
+	CHECK(ps->q3 == ps->q1, "a block freed on the stream is not taken again");
+	pool_fill(ps->q3, 2u << 20, 0x66000006u, s);
+	CK(cuStreamSynchronize(s));
+	ps->reserved = pool_attr(ps->def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+	ps->used = pool_attr(ps->def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+}
+
+static void pool_check(struct pool_state *ps, CUstream s)
+{
+	pool_expect(ps->p1, P_MID, 0x11000001u, "p1");
+	pool_expect(ps->p2, P_SMALL, 0x22000002u, "p2");
+	pool_expect(ps->m1, P_MID, 0x33000003u, "m1");
+	pool_expect(ps->g1, P_SMALL, 0x44000004u, "of a destroyed pool");
+	CHECK(pool_attr(ps->def, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) == 1ull << 40,
+	      "the default pool's threshold is lost");
+	CHECK(pool_attr(ps->mine, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC) == 0,
+	      "a created pool's attribute is lost");
+	cuuint64_t r = pool_attr(ps->def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+	cuuint64_t u = pool_attr(ps->def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+	CHECK(r == ps->reserved && u == ps->used, "the default pool reserves %llu (was %llu), uses %llu (was %llu)",
+	      (unsigned long long)r, (unsigned long long)ps->reserved, (unsigned long long)u,
+	      (unsigned long long)ps->used);
+	CHECK(pool_attr(ps->mine, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT) == ps->mreserved,
+	      "the created pool's reserve changed");
+	if (ps->q2) {
+		pool_expect(ps->q2, P_CACHED, 0x55000005u, "q2");
+		pool_expect(ps->q3, 2u << 20, 0x66000006u, "q3");
+		CK(cuMemFreeAsync(ps->q2, s));
+		CK(cuMemFreeAsync(ps->q3, s));
+	} else {
+		/* the block cached before the move serves this one */
+		CUdeviceptr p4;
+		CK(cuMemAllocAsync(&p4, P_CACHED, s));
+		CHECK(p4 == ps->p3, "the cached block did not move: %#llx, not %#llx",
+		      (unsigned long long)p4, (unsigned long long)ps->p3);
+		pool_fill(p4, P_CACHED, 7, s);
+		CK(cuMemFreeAsync(p4, s));
+	}
+	CK(cuMemFreeAsync(ps->p1, s));
+	CK(cuMemFreeAsync(ps->p2, s));
+	CK(cuMemFreeAsync(ps->m1, s));
+	CK(cuMemFreeAsync(ps->g1, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuMemPoolTrimTo(ps->def, 0));
+	r = pool_attr(ps->def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+	CHECK(r == 0, "%llu bytes reserved after a trim", (unsigned long long)r);
+	CK(cuMemPoolDestroy(ps->mine));
 }
 
 /* graph mode: CUDA graphs move (made again on the target by replaying
@@ -328,7 +468,9 @@ int main(int argc, char **argv)
 	e2e_init(argv[0]);
 	/* vmmstandby: both */
 	int standby = argc > 1 && (!strcmp(argv[1], "standby") || !strcmp(argv[1], "vmmstandby"));
-	int pool = argc > 1 && !strcmp(argv[1], "pool");
+	/* VMM memory exported for another process: not moved */
+	int shared = argc > 1 && !strcmp(argv[1], "vmmshared");
+	int pools = argc > 1 && (!strcmp(argv[1], "pool") || !strcmp(argv[1], "poolstandby"));
 	int churn = argc > 1 && !strcmp(argv[1], "churn");
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
 	int vchurn = argc > 1 && !strcmp(argv[1], "vmmchurn");
@@ -336,7 +478,7 @@ int main(int argc, char **argv)
 	int hostfn = argc > 1 && !strcmp(argv[1], "hostfn");
 	int graph = argc > 1 && (!strcmp(argv[1], "graph") || !strcmp(argv[1], "graphstandby"));
 	int graphmem = argc > 1 && !strcmp(argv[1], "graphmem");
-	standby |= argc > 1 && !strcmp(argv[1], "graphstandby");
+	standby |= argc > 1 && (!strcmp(argv[1], "graphstandby") || !strcmp(argv[1], "poolstandby"));
 	/* physical memory mapped in part only: its other bytes could not be
 	 * captured, so the session may not move */
 	int vmmpart = argc > 1 && !strcmp(argv[1], "vmmpart");
@@ -384,12 +526,23 @@ int main(int argc, char **argv)
 	CK(cuEventSynchronize(ev));
 	CK(cuCtxSynchronize()); /* with a standby: the checkpoint */
 
-	CUmemoryPool mp = NULL;
-	if (pool) {
-		CUmemPoolProps pp = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
-				      .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 } };
-		CK(cuMemPoolCreate(&mp, &pp));
+	CUmemGenericAllocationHandle xh = 0;
+	CUdeviceptr xva = 0;
+	size_t xg = 0;
+	int xfd = -1;
+	if (shared) {
+		CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+					     .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+					     .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+		CK(cuMemGetAllocationGranularity(&xg, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+		CK(cuMemCreate(&xh, xg, &prop, 0));
+		CK(cuMemAddressReserve(&xva, xg, 0, 0, 0));
+		CK(cuMemMap(xva, xg, 0, xh, 0));
+		CK(cuMemExportToShareableHandle(&xfd, xh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
 	}
+	struct pool_state ps = { 0 };
+	if (pools)
+		pool_make(&ps, s);
 	CUdeviceptr dd = 0;
 	int *d = xmalloc(N * sizeof(int));
 	/* (before a standby's checkpoint: in it) */
@@ -467,6 +620,8 @@ int main(int argc, char **argv)
 		CK(cuCtxSynchronize());
 		launch1d(f_inc, N, s, inc_args);
 		CK(cuStreamSynchronize(s));
+		if (pools)
+			pool_more(&ps, s);
 	}
 	if (hostfn) {
 		CK(cuLaunchHostFunc(s, hostfn_count, NULL));
@@ -521,6 +676,8 @@ int main(int argc, char **argv)
 		vmm_check(&vs, f_inc, s);
 	if (graph)
 		graph_check(&gs);
+	if (pools)
+		pool_check(&ps, s);
 	if (gm)
 		CK(cuGraphDestroy(gm));
 	if (vmmpart) {
@@ -577,8 +734,12 @@ int main(int argc, char **argv)
 	if (dd)
 		CK(cuMemFree(dd));
 	CK(cuModuleUnload(mod));
-	if (mp)
-		CK(cuMemPoolDestroy(mp));
+	if (xh) {
+		close(xfd);
+		CK(cuMemUnmap(xva, xg));
+		CK(cuMemRelease(xh));
+		CK(cuMemAddressFree(xva, xg));
+	}
 	free(a);
 	free(b);
 	free(c);
