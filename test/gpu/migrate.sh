@@ -30,6 +30,9 @@
 #              whole step is a CUDA graph (MIG_GRAPH=1, torch.cuda.graph):
 #              unmoved (against the local driver), moved within its GPU,
 #              over TCP, and recovered on a standby after a SIGKILL
+#   pool-plain, same-gpu-pool, migrate-pool, standby-pool  the same with
+#              PyTorch's cudaMallocAsync backend (stream-ordered pools);
+#              MIG_ONLY=pool runs only these
 #   two-gpus   rgpu migrate to GPU 1 of the same server: only with two GPUs
 #              (everything in the pause; then through host, two-gpus-host,
 #              and as by default, the objects ahead of the pause,
@@ -118,21 +121,7 @@ pause_ms() {
 }
 mean_ms() { awk -v a="$2" -v b="$3" '$1 == "step" && $2 >= a && $2 < b { s += $4; n++ } END { printf "%.3f", n ? s / n : 0 }' "$OUT/$1.out"; }
 
-# ---- local and plain ----
-train local ""
-wait "$TPID"
-start plainA || exit 1
-A=$PORT AP=$PID
-train plain "127.0.0.1:$A"
-wait "$TPID"
-PRC=$?
-kill_all "$AP"
-L0=$(val plain final)
-result plain "$([ $PRC = 0 ] && [ -n "$L0" ] && echo 0 || echo 1)" \
-	"rgpu, nothing moved: final loss $L0 (local driver: $(val local final)), median step $(val plain median_ms) ms (local $(val local median_ms) ms), device memory reserved $(val plain reserved_bytes) bytes"
-[ -n "$L0" ] || { say "migrate.sh: $pass passed, $fail failed"; exit 1; }
-
-# ---- migrate mid-run ----
+# ---- the moves ----
 # tcp_move NAME SRC DST [DESC]: trains NAME on a fresh rgpud SRC (the
 # caller's environment goes to it), moves it at step MOVE_AT to a fresh
 # rgpud DST over TCP and kills SRC; one result line, the target's time
@@ -176,6 +165,37 @@ tcp_move() {
 		say "$name path: raw loopback TCP ${raw} GB/s (256 MiB); state moved at $(awk -v b="$bytes" -v s="$secs" 'BEGIN { printf "%.2f", b / s / 1e9 }') GB/s = $(awk -v b="$bytes" -v s="$secs" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / s / 1e9 / r }')% of it; the pause ($pause ms) moved $(awk -v b="$bytes" -v p="$pause" 'BEGIN { printf "%.2f", b / (p / 1000) / 1e9 }') GB/s = $(awk -v b="$bytes" -v p="$pause" -v r="$raw" 'BEGIN { printf "%.0f", 100 * b / (p / 1000) / 1e9 / r }')% of it (target 80%)"
 	fi
 }
+# move_to_gpu1 RUN SERVER [GPU]: trains RUN on a fresh rgpud named SERVER
+# (the caller's environment goes to it), moves it to that rgpud's GPU 1 (or
+# GPU) at step MOVE_AT; SAME=0 when the losses are those of the plain run,
+# TRC its exit
+move_to_gpu1() {
+	start "$2" && A=$PORT AP=$PID
+	train "$1" "127.0.0.1:$A"
+	if wait_step "$1" "$MOVE_AT"; then
+		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/${3:-1}" >"$OUT/$1.cmd" 2>&1
+	fi
+	wait "$TPID"
+	TRC=$?
+	SAME=$(diff <(losses "${REF:-plain}") <(losses "$1") >/dev/null && echo 0 || echo 1)
+	kill_all "$AP"
+}
+if [ "${MIG_ONLY:-}" != pool ]; then
+# ---- local and plain ----
+train local ""
+wait "$TPID"
+start plainA || exit 1
+A=$PORT AP=$PID
+train plain "127.0.0.1:$A"
+wait "$TPID"
+PRC=$?
+kill_all "$AP"
+L0=$(val plain final)
+result plain "$([ $PRC = 0 ] && [ -n "$L0" ] && echo 0 || echo 1)" \
+	"rgpu, nothing moved: final loss $L0 (local driver: $(val local final)), median step $(val plain median_ms) ms (local $(val local median_ms) ms), device memory reserved $(val plain reserved_bytes) bytes"
+[ -n "$L0" ] || { say "migrate.sh: $pass passed, $fail failed"; exit 1; }
+
+# ---- migrate mid-run ----
 RGPUD_MIGRATE_AHEAD=0 tcp_move migrate migA migB
 # the same with the session's objects re-created on the target before the
 # pause (the default; explicit here)
@@ -200,22 +220,6 @@ result standby "$([ $SRC = 0 ] && [ "$final" = "$L0" ] && grep -q "recovered on"
 	"SIGKILL of rgpud (parent and workers) at step $KILL_AT, standby took over: final loss $final (plain $L0); recovery pause $rec ms; $ck checkpoint(s) every ${CKPT_S}s, last: $cksz; mean step before the kill $pre_mean ms vs $base_mean ms without standby (overhead $(awk -v a="$pre_mean" -v b="$base_mean" 'BEGIN { if (b > 0) printf "%.1f%%", (a - b) / b * 100 }'))"
 kill_all "$BP"
 
-# ---- two GPUs of one server ----
-# move_to_gpu1 RUN SERVER [GPU]: trains RUN on a fresh rgpud named SERVER
-# (the caller's environment goes to it), moves it to that rgpud's GPU 1 (or
-# GPU) at step MOVE_AT; SAME=0 when the losses are those of the plain run,
-# TRC its exit
-move_to_gpu1() {
-	start "$2" && A=$PORT AP=$PID
-	train "$1" "127.0.0.1:$A"
-	if wait_step "$1" "$MOVE_AT"; then
-		"$B/tools/rgpu" migrate --from "127.0.0.1:$A" --to "127.0.0.1:$A/${3:-1}" >"$OUT/$1.cmd" 2>&1
-	fi
-	wait "$TPID"
-	TRC=$?
-	SAME=$(diff <(losses "${REF:-plain}") <(losses "$1") >/dev/null && echo 0 || echo 1)
-	kill_all "$AP"
-}
 # ---- a fresh worker on the same GPU (any machine) ----
 # the memory goes by reference as between two GPUs, copied device to device
 # within the GPU: what a move costs where the copy is not the bound
@@ -347,5 +351,37 @@ if [ "$ngpu" -ge 2 ]; then
 else
 	say "SKIP two-gpus: this machine has $ngpu GPU(s); moving between two GPUs of one server needs two"
 fi
+fi
+
+# stream-ordered pools: PyTorch's cudaMallocAsync backend (every tensor
+# from the device's default pool, which rgpud serves: blocks at addresses
+# that move); against an unmoved run with the same allocator (and the
+# local driver's).  MIG_ONLY=pool runs only these.
+export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
+train localpool ""
+wait "$TPID"
+start plainP && PP=$PID
+train plainpool "127.0.0.1:$PORT"
+wait "$TPID"
+PRC=$?
+kill_all "$PP"
+LP=$(val plainpool final)
+result pool-plain "$([ $PRC = 0 ] && [ -n "$LP" ] && [ "$LP" = "$(val localpool final)" ] && echo 0 || echo 1)" \
+	"cudaMallocAsync backend, rgpu, nothing moved: final loss $LP (local driver: $(val localpool final)), median step $(val plainpool median_ms) ms (local $(val localpool median_ms) ms)"
+REF=plainpool RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 samegpupool sameP 0
+MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpupool.cmd" && echo 0 || echo 1)
+result same-gpu-pool "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
+	"cudaMallocAsync backend moved to a fresh worker on GPU 0 at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpupool.cmd"); pause $(pause_ms samegpupool "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-sameP.log" | tail -1)"
+REF=plainpool RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-pool migPA migPB " (cudaMallocAsync backend: pool memory)"
+start sbPA --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID
+start sbPB && BPORT=$PORT BP=$PID
+RGPU_STANDBY=127.0.0.1:$BPORT train standbypool "127.0.0.1:$A"
+wait_step standbypool "$KILL_AT" && kill_all "$AP"
+wait "$TPID"
+SRC=$?
+result standby-pool "$([ $SRC = 0 ] && [ "$(val standbypool final)" = "$LP" ] && grep -q "recovered on" "$OUT/standbypool.err" && echo 0 || echo 1)" \
+	"cudaMallocAsync backend, SIGKILL of rgpud at step $KILL_AT, standby took over: final loss $(val standbypool final) (unmoved $LP); recovery pause $(pause_ms standbypool "$KILL_AT") ms; $(grep -o "checkpoint of [0-9]* bytes in [0-9.]* s" "$OUT/standbypool.err" | tail -1)"
+kill_all "$BP"
+unset PYTORCH_CUDA_ALLOC_CONF
 say "migrate.sh: $pass passed, $fail failed"
 [ "$fail" = 0 ]
