@@ -75,16 +75,16 @@ int op_stream_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, st
 	 * main loop.  The per-thread stream is the main loop's own. */
 	CUstream st;
 	int rc = stream_call(s, r, D->cuStreamQuery, &st);
-	/* done: a synchronisation, where stream-ordered pools give memory
-	 * back (their release threshold) */
-	if (rc == CUDA_SUCCESS)
-		pb_synced(s);
 	if (rc == CUDA_ERROR_NOT_READY) {
 		if (st != CU_STREAM_PER_THREAD &&
 		    session_wait_elsewhere(s, h, WAIT_STREAM, session_ctx_obj(s), st) == 0)
 			return OP_REPLIED;
 		rc = D->cuStreamSynchronize(st);
 	}
+	/* a synchronisation, where stream-ordered pools give memory back
+	 * (their release threshold) */
+	if (rc == CUDA_SUCCESS)
+		pb_synced(s);
 	if (rc != OP_DROP)
 		session_forward_output(s, h);
 	return rc;
@@ -192,13 +192,13 @@ int op_event_sync(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 {
 	CUevent ev = NULL;
 	int rc = event_call(s, r, D->cuEventQuery, &ev);
-	if (rc == CUDA_SUCCESS)
-		pb_synced(s);
 	if (rc == CUDA_ERROR_NOT_READY) {
 		if (session_wait_elsewhere(s, h, WAIT_EVENT, session_ctx_obj(s), ev) == 0)
 			return OP_REPLIED;
 		rc = D->cuEventSynchronize(ev);
 	}
+	if (rc == CUDA_SUCCESS)
+		pb_synced(s);
 	if (rc != OP_DROP)
 		session_forward_output(s, h);
 	return rc;

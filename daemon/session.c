@@ -6,6 +6,7 @@
 #include "rgpud.h"
 #include "devout.h"
 #include "waiter.h"
+#include "mem/pool.h"
 #include "appmem.h"
 #include "mem/mem.h"
 #include "migrate/migrate.h"
@@ -157,6 +158,7 @@ int session_wait_elsewhere(struct session *s, const struct rgpu_hdr *h, enum wai
 	if (waiter_post(s, h, kind, (CUcontext)ctx, obj, s->deferred) < 0)
 		return -1;
 	s->deferred = 0;
+	s->pools_sync_due = 1;
 	return 0;
 }
 
@@ -696,6 +698,13 @@ int session_serve_one(struct session *s)
 	static const struct op_desc refused = { op_mem_refused, 0, 1, 0 };
 	if ((s->mem_err = mem_before_request(s, h.op)))
 		od = &refused;
+	/* a synchronisation answered by the waiter is one for the pools too
+	 * (due again while a wait is left: its reply may have gone first) */
+	if (s->pools_sync_due) {
+		unsigned busy = waiter_busy(s);
+		pb_synced(s);
+		s->pools_sync_due = busy != 0;
+	}
 	/* the main loop's frames never interleave with a waiter's reply */
 	uint64_t t1 = s->opstats ? rgpu_now_ns() : 0;
 	pthread_mutex_lock(&s->send_lock);

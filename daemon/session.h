@@ -109,6 +109,7 @@ struct session {
 	size_t in_off, in_len;
 	struct wbuf tx;
 	int32_t deferred; /* first failure of a no-reply request */
+	int pools_sync_due; /* a sync the waiter answered: the pools release (mem/pool.h) */
 	int out_fd;       /* worker: read end of its stdout (device printf), or -1 */
 	struct devout *out; /* its reader (devout.h), once started */
 	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */

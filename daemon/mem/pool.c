@@ -158,6 +158,7 @@ static void shrink(struct session *s, struct pool *pl, unsigned gpu, uint64_t ke
 void pb_synced(struct session *s)
 {
 	struct appmem *a = s->appmem;
+	s->pools_sync_due = 0;
 	if (!a || !a->npblocks)
 		return;
 	pb_sweep(s);
@@ -175,14 +176,16 @@ void pb_trim(struct session *s, struct pool *pl, uint64_t keep)
 /* A block of pl for a request of class want on stream (sid, sctx): a
  * cached one first, then one freed on that stream, then (if the pool
  * allows it) one freed on another; the smallest that fits with at most a
- * quarter to spare.  -1: none. */
+ * quarter to spare (any that fits when tight: no room for new memory).
+ * -1: none. */
 static int pick(const struct appmem *a, const struct pool *pl, uint64_t want, uint64_t sid,
-		uint64_t sctx)
+		uint64_t sctx, int tight)
 {
 	int best = -1, best_rank = 3;
 	for (size_t i = 0; i < a->npblocks; i++) {
 		const struct pblock *b = &a->pblocks[i];
-		if (b->pool != pl || b->state == PB_USED || b->size < want || b->size - want > want / 4)
+		if (b->pool != pl || b->state == PB_USED || b->size < want ||
+		    (!tight && b->size - want > want / 4))
 			continue;
 		int rank = b->state == PB_FREE ? 0 : b->sid == sid && b->sctx == sctx ? 1 : 2;
 		if (rank == 2 && !pl->reuse[2])
@@ -284,23 +287,30 @@ int pb_alloc(struct session *s, struct pool *pl, uint64_t ctx, uint64_t sid, CUs
 	pb_sweep(s);
 	if (at)
 		return alloc_at(s, pl, ctx, sid, ctx, st, want, at, addr);
-	int i = pick(a, pl, want, sid, ctx);
-	if (i >= 0 && take(a, (size_t)i, sid, ctx, st) == CUDA_SUCCESS) {
-		*addr = a->pblocks[i].addr;
-		return CUDA_SUCCESS;
+	for (int tight = 0; tight < 2; tight++) {
+		int i = pick(a, pl, want, sid, ctx, tight);
+		if (i >= 0 && take(a, (size_t)i, sid, ctx, st) == CUDA_SUCCESS) {
+			*addr = a->pblocks[i].addr;
+			return CUDA_SUCCESS;
+		}
+		if (tight)
+			break;
+		/* new memory, if it fits */
+		if (pl->maxsize && pl->reserved + want > pl->maxsize)
+			shrink(s, pl, pl->gpu, pl->maxsize > want ? pl->maxsize - want : 0);
+		if (pl->maxsize && pl->reserved + want > pl->maxsize)
+			continue;
+		int rc = grow(s, pl, ctx, want, 0, addr);
+		if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+			/* what the session's pools cache on this GPU makes
+			 * room first */
+			shrink(s, NULL, pl->gpu, 0);
+			rc = grow(s, pl, ctx, want, 0, addr);
+		}
+		if (rc != CUDA_ERROR_OUT_OF_MEMORY)
+			return rc;
 	}
-	if (pl->maxsize && pl->reserved + want > pl->maxsize) {
-		shrink(s, pl, pl->gpu, pl->maxsize > want ? pl->maxsize - want : 0);
-		if (pl->reserved + want > pl->maxsize)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	int rc = grow(s, pl, ctx, want, 0, addr);
-	if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
-		/* what the session's pools cache on this GPU makes room first */
-		shrink(s, NULL, pl->gpu, 0);
-		rc = grow(s, pl, ctx, want, 0, addr);
-	}
-	return rc;
+	return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 int pb_free_async(struct session *s, uint64_t addr, uint64_t ctx, uint64_t sid, CUstream st,

@@ -58,7 +58,9 @@ int pb_free_now(struct session *s, uint64_t addr);
 /* Pending blocks whose free is done become cached (those of a destroyed
  * pool are given back). */
 void pb_sweep(struct session *s);
-/* A synchronisation: what the pools cache above their thresholds goes. */
+/* A synchronisation: what the pools cache above their thresholds goes.
+ * (One the waiter thread answered sets s->pools_sync_due: the session's
+ * next requests call this until no wait is left.) */
 void pb_synced(struct session *s);
 /* Gives back pl's cached memory until it reserves keep bytes or less. */
 void pb_trim(struct session *s, struct pool *pl, uint64_t keep);

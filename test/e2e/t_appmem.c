@@ -356,6 +356,106 @@ static void test_pools(void)
 	say("pools: async alloc/free in stream order, threshold, trim, created pool ok");
 }
 
+/* Stream-ordered reuse across streams: a block freed on stream a behind a
+ * long kernel and allocated again on stream b is not written before that
+ * kernel is done (the pool orders b after the free, or gives other
+ * memory); with internal dependencies disallowed it is not handed to b at
+ * all while the free is pending.  Then a created pool's maximum size, the
+ * high-water marks, and a zero release threshold at a synchronisation. */
+static void cross_stream(CUfunction busy, CUfunction fill, CUmemoryPool pool, int deps)
+{
+	CUstream a, b;
+	CK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+	CK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+	int allow = deps;
+	CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, &allow));
+	size_t bytes = 4u << 20;
+	unsigned long long n = bytes / 4, ns = 50ull * 1000 * 1000;
+	CUdeviceptr p, q;
+	CK(cuMemAllocFromPoolAsync(&p, bytes, pool, a));
+	void *bargs[] = { &ns };
+	launch1d(busy, 1, a, bargs);
+	unsigned v1 = 0x11111111u, v2 = 0x22222222u;
+	void *f1[] = { &p, &v1, &n };
+	launch1d(fill, (unsigned)n, a, f1);
+	CK(cuMemFreeAsync(p, a));
+	CK(cuMemAllocFromPoolAsync(&q, bytes, pool, b));
+	void *f2[] = { &q, &v2, &n };
+	launch1d(fill, (unsigned)n, b, f2);
+	CK(cuStreamSynchronize(b));
+	CK(cuStreamSynchronize(a));
+	unsigned *h = xmalloc(bytes);
+	CK(cuMemcpyDtoH(h, q, bytes));
+	for (size_t i = 0; i < n; i++)
+		if (h[i] != v2) {
+			CHECK(0, "a block taken on another stream (dependencies %d): word %zu = %#x",
+			      deps, i, h[i]);
+			break;
+		}
+	if (on_rgpu())
+		CHECK(deps ? q == p : q != p,
+		      "the block freed on another stream %s handed out (dependencies %d)",
+		      q == p ? "was" : "was not", deps);
+	CK(cuMemFreeAsync(q, b));
+	CK(cuStreamSynchronize(b));
+	free(h);
+	CK(cuStreamDestroy(a));
+	CK(cuStreamDestroy(b));
+}
+
+static void test_pool_order(CUmodule mod)
+{
+	CUfunction busy = get_func(mod, "busy_wait_ns"), fill = get_func(mod, "fill_u32");
+	CUmemPoolProps pp;
+	memset(&pp, 0, sizeof(pp));
+	pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	pp.location.id = 0;
+	CUmemoryPool pool;
+	CK(cuMemPoolCreate(&pool, &pp));
+	cuuint64_t thr = 1ull << 40, v = 0;
+	CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	cross_stream(busy, fill, pool, 1);
+	cross_stream(busy, fill, pool, 0);
+	/* the high-water marks: reset to the current value */
+	CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v));
+	CHECK(v >= 4u << 20, "used high %llu", (unsigned long long)v);
+	cuuint64_t zero = 0, used = 0;
+	CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
+	CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &v));
+	CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used));
+	CHECK(v == used, "used high %llu after a reset, used %llu", (unsigned long long)v,
+	      (unsigned long long)used);
+	/* a zero threshold: what is freed goes at the next synchronisation */
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero));
+	CUdeviceptr p;
+	CK(cuMemAllocFromPoolAsync(&p, 8u << 20, pool, s));
+	CK(cuMemFreeAsync(p, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v));
+	if (on_rgpu())
+		CHECK(v == 0, "%llu bytes reserved after a synchronisation with threshold 0",
+		      (unsigned long long)v);
+	CK(cuStreamDestroy(s));
+	CK(cuMemPoolDestroy(pool));
+	if (on_rgpu()) {
+		/* a pool's maximum size refuses what would exceed it */
+		pp.maxSize = 4u << 20;
+		CK(cuMemPoolCreate(&pool, &pp));
+		CUdeviceptr m1, m2;
+		CK(cuMemAllocFromPoolAsync(&m1, 4u << 20, pool, NULL));
+		EXPECT_RC(cuMemAllocFromPoolAsync(&m2, 1u << 20, pool, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+		CK(cuMemFreeAsync(m1, NULL));
+		CK(cuMemAllocFromPoolAsync(&m2, 2u << 20, pool, NULL)); /* in its place */
+		CK(cuMemFreeAsync(m2, NULL));
+		CK(cuCtxSynchronize());
+		CK(cuMemPoolDestroy(pool));
+	}
+	say("pools: reuse across streams in order, high-water marks, threshold 0, maximum size ok");
+}
+
 static void test_memset2d(void)
 {
 	size_t w = 100, hgt = 37, pitch = 512;
@@ -656,6 +756,7 @@ int main(int argc, char **argv)
 	test_vmm(mod);
 	test_share(argv[0]);
 	test_pools();
+	test_pool_order(mod);
 	test_memset2d();
 	test_registered(mod);
 	CK(cuModuleUnload(mod));

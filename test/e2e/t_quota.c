@@ -314,8 +314,14 @@ static void appmem(unsigned port, struct raw *admin, struct raw *job, uint64_t c
 	put_u64(&W, 0);
 	put_u64(&W, p);
 	st = raw_call(job, RGPU_OP_MEM_FREE_ASYNC, &W, &RP);
-	/* release threshold 0: the pool gives it back */
-	CHECK(st == 0 && mem_free(job, c1) == f0, "MEM_FREE_ASYNC refunds the reserve: %d, free %llu",
+	CHECK(st == 0, "MEM_FREE_ASYNC: %d", st);
+	/* release threshold 0: the pool gives it back at the next
+	 * synchronisation, as CUDA's pools do */
+	wbuf_reset(&W);
+	put_u64(&W, c1);
+	put_u64(&W, 0);
+	st = raw_call(job, RGPU_OP_STREAM_SYNC, &W, &RP);
+	CHECK(st == 0 && mem_free(job, c1) == f0, "a synchronisation refunds the reserve: %d, free %llu",
 	      st, (unsigned long long)mem_free(job, c1));
 }
 
