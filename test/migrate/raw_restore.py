@@ -127,6 +127,13 @@ case("peer_overflow", header() + peer(0x7e0000000010, 2**64 - 8, 0x7e0000000000,
      "malformed session state (peer record)")
 case("peer_without_context", header() + peer(0x7e0000000000, 16, 0x7e0000000000, 2 << 20),
      "names no restored context")
+# a pool block (POOL_ADOPT, 187) naming memory the state never made, or
+# cut short
+adopt = struct.pack("<QQQI", 0, 0x7e0000000000, 4096, 1)
+case("adopt_without_memory", header() + rec(3, struct.pack("<HHIQQQ", 187, 0, len(adopt), 0, 0, 0) + adopt),
+     "re-creating an object (POOL_ADOPT) failed: CUDA_ERROR_INVALID_VALUE")
+case("adopt_short", header() + rec(3, struct.pack("<HHIQQQ", 187, 0, 8, 0, 0, 0) + adopt[:8]),
+     "re-creating an object (POOL_ADOPT) failed: malformed request")
 # a token nobody parked
 try:
     s, (_, st, msg) = session(os.urandom(16))
