@@ -253,6 +253,16 @@ static void test_share(const char *self)
 	say("shareable handles: exported, imported by another process, data both ways");
 }
 
+static CUmemPoolProps pool_props(int dev)
+{
+	CUmemPoolProps p;
+	memset(&p, 0, sizeof(p));
+	p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = dev;
+	return p;
+}
+
 static void test_pools(void)
 {
 	CUstream s;
@@ -302,11 +312,7 @@ static void test_pools(void)
 	CHECK(reserved == 0, "%llu bytes reserved after the trim", (unsigned long long)reserved);
 
 	/* a pool of its own */
-	CUmemPoolProps pp;
-	memset(&pp, 0, sizeof(pp));
-	pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-	pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	pp.location.id = 0;
+	CUmemPoolProps pp = pool_props(0);
 	CUmemoryPool mine;
 	CK(cuMemPoolCreate(&mine, &pp));
 	CUmemAccess_flags af;
@@ -406,11 +412,7 @@ static void cross_stream(CUfunction busy, CUfunction fill, CUmemoryPool pool, in
 static void test_pool_order(CUmodule mod)
 {
 	CUfunction busy = get_func(mod, "busy_wait_ns"), fill = get_func(mod, "fill_u32");
-	CUmemPoolProps pp;
-	memset(&pp, 0, sizeof(pp));
-	pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-	pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	pp.location.id = 0;
+	CUmemPoolProps pp = pool_props(0);
 	CUmemoryPool pool;
 	CK(cuMemPoolCreate(&pool, &pp));
 	cuuint64_t thr = 1ull << 40, v = 0;
@@ -681,11 +683,7 @@ static void test_peer(int same_server)
 		CK(cuEventDestroy(e1));
 		CK(cuCtxSetCurrent(c0));
 		/* a pool of device 0 opened to device 1 */
-		CUmemPoolProps pp;
-		memset(&pp, 0, sizeof(pp));
-		pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-		pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-		pp.location.id = 0;
+		CUmemPoolProps pp = pool_props(0);
 		CUmemoryPool pool;
 		CK(cuMemPoolCreate(&pool, &pp));
 		CUmemAccessDesc pacc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1 },

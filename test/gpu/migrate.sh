@@ -180,6 +180,40 @@ move_to_gpu1() {
 	SAME=$(diff <(losses "${REF:-plain}") <(losses "$1") >/dev/null && echo 0 || echo 1)
 	kill_all "$AP"
 }
+# variant KEY L DESC: the runs of one way of training (the caller's
+# environment sets it): local and unmoved through rgpu (KEY-plain, against
+# the local driver's final loss), moved within its GPU (same-gpu-KEY), over
+# TCP (migrate-KEY) and recovered on a standby after a SIGKILL
+# (standby-KEY), each against the unmoved run; L names its servers
+variant() {
+	local key=$1 l=$2 desc=$3 vrc ref
+	train "local$key" ""
+	wait "$TPID"
+	start "plain$l" && PV=$PID
+	train "plain$key" "127.0.0.1:$PORT"
+	wait "$TPID"
+	vrc=$?
+	kill_all "$PV"
+	ref=$(val "plain$key" final)
+	result "$key-plain" "$([ $vrc = 0 ] && [ -n "$ref" ] && [ "$ref" = "$(val "local$key" final)" ] && echo 0 || echo 1)" \
+		"$desc, rgpu, nothing moved: final loss $ref (local driver: $(val "local$key" final)), median step $(val "plain$key" median_ms) ms (local $(val "local$key" median_ms) ms)"
+	REF=plain$key RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 "samegpu$key" "same$l" 0
+	MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpu$key.cmd" && echo 0 || echo 1)
+	result "same-gpu-$key" "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
+		"$desc, moved to a fresh worker on GPU 0 at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpu$key.cmd"); pause $(pause_ms "samegpu$key" "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-same$l.log" | tail -1)"
+	grep -o "objects re-created in .*" "$OUT/rgpud-same$l.log" 2>/dev/null | tail -1 | sed "s/^/same-gpu-$key target: /" | tee -a "$S"
+	REF=plain$key RGPUD_MIGRATE_AHEAD=1 tcp_move "migrate-$key" "mig${l}A" "mig${l}B" " ($desc)"
+	start "sb${l}A" --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID
+	start "sb${l}B" && BPORT=$PORT BP=$PID
+	RGPU_STANDBY=127.0.0.1:$BPORT train "standby$key" "127.0.0.1:$A"
+	wait_step "standby$key" "$KILL_AT" && kill_all "$AP"
+	wait "$TPID"
+	vrc=$?
+	result "standby-$key" "$([ $vrc = 0 ] && [ "$(val "standby$key" final)" = "$ref" ] && grep -q "recovered on" "$OUT/standby$key.err" && echo 0 || echo 1)" \
+		"$desc, SIGKILL of rgpud at step $KILL_AT, standby took over: final loss $(val "standby$key" final) (unmoved $ref); recovery pause $(pause_ms "standby$key" "$KILL_AT") ms; $(grep -o "checkpoint of [0-9]* bytes in [0-9.]* s" "$OUT/standby$key.err" | tail -1)"
+	kill_all "$BP"
+}
+
 if [ "${MIG_ONLY:-}" != pool ]; then
 # ---- local and plain ----
 train local ""
@@ -264,34 +298,8 @@ unset PYTORCH_CUDA_ALLOC_CONF
 
 # CUDA graphs: the whole training step captured once (torch.cuda.graph)
 # and replayed every step; made again on the target by replaying what
-# built it; against an unmoved graphed run (and the local driver's)
-export MIG_GRAPH=1
-train localgraph ""
-wait "$TPID"
-start plainG && PG=$PID
-train plaingraph "127.0.0.1:$PORT"
-wait "$TPID"
-GRC=$?
-kill_all "$PG"
-LG=$(val plaingraph final)
-result graph-plain "$([ $GRC = 0 ] && [ -n "$LG" ] && [ "$LG" = "$(val localgraph final)" ] && echo 0 || echo 1)" \
-	"the step a CUDA graph, rgpu, nothing moved: final loss $LG (local driver: $(val localgraph final)), median step $(val plaingraph median_ms) ms (local $(val localgraph median_ms) ms)"
-REF=plaingraph RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 samegpugraph sameG 0
-MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpugraph.cmd" && echo 0 || echo 1)
-result same-gpu-graph "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
-	"the step a CUDA graph, moved to a fresh worker on GPU 0 at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpugraph.cmd"); pause $(pause_ms samegpugraph "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-sameG.log" | tail -1)"
-grep -o "objects re-created in .*" "$OUT/rgpud-sameG.log" 2>/dev/null | tail -1 | sed "s/^/same-gpu-graph target: /" | tee -a "$S"
-REF=plaingraph RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-graph migGA migGB " (the step a CUDA graph)"
-start sbGA --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID
-start sbGB && BPORT=$PORT BP=$PID
-RGPU_STANDBY=127.0.0.1:$BPORT train standbygraph "127.0.0.1:$A"
-wait_step standbygraph "$KILL_AT" && kill_all "$AP"
-wait "$TPID"
-SRC=$?
-result standby-graph "$([ $SRC = 0 ] && [ "$(val standbygraph final)" = "$LG" ] && grep -q "recovered on" "$OUT/standbygraph.err" && echo 0 || echo 1)" \
-	"the step a CUDA graph, SIGKILL of rgpud at step $KILL_AT, standby took over: final loss $(val standbygraph final) (unmoved $LG); recovery pause $(pause_ms standbygraph "$KILL_AT") ms; $(grep -o "checkpoint of [0-9]* bytes in [0-9.]* s" "$OUT/standbygraph.err" | tail -1)"
-kill_all "$BP"
-unset MIG_GRAPH
+# built it
+MIG_GRAPH=1 variant graph G "the step a CUDA graph"
 
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
 if [ "$ngpu" -ge 2 ]; then
@@ -355,33 +363,7 @@ fi
 
 # stream-ordered pools: PyTorch's cudaMallocAsync backend (every tensor
 # from the device's default pool, which rgpud serves: blocks at addresses
-# that move); against an unmoved run with the same allocator (and the
-# local driver's).  MIG_ONLY=pool runs only these.
-export PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync
-train localpool ""
-wait "$TPID"
-start plainP && PP=$PID
-train plainpool "127.0.0.1:$PORT"
-wait "$TPID"
-PRC=$?
-kill_all "$PP"
-LP=$(val plainpool final)
-result pool-plain "$([ $PRC = 0 ] && [ -n "$LP" ] && [ "$LP" = "$(val localpool final)" ] && echo 0 || echo 1)" \
-	"cudaMallocAsync backend, rgpu, nothing moved: final loss $LP (local driver: $(val localpool final)), median step $(val plainpool median_ms) ms (local $(val localpool median_ms) ms)"
-REF=plainpool RGPUD_MIGRATE_AHEAD=1 move_to_gpu1 samegpupool sameP 0
-MOVED=$(grep -q "^1 moved, 0 failed" "$OUT/samegpupool.cmd" && echo 0 || echo 1)
-result same-gpu-pool "$([ $TRC = 0 ] && [ "$SAME" = 0 ] && [ $MOVED = 0 ] && echo 0 || echo 1)" \
-	"cudaMallocAsync backend moved to a fresh worker on GPU 0 at step $MOVE_AT: losses identical: $([ "$SAME" = 0 ] && echo yes || echo NO); $(tail -1 "$OUT/samegpupool.cmd"); pause $(pause_ms samegpupool "$MOVE_AT") ms; $(grep -o "session moved to .*" "$OUT/rgpud-sameP.log" | tail -1)"
-REF=plainpool RGPUD_MIGRATE_AHEAD=1 tcp_move migrate-pool migPA migPB " (cudaMallocAsync backend: pool memory)"
-start sbPA --checkpoint-interval="$CKPT_S" && A=$PORT AP=$PID
-start sbPB && BPORT=$PORT BP=$PID
-RGPU_STANDBY=127.0.0.1:$BPORT train standbypool "127.0.0.1:$A"
-wait_step standbypool "$KILL_AT" && kill_all "$AP"
-wait "$TPID"
-SRC=$?
-result standby-pool "$([ $SRC = 0 ] && [ "$(val standbypool final)" = "$LP" ] && grep -q "recovered on" "$OUT/standbypool.err" && echo 0 || echo 1)" \
-	"cudaMallocAsync backend, SIGKILL of rgpud at step $KILL_AT, standby took over: final loss $(val standbypool final) (unmoved $LP); recovery pause $(pause_ms standbypool "$KILL_AT") ms; $(grep -o "checkpoint of [0-9]* bytes in [0-9.]* s" "$OUT/standbypool.err" | tail -1)"
-kill_all "$BP"
-unset PYTORCH_CUDA_ALLOC_CONF
+# that move).  MIG_ONLY=pool runs only these.
+PYTORCH_CUDA_ALLOC_CONF=backend:cudaMallocAsync variant pool P "cudaMallocAsync backend"
 say "migrate.sh: $pass passed, $fail failed"
 [ "$fail" = 0 ]
