@@ -17,7 +17,8 @@
 #               dir), else built here from $CUDA_SAMPLES_SRC (a checkout) or
 #               from .devcarry/cuda-samples/src.tar.xz (the sources,
 #               cuda-samples-build.py --export-src)
-#   --only RE   samples whose name matches RE
+#   --only RE   samples whose name matches RE (default: $SAMPLES_ONLY, so
+#               that test/gpu/device-run.sh can run a subset as a part)
 # Environment: top_builddir (default _build), RGPU_REAL_DRIVER_DIR
 #   (/usr/local/nvidia/lib64), CUDA_HOME (/usr/local/cuda), SAMPLE_TIMEOUT (seconds per run, 30;
 #   over TCP SAMPLE_TIMEOUT_TCP, 90: bandwidth-bound samples move their data at
@@ -45,7 +46,7 @@ RGPUD=$top_builddir/daemon/rgpud
 CLIENTDIR=$top_builddir/client/.libs
 OUT=""
 BIN=${CUDA_SAMPLES_BIN:-}
-ONLY=""
+ONLY=${SAMPLES_ONLY:-}
 while [ $# -gt 0 ]; do
 	case $1 in
 	--out) OUT=$2; shift ;;
