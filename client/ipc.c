@@ -10,7 +10,9 @@
  * sessions of the same job and uid only), maps it at an address of its
  * own window and gives its current device access, as the driver does.
  * Handles of another rgpud are refused: device memory does not cross
- * servers this way.  IPC event handles are not served.
+ * servers this way.  Event handles go the same way: a token of the
+ * exporting server's share registry for the driver's own IPC handle of an
+ * interprocess event, which the importing session's server opens.
  */
 #include "client.h"
 #include "log.h"
@@ -163,18 +165,78 @@ RC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	return rc ? rc : frc;
 }
 
+/* An event's IPC handle: a token of the server's share registry for the
+ * driver's IPC handle of the event (IPC_EVENT_EXPORT, daemon/ops_ipc.c). */
+#define IPC_EVENT_MAGIC "rgE1"
+struct ipc_ev_rec {
+	char magic[4];
+	uint32_t gpu;
+	uint64_t instance;
+	uint8_t token[16];
+};
+_Static_assert(sizeof(struct ipc_ev_rec) <= sizeof(CUipcEventHandle), "an IPC handle holds it");
+
 RC_EXPORT CUresult cuIpcGetEventHandle(CUipcEventHandle *handle, CUevent event)
 {
-	(void)handle;
-	(void)event;
-	rc_unsupported("cuIpcGetEventHandle (IPC event handles)");
-	return CUDA_ERROR_NOT_SUPPORTED;
+	struct rc_event *ev;
+	CUresult rc = rc_obj(event, RC_EVENT, &ev);
+	if (rc)
+		return rc;
+	if (!handle)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(ev->flags & CU_EVENT_INTERPROCESS))
+		return CUDA_ERROR_INVALID_HANDLE; /* as the driver */
+	struct rc_conn *c = ev->ctx->dev->conn;
+	struct wbuf *w = rc_req();
+	put_u64(w, ev->ctx->h);
+	put_u64(w, ev->h);
+	struct rd r;
+	if ((rc = rc_call(c, RGPU_OP_IPC_EVENT_EXPORT, w, &r)))
+		return rc;
+	const void *tok = get_raw(&r, 16);
+	if (!rd_ok(&r) || !tok)
+		return CUDA_ERROR_UNKNOWN;
+	struct ipc_ev_rec rec;
+	memset(&rec, 0, sizeof(rec));
+	memcpy(rec.magic, IPC_EVENT_MAGIC, 4);
+	rec.gpu = (uint32_t)ev->ctx->dev->gpu;
+	rec.instance = c->instance;
+	memcpy(rec.token, tok, 16);
+	memset(handle, 0, sizeof(*handle));
+	memcpy(handle->reserved, &rec, sizeof(rec));
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuIpcOpenEventHandle(CUevent *event, CUipcEventHandle handle)
 {
-	(void)event;
-	(void)handle;
-	rc_unsupported("cuIpcOpenEventHandle (IPC event handles)");
-	return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct ipc_ev_rec rec;
+	memcpy(&rec, handle.reserved, sizeof(rec));
+	if (!event || memcmp(rec.magic, IPC_EVENT_MAGIC, 4))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_ctx *cur = rc_current();
+	if (!cur)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	struct rc_conn *c = cur->dev->conn;
+	if (!c->instance || c->instance != rec.instance) {
+		log_warn("cuIpcOpenEventHandle: the event is on another rgpud than the current "
+			 "context's device: IPC reaches the processes of a job on one server");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct wbuf *w = rc_req();
+	put_u64(w, cur->h);
+	put_raw(w, rec.token, 16);
+	struct rd r;
+	if ((rc = rc_call(c, RGPU_OP_IPC_EVENT_OPEN, w, &r)))
+		return rc;
+	uint64_t h = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	struct rc_event *ev = rc_event_opened(cur, h);
+	if (!ev)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*event = (CUevent)ev;
+	return CUDA_SUCCESS;
 }

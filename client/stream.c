@@ -69,6 +69,10 @@ static int known_idle(struct rc_ctx *c, CUstream s, uint64_t sh)
 
 static int event_done(struct rc_event *ev)
 {
+	/* another process may record an interprocess event: only the
+	 * server knows */
+	if (ev->flags & CU_EVENT_INTERPROCESS)
+		return 0;
 	uint64_t rec = __atomic_load_n(&ev->rec_id, __ATOMIC_ACQUIRE);
 	if (!rec)
 		return 1; /* never recorded: CUDA counts it as done */
@@ -398,6 +402,18 @@ RC_EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 	return CUDA_SUCCESS;
 }
 
+struct rc_event *rc_event_opened(struct rc_ctx *c, uint64_t h)
+{
+	struct rc_event *ev = calloc(1, sizeof(*ev));
+	if (ev) {
+		ev->magic = RC_EVENT;
+		ev->ctx = c;
+		ev->h = h;
+		ev->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+	}
+	return ev;
+}
+
 RC_EXPORT CUresult cuEventDestroy_v2(CUevent e)
 {
 	struct rc_event *ev;
@@ -505,6 +521,7 @@ RC_EXPORT CUresult cuEventQuery(CUevent e)
 		store_max(&ev->done_at, mark);
 	/* polled: its next records are watched */
 	if ((rc == CUDA_SUCCESS || rc == CUDA_ERROR_NOT_READY) &&
+	    !(ev->flags & CU_EVENT_INTERPROCESS) &&
 	    !__atomic_load_n(&ev->want_watch, __ATOMIC_ACQUIRE))
 		watch_add(ev);
 	return rc;

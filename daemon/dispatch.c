@@ -98,6 +98,8 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(TEXOBJ_DESTROY, texobj_destroy, 0),
 	OPD(IPC_EXPORT, ipc_export, 0),
 	OPD(POOL_ADOPT, pool_adopt, 0),
+	OPDF(IPC_EVENT_EXPORT, ipc_event_export, 0, 0),
+	OPDF(IPC_EVENT_OPEN, ipc_event_open, 0, OPF_CREATES),
 	OPDF(MEM_ALLOC_ASYNC, mem_alloc_async, 0, OPF_CREATES),
 	OPD(MEM_FREE_ASYNC, mem_free_async, 0),
 	OPD(GPU_STATUS, gpu_status, 0),

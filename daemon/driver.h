@@ -146,7 +146,9 @@
 	X(cuMemPoolSetAccess)                    \
 	X(cuMemAllocFromPoolAsync)               \
 	X(cuMemFreeAsync)                        \
-	X(cuDeviceGetPCIBusId)
+	X(cuDeviceGetPCIBusId)                   \
+	X(cuIpcGetEventHandle)                   \
+	X(cuIpcOpenEventHandle)
 
 /* Listing a module's functions (CUDA 12.4+; optional). */
 #define RGPUD_DRIVER_MODFUNCS(X)                 \

@@ -123,8 +123,9 @@ int op_event_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	int rc = req_enter(s, r, &q, HK_FREE);
 	if (rc)
 		return rc;
-	/* interprocess events would hand the client a server-local IPC handle */
-	if (flags & CU_EVENT_INTERPROCESS)
+	/* (an interprocess event's handle goes through the parent's share
+	 * registry: ops_ipc.c) */
+	if ((flags & CU_EVENT_INTERPROCESS) && !D->cuIpcGetEventHandle)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	CUevent ev = NULL;
 	if ((rc = D->cuEventCreate(&ev, flags)))

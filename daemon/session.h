@@ -110,6 +110,7 @@ struct session {
 	struct wbuf tx;
 	int32_t deferred; /* first failure of a no-reply request */
 	int pools_sync_due; /* a sync the waiter answered: the pools release (mem/pool.h) */
+	int ipc_events;     /* events exported to other processes (ops_ipc.c) */
 	int out_fd;       /* worker: read end of its stdout (device printf), or -1 */
 	struct devout *out; /* its reader (devout.h), once started */
 	struct waiters *waiters; /* synchronising calls in progress (waiter.h) */
@@ -322,7 +323,7 @@ DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status) DECL_OP(poo
 /* arrays, 3D copies, texture and surface objects (ops_array.c) */
 DECL_OP(array_create) DECL_OP(array_destroy) DECL_OP(memcpy3d) DECL_OP(texobj_create)
 DECL_OP(texobj_destroy)
-DECL_OP(ipc_export)
+DECL_OP(ipc_export) DECL_OP(ipc_event_export) DECL_OP(ipc_event_open)
 DECL_OP(mem_refused)
 DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
 DECL_OP(graph_op) DECL_OP(link)

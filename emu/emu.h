@@ -201,7 +201,21 @@ struct emu_event {
 	uint64_t ts_gen;      /* generation ts_ns belongs to */
 	uint64_t cap_id;      /* its last record went into this capture (0: none) */
 	void *cap_last;       /* ... after this node of its graph */
+	struct emu_ipc_ev *ipc; /* exported or opened: shared generations (ipcevent.c) */
+	int ipc_opened;
+	char ipc_name[48];
 };
+
+/* ipcevent.c: an interprocess event's generations to and from the shared
+ * object (no-ops for other events; caller holds the context's lock), a
+ * short sleep with the lock released (waits on such events poll), and the
+ * object let go when the event is freed. */
+void emu_ipc_push(struct emu_event *ev);
+void emu_ipc_pull(struct emu_event *ev);
+void emu_ipc_nap(pthread_mutex_t *m);
+void emu_ipc_free(struct emu_event *ev);
+/* Event h of the current context, its context entered and locked. */
+CUresult emu_event_enter(CUevent h, struct emu_ctx **ctx, struct emu_event **ev);
 
 CUresult emu_stream_start(struct emu_ctx *ctx, struct emu_stream *s);
 /* Finds a stream of ctx (0, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD = the

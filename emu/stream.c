@@ -23,8 +23,10 @@
 
 void emu_event_unref(struct emu_ctx *ctx, struct emu_event *ev)
 {
-	if (--ev->refs == 0)
+	if (--ev->refs == 0) {
+		emu_ipc_free(ev);
 		free(ev);
+	}
 }
 
 void emu_op_free(struct emu_ctx *ctx, struct emu_op *op)
@@ -61,8 +63,11 @@ static int op_ready(struct emu_ctx *ctx, const struct emu_op *op)
 		if (s && s->done_seq < op->deps[i].seq)
 			return 0;
 	}
-	if (op->kind == EMU_OP_WAIT && op->event->completed < op->gen)
-		return 0;
+	if (op->kind == EMU_OP_WAIT) {
+		emu_ipc_pull(op->event);
+		if (op->event->completed < op->gen)
+			return 0;
+	}
 	return 1;
 }
 
@@ -83,7 +88,11 @@ static void *worker(void *arg)
 			continue;
 		}
 		if (!op_ready(ctx, op)) {
-			emu_wait(&ctx->cond, &ctx->lock);
+			/* (another process completes an interprocess event) */
+			if (op->kind == EMU_OP_WAIT && op->event->ipc)
+				emu_ipc_nap(&ctx->lock);
+			else
+				emu_wait(&ctx->cond, &ctx->lock);
 			continue;
 		}
 		if (op->kind == EMU_OP_RECORD) {
@@ -91,6 +100,7 @@ static void *worker(void *arg)
 
 			if (op->gen > ev->completed)
 				ev->completed = op->gen;
+			emu_ipc_push(ev);
 			/* An older record finishing late on another stream
 			 * must not move the time of a newer one. */
 			if (op->gen >= ev->ts_gen) {
@@ -393,6 +403,11 @@ static CUresult event_enter(CUevent h, struct emu_ctx **ctx, struct emu_event **
 	return emu_ctx_found(*ctx, *ev);
 }
 
+CUresult emu_event_enter(CUevent h, struct emu_ctx **ctx, struct emu_event **ev)
+{
+	return event_enter(h, ctx, ev);
+}
+
 /* An event of another context (another device): waited for here, on the
  * host, as the emulated streams of two contexts share no queue; the
  * order CUDA promises holds. */
@@ -411,9 +426,14 @@ static CUresult wait_foreign(CUevent h)
 			struct emu_event *ev = event_find(c, h);
 			if (ev) {
 				ev->refs++;
+				emu_ipc_pull(ev);
 				uint64_t gen = ev->recorded;
-				while (ev->completed < gen)
-					emu_wait(&c->cond, &c->lock);
+				while (emu_ipc_pull(ev), ev->completed < gen) {
+					if (ev->ipc)
+						emu_ipc_nap(&c->lock);
+					else
+						emu_wait(&c->cond, &c->lock);
+				}
 				emu_event_unref(c, ev);
 				rc = CUDA_SUCCESS;
 			}
@@ -448,7 +468,7 @@ EMU_API CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
 		rc = CUDA_ERROR_INVALID_HANDLE;
 	} else if (emu_capture_join(s, ev)) {
 		/* s joined the capture the event was recorded in */
-	} else if (ev->recorded > 0) {
+	} else if (emu_ipc_pull(ev), ev->recorded > 0) {
 		/* Never recorded: nothing to wait for, as in CUDA. */
 		op = calloc(1, sizeof *op);
 		if (!op) {
@@ -539,7 +559,9 @@ EMU_API CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream)
 	} else {
 		op->kind = EMU_OP_RECORD;
 		op->event = ev;
+		emu_ipc_pull(ev);
 		op->gen = ++ev->recorded;
+		emu_ipc_push(ev);
 		ev->refs++;
 		ev->cap_id = 0; /* (set again if the record is captured) */
 		rc = emu_stream_enqueue(ctx, s, op);
@@ -560,6 +582,7 @@ EMU_API CUresult CUDAAPI cuEventQuery(CUevent hEvent)
 
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	emu_ipc_pull(ev);
 	if (ev->completed < ev->recorded)
 		rc = CUDA_ERROR_NOT_READY;
 	emu_ctx_unlock_leave(ctx);
@@ -578,9 +601,14 @@ EMU_API CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 		return rc;
 	/* Hold a reference: another thread may destroy it meanwhile. */
 	ev->refs++;
+	emu_ipc_pull(ev);
 	uint64_t gen = ev->recorded;
-	while (ev->completed < gen)
-		emu_wait(&ctx->cond, &ctx->lock);
+	while (emu_ipc_pull(ev), ev->completed < gen) {
+		if (ev->ipc)
+			emu_ipc_nap(&ctx->lock);
+		else
+			emu_wait(&ctx->cond, &ctx->lock);
+	}
 	emu_event_unref(ctx, ev);
 	rc = (CUresult)emu_ctx_sticky(ctx);
 	emu_ctx_unlock_leave(ctx);

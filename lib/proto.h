@@ -398,7 +398,13 @@ typedef uint64_t rgpu_handle;
 	 * destroyed since), u64 dptr, u64 size, u32 in use -> ; the session's \
 	 * own allocation of exactly [dptr, dptr + size) becomes a block of   \
 	 * that pool, in use or cached */                                     \
-	X(POOL_ADOPT, 187, "make an allocation a pool's block (a restore)")
+	X(POOL_ADOPT, 187, "make an allocation a pool's block (a restore)")   \
+	/* CUDA IPC of events (daemon/ops_ipc.c).  handle ctx, handle event \
+	 * (made CU_EVENT_INTERPROCESS) -> bytes16 token of the share        \
+	 * registry, honoured for sessions of the same job and uid */         \
+	X(IPC_EVENT_EXPORT, 188, "export an event for cuIpcGetEventHandle")   \
+	/* handle ctx, bytes16 token -> handle event */                       \
+	X(IPC_EVENT_OPEN, 189, "open an event for cuIpcOpenEventHandle")
 
 /* Graphs, host functions, attributes, the linker (graphs, 128-159). */
 #define RGPU_OPS_GRAPHS(X)                                                     \

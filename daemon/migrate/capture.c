@@ -325,6 +325,9 @@ static const char *uncapturable(struct session *s, char *buf, size_t n)
 					      "kernel", "stream", "event", "graph",
 					      "executable graph", "VMM physical memory",
 					      "memory pool", "graph node", "CUDA array" };
+	if (s->ipc_events)
+		return "the session shares an event with another process (cuIpcGetEventHandle), "
+		       "which is not migrated yet";
 	const char *vmm = vmm_unmovable(s);
 	if (vmm) {
 		snprintf(buf, n, "%s", vmm);

@@ -7,7 +7,10 @@
  * which checks the data, a kernel's view of it, and writes its own; the
  * parent then sees the child's writes.  Also: a pointer inside an
  * allocation has no handle, a forged handle is refused, a handle closed
- * twice is refused.  Runs on the local driver too.
+ * twice is refused.  Then an interprocess event (cuIpcGetEventHandle,
+ * cuIpcOpenEventHandle): the parent records it after a long kernel and a
+ * fill of the big buffer; the child ("evchild HEX HEX") makes its stream
+ * wait for it and must read the fill.  Runs on the local driver too.
  */
 #include "../e2e/common.h"
 
@@ -16,21 +19,25 @@
 #define BIG (8u << 20) /* bytes */
 #define SMALL 4096u
 
-static void hex(const CUipcMemHandle *h, char *out)
+/* (memory and event handles alike: 64 bytes) */
+#define hex(h, out) hexb((h)->reserved, sizeof((h)->reserved), out)
+#define unhex(s, h) unhexb(s, (h)->reserved, sizeof((h)->reserved))
+
+static void hexb(const char *b, size_t n, char *out)
 {
-	for (size_t i = 0; i < sizeof(h->reserved); i++)
-		sprintf(out + 2 * i, "%02x", (unsigned char)h->reserved[i]);
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", (unsigned char)b[i]);
 }
 
-static int unhex(const char *s, CUipcMemHandle *h)
+static int unhexb(const char *s, char *b, size_t n)
 {
-	if (strlen(s) != 2 * sizeof(h->reserved))
+	if (strlen(s) != 2 * n)
 		return -1;
-	for (size_t i = 0; i < sizeof(h->reserved); i++) {
+	for (size_t i = 0; i < n; i++) {
 		unsigned v;
 		if (sscanf(s + 2 * i, "%2x", &v) != 1)
 			return -1;
-		h->reserved[i] = (char)v;
+		b[i] = (char)v;
 	}
 	return 0;
 }
@@ -82,11 +89,93 @@ static int child(const char *hb, const char *hs)
 	return 0;
 }
 
+#define EV_FILL 0xe7e7e7e7u
+
+static int child_event(const char *hm, const char *he)
+{
+	(void)primary_ctx(0, NULL);
+	CUipcMemHandle mh;
+	CUipcEventHandle eh;
+	CHECK(unhex(hm, &mh) == 0 && unhex(he, &eh) == 0, "bad handles on the command line");
+	CUdeviceptr db = 0;
+	CK(cuIpcOpenMemHandle(&db, mh, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	CUevent ev;
+	CK(cuIpcOpenEventHandle(&ev, eh));
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	uint32_t *buf = malloc(BIG);
+	CHECK(buf, "malloc");
+	/* the copy waits for the parent's fill */
+	CK(cuStreamWaitEvent(s, ev, 0));
+	CK(cuMemcpyDtoHAsync(buf, db, BIG, s));
+	CK(cuStreamSynchronize(s));
+	for (unsigned i = 0; i < BIG / 4; i++)
+		if (buf[i] != EV_FILL) {
+			CHECK(0, "word %u read %#x: the stream did not wait for the parent's event", i,
+			      buf[i]);
+			break;
+		}
+	CK(cuEventSynchronize(ev));
+	CK(cuEventQuery(ev));
+	CK(cuEventDestroy(ev));
+	CK(cuStreamDestroy(s));
+	CK(cuIpcCloseMemHandle(db));
+	primary_ctx_release(0);
+	free(buf);
+	printf("child: waited for the parent's interprocess event, read its fill\n");
+	return 0;
+}
+
+/* the event part (see the top) */
+static void event_phase(const char *self, CUdeviceptr db)
+{
+	CUmodule mod = load_test_module();
+	CUfunction busy = get_func(mod, "busy_wait_ns"), fill = get_func(mod, "fill_u32");
+	CUevent plain, ev;
+	CUipcEventHandle eh;
+	CK(cuEventCreate(&plain, CU_EVENT_DEFAULT));
+	CHECK(cuIpcGetEventHandle(&eh, plain) != CUDA_SUCCESS,
+	      "an event made without CU_EVENT_INTERPROCESS got a handle");
+	CK(cuEventDestroy(plain));
+	CK(cuEventCreate(&ev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+	CK(cuIpcGetEventHandle(&eh, ev));
+	CUipcMemHandle mh;
+	CK(cuIpcGetMemHandle(&mh, db));
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	unsigned long long ns = 500ull * 1000 * 1000, n = BIG / 4;
+	unsigned v = EV_FILL;
+	void *bargs[] = { &ns };
+	void *fargs[] = { &db, &v, &n };
+	launch1d(busy, 1, s, bargs);
+	launch1d(fill, (unsigned)n, s, fargs);
+	CK(cuEventRecord(ev, s));
+	char sm[2 * sizeof(mh.reserved) + 1], se[2 * sizeof(eh.reserved) + 1];
+	hex(&mh, sm);
+	hex(&eh, se);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(self, self, "evchild", sm, se, (char *)NULL);
+		_exit(127);
+	}
+	CHECK(pid > 0, "fork");
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the event child failed (status %#x)", st);
+	CK(cuStreamSynchronize(s));
+	CK(cuEventDestroy(ev));
+	CK(cuStreamDestroy(s));
+	CK(cuModuleUnload(mod));
+}
+
 int main(int argc, char **argv)
 {
 	e2e_init(argv[0]);
 	if (argc == 4 && !strcmp(argv[1], "child"))
 		return child(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "evchild"))
+		return child_event(argv[2], argv[3]);
 	(void)primary_ctx(0, NULL);
 	CUdeviceptr db, ds, dn;
 	CK(cuMemAlloc(&db, BIG));
@@ -130,6 +219,7 @@ int main(int argc, char **argv)
 	CK(cuMemcpyDtoH(buf, dn, SMALL));
 	for (unsigned i = 0; i < SMALL / 4; i++)
 		CHECK(buf[i] == 0x11111111, "the neighbour changed: word %u is %#x", i, buf[i]);
+	event_phase(argv[0], db);
 	CK(cuMemFree(db));
 	CK(cuMemFree(ds));
 	CK(cuMemFree(dn));
@@ -137,6 +227,6 @@ int main(int argc, char **argv)
 	free(buf);
 	free(want);
 	say("IPC: two allocations shared with a child process, data both ways, a kernel's "
-	    "writes seen");
+	    "writes seen; an interprocess event waited for in the child");
 	return 0;
 }

@@ -8,8 +8,9 @@
 # pools, 2D memsets) directly and through rgpud (TCP and the same-host
 # path); PyTorch training with expandable segments (its allocator then uses
 # the VMM API); a jitted JAX training step; CuPy results with the default
-# and the stream-ordered memory pool.  Each compares the results through
-# rgpud with the local run.
+# and the stream-ordered memory pool; a CUDA tensor sent to another process
+# with torch.multiprocessing (IPC memory and event handles).  Each compares
+# the results through rgpud with the local run.
 # Two GPUs or more (skipped with a message otherwise): peer copy bandwidth
 # (torch, 256 MiB), t_appmem's peer part, an NCCL all-reduce with
 # torch.distributed (2 processes) and torchrun DDP losses, each through
@@ -211,6 +212,20 @@ else
 	result jax_step SKIP "no jax"
 fi
 
+# CUDA tensors sent to another process (torch.multiprocessing: IPC memory
+# and event handles), against the local driver
+run torchipc-local 90 local $PY "$M/torch_ipc.py"; l=$?
+run torchipc-rgpu 120 "$ONE" $PY "$M/torch_ipc.py"; r=$?
+if [ $l != 0 ]; then
+	result torch_ipc FAIL "local run failed (exit $l): $(tail -2 "$OUT/torchipc-local.log" | tr '\n' ' ')"
+elif [ $r != 0 ]; then
+	result torch_ipc FAIL "through rgpud: exit $r: $(tail -2 "$OUT/torchipc-rgpu.log" | tr '\n' ' ')"
+elif same_lines "$OUT/torchipc-local.log" "$OUT/torchipc-rgpu.log" RESULT &&
+	grep -q "^CHECK child_sum_matches True" "$OUT/torchipc-rgpu.log"; then
+	result torch_ipc PASS "a CUDA tensor sent to another process (IPC memory and event handles): its sum there and the child's writes as local"
+else
+	result torch_ipc FAIL "results differ: $(diff <(grep -E '^(RESULT|CHECK)' "$OUT/torchipc-local.log") <(grep -E '^(RESULT|CHECK)' "$OUT/torchipc-rgpu.log") | grep '^[<>]' | head -4 | tr '\n' ' ')"
+fi
 if $PY -c 'import cupy' 2>/dev/null; then
 	run cupy-local 60 local $PY "$M/cupy_check.py"; l=$?
 	run cupy-rgpu 90 "$ONE" $PY "$M/cupy_check.py"; r=$?
