@@ -84,8 +84,7 @@ RC_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
  * concurrent managed access, no host-native atomics, no access to
  * pageable host memory from the device.  Nothing on the client's node can
  * DMA into the GPU (GPUDirect RDMA, dma-buf), and the stream memory
- * operations, multicast objects, IPC events and host-located pools are
- * not served.
+ * operations, multicast objects and host-located pools are not served.
  */
 static const struct {
 	CUdevice_attribute a;
@@ -110,7 +109,6 @@ static const struct {
 	{ CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, 0 },
 	{ CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED, 0 },
 	{ CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, 0 },
-	{ CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED, 0 },
 	{ CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, 0 },
 	{ CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED, 0 },
 	{ CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED, 0 },

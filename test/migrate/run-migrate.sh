@@ -51,6 +51,7 @@
 #   t_migrate_needs_admin       a user's credential is refused
 #   t_unmovable_stays           a session holding VMM memory exported for another
 #                               process: refused, goes on
+#   t_unmovable_ipc_event       an event exported for another process: refused, goes on
 #   t_unmovable_vmm_part        VMM physical memory mapped in part: refused, goes on
 #   t_unmovable_graph_memory    a graph with a memory node: refused, goes on
 #   t_unmovable_capture         a stream capture under way: refused, the capture goes on
@@ -113,7 +114,7 @@ case $munged_rc in
 esac
 export RGPU_MUNGE_SOCKET=$TMP/munge.socket
 
-echo "1..33"
+echo "1..34"
 
 # every server here is open: the checks are about moving sessions, not
 # who may have one (lib-daemon.sh: PORT, PID, LOG)
@@ -410,6 +411,8 @@ unmovable() {
 	kill_all "$AP"
 }
 unmovable shared t_unmovable_stays vmmshared "shares application VMM memory with another process"
+# an event exported for another process (cuIpcGetEventHandle)
+unmovable ipcev t_unmovable_ipc_event ipcevent "shares an event with another process"
 # VMM physical memory mapped in part only
 unmovable vmmpart t_unmovable_vmm_part vmmpart "not mapped whole"
 # a graph with a memory node (its address is the driver's choice)

@@ -11,8 +11,9 @@
  * globals, launches on the old stream, the old event, then creates and
  * destroys objects.  It prints OK on success.  With "pool" it also holds
  * stream-ordered pools (pool_make).  With "vmmshared" it holds VMM memory
- * exported for another process, which is not migrated: the move must be
- * refused and the session go on where it was.  With "churn" it makes events before READY
+ * exported for another process, and with "ipcevent" an event exported so
+ * (cuIpcGetEventHandle), which are not migrated: the move must be refused
+ * and the session go on where it was.  With "churn" it makes events before READY
  * and, told "churn" on stdin, destroys them one after another while the
  * test moves the session, so that objects sent ahead of a move's pause go
  * meanwhile (RGPUD_MIGRATE_AHEAD: the move must then send it all).  With
@@ -470,6 +471,8 @@ int main(int argc, char **argv)
 	int standby = argc > 1 && (!strcmp(argv[1], "standby") || !strcmp(argv[1], "vmmstandby"));
 	/* VMM memory exported for another process: not moved */
 	int shared = argc > 1 && !strcmp(argv[1], "vmmshared");
+	/* an event exported for another process: not moved */
+	int ipcev = argc > 1 && !strcmp(argv[1], "ipcevent");
 	int pools = argc > 1 && (!strcmp(argv[1], "pool") || !strcmp(argv[1], "poolstandby"));
 	int churn = argc > 1 && !strcmp(argv[1], "churn");
 	int mchurn = argc > 1 && !strcmp(argv[1], "memchurn");
@@ -539,6 +542,13 @@ int main(int argc, char **argv)
 		CK(cuMemAddressReserve(&xva, xg, 0, 0, 0));
 		CK(cuMemMap(xva, xg, 0, xh, 0));
 		CK(cuMemExportToShareableHandle(&xfd, xh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	}
+	CUevent xev = NULL;
+	if (ipcev) {
+		CUipcEventHandle eh;
+		CK(cuEventCreate(&xev, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING));
+		CK(cuIpcGetEventHandle(&eh, xev));
+		CK(cuEventRecord(xev, s));
 	}
 	struct pool_state ps = { 0 };
 	if (pools)
@@ -734,6 +744,8 @@ int main(int argc, char **argv)
 	if (dd)
 		CK(cuMemFree(dd));
 	CK(cuModuleUnload(mod));
+	if (xev)
+		CK(cuEventDestroy(xev));
 	if (xh) {
 		close(xfd);
 		CK(cuMemUnmap(xva, xg));

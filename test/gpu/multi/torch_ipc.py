@@ -14,6 +14,7 @@ import torch.multiprocessing as mp
 def child(q_in, q_out):
     x = q_in.get()
     q_out.put(("sum", float(x.double().sum().item())))
+    q_in.get()  # the parent has read the tensor too: now write it
     x.mul_(2)
     torch.cuda.synchronize()
     q_out.put(("done", None))
@@ -34,6 +35,7 @@ def main():
     want = float(x.double().sum().item())
     print(f"RESULT child_sum {got:.6e}", flush=True)
     print(f"CHECK child_sum_matches {abs(got - want) <= 1e-6 * abs(want)}", flush=True)
+    q_in.put("write")
     tag, _ = q_out.get(timeout=120)
     torch.cuda.synchronize()
     print(f"RESULT after_child {float(x.double().sum().item()):.6e}", flush=True)
