@@ -311,18 +311,6 @@ void rc_rx_buffered(struct rc_conn *c);
 /* stream.c: an EVENT_DONE notice (status 0: record seq of the event with
  * server handle h has completed; else it is not watched) */
 void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq);
-/* ipc.c: memory of another process of the job exported under token in
- * the share registry of rgpud instance (physical memory of len bytes, the
- * allocation at offset in it, size bytes), mapped at a fresh address of
- * this process's window for the current context: *pdptr.  rc_ipc_unmap
- * undoes it (CUDA_ERROR_INVALID_VALUE: dptr was not so mapped). */
-CUresult rc_ipc_map(uint64_t instance, const uint8_t token[16], uint64_t offset, uint64_t len,
-		    uint64_t size, CUdeviceptr *pdptr);
-CUresult rc_ipc_unmap(CUdeviceptr dptr);
-/* pool.c: whether p is a pointer imported from another process's pool
- * (cuMemPoolImportPointer); if so it is taken off the list, for the
- * caller to unmap. */
-int rc_pool_import_is(CUdeviceptr p);
 /* An event of context c the server opened (IPC_EVENT_OPEN) as handle h
  * (NULL: out of memory). */
 struct rc_event *rc_event_opened(struct rc_ctx *c, uint64_t h);

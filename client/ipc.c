@@ -78,30 +78,35 @@ RC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	return CUDA_SUCCESS;
 }
 
-CUresult rc_ipc_map(uint64_t instance, const uint8_t token[16], uint64_t offset, uint64_t len,
-		    uint64_t size, CUdeviceptr *pdptr)
+RC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
 {
-	if (!pdptr || !len || len % GRAIN || offset > len || size > len - offset)
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct ipc_rec rec;
+	memcpy(&rec, handle.reserved, sizeof(rec));
+	if (!pdptr || memcmp(rec.magic, IPC_MAGIC, 4) || !rec.len || rec.len % GRAIN ||
+	    rec.offset > rec.len || rec.size > rec.len - rec.offset ||
+	    (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
 		return CUDA_ERROR_INVALID_VALUE;
 	struct rc_ctx *cur = rc_current();
 	if (!cur)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	struct rc_conn *c = cur->dev->conn;
-	if (!c->instance || c->instance != instance) {
-		log_warn("CUDA IPC: the memory is on another rgpud than the current context's "
-			 "device: IPC reaches the processes of a job on one server");
+	if (!c->instance || c->instance != rec.instance) {
+		log_warn("cuIpcOpenMemHandle: the memory is on another rgpud than the current "
+			 "context's device: IPC reaches the processes of a job on one server");
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	CUmemGenericAllocationHandle h = 0;
 	int ordinal = -1;
-	CUresult rc = rc_vmm_import(c, token, &h, &ordinal);
-	if (rc)
+	if ((rc = rc_vmm_import(c, rec.token, &h, &ordinal)))
 		return rc;
 	CUdeviceptr va = 0;
 	struct ipc_open *o = calloc(1, sizeof(*o));
-	rc = o ? cuMemAddressReserve(&va, len, GRAIN, 0, 0) : CUDA_ERROR_OUT_OF_MEMORY;
+	rc = o ? cuMemAddressReserve(&va, rec.len, GRAIN, 0, 0) : CUDA_ERROR_OUT_OF_MEMORY;
 	int mapped = 0;
-	if (!rc && !(rc = cuMemMap(va, len, 0, h, 0))) {
+	if (!rc && !(rc = cuMemMap(va, rec.len, 0, h, 0))) {
 		mapped = 1;
 		/* the current context's device, and the memory's own */
 		CUmemAccessDesc acc[2];
@@ -113,18 +118,18 @@ CUresult rc_ipc_map(uint64_t instance, const uint8_t token[16], uint64_t offset,
 			acc[n++] = (CUmemAccessDesc){ .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
 								    .id = ordinal },
 						      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-		rc = cuMemSetAccess(va, len, acc, n);
+		rc = cuMemSetAccess(va, rec.len, acc, n);
 	}
 	cuMemRelease(h); /* the mapping holds it */
 	if (rc) {
 		if (mapped)
-			cuMemUnmap(va, len);
+			cuMemUnmap(va, rec.len);
 		if (va)
-			cuMemAddressFree(va, len);
+			cuMemAddressFree(va, rec.len);
 		free(o);
 		return rc;
 	}
-	*o = (struct ipc_open){ .dptr = va + offset, .va = va, .len = len };
+	*o = (struct ipc_open){ .dptr = va + rec.offset, .va = va, .len = rec.len };
 	pthread_mutex_lock(&ipc_lock);
 	o->next = opened;
 	opened = o;
@@ -133,25 +138,16 @@ CUresult rc_ipc_map(uint64_t instance, const uint8_t token[16], uint64_t offset,
 	return CUDA_SUCCESS;
 }
 
-RC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
-{
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
-	struct ipc_rec rec;
-	memcpy(&rec, handle.reserved, sizeof(rec));
-	if (memcmp(rec.magic, IPC_MAGIC, 4) || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
-		return CUDA_ERROR_INVALID_VALUE;
-	return rc_ipc_map(rec.instance, rec.token, rec.offset, rec.len, rec.size, pdptr);
-}
-
 RC_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
 {
 	return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
 }
 
-CUresult rc_ipc_unmap(CUdeviceptr dptr)
+RC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&ipc_lock);
 	struct ipc_open *o = NULL, **pp;
 	for (pp = &opened; *pp; pp = &(*pp)->next)
@@ -163,16 +159,10 @@ CUresult rc_ipc_unmap(CUdeviceptr dptr)
 	pthread_mutex_unlock(&ipc_lock);
 	if (!o)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = cuMemUnmap(o->va, o->len);
+	rc = cuMemUnmap(o->va, o->len);
 	CUresult frc = cuMemAddressFree(o->va, o->len);
 	free(o);
 	return rc ? rc : frc;
-}
-
-RC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
-{
-	CUresult rc = rc_initialized();
-	return rc ? rc : rc_ipc_unmap(dptr);
 }
 
 /* An event's IPC handle: a token of the server's share registry for the
