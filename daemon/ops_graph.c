@@ -4,6 +4,7 @@
  * session objects like any other: nodes are children of their graph,
  * and graphs a graph owns (child graphs, conditional bodies) are children
  * of it too, so they go with it and cannot be destroyed alone. */
+#include "log.h"
 #include "rgpud.h"
 #include "session.h"
 
@@ -590,7 +591,58 @@ static int put_nodes(struct session *s, const struct req *q, uint64_t gid, CUgra
 	return CUDA_SUCCESS;
 }
 
+static int graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out);
+
+static const char *const sub_names[] = {
+	[RGPU_G_CREATE] = "create",
+	[RGPU_G_ADD] = "add node",
+	[RGPU_G_DEPS] = "dependencies",
+	[RGPU_G_NODES] = "nodes",
+	[RGPU_G_EDGES] = "edges",
+	[RGPU_G_DESTROY_NODE] = "destroy node",
+	[RGPU_G_SET] = "set node",
+	[RGPU_G_EXEC_SET] = "set executable node",
+	[RGPU_G_EXEC_UPDATE] = "update executable",
+	[RGPU_G_CLONE] = "clone",
+	[RGPU_G_COND_HANDLE] = "conditional handle",
+	[RGPU_G_CAPTURE_INFO] = "capture info",
+	[RGPU_G_CAPTURE_DEPS] = "capture dependencies",
+	[RGPU_G_MEM_TRIM] = "graph memory trim",
+	[RGPU_G_CAPTURE_TO_GRAPH] = "capture to a graph",
+};
+
+/* GRAPH_OP: served by graph_op; one the driver refuses is logged (debug)
+ * with its kind and, for a node, the node type, which the generic line
+ * does not say. */
 int op_graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct rd peek = *r;
+	(void)get_u64(&peek); /* ctx */
+	uint32_t sub = get_u32(&peek), type = 0;
+	if (sub == RGPU_G_ADD || sub == RGPU_G_SET || sub == RGPU_G_EXEC_SET) {
+		(void)get_u64(&peek);
+		if (sub == RGPU_G_ADD) {
+			uint32_t nd = get_u32(&peek);
+			(void)get_ids(&peek, nd);
+		} else if (sub == RGPU_G_EXEC_SET) {
+			(void)get_u64(&peek);
+		}
+		type = get_u32(&peek);
+	}
+	int rc = graph_op(s, h, r, out);
+	if (rc > 0 && rc != CUDA_ERROR_NOT_READY && rd_ok(&peek)) {
+		const char *n = sub < sizeof(sub_names) / sizeof(*sub_names) ? sub_names[sub] : NULL;
+		if (sub == RGPU_G_ADD || sub == RGPU_G_SET || sub == RGPU_G_EXEC_SET)
+			log_debug("%s: GRAPH_OP %s (%u), node type %u (CUgraphNodeType) failed: %s",
+				  s->name, n, sub, type, rgpud_cu_errname(D, rc));
+		else
+			log_debug("%s: GRAPH_OP %s (%u) failed: %s", s->name, n ? n : "?", sub,
+				  rgpud_cu_errname(D, rc));
+	}
+	return rc;
+}
+
+static int graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;
 	req_ids(r, &q, REQ_CTX);
