@@ -10,6 +10,8 @@
 #   swap       the default policy: two 600 MiB sessions take turns on the
 #              GPU, each swapped out while idle, data and a pointer stored
 #              in device memory intact through several rounds
+#   swap_pool  the same with the memory from stream-ordered pools
+#              (T_OVERSUB_POOL=1: rgpud's pools, in the memory manager)
 #   wait       --memory-policy=wait: the second allocation proceeds once the
 #              first session frees its memory
 #   grow       two sessions growing at once, each needing the other's
@@ -152,33 +154,42 @@ else
 fi
 stop_all
 
-# ---- swap: both complete, taking turns
-if start_daemon swap; then
-	tenant sa 600
-	wait_for sa '^READY' 30
-	check "swap: first 600 MiB session allocates" $?
-	tenant sb 600
-	wait_for sb '^READY' 60
-	check "swap: second 600 MiB session allocates (the idle first one is swapped out)" $?
-	r=0
-	for round in 1 2; do
-		tell sa go
-		wait_for sa "^OK $round" 60 || r=1
-		tell sb go
-		wait_for sb "^OK $round" 60 || r=1
-	done
-	check "swap: two rounds each, data and stored pointer intact" $r "$(tail -n 2 "$LOGDIR"/sa.err "$LOGDIR"/sb.err | tr '\n' ' ')"
-	grep -q "swapped out" "$LOGDIR/swap.log"
-	check "swap: rgpud logged the evictions" $?
-	tell sa quit
-	tell sb quit
-	status_of sa; sta=$ST
-	status_of sb; stb=$ST
-	check "swap: both sessions exit cleanly" "$([ "$sta$stb" = 00 ] && echo 0 || echo 1)" "exit $sta $stb"
-else
-	notok "swap: rgpud starts" "see $LOGDIR/swap.log"
-fi
-stop_all
+# ---- swap: both complete, taking turns (swap_case LABEL: the checks'
+# names begin with it; the caller's environment goes to the tenants)
+swap_case() {
+	local l=$1
+	if start_daemon "$l"; then
+		tenant sa 600
+		wait_for sa '^READY' 30
+		check "$l: first 600 MiB session allocates" $?
+		tenant sb 600
+		wait_for sb '^READY' 60
+		check "$l: second 600 MiB session allocates (the idle first one is swapped out)" $?
+		r=0
+		for round in 1 2; do
+			tell sa go
+			wait_for sa "^OK $round" 60 || r=1
+			tell sb go
+			wait_for sb "^OK $round" 60 || r=1
+		done
+		check "$l: two rounds each, data and stored pointer intact" $r "$(tail -n 2 "$LOGDIR"/sa.err "$LOGDIR"/sb.err | tr '\n' ' ')"
+		grep -q "swapped out" "$LOGDIR/$l.log"
+		check "$l: rgpud logged the evictions" $?
+		tell sa quit
+		tell sb quit
+		status_of sa; sta=$ST
+		status_of sb; stb=$ST
+		check "$l: both sessions exit cleanly" "$([ "$sta$stb" = 00 ] && echo 0 || echo 1)" "exit $sta $stb"
+	else
+		notok "$l: rgpud starts" "see $LOGDIR/$l.log"
+	fi
+	stop_all
+}
+swap_case swap
+# the same with the memory from stream-ordered pools (rgpud's own, in the
+# memory manager: swapped like cuMemAlloc memory)
+T_OVERSUB_POOL=1 swap_case swap_pool
+
 
 # The remaining cases use a 320 MiB device and 150 MiB sessions (a context
 # costs 64 MiB): the same contention with a quarter of the copying.

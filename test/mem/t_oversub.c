@@ -16,7 +16,9 @@
  *   grow N  allocates N MiB more and fills them; "GREW", or "OOM" and
  *         exit 3 when refused
  *   quit  exits 0
- * Any mismatch or other CUDA error exits 1.
+ * Any mismatch or other CUDA error exits 1.  T_OVERSUB_POOL=1: the sizes
+ * are allocated from the device's stream-ordered pool (cuMemAllocAsync),
+ * which rgpud serves from the same memory manager.
  *
  * alt: an alternating tenant (bench/oversubscribe/emu.sh, the alt case of
  * run-mem.sh), the emulated twin of bench/oversubscribe/tenant.cu: allocates
@@ -145,7 +147,10 @@ int main(int argc, char **argv)
 			fail("bad size list '%s'", argv[1]);
 		spec = *end ? end + 1 : end;
 		CUdeviceptr p;
-		CUresult rc = cuMemAlloc(&p, mib * MiB);
+		CUresult rc = env_long("T_OVERSUB_POOL", 0) ? cuMemAllocAsync(&p, mib * MiB, NULL)
+							  : cuMemAlloc(&p, mib * MiB);
+		if (!rc)
+			rc = cuStreamSynchronize(NULL);
 		if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
 			printf("OOM\n");
 			return 3;
