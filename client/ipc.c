@@ -43,6 +43,26 @@ struct ipc_open {
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ipc_open *opened;
 
+/* The current context, on rgpud instance (IPC reaches the processes of a
+ * job on one server); NULL with *rc set, what (the call and the object)
+ * logged when it is another server's. */
+static struct rc_ctx *current_on(uint64_t instance, const char *what, CUresult *rc)
+{
+	struct rc_ctx *cur = rc_current();
+	if (!cur) {
+		*rc = CUDA_ERROR_INVALID_CONTEXT;
+		return NULL;
+	}
+	uint64_t have = cur->dev->conn->instance;
+	if (!have || have != instance) {
+		log_warn("%s is on another rgpud than the current context's device: IPC reaches "
+			 "the processes of a job on one server", what);
+		*rc = CUDA_ERROR_INVALID_VALUE;
+		return NULL;
+	}
+	return cur;
+}
+
 RC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
 	CUresult rc = rc_initialized();
@@ -89,15 +109,10 @@ RC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle hand
 	    rec.offset > rec.len || rec.size > rec.len - rec.offset ||
 	    (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
 		return CUDA_ERROR_INVALID_VALUE;
-	struct rc_ctx *cur = rc_current();
+	struct rc_ctx *cur = current_on(rec.instance, "cuIpcOpenMemHandle: the memory", &rc);
 	if (!cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return rc;
 	struct rc_conn *c = cur->dev->conn;
-	if (!c->instance || c->instance != rec.instance) {
-		log_warn("cuIpcOpenMemHandle: the memory is on another rgpud than the current "
-			 "context's device: IPC reaches the processes of a job on one server");
-		return CUDA_ERROR_INVALID_VALUE;
-	}
 	CUmemGenericAllocationHandle h = 0;
 	int ordinal = -1;
 	if ((rc = rc_vmm_import(c, rec.token, &h, &ordinal)))
@@ -216,15 +231,10 @@ RC_EXPORT CUresult cuIpcOpenEventHandle(CUevent *event, CUipcEventHandle handle)
 	memcpy(&rec, handle.reserved, sizeof(rec));
 	if (!event || memcmp(rec.magic, IPC_EVENT_MAGIC, 4))
 		return CUDA_ERROR_INVALID_VALUE;
-	struct rc_ctx *cur = rc_current();
+	struct rc_ctx *cur = current_on(rec.instance, "cuIpcOpenEventHandle: the event", &rc);
 	if (!cur)
-		return CUDA_ERROR_INVALID_CONTEXT;
+		return rc;
 	struct rc_conn *c = cur->dev->conn;
-	if (!c->instance || c->instance != rec.instance) {
-		log_warn("cuIpcOpenEventHandle: the event is on another rgpud than the current "
-			 "context's device: IPC reaches the processes of a job on one server");
-		return CUDA_ERROR_INVALID_VALUE;
-	}
 	struct wbuf *w = rc_req();
 	put_u64(w, cur->h);
 	put_raw(w, rec.token, 16);
