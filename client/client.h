@@ -311,9 +311,9 @@ void rc_rx_buffered(struct rc_conn *c);
 /* stream.c: an EVENT_DONE notice (status 0: record seq of the event with
  * server handle h has completed; else it is not watched) */
 void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq);
-/* An event of context c the server opened (IPC_EVENT_OPEN) as handle h
- * (NULL: out of memory). */
-struct rc_event *rc_event_opened(struct rc_ctx *c, uint64_t h);
+/* The client's event for the server's handle h of context c (made with
+ * flags, or opened by IPC_EVENT_OPEN); NULL: out of memory. */
+struct rc_event *rc_event_new(struct rc_ctx *c, uint64_t h, unsigned flags);
 
 /* rpc.c: frames, for the transfer layer (requests of several frames,
  * replies of several frames).  The frames of one request go out with the

@@ -244,7 +244,7 @@ RC_EXPORT CUresult cuIpcOpenEventHandle(CUevent *event, CUipcEventHandle handle)
 	uint64_t h = get_u64(&r);
 	if (!rd_ok(&r))
 		return CUDA_ERROR_UNKNOWN;
-	struct rc_event *ev = rc_event_opened(cur, h);
+	struct rc_event *ev = rc_event_new(cur, h, CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
 	if (!ev)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*event = (CUevent)ev;

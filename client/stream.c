@@ -391,25 +391,21 @@ RC_EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 	struct rd r;
 	if ((rc = rc_call(c->dev->conn, RGPU_OP_EVENT_CREATE, w, &r)))
 		return rc;
-	struct rc_event *ev = calloc(1, sizeof(*ev));
+	struct rc_event *ev = rc_event_new(c, get_u64(&r), flags);
 	if (!ev)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	ev->magic = RC_EVENT;
-	ev->ctx = c;
-	ev->h = get_u64(&r);
-	ev->flags = flags;
 	*pe = (CUevent)ev;
 	return CUDA_SUCCESS;
 }
 
-struct rc_event *rc_event_opened(struct rc_ctx *c, uint64_t h)
+struct rc_event *rc_event_new(struct rc_ctx *c, uint64_t h, unsigned flags)
 {
 	struct rc_event *ev = calloc(1, sizeof(*ev));
 	if (ev) {
 		ev->magic = RC_EVENT;
 		ev->ctx = c;
 		ev->h = h;
-		ev->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
+		ev->flags = flags;
 	}
 	return ev;
 }

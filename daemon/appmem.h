@@ -76,6 +76,7 @@ struct appmem {
 	size_t npallocs, cappallocs;
 	struct pblock *pblocks; /* rgpu's pool blocks, sorted by addr (mem/pool.h) */
 	size_t npblocks, cappblocks;
+	size_t npending;        /* of them PB_PENDING */
 };
 
 /* The session's state, created on first use (NULL: out of memory). */

@@ -80,7 +80,7 @@ int op_ipc_event_export(struct session *s, const struct rgpu_hdr *h, struct rd *
 	rc = gate_share_put(fd, q.cs->dev, sizeof(file), token);
 	close(fd); /* the parent keeps a duplicate */
 	if (rc)
-		return rc;
+		return CUDA_ERROR_OUT_OF_MEMORY; /* (the registry is full) */
 	/* (the importer holds the driver's event: the session cannot move) */
 	s->ipc_events++;
 	put_raw(out, token, 16);
@@ -106,7 +106,7 @@ int op_ipc_event_open(struct session *s, const struct rgpu_hdr *h, struct rd *r,
 	uint8_t token[16];
 	memcpy(token, tok, 16);
 	if ((rc = gate_share_get(token, &fd, &gpu, &size)))
-		return rc;
+		return rc < 0 ? CUDA_ERROR_INVALID_VALUE : rc;
 	uint8_t file[EV_FILE];
 	/* (memory shared under a token is no event: its file says so) */
 	int ok = size == sizeof(file) && pread(fd, file, sizeof(file), 0) == (ssize_t)sizeof(file) &&

@@ -38,6 +38,37 @@ int op_mem_get_info(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	return CUDA_SUCCESS;
 }
 
+int session_mem_alloc(struct session *s, uint64_t ctx, unsigned dev, uint64_t size, uint64_t *addr)
+{
+	if (gate_charge_bytes(dev, size) < 0) /* unsigned: 2^63 is no refund */
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	/* the memory manager places it (mem/mem.h): movable, at an address
+	 * that survives swapping and migration */
+	uint64_t p = 0;
+	int rc = mem_alloc(s, ctx, dev, size, &p);
+	if (!rc && session_alloc_add(s, p, size, ctx, 0, dev) < 0) {
+		mem_free(s, p);
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	if (rc) {
+		gate_refund_bytes(dev, size);
+		return rc;
+	}
+	*addr = p;
+	return CUDA_SUCCESS;
+}
+
+int session_mem_free(struct session *s, uint64_t addr)
+{
+	const struct alloc *g = session_alloc_get(s, addr);
+	if (!g || g->module)
+		return CUDA_ERROR_INVALID_VALUE; /* not ours: never free another tenant's */
+	struct alloc a = session_alloc_del(s, addr);
+	int rc = mem_free(s, addr);
+	gate_charge(a.dev, -(int64_t)a.size);
+	return rc;
+}
+
 int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct ctx_state *cs;
@@ -50,20 +81,9 @@ int op_mem_alloc(struct session *s, const struct rgpu_hdr *h, struct rd *r, stru
 		return rc;
 	if (size == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (gate_charge_bytes(cs->dev, size) < 0) /* unsigned: 2^63 is no refund */
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	/* the memory manager places it (mem/mem.h): movable, at an address
-	 * that survives swapping and migration */
 	uint64_t p = 0;
-	rc = mem_alloc(s, ctx, cs->dev, size, &p);
-	if (!rc && session_alloc_add(s, p, size, ctx, 0, cs->dev) < 0) {
-		mem_free(s, p);
-		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	if (rc) {
-		gate_refund_bytes(cs->dev, size);
+	if ((rc = session_mem_alloc(s, ctx, cs->dev, size, &p)))
 		return rc;
-	}
 	put_u64(out, p);
 	return CUDA_SUCCESS;
 }
@@ -89,12 +109,7 @@ int op_mem_free(struct session *s, const struct rgpu_hdr *h, struct rd *r, struc
 	 * pool blocks are session allocations too) */
 	if ((!g || !g->module) && (rc = pool_free_now(s, p)) >= 0)
 		return rc;
-	struct alloc a = session_alloc_del(s, p);
-	if (!a.size || a.module)
-		return CUDA_ERROR_INVALID_VALUE; /* not ours: never free another tenant's */
-	rc = mem_free(s, p);
-	gate_charge(a.dev, -(int64_t)a.size);
-	return rc;
+	return session_mem_free(s, p);
 }
 
 /* A request the memory manager could not serve (an evicted session whose

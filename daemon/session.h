@@ -252,6 +252,12 @@ void session_alloc_drop_module(struct session *s, uint64_t module);
 struct alloc *session_alloc_get(struct session *s, uint64_t dptr);
 /* Removes and returns the allocation starting at dptr (size 0 if none). */
 struct alloc session_alloc_del(struct session *s, uint64_t dptr);
+/* ops_memory.c: size bytes of device memory on dev for context ctx, from
+ * the memory manager, charged to the quota and registered as cuMemAlloc'd
+ * (*addr); and the session's allocation at addr freed and refunded
+ * (CUDA_ERROR_INVALID_VALUE: none, or a module's global).  CUresults. */
+int session_mem_alloc(struct session *s, uint64_t ctx, unsigned dev, uint64_t size, uint64_t *addr);
+int session_mem_free(struct session *s, uint64_t addr);
 /* Admits the session to GPU dev (lease check, once). A CUresult. */
 int session_admit(struct session *s, unsigned dev);
 /* Payload bytes of the current frame that the handler reads itself. */

@@ -3,9 +3,7 @@
  * (pool.h says the rules).
  */
 #include "pool.h"
-#include "mem.h"
 #include "appmem.h"
-#include "gate.h"
 #include "rgpud.h"
 #include "session.h"
 #include "migrate/memif.h"
@@ -89,6 +87,7 @@ static int insert(struct appmem *a, const struct pblock *b)
 	memmove(&a->pblocks[i + 1], &a->pblocks[i], (a->npblocks - i) * sizeof(*a->pblocks));
 	a->pblocks[i] = *b;
 	a->npblocks++;
+	a->npending += b->state == PB_PENDING;
 	account(b->pool, b, 1);
 	if (b->state == PB_USED)
 		use(b->pool, b->size, 1);
@@ -101,6 +100,7 @@ static void unlist(struct appmem *a, size_t i)
 	struct pblock *b = &a->pblocks[i];
 	if (b->state == PB_USED)
 		use(b->pool, b->size, -1);
+	a->npending -= b->state == PB_PENDING;
 	account(b->pool, b, -1);
 	memmove(&a->pblocks[i], &a->pblocks[i + 1], (a->npblocks - i - 1) * sizeof(*a->pblocks));
 	a->npblocks--;
@@ -113,20 +113,18 @@ static int release(struct session *s, struct appmem *a, size_t i)
 	unlist(a, i);
 	if (b.ev)
 		D->cuEventDestroy_v2(b.ev);
-	struct alloc g = session_alloc_del(s, b.addr);
-	int rc = mem_free(s, b.addr);
-	if (g.size)
-		gate_charge(g.dev, -(int64_t)g.size);
-	return rc;
+	return session_mem_free(s, b.addr);
 }
 
 void pb_sweep(struct session *s)
 {
 	struct appmem *a = s->appmem;
-	for (size_t i = 0; a && i < a->npblocks;) {
+	/* (every allocation sweeps: nothing to do when no free is pending) */
+	for (size_t i = 0; a && a->npending && i < a->npblocks;) {
 		struct pblock *b = &a->pblocks[i];
 		if (b->state == PB_PENDING && (!b->ev || D->cuEventQuery(b->ev) != CUDA_ERROR_NOT_READY)) {
 			b->state = PB_FREE;
+			a->npending--;
 			if (!b->pool) {
 				release(s, a, i);
 				continue;
@@ -208,6 +206,7 @@ static int take(struct appmem *a, size_t i, uint64_t sid, uint64_t sctx, CUstrea
 		if (rc)
 			return rc;
 	}
+	a->npending -= b->state == PB_PENDING;
 	b->state = PB_USED;
 	use(b->pool, b->size, 1);
 	return CUDA_SUCCESS;
@@ -218,29 +217,15 @@ static int take(struct appmem *a, size_t i, uint64_t sid, uint64_t sctx, CUstrea
 static int grow(struct session *s, struct pool *pl, uint64_t ctx, uint64_t want, uint64_t at,
 		uint64_t *addr)
 {
-	int rc;
 	uint64_t p = at;
-	if (at) {
-		rc = memif_restore_at(s, ctx, pl->gpu, at, want);
-	} else {
-		if (gate_charge_bytes(pl->gpu, want) < 0)
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		rc = mem_alloc(s, ctx, pl->gpu, want, &p);
-		if (!rc && session_alloc_add(s, p, want, ctx, 0, pl->gpu) < 0) {
-			mem_free(s, p);
-			rc = CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		if (rc)
-			gate_refund_bytes(pl->gpu, want);
-	}
+	int rc = at ? memif_restore_at(s, ctx, pl->gpu, at, want)
+		    : session_mem_alloc(s, ctx, pl->gpu, want, &p);
 	if (rc)
 		return rc;
 	struct pblock b = { .addr = p, .size = want, .ctx = ctx, .pool = pl, .gpu = pl->gpu,
 			    .state = PB_USED };
 	if (insert(s->appmem, &b) < 0) {
-		struct alloc g = session_alloc_del(s, p);
-		mem_free(s, p);
-		gate_charge(g.dev, -(int64_t)g.size);
+		session_mem_free(s, p);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	*addr = p;
@@ -338,6 +323,7 @@ int pb_free_async(struct session *s, uint64_t addr, uint64_t ctx, uint64_t sid, 
 	if ((rc = D->cuEventRecord(b->ev, st)))
 		return rc;
 	b->state = PB_PENDING;
+	a->npending++;
 	b->sid = sid;
 	b->sctx = ctx;
 	use(b->pool, b->size, -1);
@@ -392,8 +378,10 @@ void pb_forget_ctx(struct session *s, uint64_t ctx)
 			unlist(a, i); /* its memory goes with the context's */
 			continue;
 		}
-		if (b->state == PB_PENDING && !b->ev)
+		if (b->state == PB_PENDING && !b->ev) {
 			b->state = PB_FREE; /* its stream went with the context */
+			a->npending--;
+		}
 		i++;
 	}
 }
@@ -420,5 +408,5 @@ void pb_cleanup(struct session *s)
 			D->cuEventDestroy_v2(a->pblocks[i].ev);
 	free(a->pblocks);
 	a->pblocks = NULL;
-	a->npblocks = a->cappblocks = 0;
+	a->npblocks = a->cappblocks = a->npending = 0;
 }

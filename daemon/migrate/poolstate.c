@@ -5,19 +5,12 @@
  * is done: such blocks go as cached.
  */
 #include "poolstate.h"
+#include "vmmstate.h"
 #include "../appmem.h"
 #include "../session.h"
 #include "../mem/pool.h"
 #include "proto.h"
 #include "wire.h"
-
-static int emit(struct wbuf *w, uint16_t op, uint64_t id,
-		int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n), void *arg)
-{
-	int rc = w->oom ? -1 : fn(arg, op, id, w->data, w->len);
-	wbuf_reset(w);
-	return rc;
-}
 
 static int attr(struct wbuf *w, const struct pool *pl, uint32_t a, uint64_t v,
 		int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
@@ -26,7 +19,7 @@ static int attr(struct wbuf *w, const struct pool *pl, uint32_t a, uint64_t v,
 	put_u64(w, pl->id);
 	put_u32(w, a);
 	put_u64(w, v);
-	return emit(w, RGPU_OP_POOL_SET_ATTR, 0, fn, arg);
+	return state_req_emit(w, RGPU_OP_POOL_SET_ATTR, 0, fn, arg);
 }
 
 static int pool_requests(struct wbuf *w, const struct pool *pl,
@@ -38,8 +31,8 @@ static int pool_requests(struct wbuf *w, const struct pool *pl,
 		put_u64(w, pl->threshold);
 		put_u64(w, pl->maxsize);
 	}
-	int rc = emit(w, pl->is_default ? RGPU_OP_POOL_DEFAULT : RGPU_OP_POOL_CREATE, pl->id, fn,
-		      arg);
+	uint16_t op = pl->is_default ? RGPU_OP_POOL_DEFAULT : RGPU_OP_POOL_CREATE;
+	int rc = state_req_emit(w, op, pl->id, fn, arg);
 	if (!rc && pl->is_default && pl->threshold)
 		rc = attr(w, pl, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, pl->threshold, fn, arg);
 	static const uint32_t reuse[3] = { CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES,
@@ -57,7 +50,7 @@ static int pool_requests(struct wbuf *w, const struct pool *pl,
 				put_u32(w, g);
 				put_u32(w, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 			}
-		rc = emit(w, RGPU_OP_POOL_ACCESS, 0, fn, arg);
+		rc = state_req_emit(w, RGPU_OP_POOL_ACCESS, 0, fn, arg);
 	}
 	return rc;
 }
@@ -81,7 +74,7 @@ int pool_each_request(struct session *s,
 		put_u64(&w, b->addr);
 		put_u64(&w, b->size);
 		put_u32(&w, b->state == PB_USED);
-		rc = emit(&w, RGPU_OP_POOL_ADOPT, 0, fn, arg);
+		rc = state_req_emit(&w, RGPU_OP_POOL_ADOPT, 0, fn, arg);
 	}
 	wbuf_free(&w);
 	return rc;

@@ -61,8 +61,9 @@ const char *vmm_unmovable(struct session *s)
 	return NULL;
 }
 
-static int emit(struct wbuf *w, uint16_t op, uint64_t id,
-		int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n), void *arg)
+int state_req_emit(struct wbuf *w, uint16_t op, uint64_t id,
+		   int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
+		   void *arg)
 {
 	int rc = w->oom ? -1 : fn(arg, op, id, w->data, w->len);
 	wbuf_reset(w);
@@ -86,7 +87,7 @@ static int maps_of(const struct appmem *a, const struct phys *p, struct wbuf *w,
 		put_u64(w, m->size);
 		put_u64(w, m->off);
 		put_u64(w, p ? 0 : m->p->id);
-		rc = emit(w, RGPU_OP_VMM_MAP, 0, fn, arg);
+		rc = state_req_emit(w, RGPU_OP_VMM_MAP, 0, fn, arg);
 	}
 	for (size_t i = 0; i < a->nmaps && !rc; i++) {
 		const struct amap *m = &a->maps[i];
@@ -101,7 +102,7 @@ static int maps_of(const struct appmem *a, const struct phys *p, struct wbuf *w,
 				put_u32(w, g);
 				put_u32(w, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 			}
-		rc = emit(w, RGPU_OP_VMM_ACCESS, 0, fn, arg);
+		rc = state_req_emit(w, RGPU_OP_VMM_ACCESS, 0, fn, arg);
 	}
 	return rc;
 }
@@ -124,7 +125,7 @@ int vmm_each_request(struct session *s,
 		put_u32(&w, p->gpu);
 		put_u64(&w, p->size);
 		put_u32(&w, p->types);
-		rc = emit(&w, RGPU_OP_VMM_CREATE, p->id, fn, arg);
+		rc = state_req_emit(&w, RGPU_OP_VMM_CREATE, p->id, fn, arg);
 	}
 	if (!rc)
 		rc = maps_of(a, NULL, &w, fn, arg);
@@ -137,10 +138,10 @@ int vmm_each_request(struct session *s,
 		put_u32(&w, p->gpu);
 		put_u64(&w, p->size);
 		put_u32(&w, p->types);
-		if (!(rc = emit(&w, RGPU_OP_VMM_CREATE, 0, fn, arg)) &&
+		if (!(rc = state_req_emit(&w, RGPU_OP_VMM_CREATE, 0, fn, arg)) &&
 		    !(rc = maps_of(a, p, &w, fn, arg))) {
 			put_u64(&w, 0);
-			rc = emit(&w, RGPU_OP_VMM_RELEASE, 0, fn, arg);
+			rc = state_req_emit(&w, RGPU_OP_VMM_RELEASE, 0, fn, arg);
 		}
 	}
 	wbuf_free(&w);

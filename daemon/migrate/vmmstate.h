@@ -9,6 +9,14 @@
 
 struct session;
 struct memif_alloc;
+struct wbuf;
+
+/* Hands the request built in w (op, the handle id it makes) to fn and
+ * empties w: fn's answer, or -1 when w ran out of memory.  (The state
+ * written as requests: here and poolstate.c.) */
+int state_req_emit(struct wbuf *w, uint16_t op, uint64_t id,
+		   int (*fn)(void *arg, uint16_t op, uint64_t id, const uint8_t *p, size_t n),
+		   void *arg);
 
 /* Why the session's application memory cannot be captured (stream-ordered
  * allocations, memory shared with another process, physical memory not

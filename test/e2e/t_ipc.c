@@ -42,6 +42,21 @@ static int unhexb(const char *s, char *b, size_t n)
 	return 0;
 }
 
+/* Runs "self mode a b" in a child process; it must exit 0. */
+static void child_run(const char *self, const char *mode, const char *a, const char *b)
+{
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(self, self, mode, a, b, (char *)NULL);
+		_exit(127);
+	}
+	CHECK(pid > 0, "fork");
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the %s failed (status %#x)", mode, st);
+}
+
 static void pattern(uint32_t *p, size_t n, uint32_t seed)
 {
 	for (size_t i = 0; i < n; i++)
@@ -153,16 +168,7 @@ static void event_phase(const char *self, CUdeviceptr db)
 	char sm[2 * sizeof(mh.reserved) + 1], se[2 * sizeof(eh.reserved) + 1];
 	hex(&mh, sm);
 	hex(&eh, se);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		execl(self, self, "evchild", sm, se, (char *)NULL);
-		_exit(127);
-	}
-	CHECK(pid > 0, "fork");
-	int st;
-	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the event child failed (status %#x)", st);
+	child_run(self, "evchild", sm, se);
 	CK(cuStreamSynchronize(s));
 	CK(cuEventDestroy(ev));
 	CK(cuStreamDestroy(s));
@@ -199,16 +205,7 @@ int main(int argc, char **argv)
 	char sb[2 * sizeof(hb.reserved) + 1], ss[2 * sizeof(hs.reserved) + 1];
 	hex(&hb, sb);
 	hex(&hs, ss);
-	fflush(stdout);
-	pid_t pid = fork();
-	if (pid == 0) {
-		execl(argv[0], argv[0], "child", sb, ss, (char *)NULL);
-		_exit(127);
-	}
-	CHECK(pid > 0, "fork");
-	int st;
-	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
-	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child failed (status %#x)", st);
+	child_run(argv[0], "child", sb, ss);
 	pattern(want, BIG / 4, 9);
 	CK(cuMemcpyDtoH(buf, db, BIG));
 	CHECK(!memcmp(buf, want, BIG), "the parent does not see the child's writes");
