@@ -82,6 +82,7 @@ struct rc_conn {
 	uint32_t nslots, next_slot;
 	uint32_t *slot_state;
 	int shmq;                 /* calls go through shared-memory queues (shm.c) */
+	int loopback;             /* peer_remote.c: host is a loopback address (1), not (2) */
 };
 
 struct rc_ctx;
@@ -375,11 +376,12 @@ CUresult rc_ctx_activate(struct rc_ctx *c);
 
 /* stream.c: resolves a CUstream to (context, server id). */
 CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h);
-/* peer.c: n bytes from src (owned by sc) to dst (owned by d) on GPUs of
- * different servers, through this process; on stream s of context
- * stream_ctx (NULL, NULL: a synchronous copy) */
-CUresult rc_peer_relay(CUdeviceptr dst, struct rc_ctx *d, CUdeviceptr src, struct rc_ctx *sc, size_t n,
-		       CUstream s, struct rc_ctx *stream_ctx);
+/* peer_remote.c: n bytes from src (owned by sc) to dst (owned by d) on
+ * GPUs of different servers, from one rgpud to the other (or through this
+ * process); on stream s of context stream_ctx (NULL, NULL: a synchronous
+ * copy) */
+CUresult rc_peer_remote(CUdeviceptr dst, struct rc_ctx *d, CUdeviceptr src, struct rc_ctx *sc,
+			size_t n, CUstream s, struct rc_ctx *stream_ctx);
 /* stream.c: what the client knows has finished, so that a
  * synchronisation or query about it needs no round trip.  A mark is taken
  * before a call that proves something idle (a synchronisation, a copy to

@@ -467,10 +467,10 @@ static CUresult dtod(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s, int
 	}
 	struct rc_ctx *sc, *dc;
 	if (rc_alloc_lookup(src, &sc, NULL, NULL) == 0 && sc->dev->conn != c->dev->conn) {
-		/* GPUs of two servers (or a stream of a third): through here */
+		/* GPUs of two servers (or a stream of a third): peer_remote.c */
 		if (rc_alloc_lookup(dst, &dc, NULL, NULL) < 0)
 			dc = c;
-		return n ? rc_peer_relay(dst, dc, src, sc, n, async ? s : NULL, async ? c : NULL)
+		return n ? rc_peer_remote(dst, dc, src, sc, n, async ? s : NULL, async ? c : NULL)
 			 : CUDA_SUCCESS;
 	}
 	struct wbuf *w = stream_req(c, sh, dst);

@@ -5,8 +5,8 @@
  * access and copies are served there (daemon/ops_peer.c), GPU to GPU, and
  * never pass through the client.  GPUs of different servers cannot reach
  * each other: cuDeviceCanAccessPeer says 0, peer access is refused, and a
- * peer copy between them goes through this process (a server-to-server
- * path is not built yet; see docs/multi-gpu.md).
+ * peer copy between them goes from one rgpud to the other, or through this
+ * process (peer_remote.c).
  */
 #include "client.h"
 #include "log.h"
@@ -132,69 +132,6 @@ RC_EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 
 RC_EXPORT CUresult cuCtxDisablePeerAccess(CUcontext peer) { return peer_access(peer, 0); }
 
-/* a relayed copy goes in pieces of this size: its buffer stays bounded */
-#define RELAY_PIECE (64u << 20)
-
-/* A peer copy between GPUs of different servers, relayed through this
- * process in pieces: each read from the source's server, then written to
- * the destination's.  Ordered as CUDA orders it: a copy on a stream comes
- * after that stream's work (the stream of either context; the other GPU's
- * work is waited for whole), a synchronous one after both legacy
- * streams'; the bytes of an asynchronous write are taken before it
- * returns (pageable memory), so the piece buffer is free again at once. */
-CUresult rc_peer_relay(CUdeviceptr dst, struct rc_ctx *d, CUdeviceptr src, struct rc_ctx *sc, size_t n,
-		       CUstream s, struct rc_ctx *stream_ctx)
-{
-	if (s && rc_stream_capture_id(s)) {
-		/* (bytes through this process are no node of a graph) */
-		rc_unsupported("capturing a copy between GPUs of two servers");
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	static int warned;
-	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
-		log_warn("peer copies between GPUs of different servers (%s:%u and %s:%u) go through "
-			 "this process: a server-to-server path is not built yet",
-			 d->dev->conn->host, d->dev->conn->port, sc->dev->conn->host,
-			 sc->dev->conn->port);
-	CUcontext cur = NULL;
-	CUresult rc = cuCtxGetCurrent(&cur);
-	if (rc)
-		return rc;
-	int on_src = stream_ctx == sc, on_dst = stream_ctx == d;
-	/* a stream of neither context: its work first, then as a
-	 * synchronous copy */
-	if (stream_ctx && !on_src && !on_dst && (rc = cuStreamSynchronize(s)))
-		return rc;
-	size_t piece = n < RELAY_PIECE ? n : RELAY_PIECE;
-	uint8_t *buf = malloc(piece);
-	if (!buf)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	for (size_t off = 0; off < n && !rc;) {
-		size_t k = n - off < piece ? n - off : piece;
-		if (!(rc = cuCtxSetCurrent((CUcontext)sc))) {
-			if (on_src) {
-				if (!(rc = cuMemcpyDtoHAsync_v2(buf, src + off, k, s)))
-					rc = cuStreamSynchronize(s);
-			} else {
-				/* the source GPU's work, all of it, before the
-				 * first read (a stream of the destination
-				 * names no work of the source's) */
-				if (!off && on_dst)
-					rc = cuCtxSynchronize();
-				if (!rc)
-					rc = cuMemcpyDtoH_v2(buf, src + off, k);
-			}
-		}
-		if (!rc && !(rc = cuCtxSetCurrent((CUcontext)d)))
-			rc = on_dst ? cuMemcpyHtoDAsync_v2(dst + off, buf, k, s)
-				    : cuMemcpyHtoD_v2(dst + off, buf, k);
-		off += k;
-	}
-	free(buf);
-	CUresult back = cuCtxSetCurrent(cur);
-	return rc ? rc : back;
-}
-
 static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx, size_t n,
 			  CUstream s, int async)
 {
@@ -216,7 +153,7 @@ static CUresult copy_peer(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUco
 	if (!n)
 		return CUDA_SUCCESS;
 	if (d->dev->conn != sc->dev->conn || c->dev->conn != d->dev->conn)
-		return rc_peer_relay(dst, d, src, sc, n, async ? s : NULL, async ? c : NULL);
+		return rc_peer_remote(dst, d, src, sc, n, async ? s : NULL, async ? c : NULL);
 	rc_coh_device_use(dst);
 	rc_coh_device_use(src);
 	struct wbuf *w = rc_req();

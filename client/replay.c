@@ -106,6 +106,17 @@ void rc_replay_log(struct rc_conn *c, uint64_t id, uint16_t op, uint32_t flags, 
 	pthread_mutex_unlock(&rp->lock);
 }
 
+int rc_replay_keeps(struct rc_conn *c)
+{
+	struct rc_replay *rp = c->replay;
+	if (!rp)
+		return 0;
+	pthread_mutex_lock(&rp->lock);
+	int keep = rp->keep;
+	pthread_mutex_unlock(&rp->lock);
+	return keep;
+}
+
 void rc_replay_settle(struct rc_conn *c)
 {
 	struct rc_replay *rp = c->replay;

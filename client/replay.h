@@ -31,6 +31,10 @@ void rc_replay_setup(struct rc_conn *c);
  * three quarters of host-to-device bandwidth over TCP). */
 void rc_replay_log(struct rc_conn *c, uint64_t id, uint16_t op, uint32_t flags, const void *a,
 		   size_t alen, const void *b, size_t blen, int borrow);
+/* Whether requests on c are kept past their reply, until a checkpoint
+ * (RGPU_STANDBY): a recovery replays them on their own, so each must
+ * carry its data (peer_remote.c relays copies between servers then). */
+int rc_replay_keeps(struct rc_conn *c);
 /* Copies into the log whatever borrowed data is still kept (none once
  * served, unless a standby keeps it until the next checkpoint). */
 void rc_replay_settle(struct rc_conn *c);

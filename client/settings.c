@@ -20,6 +20,7 @@ struct setting {
 
 static const char *const transport_words[] = { "auto", "tcp", "local", "verbs", NULL };
 static const char *const trace_words[] = { "off", "errors", "all", NULL };
+static const char *const peer_path_words[] = { "server", "client", NULL };
 
 /* RGPU_VA_BASE must be 16 TiB aligned (coherence.c keeps a 16 TiB range). */
 #define VA_ALIGN (16ull << 40)
@@ -63,6 +64,10 @@ static const struct setting table[RS_COUNT] = {
 	[RS_TRACE] = { "RGPU_TRACE", K_WORD, 0, 0, 0, trace_words,
 		       "driver calls reported on stderr: errors (each call that fails), all "
 		       "(each call, its result and time) or off" },
+	[RS_PEER_PATH] = { "RGPU_PEER_PATH", K_WORD, RS_PEER_SERVER, 0, 0, peer_path_words,
+			   "how copies between GPUs of two servers go: server (from one rgpud "
+			   "to the other, where they can reach each other) or client (through "
+			   "this process)" },
 };
 
 static unsigned long long value[RS_COUNT];

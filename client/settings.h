@@ -22,10 +22,12 @@ enum rc_setting {
 	RS_SPIN_US,              /* a reader spins this long before it sleeps (shmq) */
 	RS_SYNC_SPIN_US,         /* a wait for the GPU spins this long first (rpc.c) */
 	RS_TRACE,                /* off, errors, all (trace.h) */
+	RS_PEER_PATH,            /* server, client: copies between GPUs of two servers */
 	RS_COUNT
 };
 
 enum rc_transport_word { RS_TP_AUTO, RS_TP_TCP, RS_TP_LOCAL, RS_TP_VERBS };
+enum rc_peer_path_word { RS_PEER_SERVER, RS_PEER_CLIENT };
 
 /* Reads and checks every setting from the environment (thread-safe, once):
  * 0, or -1 with err naming the variable, the value and what is allowed. */

@@ -37,6 +37,7 @@ static pid_t stats_pid;
 
 static uint64_t n_calls, n_sync, n_async, n_sent, n_recv, n_local, n_writes;
 static uint64_t n_wait[3];
+static uint64_t n_peer[2]; /* bytes copied between servers: direct, relayed */
 static uint64_t op_count[RGPU_OP_MAX], op_wait_ns[RGPU_OP_MAX], op_local[RGPU_OP_MAX];
 
 #define ADD(x, v) __atomic_add_fetch(&(x), (v), __ATOMIC_RELAXED)
@@ -46,6 +47,12 @@ void rc_stats_sync_wait(enum rc_sync_wait how)
 {
 	if (rc_stats_on && (unsigned)how < 3)
 		ADD(n_wait[how], 1);
+}
+
+void rc_stats_peer(int relayed, size_t bytes)
+{
+	if (rc_stats_on)
+		ADD(n_peer[relayed != 0], bytes);
 }
 
 void rc_stats_init(void)
@@ -99,7 +106,9 @@ void rc_stats_local(unsigned op)
 /* For programs and benchmarks (dlsym or ctypes on libcuda.so.1): the
  * counter named by name ("calls", "sync", "async", "sent", "received",
  * "local", "writes": system calls that sent requests, "waits_ready",
- * "waits_spun", "waits_slept": waits for the GPU), or the synchronous count of one request kind by its protocol
+ * "waits_spun", "waits_slept": waits for the GPU, "peer_direct",
+ * "peer_relayed": bytes copied between GPUs of two servers, from one
+ * rgpud to the other or through this process), or the synchronous count of one request kind by its protocol
  * name ("STREAM_SYNC"); 0 for an unknown name or when RGPU_STATS is off. */
 RC_EXPORT unsigned long long rgpu_stats_counter(const char *name)
 {
@@ -125,6 +134,10 @@ RC_EXPORT unsigned long long rgpu_stats_counter(const char *name)
 		return GET(n_wait[RC_WAIT_SPUN]);
 	if (!strcmp(name, "waits_slept"))
 		return GET(n_wait[RC_WAIT_SLEPT]);
+	if (!strcmp(name, "peer_direct"))
+		return GET(n_peer[0]);
+	if (!strcmp(name, "peer_relayed"))
+		return GET(n_peer[1]);
 	for (unsigned op = 0; op < RGPU_OP_MAX; op++) {
 		const char *n = rgpu_op_name(op);
 		if (n && !strcmp(n, name))
@@ -175,6 +188,9 @@ static void report(void)
 		    (unsigned long long)GET(n_wait[RC_WAIT_READY]),
 		    (unsigned long long)GET(n_wait[RC_WAIT_SPUN]),
 		    (unsigned long long)GET(n_wait[RC_WAIT_SLEPT]));
+	if (GET(n_peer[0]) + GET(n_peer[1]))
+		OUT("rgpu stats:   copies between servers: direct=%llu relayed=%llu (bytes)\n",
+		    (unsigned long long)GET(n_peer[0]), (unsigned long long)GET(n_peer[1]));
 #undef OUT
 	/* one write: lines of concurrent processes do not interleave */
 	for (size_t off = 0; off < len;) {

@@ -21,6 +21,9 @@ void rc_stats_received(size_t bytes);
 void rc_stats_wait(unsigned op, uint64_t ns);
 /* a call answered from the client's own state instead of a round trip */
 void rc_stats_local(unsigned op);
+/* a copy between GPUs of two servers: from one rgpud to the other, or
+ * relayed through this process */
+void rc_stats_peer(int relayed, size_t bytes);
 /* a wait for the GPU's reply (rpc.c, RGPU_SYNC_SPIN_US): the reply was
  * there already, a spin caught it, or the thread then slept */
 enum rc_sync_wait { RC_WAIT_READY, RC_WAIT_SPUN, RC_WAIT_SLEPT };

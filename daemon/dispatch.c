@@ -84,6 +84,8 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(PEER_QUERY, peer_query, 0),
 	OPD(PEER_ACCESS, peer_access, 0),
 	OPD(MEMCPY_PEER, memcpy_peer, 0),
+	OPD(PEER_SEND, peer_send, 0),
+	OPD(PEER_RECV, peer_recv, 0),
 	OPDF(POOL_CREATE, pool_create, 0, OPF_CREATES),
 	OPDF(POOL_DESTROY, pool_destroy, 0, OPF_DRAINS),
 	OPDF(POOL_DEFAULT, pool_default, 0, OPF_CREATES),

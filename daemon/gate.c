@@ -381,9 +381,10 @@ static int send_reply(int fd, uint8_t *msg, struct gate_rep *p, const struct wbu
 	return 0;
 }
 
-int gate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN])
+int gate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN], unsigned seconds)
 {
-	struct gate_req q = { .op = G_PARK, .len = MIGRATE_TOKEN_LEN };
+	struct gate_req q = { .op = G_PARK, .len = MIGRATE_TOKEN_LEN,
+			      .bytes = seconds ? seconds : MIGRATE_PARK_S };
 	return gate_send(&q, token, -1);
 }
 
@@ -402,9 +403,9 @@ int gate_park_end(void)
 	return fd;
 }
 
-int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN])
+int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN], unsigned seconds)
 {
-	if (gate_park_begin(token) < 0)
+	if (gate_park_begin(token, seconds) < 0)
 		lost();
 	return gate_park_end();
 }
@@ -518,8 +519,11 @@ void gate_serve(int fd, const struct rgpud_principal *who, const char *name, pid
 			break;
 		case G_PARK:
 			/* a restored session waits for its client (migrate.h),
-			 * whose socket goes back with the reply */
-			fd_out = migrate_parent_park(who, msg + sizeof(q), q.len, name);
+			 * or a peer copy's source for the destination's worker
+			 * (ops_peer_remote.c): the socket goes back with the reply */
+			fd_out = migrate_parent_park(who, msg + sizeof(q), q.len, name,
+						     q.bytes > MIGRATE_PARK_S ? MIGRATE_PARK_S
+									      : (unsigned)q.bytes);
 			p.rc = fd_out < 0 ? -1 : 0;
 			break;
 		default:

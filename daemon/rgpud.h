@@ -32,6 +32,8 @@ struct rgpud {
 	int worker_random_layout;  /* --worker-layout=random: workers keep ASLR */
 	int checkpoint_s;          /* --checkpoint-interval: told to clients (0: none) */
 	volatile int draining;     /* `rgpu drain`: new sessions are refused */
+	int no_outbound;           /* workers neither open connections to other rgpuds nor
+				    * wait for them (the fuzz harness's dispatcher) */
 	/* random at start, told in HELLO's reply and to every worker: a
 	 * moving worker knows a target that is its own rgpud (memory then
 	 * goes GPU to GPU: migrate/out.c) */

@@ -323,7 +323,7 @@ DECL_OP(graph_launch) DECL_OP(graph_destroy) DECL_OP(graph_nodes)
  * ops_gpustatus.c) */
 DECL_OP(vmm_create) DECL_OP(vmm_release) DECL_OP(vmm_map) DECL_OP(vmm_unmap) DECL_OP(vmm_access)
 DECL_OP(vmm_export) DECL_OP(vmm_import) DECL_OP(memset2d) DECL_OP(peer_query) DECL_OP(peer_access)
-DECL_OP(memcpy_peer) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
+DECL_OP(memcpy_peer) DECL_OP(peer_send) DECL_OP(peer_recv) DECL_OP(pool_create) DECL_OP(pool_destroy) DECL_OP(pool_default)
 DECL_OP(pool_get_attr) DECL_OP(pool_set_attr) DECL_OP(pool_trim) DECL_OP(pool_access)
 DECL_OP(mem_alloc_async) DECL_OP(mem_free_async) DECL_OP(gpu_status) DECL_OP(pool_adopt)
 /* arrays, 3D copies, texture and surface objects (ops_array.c) */

@@ -225,6 +225,12 @@ typedef uint64_t rgpu_handle;
 	 * with the id and RGPU_F_REPLY of the synchronising call that flushed \
 	 * it, before that call's reply.  Payload: the raw bytes. */           \
 	X(OUTPUT, 97, "device printf output")                                  \
+	/* Between two rgpuds only, after the HELLO of a peer copy (PEER_SEND \
+	 * and PEER_RECV; numbered here, their range being full): the source  \
+	 * sends i32 status then at most RGPU_CHUNK_SIZE of the bytes, each   \
+	 * frame but the last with RGPU_F_MORE (a nonzero status ends the     \
+	 * copy); the destination answers with one frame, i32 status. */      \
+	X(PEER_DATA, 98, "a peer copy's bytes between two rgpuds")            \
 	/* Lease management (see daemon/lease.h).  GRANT and RELEASE need an   \
 	 * admin credential (root or the SlurmUser), LIST any valid one.  On  \
 	 * failure the reply carries str message after the status:            \
@@ -404,7 +410,24 @@ typedef uint64_t rgpu_handle;
 	 * registry, honoured for sessions of the same job and uid */         \
 	X(IPC_EVENT_EXPORT, 188, "export an event for cuIpcGetEventHandle")   \
 	/* handle ctx, bytes16 token -> handle event */                       \
-	X(IPC_EVENT_OPEN, 189, "open an event for cuIpcOpenEventHandle")
+	X(IPC_EVENT_OPEN, 189, "open an event for cuIpcOpenEventHandle")    \
+	/* A copy between GPUs of two rgpuds, server to server               \
+	 * (daemon/ops_peer_remote.c): the client sends PEER_SEND to the      \
+	 * source's session and PEER_RECV to the destination's, with one     \
+	 * random token; the destination's worker connects to the source's   \
+	 * rgpud as the job's user (HELLO with the token), whose parent hands \
+	 * the connection to the source's session, waiting for it; the bytes \
+	 * go as PEER_DATA frames.                                            \
+	 * One side answers for the copy (RGPU_PEER_ANSWERS: the one the      \
+	 * client waits for, or whose stream it is), with either side's       \
+	 * failure; the other answers 0 (its failure went to the first).      \
+	 * handle ctx, handle stream (0: none), u64 src, u64 size, u32 flags  \
+	 * (RGPU_PEER_*), bytes16 token -> (once the destination has the      \
+	 * bytes) */                                                          \
+	X(PEER_SEND, 190, "send a peer copy's bytes to another rgpud")        \
+	/* handle ctx, handle stream (0: none), u64 dst, u64 size, u32 flags  \
+	 * (RGPU_PEER_*), str source host, u32 source port, bytes16 token -> */ \
+	X(PEER_RECV, 191, "fetch a peer copy's bytes from another rgpud")
 
 /* Graphs, host functions, attributes, the linker (graphs, 128-159). */
 #define RGPU_OPS_GRAPHS(X)                                                     \
@@ -451,6 +474,14 @@ enum rgpu_op {
 	RGPU_OPS_GRAPHS(RGPU_OP_ENUM)
 #undef RGPU_OP_ENUM
 	RGPU_OP_MAX = 256,
+};
+
+/* PEER_SEND and PEER_RECV flags. */
+enum rgpu_peer_flag {
+	RGPU_PEER_ANSWERS = 1, /* this side's reply is the copy's status */
+	RGPU_PEER_WHOLE = 2,   /* PEER_SEND: all the context's work first (the
+				* copy's stream is the destination's) */
+	RGPU_PEER_SYNC = 4,    /* PEER_RECV: written before the reply */
 };
 
 /* Argument kinds of CALL. */

@@ -59,9 +59,11 @@ int migrate_park_end(struct session *s);
 /* ---- parent side (parent.c) ---- */
 /* MIGRATE from an admin's session. A status, out: its reply fields. */
 int migrate_parent_order(const struct rgpud_principal *who, struct rd *r, struct wbuf *out);
-/* A worker's G_PARK: waits for the client; the client's socket, or -1. */
+/* A worker's G_PARK: waits up to seconds for the connection whose HELLO
+ * names token (the moved session's client, or a peer copy's other rgpud);
+ * its socket, or -1. */
 int migrate_parent_park(const struct rgpud_principal *who, const uint8_t *token, size_t n,
-			const char *name);
+			const char *name, unsigned seconds);
 /* HELLO with a token: whether a parked session of this principal waits
  * for it (0) or not (-1, why[] says). */
 int migrate_parent_attach_check(const struct rgpud_principal *who, const uint8_t *token,
@@ -70,12 +72,13 @@ int migrate_parent_attach_check(const struct rgpud_principal *who, const uint8_t
  * worker (the callee dups it).  0, or -1 (it went away meanwhile). */
 int migrate_parent_attach(const uint8_t *token, int fd);
 
-/* gate.c: the worker's request to wait for its client, whose socket comes
- * back with the reply (SCM_RIGHTS).  The fd, or -1. */
-int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN]);
+/* gate.c: the worker's request to wait (seconds, 0: MIGRATE_PARK_S, at
+ * most that) for the connection that names token in its HELLO, whose
+ * socket comes back with the reply (SCM_RIGHTS).  The fd, or -1. */
+int gate_park(const uint8_t token[MIGRATE_TOKEN_LEN], unsigned seconds);
 /* the same in two halves (nothing else may go through the gate between
  * them): the request (0, or -1), then the reply (the fd, or -1) */
-int gate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN]);
+int gate_park_begin(const uint8_t token[MIGRATE_TOKEN_LEN], unsigned seconds);
 int gate_park_end(void);
 
 /* session.c hooks */

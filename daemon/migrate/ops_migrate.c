@@ -249,7 +249,7 @@ int op_session_restore(struct session *s, const struct rgpu_hdr *h, struct rd *r
 	}
 	/* the parent expects the client from here on: its HELLO is answered
 	 * while the copies run */
-	int parked = mode == 1 && gate_park_begin(token) == 0;
+	int parked = mode == 1 && gate_park_begin(token, 0) == 0;
 	if (mode == 1 && !parked)
 		s->ended = 1;
 	if (defer && snap_restore_finish(defer, &info, why, sizeof(why)) < 0) {

@@ -13,6 +13,7 @@
 #include "../rgpud.h"
 #include "../session.h"
 #include "../mem/mem.h"
+#include "../outbound.h"
 #include "clock.h"
 #include "frame.h"
 #include "log.h"
@@ -29,13 +30,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef HAVE_MUNGE
-#include <munge.h>
-#endif
 
 #define D (&rgpud_server.drv)
 #define OUT_CHUNK (4u << 20)
-#define CONNECT_MS 10000
 
 static void answer(struct session *s, int32_t rc, const char *text)
 {
@@ -104,48 +101,6 @@ static int out_write(void *arg, const void *p, size_t n)
 		if (o->n == OUT_CHUNK && flush(o, 0) < 0)
 			return -1;
 	}
-	return 0;
-}
-
-/* The session's own credential: its user, its job. */
-static void credential(struct session *s, struct wbuf *w)
-{
-#ifdef HAVE_MUNGE
-	char payload[64];
-	char *cred = NULL;
-	snprintf(payload, sizeof(payload), "rgpu-job=%llu", (unsigned long long)s->who.job_id);
-	munge_ctx_t ctx = munge_ctx_create();
-	const char *sock = getenv("RGPU_MUNGE_SOCKET"); /* as the client's */
-	if (ctx && sock && sock[0])
-		munge_ctx_set(ctx, MUNGE_OPT_SOCKET, sock);
-	if (ctx && munge_encode(&cred, ctx, payload, (int)strlen(payload)) == EMUNGE_SUCCESS &&
-	    cred) {
-		put_bytes(w, cred, strlen(cred));
-		free(cred);
-		munge_ctx_destroy(ctx);
-		return;
-	}
-	free(cred);
-	if (ctx)
-		munge_ctx_destroy(ctx);
-#else
-	(void)s;
-#endif
-	put_bytes(w, NULL, 0); /* a server with --open needs none */
-}
-
-/* Reads one reply frame of op into w's buffer: the status, fields in *r. */
-static int read_reply(struct rgpu_conn *c, uint16_t op, uint8_t **buf, struct rd *r, int32_t *st)
-{
-	struct rgpu_hdr h;
-	if (rgpu_frame_recv_hdr(c, &h) != RGPU_HDR_OK || !(h.flags & RGPU_F_REPLY) || h.op != op ||
-	    h.len < 4 || h.len > (1u << 20))
-		return -1;
-	if (!(*buf = malloc(h.len)) || rgpu_recv(c, *buf, h.len) < 0)
-		return -1;
-	*st = (int32_t)((uint32_t)(*buf)[0] | (uint32_t)(*buf)[1] << 8 | (uint32_t)(*buf)[2] << 16 |
-			(uint32_t)(*buf)[3] << 24);
-	rd_init(r, *buf + 4, h.len - 4);
 	return 0;
 }
 
@@ -322,47 +277,25 @@ static int move_connect(struct session *s, const char *target, int32_t gpu, stru
 		snprintf(why, wl, "%s", no);
 		return -1;
 	}
-	char err[256];
 	snprintf(m->target, sizeof(m->target), "%s", target);
-	m->c = rgpu_tcp_connect(host, port, CONNECT_MS, err, sizeof(err));
-	if (!m->c) {
-		snprintf(why, wl, "cannot reach %s: %s", target, err);
+	m->o = (struct out_stream){ .gpu = gpu, .buf = malloc(OUT_CHUNK), .id = 1 };
+	if (!m->o.buf) {
+		snprintf(why, wl, "out of memory");
 		return -1;
 	}
-	uint8_t *rbuf = NULL;
-	struct wbuf w;
-	wbuf_init(&w);
-	put_u32(&w, RGPU_PROTO_VERSION);
-	put_str(&w, "rgpud worker moving a session");
-	credential(s, &w);
-	struct rd r;
-	int32_t st;
-	m->o = (struct out_stream){ .c = m->c, .gpu = gpu, .buf = malloc(OUT_CHUNK), .id = 1 };
-	int rc = -1;
-	if (w.oom || !m->o.buf ||
-	    rgpu_frame_send(m->c, RGPU_OP_HELLO, 0, 1, w.data, w.len, NULL, 0) < 0 ||
-	    read_reply(m->c, RGPU_OP_HELLO, &rbuf, &r, &st) < 0) {
-		snprintf(why, wl, "no handshake with %s", target);
-	} else if (st) {
-		const char *t = get_str(&r, 1024);
-		snprintf(why, wl, "%s refused the session: %s", target, t ? t : "no reason given");
-	} else {
-		/* the reply: text, GPUs, checkpoint interval, the rgpud's instance */
-		(void)get_str(&r, 1024);
-		(void)get_u32(&r);
-		uint64_t instance = 0;
-		if (r.left >= 12) {
-			(void)get_u32(&r);
-			instance = get_u64(&r);
-		}
-		m->by_ref = rd_ok(&r) && instance == rgpud_server.instance && peer_reachable(s, gpu);
-		rc = 0;
-	}
-	free(rbuf);
-	wbuf_free(&w);
-	if (rc)
+	uint64_t instance = 0;
+	int refused;
+	char err[600];
+	m->c = outbound_hello(s, host, port, "rgpud worker moving a session", NULL, &instance,
+			      &refused, err, sizeof(err));
+	if (!m->c) {
+		snprintf(why, wl, "%s", err);
 		move_close(m);
-	return rc;
+		return -1;
+	}
+	m->o.c = m->c;
+	m->by_ref = instance == rgpud_server.instance && peer_reachable(s, gpu);
+	return 0;
 }
 
 /* Pauses the session and sends its state (what did not go ahead), then
@@ -385,7 +318,7 @@ static int move_finish(struct session *s, struct move *m, char *why, size_t wl)
 	uint8_t *rbuf = NULL;
 	struct rd r;
 	int32_t st;
-	int got = read_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st);
+	int got = outbound_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st);
 	uint64_t t_restored = rgpu_now_ns();
 	/* the target has copied what it took by reference, or never will:
 	 * the exports go after the client has been told (move_free; one
@@ -617,7 +550,7 @@ int migrate_serve_ahead(struct session *s)
 	int32_t st = -1;
 	struct pollfd pf = { .fd = rgpu_conn_fd(m->c), .events = POLLIN };
 	int readable = poll(&pf, 1, 0) == 1;
-	int ready = readable && read_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st) == 0;
+	int ready = readable && outbound_reply(m->c, RGPU_OP_SESSION_RESTORE, &rbuf, &r, &st) == 0;
 	/* a target that answered has read all the objects: the sender is done
 	 * (or its send failed); otherwise it is cut short */
 	if (sender_join(m, !ready) < 0)
@@ -652,7 +585,7 @@ int migrate_serve_ahead(struct session *s)
 
 int migrate_park(struct session *s, const uint8_t token[MIGRATE_TOKEN_LEN])
 {
-	return gate_park_begin(token) < 0 ? -1 : migrate_park_end(s);
+	return gate_park_begin(token, 0) < 0 ? -1 : migrate_park_end(s);
 }
 
 int migrate_park_end(struct session *s)

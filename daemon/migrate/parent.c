@@ -51,7 +51,7 @@ static int same_owner(const struct rgpud_principal *a, const struct rgpud_princi
 }
 
 int migrate_parent_park(const struct rgpud_principal *who, const uint8_t *token, size_t n,
-			const char *name)
+			const char *name, unsigned seconds)
 {
 	if (n != MIGRATE_TOKEN_LEN)
 		return -1;
@@ -59,7 +59,7 @@ int migrate_parent_park(const struct rgpud_principal *who, const uint8_t *token,
 	memcpy(me.token, token, n);
 	struct timespec until;
 	clock_gettime(CLOCK_REALTIME, &until);
-	until.tv_sec += MIGRATE_PARK_S;
+	until.tv_sec += seconds ? seconds : MIGRATE_PARK_S;
 	pthread_mutex_lock(&park_lock);
 	me.next = parked;
 	parked = &me;
@@ -73,7 +73,7 @@ int migrate_parent_park(const struct rgpud_principal *who, const uint8_t *token,
 		}
 	pthread_mutex_unlock(&park_lock);
 	if (me.fd < 0)
-		log_info("%s: nobody attached to the restored session", name);
+		log_info("%s: nobody came for it within %u s", name, seconds ? seconds : MIGRATE_PARK_S);
 	return me.fd;
 }
 

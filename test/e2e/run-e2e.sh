@@ -233,13 +233,16 @@ suite() {
 	run t_sync_threads "$ONE" -- t_sync_threads
 	# application memory (issue 10): VMM, shareable handles between two
 	# processes, pools, 2D memsets; peer copies between two GPUs of one
-	# server, and between two servers through the client; with GPU 0 of
+	# server, and between two servers (from one rgpud to the other, and
+	# through the client with RGPU_PEER_PATH=client); with GPU 0 of
 	# each of two servers, their memory in distinct ranges (each server
 	# told which of the client's it is), except where a sanitizer build's
 	# workers cannot have rgpud's fixed ranges at all
 	run t_appmem "$ONE" -- t_appmem
 	run t_appmem_peer "127.0.0.1:$P1/0,127.0.0.1:$P1/1" -- T_APPMEM_PEER=1 t_appmem
-	run t_appmem_2srv "$TWO" -- T_APPMEM_PEER=0 t_appmem
+	run t_appmem_2srv "$TWO" -- T_APPMEM_PEER=0 RGPU_STATS=1 T_APPMEM_PATH=server t_appmem
+	run t_appmem_2srv_client "$TWO" -- T_APPMEM_PEER=0 RGPU_STATS=1 RGPU_PEER_PATH=client \
+		T_APPMEM_PATH=client t_appmem
 	run t_appmem_2srv_gpu0 "127.0.0.1:$P1/0,127.0.0.1:$P2/0" -- T_APPMEM_PEER=0 \
 		T_APPMEM_DISTINCT=$([ "$DAEMON_BUILD" = "$top_builddir" ] && echo 1 || echo 0) t_appmem
 	# CUDA IPC between two processes of a job on one server

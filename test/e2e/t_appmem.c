@@ -11,7 +11,10 @@
  * Runs unchanged on a real driver.  Environment:
  *   T_APPMEM_PEER=1   device 0 and 1 are GPUs of one server: peer copies
  *   T_APPMEM_PEER=0   device 0 and 1 are on different servers: refused
- * (unset: no peer part).  argv[1] = "child FD": the importing process.
+ * (unset: no peer part).
+ *   T_APPMEM_PATH=server|client  (with RGPU_STATS=1) copies between the
+ *                     two servers went from one rgpud to the other, or
+ *                     through this process, and only that way  argv[1] = "child FD": the importing process.
  */
 #include "common.h"
 
@@ -632,8 +635,57 @@ static void test_peer(int same_server)
 		CK(cuStreamDestroy(s0));
 		CK(cuCtxSetCurrent(c1));
 		CK(cuStreamDestroy(s1));
+		/* several chunks of the transfer (4 MiB), both ways */
+		size_t big = 9 * MiB + 77;
+		CUdeviceptr ba, bb;
+		CK(cuMemAlloc(&bb, big));
 		CK(cuCtxSetCurrent(c0));
-		say("peers on different servers: access refused, copies through the client");
+		CK(cuMemAlloc(&ba, big));
+		unsigned char *hb = xmalloc(big), *bk = xmalloc(big);
+		for (size_t i = 0; i < big; i++)
+			hb[i] = (unsigned char)(i * 131 + (i >> 20));
+		CK(cuMemcpyHtoD(ba, hb, big));
+		CK(cuMemcpyPeer(bb, c1, ba, c0, big));
+		CK(cuMemsetD8(ba, 0, big));
+		CK(cuMemcpyPeer(ba + 1, c0, bb, c1, big - 1));
+		CK(cuMemcpyDtoH(bk, ba, big));
+		CHECK(bk[0] == 0 && !memcmp(bk + 1, hb, big - 1),
+		      "a %zu-byte copy across servers and back differs", big);
+		if (on_rgpu()) {
+			/* out of the session's memory on either side: refused at
+			 * once by both, and both sessions go on */
+			EXPECT_RC(cuMemcpyPeer(bb, c1, ba + big + 64 * MiB, c0, 4096),
+				  CUDA_ERROR_INVALID_VALUE);
+			EXPECT_RC(cuMemcpyPeer(bb + big + 64 * MiB, c1, ba, c0, 4096),
+				  CUDA_ERROR_INVALID_VALUE);
+			CK(cuMemcpyPeer(bb, c1, ba, c0, 4096));
+			CK(cuCtxSetCurrent(c1));
+			memset(bk, 0xee, 4096);
+			CK(cuMemcpyDtoH(bk, bb, 4096));
+			CHECK(bk[0] == 0 && !memcmp(bk + 1, hb, 4095),
+			      "a copy across servers after refused ones differs");
+			CK(cuCtxSetCurrent(c0));
+		}
+		CK(cuMemFree(ba));
+		CK(cuCtxSetCurrent(c1));
+		CK(cuMemFree(bb));
+		CK(cuCtxSetCurrent(c0));
+		free(hb);
+		free(bk);
+		const char *path = getenv("T_APPMEM_PATH");
+		if (path && *path && on_rgpu()) {
+			unsigned long long (*counter)(const char *);
+			*(void **)&counter = dlsym(RTLD_DEFAULT, "rgpu_stats_counter");
+			CHECK(counter, "no rgpu_stats_counter");
+			unsigned long long dir = counter("peer_direct"), rel = counter("peer_relayed");
+			int server = !strcmp(path, "server");
+			CHECK(server ? dir > big && rel == 0 : rel > big && dir == 0,
+			      "copies between servers: %llu bytes direct, %llu relayed (wanted %s)",
+			      dir, rel, path);
+			say("%llu bytes between the servers, %s", server ? dir : rel,
+			    server ? "from one rgpud to the other" : "through the client");
+		}
+		say("peers on different servers: access refused, copies between them");
 	} else {
 		EXPECT_RC(cuCtxEnablePeerAccess(c1, 0), CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED);
 		int rank = -1, ok = -1;
