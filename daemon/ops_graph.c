@@ -575,7 +575,8 @@ static int put_nodes(struct session *s, const struct req *q, uint64_t gid, CUgra
 	CUgraphNode *nodes = malloc((n ? n : 1) * sizeof(*nodes));
 	if (!nodes)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	if ((rc = D->cuGraphGetNodes(g, nodes, &n))) {
+	/* (none: no second query, see RGPU_G_EDGES) */
+	if (n && (rc = D->cuGraphGetNodes(g, nodes, &n))) {
 		free(nodes);
 		return rc;
 	}
@@ -754,7 +755,10 @@ static int graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 		CUgraphEdgeData *ed = D->cuGraphGetEdges_v2 ? calloc(n ? n : 1, sizeof(*ed)) : NULL;
 		if (!from || !to || (D->cuGraphGetEdges_v2 && !ed))
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
-		else
+		else if (n)
+			/* (not with room for none: a graph without edges, as XLA's
+			 * traced command buffers of one kernel are, then made
+			 * JAX's step fail now and then with INVALID_VALUE) */
 			rc = ed ? D->cuGraphGetEdges_v2(q.e->obj, from, to, ed, &n)
 				: D->cuGraphGetEdges(q.e->obj, from, to, &n);
 		if (!rc) {
