@@ -1213,6 +1213,34 @@ static CUresult set_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, co
 	return rc;
 }
 
+/* XLA updates the child graphs of its command buffers so (a traced piece
+ * whose buffers moved): the new child must have the old one's topology,
+ * the server's driver checks. */
+RC_EXPORT CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec hx, CUgraphNode hn, CUgraph child)
+{
+	struct rc_gnode *n;
+	struct rc_graph *x, *c;
+	CUresult rc = hx ? rc_obj(hx, RC_GEXEC, &x) : CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		rc = get_node(hn, &n);
+	if (!rc)
+		rc = get_graph(child, &c);
+	if (rc)
+		return rc;
+	if (n->type != CU_GRAPH_NODE_TYPE_GRAPH || c->ctx->dev->conn != n->g->ctx->dev->conn)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* what the new child's nodes touch counts for the executable */
+	if (coh_add(x, c->coh, c->ncoh) || rc_graph_hold(x, c->held, c->nheld, 1))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct wbuf *w = gop(n->g->ctx, RGPU_G_EXEC_SET);
+	put_u64(w, x->h);
+	put_u64(w, n->h);
+	put_u32(w, CU_GRAPH_NODE_TYPE_GRAPH);
+	put_u64(w, c->h);
+	struct rd r;
+	return rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+}
+
 RC_EXPORT CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p)
 {
 	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_KERNEL, p);

@@ -200,6 +200,7 @@
 	X(cuGraphMemcpyNodeSetParams)            \
 	X(cuGraphExecKernelNodeSetParams_v2)     \
 	X(cuGraphExecMemsetNodeSetParams)        \
+	X(cuGraphExecChildGraphNodeSetParams)    \
 	X(cuGraphExecMemcpyNodeSetParams)        \
 	X(cuGraphExecUpdate_v2)                  \
 	X(cuGraphConditionalHandleCreate)        \

@@ -507,6 +507,12 @@ static int set_node(CUgraphExec x, CUgraphNode n, struct nparams *p, void *ctx)
 		}
 		NEED(cuGraphMemsetNodeSetParams);
 		return D->cuGraphMemsetNodeSetParams(n, &p->ms);
+	case CU_GRAPH_NODE_TYPE_GRAPH:
+		/* (a graph's own child node has no setter in CUDA) */
+		if (!x)
+			return CUDA_ERROR_INVALID_VALUE;
+		NEED(cuGraphExecChildGraphNodeSetParams);
+		return D->cuGraphExecChildGraphNodeSetParams(x, n, p->child);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}

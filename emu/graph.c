@@ -1042,6 +1042,32 @@ EMU_API CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec x, CUgraphNo
 	return set_node(1, x, h, CU_GRAPH_NODE_TYPE_MEMSET, p);
 }
 
+/* The executable's child graph becomes a copy of child, whose nodes must
+ * be as many and of the same types as the one there (CUDA's "the
+ * topology must not change"). */
+EMU_API CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hx, CUgraphNode h,
+							    CUgraph child)
+{
+	emu_lock(&graph_lock);
+	struct gnode *n;
+	struct emu_graph *c = graph_get(child), *copy = NULL;
+	CUresult rc = exec_node(hx, h, CU_GRAPH_NODE_TYPE_GRAPH, &n);
+	if (!rc && (!c || !n->child || c->n != n->child->n))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; !rc && i < c->n; i++)
+		if (c->nodes[i]->type != n->child->nodes[i]->type)
+			rc = CUDA_ERROR_INVALID_VALUE;
+	if (!rc && !(copy = graph_clone(c)))
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!rc) {
+		copy->owned = 1;
+		graph_free(n->child);
+		n->child = copy;
+	}
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
 EMU_API CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNode h,
 							const CUDA_MEMCPY3D *p, CUcontext ctx)
 {

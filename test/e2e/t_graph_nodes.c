@@ -253,6 +253,30 @@ int main(int argc, char **argv)
 	CK(cuGraphLaunch(px, s));
 	CK(cuStreamSynchronize(s));
 	expect_all(g, n, 3, "child graph's memset");
+	{
+		/* the executable's child replaced by one of the same topology
+		 * (XLA's command buffer updates), and refused with another */
+		CUgraph K2, K3;
+		CUgraphNode kn2, kn3a, kn3b;
+		CK(cuGraphCreate(&K2, 0));
+		ms = msparams(g, 8, n);
+		CK(cuGraphAddMemsetNode(&kn2, K2, NULL, 0, &ms, ctx));
+		CK(cuGraphExecChildGraphNodeSetParams(px, pn, K2));
+		CK(cuGraphDestroy(K2)); /* (the executable has its own copy) */
+		CK(cuGraphLaunch(px, s));
+		CK(cuStreamSynchronize(s));
+		expect_all(g, n, 8, "the executable's child graph replaced");
+		CK(cuGraphCreate(&K3, 0));
+		CK(cuGraphAddMemsetNode(&kn3a, K3, NULL, 0, &ms, ctx));
+		CK(cuGraphAddMemsetNode(&kn3b, K3, &kn3a, 1, &ms, ctx));
+		rc = cuGraphExecChildGraphNodeSetParams(px, pn, K3);
+		CHECK(rc != CUDA_SUCCESS, "a child graph of another topology was taken");
+		say("a child graph of another topology: %s", cu_name(rc));
+		CK(cuGraphDestroy(K3));
+		CK(cuGraphLaunch(px, s));
+		CK(cuStreamSynchronize(s));
+		expect_all(g, n, 8, "the executable after a refused child graph");
+	}
 
 	/* memory nodes: alloc, use, copy out, free */
 	CUgraph MG;
