@@ -315,6 +315,18 @@ void rc_event_notice(struct rc_conn *c, int32_t status, uint64_t h, uint64_t seq
 /* The client's event for the server's handle h of context c (made with
  * flags, or opened by IPC_EVENT_OPEN); NULL: out of memory. */
 struct rc_event *rc_event_new(struct rc_ctx *c, uint64_t h, unsigned flags);
+/* ipc.c: memory of another process of the job exported under token in
+ * the share registry of rgpud instance (physical memory of len bytes, the
+ * allocation at offset in it, size bytes), mapped at a fresh address of
+ * this process's window for the current context: *pdptr.  rc_ipc_unmap
+ * undoes it (CUDA_ERROR_INVALID_VALUE: dptr was not so mapped). */
+CUresult rc_ipc_map(uint64_t instance, const uint8_t token[16], uint64_t offset, uint64_t len,
+		    uint64_t size, CUdeviceptr *pdptr);
+CUresult rc_ipc_unmap(CUdeviceptr dptr);
+/* pool.c: whether p is a pointer imported from another process's pool
+ * (cuMemPoolImportPointer); if so it is taken off the list, for the
+ * caller to unmap. */
+int rc_pool_import_is(CUdeviceptr p);
 
 /* rpc.c: frames, for the transfer layer (requests of several frames,
  * replies of several frames).  The frames of one request go out with the

@@ -98,30 +98,25 @@ RC_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	return CUDA_SUCCESS;
 }
 
-RC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+CUresult rc_ipc_map(uint64_t instance, const uint8_t token[16], uint64_t offset, uint64_t len,
+		    uint64_t size, CUdeviceptr *pdptr)
 {
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
-	struct ipc_rec rec;
-	memcpy(&rec, handle.reserved, sizeof(rec));
-	if (!pdptr || memcmp(rec.magic, IPC_MAGIC, 4) || !rec.len || rec.len % GRAIN ||
-	    rec.offset > rec.len || rec.size > rec.len - rec.offset ||
-	    (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+	if (!pdptr || !len || len % GRAIN || offset > len || size > len - offset)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct rc_ctx *cur = current_on(rec.instance, "cuIpcOpenMemHandle: the memory", &rc);
+	CUresult rc;
+	struct rc_ctx *cur = current_on(instance, "CUDA IPC: the memory", &rc);
 	if (!cur)
 		return rc;
 	struct rc_conn *c = cur->dev->conn;
 	CUmemGenericAllocationHandle h = 0;
 	int ordinal = -1;
-	if ((rc = rc_vmm_import(c, rec.token, &h, &ordinal)))
+	if ((rc = rc_vmm_import(c, token, &h, &ordinal)))
 		return rc;
 	CUdeviceptr va = 0;
 	struct ipc_open *o = calloc(1, sizeof(*o));
-	rc = o ? cuMemAddressReserve(&va, rec.len, GRAIN, 0, 0) : CUDA_ERROR_OUT_OF_MEMORY;
+	rc = o ? cuMemAddressReserve(&va, len, GRAIN, 0, 0) : CUDA_ERROR_OUT_OF_MEMORY;
 	int mapped = 0;
-	if (!rc && !(rc = cuMemMap(va, rec.len, 0, h, 0))) {
+	if (!rc && !(rc = cuMemMap(va, len, 0, h, 0))) {
 		mapped = 1;
 		/* the current context's device, and the memory's own */
 		CUmemAccessDesc acc[2];
@@ -133,18 +128,18 @@ RC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle hand
 			acc[n++] = (CUmemAccessDesc){ .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
 								    .id = ordinal },
 						      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
-		rc = cuMemSetAccess(va, rec.len, acc, n);
+		rc = cuMemSetAccess(va, len, acc, n);
 	}
 	cuMemRelease(h); /* the mapping holds it */
 	if (rc) {
 		if (mapped)
-			cuMemUnmap(va, rec.len);
+			cuMemUnmap(va, len);
 		if (va)
-			cuMemAddressFree(va, rec.len);
+			cuMemAddressFree(va, len);
 		free(o);
 		return rc;
 	}
-	*o = (struct ipc_open){ .dptr = va + rec.offset, .va = va, .len = rec.len };
+	*o = (struct ipc_open){ .dptr = va + offset, .va = va, .len = len };
 	pthread_mutex_lock(&ipc_lock);
 	o->next = opened;
 	opened = o;
@@ -153,16 +148,25 @@ RC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle hand
 	return CUDA_SUCCESS;
 }
 
+RC_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct ipc_rec rec;
+	memcpy(&rec, handle.reserved, sizeof(rec));
+	if (memcmp(rec.magic, IPC_MAGIC, 4) || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+		return CUDA_ERROR_INVALID_VALUE;
+	return rc_ipc_map(rec.instance, rec.token, rec.offset, rec.len, rec.size, pdptr);
+}
+
 RC_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
 {
 	return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
 }
 
-RC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+CUresult rc_ipc_unmap(CUdeviceptr dptr)
 {
-	CUresult rc = rc_initialized();
-	if (rc)
-		return rc;
 	pthread_mutex_lock(&ipc_lock);
 	struct ipc_open *o = NULL, **pp;
 	for (pp = &opened; *pp; pp = &(*pp)->next)
@@ -174,10 +178,16 @@ RC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	pthread_mutex_unlock(&ipc_lock);
 	if (!o)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = cuMemUnmap(o->va, o->len);
+	CUresult rc = cuMemUnmap(o->va, o->len);
 	CUresult frc = cuMemAddressFree(o->va, o->len);
 	free(o);
 	return rc ? rc : frc;
+}
+
+RC_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	CUresult rc = rc_initialized();
+	return rc ? rc : rc_ipc_unmap(dptr);
 }
 
 /* An event's IPC handle: a token of the server's share registry for the

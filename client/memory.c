@@ -274,8 +274,15 @@ RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 	}
 	struct range r;
 	int ci;
-	if (dev_lookup(p, &r, &ci) < 0 || rt_del(&dev_ranges[ci], p, &r) < 0)
+	if (dev_lookup(p, &r, &ci) < 0 || rt_del(&dev_ranges[ci], p, &r) < 0) {
+		/* imported from another process's pool: unmapped once the
+		 * device is done (cuMemFree synchronises) */
+		if (rc_pool_import_is(p)) {
+			rc = cuCtxSynchronize();
+			return rc ? rc : rc_ipc_unmap(p);
+		}
 		return graph_mem_free(p);
+	}
 	/* (stream-ordered memory too: rgpud frees it once the device is done) */
 	(void)rc_pool_alloc_forget(p);
 	struct rc_ctx *c = r.owner;

@@ -11,6 +11,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define RC_POOL 0x5263706c /* "Rcpl" */
 
@@ -18,8 +20,11 @@ struct rc_pool {
 	uint32_t magic;
 	struct rc_dev *dev;
 	int ordinal;
-	uint64_t h;
+	uint64_t h;             /* the server's handle (an imported pool: the exporter's) */
 	int is_default;
+	int exportable;         /* made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+	int imported;           /* cuMemPoolImportFromShareableHandle: pointers only */
+	uint64_t instance;      /* (imported) the exporter's rgpud */
 	unsigned char acc[RGPU_MAX_DEVICES];
 };
 
@@ -31,6 +36,7 @@ static struct rc_pool *current[RGPU_MAX_DEVICES];
 struct pa {
 	uint64_t addr;
 	struct rc_conn *conn;
+	struct rc_pool *pool;
 };
 static struct pa *pas;
 static size_t npas, cappas;
@@ -131,8 +137,9 @@ RC_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *prop
 	if (!out || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
 	    props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
-		rc_unsupported("memory pools with shareable handle types (cuMemPoolExportToShareableHandle)");
+	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+	    props->handleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+		rc_unsupported("memory pools with shareable handles other than file descriptors");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 	struct rc_dev *d;
@@ -154,7 +161,8 @@ RC_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *prop
 		rc_call(d->conn, RGPU_OP_POOL_DESTROY, w, &r);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*p = (struct rc_pool){ .magic = RC_POOL, .dev = d, .ordinal = props->location.id, .h = h };
+	*p = (struct rc_pool){ .magic = RC_POOL, .dev = d, .ordinal = props->location.id, .h = h,
+			       .exportable = props->handleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
 	p->acc[p->ordinal] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 	*out = (CUmemoryPool)p;
 	return CUDA_SUCCESS;
@@ -171,7 +179,7 @@ RC_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 	struct wbuf *w = rc_req();
 	put_u64(w, p->h);
 	struct rd r;
-	if ((rc = rc_call(p->dev->conn, RGPU_OP_POOL_DESTROY, w, &r)))
+	if (!p->imported && (rc = rc_call(p->dev->conn, RGPU_OP_POOL_DESTROY, w, &r)))
 		return rc;
 	pthread_mutex_lock(&lock);
 	if (current[p->ordinal] == p)
@@ -199,6 +207,8 @@ static CUresult attr_call(CUmemoryPool pool, CUmemPool_attribute attr, void *val
 		return rc;
 	if (!value)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (p->imported)
+		return CUDA_ERROR_NOT_SUPPORTED; /* (its attributes are the exporter's) */
 	struct wbuf *w = rc_req();
 	put_u64(w, p->h);
 	put_u32(w, (uint32_t)attr);
@@ -235,6 +245,8 @@ RC_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 	CUresult rc = pool_of(pool, &p);
 	if (rc)
 		return rc;
+	if (p->imported)
+		return CUDA_SUCCESS; /* nothing of it is this process's to trim */
 	struct wbuf *w = rc_req();
 	put_u64(w, p->h);
 	put_u64(w, keep);
@@ -250,6 +262,18 @@ RC_EXPORT CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *
 		return rc;
 	if (!map || !count || count > RGPU_MAX_DEVICES)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (p->imported) {
+		/* pointers imported from it are mapped for the current
+		 * context's device (client/ipc.c): recorded only */
+		for (size_t k = 0; k < count; k++) {
+			if (map[k].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+			    map[k].location.id < 0 || map[k].location.id >= rc_ndev ||
+			    map[k].flags > CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+				return CUDA_ERROR_INVALID_VALUE;
+			p->acc[map[k].location.id] = (unsigned char)map[k].flags;
+		}
+		return CUDA_SUCCESS;
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, p->h);
 	put_u32(w, (uint32_t)count);
@@ -295,8 +319,8 @@ static CUresult alloc_from(struct rc_pool *p, CUdeviceptr *dptr, size_t size, CU
 	CUresult rc = rc_stream_resolve(s, &c, &sh);
 	if (rc)
 		return rc;
-	if (!dptr || !size)
-		return CUDA_ERROR_INVALID_VALUE;
+	if (!dptr || !size || p->imported)
+		return CUDA_ERROR_INVALID_VALUE; /* (no allocations from an imported pool) */
 	if (c->dev->conn != p->dev->conn) {
 		rc_unsupported("allocations from a pool of another server's GPU");
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -326,7 +350,7 @@ static CUresult alloc_from(struct rc_pool *p, CUdeviceptr *dptr, size_t size, CU
 		return CUDA_ERROR_UNKNOWN;
 	rc_devrange_add(c->dev->conn, a, size, c);
 	pthread_mutex_lock(&lock);
-	pas[npas++] = (struct pa){ a, c->dev->conn };
+	pas[npas++] = (struct pa){ a, c->dev->conn, p };
 	pthread_mutex_unlock(&lock);
 	*dptr = a;
 	return CUDA_SUCCESS;
@@ -398,6 +422,12 @@ RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 		return rc_post(c->dev->conn, RGPU_OP_MEM_FREE_ASYNC, w);
 	}
 	if (!conn) {
+		/* a pointer imported from another process's pool: unmapped
+		 * after the stream's earlier work */
+		if (rc_pool_import_is(dptr)) {
+			rc = cuStreamSynchronize(s);
+			return rc ? rc : rc_ipc_unmap(dptr);
+		}
 		/* cuMemAllocAsync without pools on the server: after the
 		 * stream's earlier work */
 		if (rc_alloc_lookup(dptr, NULL, NULL, NULL) < 0)
@@ -415,6 +445,187 @@ RC_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
 	put_u64(w, sh);
 	put_u64(w, dptr);
 	return rc_post(conn, RGPU_OP_MEM_FREE_ASYNC, w);
+}
+
+/* ---- pools shared between the processes of a job (POSIX fds) ----
+ *
+ * An exportable pool's shareable handle is a small memory file naming it
+ * (the rgpud, its GPU there, the pool's handle); the importing process
+ * reads it back into a pool that can only import pointers.  A pointer's
+ * export data is its allocation's IPC handle (IPC_EXPORT: the server's
+ * share registry, honoured for the same job and uid only) and the pool's
+ * handle; importing maps that memory as cuIpcOpenMemHandle does. */
+
+#define POOL_FILE_TAG "rgpuPOOL"
+struct pool_file {
+	char tag[8];
+	uint64_t instance;
+	uint64_t h;
+	uint32_t gpu, pad;
+};
+
+#define POOL_PTR_MAGIC "rgP1"
+struct pool_ptr {
+	char magic[4];
+	uint32_t gpu;
+	uint64_t instance;
+	uint8_t token[16];
+	uint64_t offset, len, size;
+	uint64_t h; /* the pool's */
+};
+_Static_assert(sizeof(struct pool_ptr) <= sizeof(CUmemPoolPtrExportData), "export data holds it");
+
+/* pointers this process imported from pools, freed by cuMemFree(Async) */
+static CUdeviceptr *imports;
+static size_t nimports, capimports;
+
+int rc_pool_import_is(CUdeviceptr p)
+{
+	int found = 0;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports && !found; i++)
+		if (imports[i] == p) {
+			imports[i] = imports[--nimports];
+			found = 1;
+		}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+RC_EXPORT CUresult cuMemPoolExportToShareableHandle(void *handle_out, CUmemoryPool pool,
+						    CUmemAllocationHandleType type,
+						    unsigned long long flags)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (!handle_out || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ||
+	    !p->exportable || p->imported)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct pool_file f = { .instance = p->dev->conn->instance, .h = p->h,
+			       .gpu = (uint32_t)p->dev->gpu };
+	memcpy(f.tag, POOL_FILE_TAG, 8);
+	int fd = memfd_create("rgpu-pool", MFD_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	if (write(fd, &f, sizeof(f)) != (ssize_t)sizeof(f)) {
+		close(fd);
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	}
+	*(int *)handle_out = fd;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolImportFromShareableHandle(CUmemoryPool *out, void *handle,
+						      CUmemAllocationHandleType type,
+						      unsigned long long flags)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!out || flags || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct pool_file f;
+	int fd = (int)(intptr_t)handle;
+	if (pread(fd, &f, sizeof(f), 0) != (ssize_t)sizeof(f) || memcmp(f.tag, POOL_FILE_TAG, 8))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* the job's device that is that GPU of that rgpud */
+	struct rc_dev *d = NULL;
+	int ordinal = -1;
+	for (int i = 0; i < rc_ndev && !d; i++) {
+		struct rc_dev *x;
+		if (!rc_dev_get(i, &x) && x->conn->instance == f.instance && x->gpu == f.gpu) {
+			d = x;
+			ordinal = i;
+		}
+	}
+	if (!d) {
+		log_warn("cuMemPoolImportFromShareableHandle: the pool is on a GPU this process "
+			 "does not have (IPC reaches the processes of a job on one server)");
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	struct rc_pool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (struct rc_pool){ .magic = RC_POOL, .dev = d, .ordinal = ordinal, .h = f.h,
+			       .imported = 1, .instance = f.instance };
+	p->acc[ordinal] = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	*out = (CUmemoryPool)p;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolExportPointer(CUmemPoolPtrExportData *out, CUdeviceptr ptr)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	struct rc_pool *p = NULL;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < npas && !p; i++)
+		if (pas[i].addr == ptr)
+			p = pas[i].pool;
+	pthread_mutex_unlock(&lock);
+	if (!out || !p || !p->exportable)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = rc_req();
+	put_u64(w, ptr);
+	struct rd r;
+	if ((rc = rc_call(p->dev->conn, RGPU_OP_IPC_EXPORT, w, &r)))
+		return rc;
+	struct pool_ptr e;
+	memset(&e, 0, sizeof(e));
+	memcpy(e.magic, POOL_PTR_MAGIC, 4);
+	const void *tok = get_raw(&r, 16);
+	e.offset = get_u64(&r);
+	e.len = get_u64(&r);
+	e.size = get_u64(&r);
+	if (!rd_ok(&r) || !tok)
+		return CUDA_ERROR_UNKNOWN;
+	memcpy(e.token, tok, 16);
+	e.gpu = (uint32_t)p->dev->gpu;
+	e.instance = p->dev->conn->instance;
+	e.h = p->h;
+	memset(out, 0, sizeof(*out));
+	memcpy(out->reserved, &e, sizeof(e));
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuMemPoolImportPointer(CUdeviceptr *out, CUmemoryPool pool,
+					  CUmemPoolPtrExportData *data)
+{
+	struct rc_pool *p;
+	CUresult rc = pool_of(pool, &p);
+	if (rc)
+		return rc;
+	if (!out || !data || !p->imported)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct pool_ptr e;
+	memcpy(&e, data->reserved, sizeof(e));
+	/* a pointer of another pool is refused (programs try each) */
+	if (memcmp(e.magic, POOL_PTR_MAGIC, 4) || e.h != p->h || e.instance != p->instance ||
+	    e.gpu != (uint32_t)p->dev->gpu)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&lock);
+	int room = nimports < capimports;
+	if (!room) {
+		size_t cap = capimports ? capimports * 2 : 16;
+		CUdeviceptr *n = realloc(imports, cap * sizeof(*n));
+		if (n) {
+			imports = n;
+			capimports = cap;
+			room = 1;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	if (!room)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if ((rc = rc_ipc_map(e.instance, e.token, e.offset, e.len, e.size, out)))
+		return rc;
+	pthread_mutex_lock(&lock);
+	imports[nimports++] = *out;
+	pthread_mutex_unlock(&lock);
+	return CUDA_SUCCESS;
 }
 
 /* per-thread default stream variants */

@@ -10,11 +10,18 @@
  * twice is refused.  Then an interprocess event (cuIpcGetEventHandle,
  * cuIpcOpenEventHandle): the parent records it after a long kernel and a
  * fill of the big buffer; the child ("evchild HEX HEX") makes its stream
- * wait for it and must read the fill.  Runs on the local driver too.
+ * wait for it and must read the fill.  Then a pool made exportable
+ * (POSIX file descriptors): its shareable handle and a pointer's export data
+ * go to a child ("poolchild FD HEX"), which imports the pool and the
+ * pointer, reads the parent's data, writes its own and frees the pointer;
+ * a pointer is refused into another pool, and an imported pool allocates
+ * nothing.  Runs on the local driver too.
  */
 #include "../e2e/common.h"
 
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define BIG (8u << 20) /* bytes */
 #define SMALL 4096u
@@ -23,21 +30,23 @@
 #define hex(h, out) hexb((h)->reserved, sizeof((h)->reserved), out)
 #define unhex(s, h) unhexb(s, (h)->reserved, sizeof((h)->reserved))
 
-static void hexb(const char *b, size_t n, char *out)
+static void hexb(const void *p, size_t n, char *out)
 {
+	const unsigned char *b = p;
 	for (size_t i = 0; i < n; i++)
-		sprintf(out + 2 * i, "%02x", (unsigned char)b[i]);
+		sprintf(out + 2 * i, "%02x", b[i]);
 }
 
-static int unhexb(const char *s, char *b, size_t n)
+static int unhexb(const char *s, void *p, size_t n)
 {
+	unsigned char *b = p;
 	if (strlen(s) != 2 * n)
 		return -1;
 	for (size_t i = 0; i < n; i++) {
 		unsigned v;
 		if (sscanf(s + 2 * i, "%2x", &v) != 1)
 			return -1;
-		b[i] = (char)v;
+		b[i] = (unsigned char)v;
 	}
 	return 0;
 }
@@ -175,6 +184,106 @@ static void event_phase(const char *self, CUdeviceptr db)
 	CK(cuModuleUnload(mod));
 }
 
+#define POOL_BYTES (4u << 20)
+
+static int child_pool(const char *sfd, const char *hd)
+{
+	(void)primary_ctx(0, NULL);
+	CUmemPoolPtrExportData data;
+	CHECK(unhex(hd, &data) == 0, "bad export data on the command line");
+	CUmemoryPool pool, other;
+	int fd = -1, ofd = -1;
+	CHECK(sscanf(sfd, "%d,%d", &fd, &ofd) == 2, "bad descriptors on the command line");
+	CK(cuMemPoolImportFromShareableHandle(&pool, (void *)(intptr_t)fd,
+					      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CK(cuMemPoolImportFromShareableHandle(&other, (void *)(intptr_t)ofd,
+					      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CUdeviceptr p = 0, x = 0;
+	/* the pointer is pool's, not other's: refused there (programs try
+	 * each pool) */
+	CHECK(cuMemPoolImportPointer(&x, other, &data) != CUDA_SUCCESS,
+	      "a pointer was imported into another pool");
+	CK(cuMemPoolImportPointer(&p, pool, &data));
+	CHECK(cuMemAllocFromPoolAsync(&x, 4096, pool, NULL) != CUDA_SUCCESS,
+	      "an imported pool allocated memory");
+	uint32_t *buf = malloc(POOL_BYTES), *want = malloc(POOL_BYTES);
+	CHECK(buf && want, "malloc");
+	pattern(want, POOL_BYTES / 4, 21);
+	CK(cuMemcpyDtoH(buf, p, POOL_BYTES));
+	CHECK(!memcmp(buf, want, POOL_BYTES), "the child does not see the parent's pool memory");
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CK(cuMemsetD32Async(p, 0x600d600d, POOL_BYTES / 4, s));
+	/* freed before the exporter frees it, as CUDA asks */
+	CK(cuMemFreeAsync(p, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuStreamDestroy(s));
+	CK(cuMemPoolDestroy(pool));
+	CK(cuMemPoolDestroy(other));
+	primary_ctx_release(0);
+	free(buf);
+	free(want);
+	printf("child: imported the parent's pool and pointer, read, wrote and freed it\n");
+	return 0;
+}
+
+/* the pool part (see the top) */
+static void pool_phase(const char *self)
+{
+	CUmemPoolProps pp;
+	memset(&pp, 0, sizeof(pp));
+	pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	pp.handleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	pp.location.id = 0;
+	CUmemoryPool pool, other;
+	CK(cuMemPoolCreate(&pool, &pp));
+	CK(cuMemPoolCreate(&other, &pp));
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CUdeviceptr p;
+	CK(cuMemAllocFromPoolAsync(&p, POOL_BYTES, pool, s));
+	uint32_t *buf = malloc(POOL_BYTES);
+	CHECK(buf, "malloc");
+	pattern(buf, POOL_BYTES / 4, 21);
+	CK(cuMemcpyHtoDAsync(p, buf, POOL_BYTES, s));
+	CK(cuStreamSynchronize(s));
+	int fd = -1, ofd = -1;
+	CK(cuMemPoolExportToShareableHandle(&fd, pool, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CK(cuMemPoolExportToShareableHandle(&ofd, other, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CUmemPoolPtrExportData data;
+	CK(cuMemPoolExportPointer(&data, p));
+	/* the child gets both */
+	CHECK(fcntl(fd, F_SETFD, 0) == 0 && fcntl(ofd, F_SETFD, 0) == 0, "fcntl");
+	char sfd[32], sd[2 * sizeof(data.reserved) + 1];
+	snprintf(sfd, sizeof(sfd), "%d,%d", fd, ofd);
+	hex(&data, sd);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0) {
+		execl(self, self, "poolchild", sfd, sd, (char *)NULL);
+		_exit(127);
+	}
+	CHECK(pid > 0, "fork");
+	int st;
+	CHECK(waitpid(pid, &st, 0) == pid, "waitpid");
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the pool child failed (status %#x)", st);
+	CK(cuMemcpyDtoH(buf, p, POOL_BYTES));
+	for (unsigned i = 0; i < POOL_BYTES / 4; i++)
+		if (buf[i] != 0x600d600d) {
+			CHECK(0, "word %u of the pool memory: %#x after the child's writes", i, buf[i]);
+			break;
+		}
+	close(fd);
+	close(ofd);
+	CK(cuMemFreeAsync(p, s));
+	CK(cuStreamSynchronize(s));
+	CK(cuStreamDestroy(s));
+	CK(cuMemPoolDestroy(pool));
+	CK(cuMemPoolDestroy(other));
+	free(buf);
+}
+
 int main(int argc, char **argv)
 {
 	e2e_init(argv[0]);
@@ -182,6 +291,8 @@ int main(int argc, char **argv)
 		return child(argv[2], argv[3]);
 	if (argc == 4 && !strcmp(argv[1], "evchild"))
 		return child_event(argv[2], argv[3]);
+	if (argc == 4 && !strcmp(argv[1], "poolchild"))
+		return child_pool(argv[2], argv[3]);
 	(void)primary_ctx(0, NULL);
 	CUdeviceptr db, ds, dn;
 	CK(cuMemAlloc(&db, BIG));
@@ -217,6 +328,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < SMALL / 4; i++)
 		CHECK(buf[i] == 0x11111111, "the neighbour changed: word %u is %#x", i, buf[i]);
 	event_phase(argv[0], db);
+	pool_phase(argv[0]);
 	CK(cuMemFree(db));
 	CK(cuMemFree(ds));
 	CK(cuMemFree(dn));
@@ -224,6 +336,7 @@ int main(int argc, char **argv)
 	free(buf);
 	free(want);
 	say("IPC: two allocations shared with a child process, data both ways, a kernel's "
-	    "writes seen; an interprocess event waited for in the child");
+	    "writes seen; an interprocess event waited for in the child; a pool and a pointer "
+	    "imported there");
 	return 0;
 }
