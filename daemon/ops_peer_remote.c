@@ -60,8 +60,9 @@ static int recv_status(struct rgpu_conn *c, int32_t *st, size_t *len, int *more,
 	if (rgpu_frame_recv_hdr(c, &h) != RGPU_HDR_OK || h.op != RGPU_OP_PEER_DATA ||
 	    (h.flags & RGPU_F_REPLY) || h.len < 4 || h.len - 4 > max || rgpu_recv(c, b, 4) < 0)
 		return -1;
-	*st = (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
-			(uint32_t)b[3] << 24);
+	struct rd r;
+	rd_init(&r, b, sizeof(b));
+	*st = get_i32(&r);
 	*len = h.len - 4;
 	*more = (h.flags & RGPU_F_MORE) != 0;
 	return 0;

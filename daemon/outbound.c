@@ -50,9 +50,8 @@ int outbound_reply(struct rgpu_conn *c, uint16_t op, uint8_t **buf, struct rd *r
 		return -1;
 	if (!(*buf = malloc(h.len)) || rgpu_recv(c, *buf, h.len) < 0)
 		return -1;
-	*st = (int32_t)((uint32_t)(*buf)[0] | (uint32_t)(*buf)[1] << 8 | (uint32_t)(*buf)[2] << 16 |
-			(uint32_t)(*buf)[3] << 24);
-	rd_init(r, *buf + 4, h.len - 4);
+	rd_init(r, *buf, h.len);
+	*st = get_i32(r);
 	return 0;
 }
 
