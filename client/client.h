@@ -141,6 +141,7 @@ struct rc_func {
 	unsigned attrs_gen; /* moves when an attribute is set */
 	int attrs[CU_FUNC_ATTRIBUTE_MAX];
 	char *name;           /* module functions */
+	struct rc_module *mod; /* module functions: theirs */
 	struct rc_func *next; /* in its module's or kernel's list */
 	/* round trips saved (launch.c, under attrs_lock): the value of each
 	 * attribute this client set successfully (setting it again to the
@@ -468,6 +469,11 @@ int rc_va_ours(uint64_t a);
  * a unified-addressing copy names) */
 int rc_is_host_memory(const void *p);
 int rc_managed(const void *p);      /* cheap when there is no managed memory */
+/* the managed allocation holding p: its base, size and the context that
+ * made it (0; -1: p is not managed memory) */
+int rc_managed_span(uintptr_t p, uintptr_t *base, size_t *size, struct rc_ctx **ctx);
+/* umhint.c: a managed allocation's prefetches and advice go with it */
+void rc_umhint_forget(uintptr_t base, size_t size);
 CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params, size_t len);
 /* A synchronisation is an acquire: take rc_coh_epoch() before the
  * synchronising call, then rc_coh_acquire with the stream it waited for

@@ -531,6 +531,22 @@ int rc_managed(const void *p)
 	return r && r->kind == R_MANAGED;
 }
 
+int rc_managed_span(uintptr_t p, uintptr_t *base, size_t *size, struct rc_ctx **ctx)
+{
+	if (!__atomic_load_n(&mirrored, __ATOMIC_RELAXED))
+		return -1;
+	pthread_mutex_lock(&reg_lock);
+	struct region *r = find(p);
+	int ok = r && r->kind == R_MANAGED;
+	if (ok) {
+		*base = r->base;
+		*size = r->size;
+		*ctx = r->mirror;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return ok ? 0 : -1;
+}
+
 int rc_region_live(const void *p)
 {
 	struct region *r = find((uintptr_t)p);

@@ -202,3 +202,49 @@ RC_EXPORT CUresult cuDeviceGetLuid(char *luid, unsigned int *mask, CUdevice dev)
 	(void)luid; (void)mask; (void)dev;
 	return CUDA_ERROR_NOT_SUPPORTED; /* Windows only */
 }
+
+/* "domain:bus:device.function", "domain:bus:device" or "bus:device.function",
+ * hexadecimal, as cuDeviceGetPCIBusId writes them and the driver reads them */
+RC_EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *id)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!dev || !id)
+		return CUDA_ERROR_INVALID_VALUE;
+	unsigned dom = 0, bus, slot, fn = 0;
+	int end = 0;
+	if (!(sscanf(id, "%x:%x:%x.%x%n", &dom, &bus, &slot, &fn, &end) == 4 && !id[end]) &&
+	    !(end = 0, sscanf(id, "%x:%x:%x%n", &dom, &bus, &slot, &end) == 3 && !id[end]) &&
+	    !(end = 0, dom = 0, sscanf(id, "%x:%x.%x%n", &bus, &slot, &fn, &end) == 3 && !id[end]))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < rc_ndev; i++) {
+		const int *a = rc_devs[i].attrs;
+		if ((unsigned)a[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID] == dom &&
+		    (unsigned)a[CU_DEVICE_ATTRIBUTE_PCI_BUS_ID] == bus &&
+		    (unsigned)a[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID] == slot && fn == 0) {
+			*dev = i;
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_INVALID_DEVICE;
+}
+
+/* The host and a remote GPU share no memory that both update atomically
+ * (CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED reads 0): no operation
+ * has a native capability. */
+RC_EXPORT CUresult cuDeviceGetHostAtomicCapabilities(unsigned int *caps, const CUatomicOperation *ops,
+						     unsigned int count, CUdevice dev)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	if (!caps || !ops || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (unsigned i = 0; i < count; i++)
+		if ((unsigned)ops[i] >= CU_ATOMIC_OPERATION_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+	memset(caps, 0, count * sizeof(*caps));
+	return CUDA_SUCCESS;
+}

@@ -404,7 +404,7 @@ RC_EXPORT CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *bytes, CUfunc
 	return CUDA_SUCCESS;
 }
 
-RC_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction fn, const CUlaunchConfig *cfg)
+static CUresult occ_cluster(int *n, CUfunction fn, const CUlaunchConfig *cfg, uint32_t op)
 {
 	struct rc_func *f;
 	CUresult rc = rc_func_resolve(fn, &f);
@@ -425,10 +425,20 @@ RC_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction fn, const CUl
 	if ((rc = put_attrs(w, cfg->attrs, cfg->numAttrs)))
 		return rc;
 	struct rd r;
-	if ((rc = rc_call(f->ctx->dev->conn, RGPU_OP_OCC_MAX_CLUSTERS, w, &r)))
+	if ((rc = rc_call(f->ctx->dev->conn, op, w, &r)))
 		return rc;
 	*n = get_i32(&r);
 	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuOccupancyMaxActiveClusters(int *n, CUfunction fn, const CUlaunchConfig *cfg)
+{
+	return occ_cluster(n, fn, cfg, RGPU_OP_OCC_MAX_CLUSTERS);
+}
+
+RC_EXPORT CUresult cuOccupancyMaxPotentialClusterSize(int *n, CUfunction fn, const CUlaunchConfig *cfg)
+{
+	return occ_cluster(n, fn, cfg, RGPU_OP_OCC_CLUSTER_SIZE);
 }
 
 /* Kernel (context-independent) attributes act on the kernel's function in

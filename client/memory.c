@@ -269,6 +269,7 @@ RC_EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 		return CUDA_SUCCESS;
 	size_t msize;
 	if (rc_managed((void *)(uintptr_t)p) && rc_region_free((void *)(uintptr_t)p, &msize) == 0) {
+		rc_umhint_forget((uintptr_t)p, msize);
 		munmap((void *)(uintptr_t)p, msize);
 		return CUDA_SUCCESS;
 	}
@@ -1018,11 +1019,14 @@ RC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, C
 	if (!data)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct range r;
-	int dev = dev_lookup(p, &r, NULL) == 0;
-	int host = !dev && rt_lookup(&host_ranges, p, &r) == 0;
+	struct rc_ctx *mctx = NULL;
+	/* managed memory is the device's and the host's, at one address */
+	int managed = rc_managed_span(p, &r.base, &r.size, &mctx) == 0;
+	int dev = managed || dev_lookup(p, &r, NULL) == 0;
+	int host = managed || (!dev && rt_lookup(&host_ranges, p, &r) == 0);
 	if (!dev && !host)
 		return CUDA_ERROR_INVALID_VALUE;
-	struct rc_ctx *c = dev ? r.owner : rc_current();
+	struct rc_ctx *c = managed ? mctx : dev ? r.owner : rc_current();
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
 		*(CUcontext *)data = (CUcontext)c;
@@ -1036,12 +1040,12 @@ RC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, C
 		*(CUdeviceptr *)data = p;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-		if (dev)
+		if (dev && !managed)
 			return CUDA_ERROR_INVALID_VALUE;
 		*(void **)data = (void *)(uintptr_t)p;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-		*(unsigned *)data = 0;
+		*(unsigned *)data = managed;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		if (!c)
@@ -1097,6 +1101,21 @@ RC_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, C
 		rc_unsupported("cuPointerGetAttribute for this attribute");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
+}
+
+/* Only SYNC_MEMOPS may be set: copies through rgpu are ordered on the one
+ * connection whatever it says, so it is checked and taken. */
+RC_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute attr, CUdeviceptr p)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!value || attr != CU_POINTER_ATTRIBUTE_SYNC_MEMOPS)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct range r;
+	if (dev_lookup(p, &r, NULL) < 0 && !rc_managed((const void *)(uintptr_t)p))
+		return CUDA_ERROR_INVALID_VALUE;
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,

@@ -306,12 +306,62 @@ RC_EXPORT CUresult cuModuleGetFunction(CUfunction *pf, CUmodule mod, const char 
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	if (!rc) {
+		f->mod = m;
 		f->next = m->funcs;
 		m->funcs = f;
 		*pf = (CUfunction)f;
 	}
 	pthread_mutex_unlock(&m->lock);
 	return rc;
+}
+
+RC_EXPORT CUresult cuFuncGetModule(CUmodule *pmod, CUfunction fn)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!pmod)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!f->mod) {
+		/* a library's kernel: its module is the server's alone */
+		rc_unsupported("cuFuncGetModule of a library's kernel");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	*pmod = (CUmodule)f->mod;
+	return CUDA_SUCCESS;
+}
+
+/* Modules are loaded whole on the server (no lazy loading here): every
+ * function is loaded once it has a handle. */
+RC_EXPORT CUresult cuFuncIsLoaded(CUfunctionLoadingState *state, CUfunction fn)
+{
+	struct rc_func *f;
+	CUresult rc = rc_func_resolve(fn, &f);
+	if (rc)
+		return rc;
+	if (!state)
+		return CUDA_ERROR_INVALID_VALUE;
+	*state = CU_FUNCTION_LOADING_STATE_LOADED;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuFuncLoad(CUfunction fn)
+{
+	struct rc_func *f;
+	return rc_func_resolve(fn, &f);
+}
+
+RC_EXPORT CUresult cuKernelGetLibrary(CUlibrary *plib, CUkernel kernel)
+{
+	struct rc_kernel *k;
+	CUresult rc = rc_obj(kernel, RC_KERNEL, &k);
+	if (rc)
+		return rc;
+	if (!plib)
+		return CUDA_ERROR_INVALID_VALUE;
+	*plib = (CUlibrary)k->lib;
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule mod, const char *name)

@@ -181,6 +181,64 @@ RC_EXPORT CUresult cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext dctx, CUdevicept
 	return copy_peer(dst, dctx, src, sctx, n, s, 1);
 }
 
+/* A 3D copy between contexts: the copy of one context when both are the
+ * same; between two contexts, linear device memory row by row as peer
+ * copies (arrays of another context are not reached so) */
+static CUresult copy3d_peer(const CUDA_MEMCPY3D_PEER *p, CUstream s, int async)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUDA_MEMCPY3D q = {
+		.srcXInBytes = p->srcXInBytes, .srcY = p->srcY, .srcZ = p->srcZ, .srcLOD = p->srcLOD,
+		.srcMemoryType = p->srcMemoryType, .srcHost = p->srcHost, .srcDevice = p->srcDevice,
+		.srcArray = p->srcArray, .srcPitch = p->srcPitch, .srcHeight = p->srcHeight,
+		.dstXInBytes = p->dstXInBytes, .dstY = p->dstY, .dstZ = p->dstZ, .dstLOD = p->dstLOD,
+		.dstMemoryType = p->dstMemoryType, .dstHost = p->dstHost, .dstDevice = p->dstDevice,
+		.dstArray = p->dstArray, .dstPitch = p->dstPitch, .dstHeight = p->dstHeight,
+		.WidthInBytes = p->WidthInBytes, .Height = p->Height, .Depth = p->Depth,
+	};
+	if (p->srcContext == p->dstContext)
+		return rc_memcpy3d(&q, s, async);
+	int linear = (p->srcMemoryType == CU_MEMORYTYPE_DEVICE || p->srcMemoryType == CU_MEMORYTYPE_UNIFIED) &&
+		     (p->dstMemoryType == CU_MEMORYTYPE_DEVICE || p->dstMemoryType == CU_MEMORYTYPE_UNIFIED) &&
+		     !rc_is_host_memory((const void *)(uintptr_t)p->srcDevice) &&
+		     !rc_is_host_memory((const void *)(uintptr_t)p->dstDevice);
+	if (!linear) {
+		rc_unsupported("cuMemcpy3DPeer of arrays or host memory between two contexts");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	size_t w = p->WidthInBytes, h = p->Height ? p->Height : 1, d = p->Depth ? p->Depth : 1;
+	size_t sp = p->srcPitch ? p->srcPitch : w, dp = p->dstPitch ? p->dstPitch : w;
+	size_t sh = p->srcHeight ? p->srcHeight : h, dh = p->dstHeight ? p->dstHeight : h;
+	if (sp < p->srcXInBytes + w || dp < p->dstXInBytes + w)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* rows queued on one stream, then (a synchronous copy) waited for */
+	CUstream on = async ? s : NULL;
+	for (size_t z = 0; !rc && z < d; z++)
+		for (size_t y = 0; !rc && y < h; y++) {
+			CUdeviceptr src = p->srcDevice + (p->srcZ + z) * sh * sp + (p->srcY + y) * sp + p->srcXInBytes;
+			CUdeviceptr dst = p->dstDevice + (p->dstZ + z) * dh * dp + (p->dstY + y) * dp + p->dstXInBytes;
+			rc = copy_peer(dst, p->dstContext, src, p->srcContext, w, on, 1);
+		}
+	if (!rc && !async)
+		rc = cuStreamSynchronize(NULL); /* the current context's, where they went */
+	return rc;
+}
+
+RC_EXPORT CUresult cuMemcpy3DPeer(const CUDA_MEMCPY3D_PEER *p) { return copy3d_peer(p, NULL, 0); }
+RC_EXPORT CUresult cuMemcpy3DPeerAsync(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+	return copy3d_peer(p, s, 1);
+}
+RC_EXPORT CUresult cuMemcpy3DPeer_ptds(const CUDA_MEMCPY3D_PEER *p) { return copy3d_peer(p, NULL, 0); }
+RC_EXPORT CUresult cuMemcpy3DPeerAsync_ptsz(const CUDA_MEMCPY3D_PEER *p, CUstream s)
+{
+	return copy3d_peer(p, s ? s : CU_STREAM_PER_THREAD, 1);
+}
+
 /* per-thread default stream variants */
 RC_EXPORT CUresult cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dctx, CUdeviceptr src, CUcontext sctx,
 				     size_t n)

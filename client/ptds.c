@@ -239,3 +239,50 @@ RC_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec e, CUstream s)
 {
 	return cuGraphUpload(e, pt(s));
 }
+
+/* ---- 3D and array copies (array.c) ---- */
+
+RC_EXPORT CUresult cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *p)
+{
+	return cuMemcpy3D_v2(p);
+}
+
+RC_EXPORT CUresult cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *p, CUstream s)
+{
+	return cuMemcpy3DAsync_v2(p, pt(s));
+}
+
+RC_EXPORT CUresult cuMemcpyHtoA_v2_ptds(CUarray a, size_t off, const void *src, size_t n)
+{
+	return cuMemcpyHtoA_v2(a, off, src, n);
+}
+
+RC_EXPORT CUresult cuMemcpyAtoH_v2_ptds(void *dst, CUarray a, size_t off, size_t n)
+{
+	return cuMemcpyAtoH_v2(dst, a, off, n);
+}
+
+RC_EXPORT CUresult cuMemcpyDtoA_v2_ptds(CUarray a, size_t off, CUdeviceptr src, size_t n)
+{
+	return cuMemcpyDtoA_v2(a, off, src, n);
+}
+
+RC_EXPORT CUresult cuMemcpyAtoD_v2_ptds(CUdeviceptr dst, CUarray a, size_t off, size_t n)
+{
+	return cuMemcpyAtoD_v2(dst, a, off, n);
+}
+
+RC_EXPORT CUresult cuMemcpyAtoA_v2_ptds(CUarray dst, size_t doff, CUarray src, size_t soff, size_t n)
+{
+	return cuMemcpyAtoA_v2(dst, doff, src, soff, n);
+}
+
+RC_EXPORT CUresult cuMemcpyHtoAAsync_v2_ptsz(CUarray a, size_t off, const void *src, size_t n, CUstream s)
+{
+	return cuMemcpyHtoAAsync_v2(a, off, src, n, pt(s));
+}
+
+RC_EXPORT CUresult cuMemcpyAtoHAsync_v2_ptsz(void *dst, CUarray a, size_t off, size_t n, CUstream s)
+{
+	return cuMemcpyAtoHAsync_v2(dst, a, off, n, pt(s));
+}

@@ -349,6 +349,39 @@ RC_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
 	return rc;
 }
 
+/* CUDA 12.5: a stream of a green context names it too; rgpu makes none */
+RC_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *pctx, CUgreenCtx *pgreen)
+{
+	if (!pctx || !pgreen)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = cuStreamGetCtx(s, pctx);
+	if (!rc)
+		*pgreen = NULL;
+	return rc;
+}
+
+RC_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream s, CUcontext *pctx, CUgreenCtx *pgreen)
+{
+	return cuStreamGetCtx_v2(s ? s : CU_STREAM_PER_THREAD, pctx, pgreen);
+}
+
+RC_EXPORT CUresult cuStreamGetDevice(CUstream s, CUdevice *dev)
+{
+	struct rc_ctx *c;
+	uint64_t h;
+	if (!dev)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	if (!rc)
+		*dev = c->ordinal;
+	return rc;
+}
+
+RC_EXPORT CUresult cuStreamGetDevice_ptsz(CUstream s, CUdevice *dev)
+{
+	return cuStreamGetDevice(s ? s : CU_STREAM_PER_THREAD, dev);
+}
+
 /* ---- events ---- */
 
 RC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)

@@ -45,6 +45,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(OCC_MAX_BLOCKS, occ_max_blocks, 0),
 	OPD(OCC_DYN_SMEM, occ_dyn_smem, 0),
 	OPD(OCC_MAX_CLUSTERS, occ_max_clusters, 0),
+	OPD(OCC_CLUSTER_SIZE, occ_cluster_size, 0),
 	OPDF(STREAM_CREATE, stream_create, 0, OPF_CREATES),
 	OPDF(STREAM_DESTROY, stream_destroy, 0, OPF_DRAINS),
 	OPDF(STREAM_SYNC, stream_sync, 0, OPF_WAITS_GPU),

@@ -74,6 +74,7 @@
 	X(cuLaunchKernelEx)                      \
 	X(cuOccupancyAvailableDynamicSMemPerBlock) \
 	X(cuOccupancyMaxActiveClusters)          \
+	X(cuOccupancyMaxPotentialClusterSize)    \
 	X(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) \
 	X(cuStreamCreateWithPriority)            \
 	X(cuStreamDestroy_v2)                    \

@@ -154,7 +154,8 @@ int op_occ_dyn_smem(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 	return rc;
 }
 
-int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+/* OCC_MAX_CLUSTERS and OCC_CLUSTER_SIZE: a launch configuration asked about */
+static int occ_cluster(struct session *s, struct rd *r, struct wbuf *out, int size_of)
 {
 	struct req q;
 	req_ids(r, &q, REQ_CTX_OBJ);
@@ -172,9 +173,22 @@ int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *
 			       .blockDimX = b[0], .blockDimY = b[1], .blockDimZ = b[2],
 			       .sharedMemBytes = shmem, .attrs = attrs, .numAttrs = nattrs };
 	int n = 0;
-	rc = D->cuOccupancyMaxActiveClusters(&n, e->obj, &cfg);
+	rc = size_of ? D->cuOccupancyMaxPotentialClusterSize(&n, e->obj, &cfg)
+		     : D->cuOccupancyMaxActiveClusters(&n, e->obj, &cfg);
 	put_i32(out, n);
 	return rc;
+}
+
+int op_occ_max_clusters(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	(void)h;
+	return occ_cluster(s, r, out, 0);
+}
+
+int op_occ_cluster_size(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	(void)h;
+	return occ_cluster(s, r, out, 1);
 }
 
 int op_func_get_attrs(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)

@@ -122,6 +122,11 @@ void emu_mem_rdlock(struct emu_ctx *ctx);
 void emu_mem_rdunlock(struct emu_ctx *ctx);
 /* Runs a queued copy or memset (stream worker, no lock held). */
 CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op);
+/* Queues op, whose dptr must reach len bytes, on hStream; op is taken
+ * (freed on failure). */
+CUresult emu_mem_queue(CUstream hStream, struct emu_op *op, size_t len);
+/* memops.c: a queued write or wait on a device word (as emu_mem_exec) */
+CUresult emu_memop_exec(struct emu_ctx *ctx, struct emu_op *op);
 
 /* ---- vmm.c */
 #define EMU_VMM_GRANULARITY (2ULL << 20)
@@ -140,6 +145,8 @@ enum emu_op_kind {
 	EMU_OP_RECORD,
 	EMU_OP_WAIT,
 	EMU_OP_HOST,        /* a host function (graph.c) */
+	EMU_OP_WRITE_VALUE, /* stream memory operations (memops.c) */
+	EMU_OP_WAIT_VALUE,
 };
 
 struct emu_dep {
@@ -165,6 +172,8 @@ struct emu_op {
 	unsigned elem;       /* memset element size: 1, 2 or 4 */
 	uint32_t value;
 	size_t count;        /* memset elements */
+	uint64_t value64;    /* memops: the value, its flags (elem: 4 or 8) */
+	unsigned memop_flags;
 	/* launches */
 	struct emu_launch *launch;
 	/* events */

@@ -459,6 +459,8 @@ CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op)
 	CUresult rc = CUDA_SUCCESS;
 	unsigned char *d, *s;
 
+	if (op->kind == EMU_OP_WRITE_VALUE || op->kind == EMU_OP_WAIT_VALUE)
+		return emu_memop_exec(ctx, op);
 	if (op->bytes == 0)
 		return CUDA_SUCCESS;
 	emu_mem_rdlock(ctx);
@@ -658,6 +660,29 @@ static CUresult memset_n(CUdeviceptr dst, uint32_t value, unsigned elem, size_t 
 	op->count = count;
 	op->bytes = count * elem;
 	rc = submit(ctx, hStream, op, sync);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+CUresult emu_mem_queue(CUstream hStream, struct emu_op *op, size_t len)
+{
+	struct emu_ctx *ctx;
+	CUresult rc = emu_ctx_enter(&ctx);
+
+	if (rc != CUDA_SUCCESS) {
+		free(op);
+		return rc;
+	}
+	if (!stream_valid(ctx, hStream))
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	else if (!range_ok(ctx, op->dptr, len))
+		rc = CUDA_ERROR_INVALID_VALUE;
+	if (rc != CUDA_SUCCESS) {
+		free(op);
+		emu_ctx_leave(ctx);
+		return rc;
+	}
+	rc = submit(ctx, hStream, op, 0);
 	emu_ctx_leave(ctx);
 	return rc;
 }

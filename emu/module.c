@@ -973,6 +973,23 @@ EMU_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int *numClusters, CUfuncti
 	return CUDA_SUCCESS;
 }
 
+/* The portable limit; functions allowed non-portable sizes get Hopper's 16. */
+EMU_API CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+							     const CUlaunchConfig *config)
+{
+	struct emu_func *f;
+	struct emu_ctx *ctx;
+	if (!clusterSize || !config || (config->numAttrs && !config->attrs))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = func_enter(func, &ctx, &f);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*clusterSize = f->attr_cluster[CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED -
+				       CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET] ? 16 : 8;
+	func_leave(ctx);
+	return CUDA_SUCCESS;
+}
+
 /* Launch attributes change scheduling, not results, on the host. */
 EMU_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
 					  void **extra)

@@ -153,6 +153,8 @@ typedef uint64_t rgpu_handle;
 	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \
 	 * u32 nattrs, (u32 id, 64 bytes value)[nattrs] -> i32 clusters */     \
 	X(OCC_MAX_CLUSTERS, 46, "occupancy: max active clusters")             \
+	/* as OCC_MAX_CLUSTERS -> i32 the largest cluster size */              \
+	X(OCC_CLUSTER_SIZE, 47, "occupancy: max potential cluster size")      \
 	/* handle ctx, u32 flags, i32 priority -> handle stream */             \
 	X(STREAM_CREATE, 50, "create a stream")                                \
 	X(STREAM_DESTROY, 51, "handle ctx, handle stream ->")                  \

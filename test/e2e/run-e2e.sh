@@ -214,6 +214,8 @@ suite() {
 	run t_multi "$TWO" -- t_multi
 	run t_errors "$ONE" -- t_errors
 	run t_managed "$ONE" -- t_managed
+	run t_umhint "$ONE" -- t_umhint
+	run t_memops "$ONE" -- t_memops
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_array "$ONE" -- t_array
 	run t_graph "$ONE" -- t_graph
