@@ -83,8 +83,11 @@ RC_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
  * the device do not see each other's writes while a kernel runs, so no
  * concurrent managed access, no host-native atomics, no access to
  * pageable host memory from the device.  Nothing on the client's node can
- * DMA into the GPU (GPUDirect RDMA, dma-buf), and the stream memory
- * operations, multicast objects and host-located pools are not served.
+ * DMA into the GPU (GPUDirect RDMA, dma-buf), and multicast objects and
+ * host-located pools are not served.  The stream memory operations are
+ * served (on device memory they are the GPU's own), but read as absent:
+ * programs that check use them to wait on words the host writes, which
+ * reach the device only at launches and synchronisations here.
  */
 static const struct {
 	CUdevice_attribute a;
