@@ -265,6 +265,158 @@ RC_EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *p, CUstream s)
 	return rc_memcpy3d(p, s, 1);
 }
 
+/* ---- batches of 3D copies (CUDA 12.8) ---- */
+
+/* Bytes of one element of an array: its channels times the format's size
+ * (0: a format whose elements are not whole bytes per channel, such as
+ * the block-compressed and video ones). */
+static size_t elem_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	size_t b;
+	switch (d->Format) {
+	case CU_AD_FORMAT_UNSIGNED_INT8:
+	case CU_AD_FORMAT_SIGNED_INT8: b = 1; break;
+	case CU_AD_FORMAT_UNSIGNED_INT16:
+	case CU_AD_FORMAT_SIGNED_INT16:
+	case CU_AD_FORMAT_HALF: b = 2; break;
+	case CU_AD_FORMAT_UNSIGNED_INT32:
+	case CU_AD_FORMAT_SIGNED_INT32:
+	case CU_AD_FORMAT_FLOAT: b = 4; break;
+	case CU_AD_FORMAT_UNORM_INT8X1: case CU_AD_FORMAT_SNORM_INT8X1: return 1;
+	case CU_AD_FORMAT_UNORM_INT8X2: case CU_AD_FORMAT_SNORM_INT8X2:
+	case CU_AD_FORMAT_UNORM_INT16X1: case CU_AD_FORMAT_SNORM_INT16X1: return 2;
+	case CU_AD_FORMAT_UNORM_INT8X4: case CU_AD_FORMAT_SNORM_INT8X4:
+	case CU_AD_FORMAT_UNORM_INT16X2: case CU_AD_FORMAT_SNORM_INT16X2:
+	case CU_AD_FORMAT_UNORM_INT_101010_2: return 4;
+	case CU_AD_FORMAT_UNORM_INT16X4: case CU_AD_FORMAT_SNORM_INT16X4: return 8;
+	default: return 0;
+	}
+	return b * d->NumChannels;
+}
+
+/* One operand as a side of a CUDA_MEMCPY3D (pointers: unified addressing
+ * says which memory they are) */
+static CUresult batch_side(const CUmemcpy3DOperand *o, size_t es, const CUextent3D *e, CUmemorytype *type,
+			   CUdeviceptr *ptr, CUarray *arr, size_t *x, size_t *y, size_t *z, size_t *pitch,
+			   size_t *height)
+{
+	if (o->type == CU_MEMCPY_OPERAND_TYPE_POINTER) {
+		if ((o->op.ptr.rowLength && o->op.ptr.rowLength < e->width) ||
+		    (o->op.ptr.layerHeight && o->op.ptr.layerHeight < e->height))
+			return CUDA_ERROR_INVALID_VALUE;
+		*type = CU_MEMORYTYPE_UNIFIED;
+		*ptr = o->op.ptr.ptr;
+		*pitch = (o->op.ptr.rowLength ? o->op.ptr.rowLength : e->width) * es;
+		*height = o->op.ptr.layerHeight ? o->op.ptr.layerHeight : e->height;
+		return CUDA_SUCCESS;
+	}
+	if (o->type != CU_MEMCPY_OPERAND_TYPE_ARRAY)
+		return CUDA_ERROR_INVALID_VALUE;
+	*type = CU_MEMORYTYPE_ARRAY;
+	*arr = o->op.array.array;
+	*x = o->op.array.offset.x * es;
+	*y = o->op.array.offset.y;
+	*z = o->op.array.offset.z;
+	return CUDA_SUCCESS;
+}
+
+/* The element size of a copy: 1 between pointers, else the array's (two
+ * arrays must agree) */
+static CUresult batch_elem(const CUDA_MEMCPY3D_BATCH_OP *op, size_t *es)
+{
+	size_t e[2] = { 0, 0 };
+	const CUmemcpy3DOperand *o[2] = { &op->src, &op->dst };
+	for (int i = 0; i < 2; i++)
+		if (o[i]->type == CU_MEMCPY_OPERAND_TYPE_ARRAY) {
+			struct rc_array *a;
+			CUresult rc = array_get(o[i]->op.array.array, &a);
+			if (rc)
+				return rc;
+			if (!(e[i] = elem_bytes(&a->d))) {
+				rc_unsupported("cuMemcpy3DBatchAsync of block-compressed or video arrays");
+				return CUDA_ERROR_NOT_SUPPORTED;
+			}
+		}
+	if (e[0] && e[1] && e[0] != e[1])
+		return CUDA_ERROR_INVALID_VALUE;
+	*es = e[0] ? e[0] : e[1] ? e[1] : 1;
+	return CUDA_SUCCESS;
+}
+
+/* Each copy in turn, in stream order (CUDA lets them run in any order);
+ * a host source to be read during the call is: the stream is waited for. */
+static CUresult batch3d(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail, unsigned long long flags,
+			CUstream s)
+{
+	CUresult rc = rc_initialized();
+	if (fail)
+		*fail = SIZE_MAX;
+	if (rc)
+		return rc;
+	if (!n || !ops || flags || s == NULL || s == CU_STREAM_LEGACY)
+		return CUDA_ERROR_INVALID_VALUE;
+	int wait = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		const CUDA_MEMCPY3D_BATCH_OP *op = &ops[i];
+		CUDA_MEMCPY3D q = { 0 };
+		size_t es = 1;
+		if (!op->extent.width || !op->extent.height || !op->extent.depth ||
+		    (op->srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
+		     op->srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+		     op->srcAccessOrder != CU_MEMCPY_SRC_ACCESS_ORDER_ANY) ||
+		    (op->flags & ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
+			rc = CUDA_ERROR_INVALID_VALUE;
+		if (!rc)
+			rc = batch_elem(op, &es);
+		if (!rc)
+			rc = batch_side(&op->src, es, &op->extent, &q.srcMemoryType, &q.srcDevice, &q.srcArray,
+					&q.srcXInBytes, &q.srcY, &q.srcZ, &q.srcPitch, &q.srcHeight);
+		if (!rc)
+			rc = batch_side(&op->dst, es, &op->extent, &q.dstMemoryType, &q.dstDevice, &q.dstArray,
+					&q.dstXInBytes, &q.dstY, &q.dstZ, &q.dstPitch, &q.dstHeight);
+		if (!rc) {
+			q.WidthInBytes = op->extent.width * es;
+			q.Height = op->extent.height;
+			q.Depth = op->extent.depth;
+			if (op->srcAccessOrder == CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+			    op->src.type == CU_MEMCPY_OPERAND_TYPE_POINTER &&
+			    rc_is_host_memory((const void *)(uintptr_t)op->src.op.ptr.ptr))
+				wait = 1;
+			rc = rc_memcpy3d(&q, s, 1);
+		}
+		if (rc && fail)
+			*fail = i;
+	}
+	if (!rc && wait)
+		rc = cuStreamSynchronize(s);
+	return rc;
+}
+
+RC_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,
+					   CUstream s)
+{
+	return batch3d(n, ops, NULL, flags, s);
+}
+
+RC_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops,
+						unsigned long long flags, CUstream s)
+{
+	return batch3d(n, ops, NULL, flags, s ? s : CU_STREAM_PER_THREAD);
+}
+
+/* CUDA 12.8-12.9: the index of a copy that failed comes back */
+RC_EXPORT CUresult cuMemcpy3DBatchAsync(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail,
+					unsigned long long flags, CUstream s)
+{
+	return batch3d(n, ops, fail, flags, s);
+}
+
+RC_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail,
+					     unsigned long long flags, CUstream s)
+{
+	return batch3d(n, ops, fail, flags, s ? s : CU_STREAM_PER_THREAD);
+}
+
 /* the 1D array copies: a row of an array */
 static CUresult array_1d(CUmemorytype st, const void *sh, CUdeviceptr sd, CUarray sa, size_t so,
 			 CUmemorytype dt, void *dh, CUdeviceptr dd, CUarray da, size_t doff,

@@ -129,6 +129,55 @@ RC_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
 	return CUDA_SUCCESS;
 }
 
+/* CUDA 13's pools by location and allocation type: a device's pinned
+ * pools are the device's pools above; host-located and managed pools are
+ * not served (CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED reads 0). */
+static CUresult location_device(const CUmemLocation *loc, CUmemAllocationType type, CUdevice *dev)
+{
+	CUresult rc = rc_initialized();
+	if (rc)
+		return rc;
+	if (!loc)
+		return CUDA_ERROR_INVALID_VALUE;
+	int host = loc->type == CU_MEM_LOCATION_TYPE_HOST || loc->type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+	if (type == CU_MEM_ALLOCATION_TYPE_PINNED && loc->type == CU_MEM_LOCATION_TYPE_DEVICE) {
+		*dev = loc->id;
+		return CUDA_SUCCESS;
+	}
+	if ((type == CU_MEM_ALLOCATION_TYPE_PINNED && host) ||
+	    (type == CU_MEM_ALLOCATION_TYPE_MANAGED &&
+	     (host || loc->type == CU_MEM_LOCATION_TYPE_DEVICE || loc->type == CU_MEM_LOCATION_TYPE_NONE))) {
+		rc_unsupported("memory pools of host or managed memory");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+RC_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *out, CUmemLocation *loc, CUmemAllocationType type)
+{
+	CUdevice dev;
+	CUresult rc = location_device(loc, type, &dev);
+	return rc ? rc : cuDeviceGetDefaultMemPool(out, dev);
+}
+
+RC_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *out, CUmemLocation *loc, CUmemAllocationType type)
+{
+	CUdevice dev;
+	CUresult rc = location_device(loc, type, &dev);
+	return rc ? rc : cuDeviceGetMemPool(out, dev);
+}
+
+RC_EXPORT CUresult cuMemSetMemPool(CUmemLocation *loc, CUmemAllocationType type, CUmemoryPool pool)
+{
+	CUdevice dev;
+	CUresult rc = location_device(loc, type, &dev);
+	if (rc)
+		return rc;
+	rc = cuDeviceSetMemPool(dev, pool);
+	/* the pool must be of that location */
+	return rc == CUDA_ERROR_INVALID_DEVICE ? CUDA_ERROR_INVALID_VALUE : rc;
+}
+
 RC_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *out, const CUmemPoolProps *props)
 {
 	CUresult rc = rc_initialized();

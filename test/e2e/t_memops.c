@@ -3,7 +3,8 @@
  *    cuStreamWriteValue32 lets it go (and only then does the work queued
  *    behind it run); 64-bit values, cuStreamBatchMemOp;
  *  - cuMemcpyBatchAsync: host to device, device to device and device to
- *    host in one batch, a host source read before the call returns;
+ *    host, a host source read before the call returns; cuMemcpy3DBatchAsync
+ *    between host rows, a 2D array and pitched device memory;
  *  - cuDeviceGetByPCIBusId, cuStreamGetDevice, cuFuncGetModule,
  *    cuFuncIsLoaded, cuKernelGetLibrary, cuOccupancyMaxPotentialClusterSize,
  *    cuDeviceGetHostAtomicCapabilities, cuMemcpy3DPeer in one context.
@@ -131,6 +132,62 @@ static void batch_copies(void)
 	CK(cuStreamDestroy(s));
 }
 
+/* host rows into a 2D array and back out into pitched device memory, then
+ * to the host: three batches of one 3D copy each */
+static void batch_copies_3d(void)
+{
+	CUstream s;
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	const size_t w = 64, h = 16, hostrow = 80, devrow = 96; /* in floats */
+	float *src = xmalloc(hostrow * h * 4), *back = xmalloc(devrow * h * 4);
+	for (size_t i = 0; i < hostrow * h; i++)
+		src[i] = (float)i * 0.5f;
+	memset(back, 0, devrow * h * 4);
+	CUDA_ARRAY3D_DESCRIPTOR ad = { .Width = w, .Height = h, .Depth = 0, .Format = CU_AD_FORMAT_FLOAT,
+				       .NumChannels = 1 };
+	CUarray arr;
+	CK(cuArray3DCreate(&arr, &ad));
+	CUdeviceptr d;
+	CK(cuMemAlloc(&d, devrow * h * 4));
+	CK(cuMemsetD8(d, 0, devrow * h * 4));
+	CUDA_MEMCPY3D_BATCH_OP op = { 0 };
+	op.extent = (CUextent3D){ w, h, 1 };
+	op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+	op.src.op.ptr.ptr = (CUdeviceptr)(uintptr_t)src;
+	op.src.op.ptr.rowLength = hostrow;
+	op.dst.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+	op.dst.op.array.array = arr;
+	CK(cuMemcpy3DBatchAsync(1, &op, 0, s));
+	CUDA_MEMCPY3D_BATCH_OP op2 = op;
+	op2.src = op.dst;
+	op2.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+	op2.dst.op.ptr.ptr = d;
+	op2.dst.op.ptr.rowLength = devrow;
+	CK(cuMemcpy3DBatchAsync(1, &op2, 0, s));
+	CUDA_MEMCPY3D_BATCH_OP op3 = { 0 };
+	op3.extent = (CUextent3D){ devrow * 4, h, 1 }; /* bytes: pointer to pointer */
+	op3.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+	op3.src.type = op3.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+	op3.src.op.ptr.ptr = d;
+	op3.dst.op.ptr.ptr = (CUdeviceptr)(uintptr_t)back;
+	CK(cuMemcpy3DBatchAsync(1, &op3, 0, s));
+	CK(cuStreamSynchronize(s));
+	for (size_t y = 0; y < h; y++)
+		for (size_t x = 0; x < devrow; x++) {
+			float want = x < w ? src[y * hostrow + x] : 0.0f;
+			if (back[y * devrow + x] != want)
+				fail("3D batch: (%zu, %zu) is %g, want %g", x, y, back[y * devrow + x], want);
+		}
+	op3.extent.depth = 0;
+	EXPECT_RC(cuMemcpy3DBatchAsync(1, &op3, 0, s), CUDA_ERROR_INVALID_VALUE);
+	CK(cuArrayDestroy(arr));
+	CK(cuMemFree(d));
+	free(src);
+	free(back);
+	CK(cuStreamDestroy(s));
+}
+
 static void queries(CUdevice dev, CUmodule mod, CUfunction fn)
 {
 	char bus[32];
@@ -169,6 +226,24 @@ static void queries(CUdevice dev, CUmodule mod, CUfunction fn)
 	int cs = 0;
 	CK(cuOccupancyMaxPotentialClusterSize(&cs, fn, &cfg));
 	CHECK(cs >= 1 && cs <= 16, "max potential cluster size %d", cs);
+
+	/* pools by location (CUDA 13): a device's pinned pools */
+	CUmemLocation dl = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev };
+	CUmemoryPool p1 = NULL, p2 = NULL, mine, cur = NULL;
+	CK(cuMemGetDefaultMemPool(&p1, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+	CK(cuDeviceGetDefaultMemPool(&p2, dev));
+	CHECK(p1 == p2, "default pool by location %p, by device %p", (void *)p1, (void *)p2);
+	CUmemPoolProps pp = { .allocType = CU_MEM_ALLOCATION_TYPE_PINNED, .location = dl };
+	CK(cuMemPoolCreate(&mine, &pp));
+	CK(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, mine));
+	CK(cuMemGetMemPool(&cur, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+	CHECK(cur == mine, "current pool %p, set %p", (void *)cur, (void *)mine);
+	CK(cuDeviceGetMemPool(&cur, dev));
+	CHECK(cur == mine, "the device's current pool %p, set %p", (void *)cur, (void *)mine);
+	CK(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, p1));
+	CK(cuMemPoolDestroy(mine));
+	CUmemLocation bad = { .type = CU_MEM_LOCATION_TYPE_INVALID };
+	EXPECT_RC(cuMemGetMemPool(&cur, &bad, CU_MEM_ALLOCATION_TYPE_PINNED), CUDA_ERROR_INVALID_VALUE);
 
 	CUatomicOperation aops[] = { CU_ATOMIC_OPERATION_INTEGER_ADD, CU_ATOMIC_OPERATION_CAS };
 	unsigned caps[2] = { 77, 77 };
@@ -219,6 +294,7 @@ int main(int argc, char **argv)
 	CUfunction fn = get_func(mod, "vec_add");
 	memops();
 	batch_copies();
+	batch_copies_3d();
 	queries(dev, mod, fn);
 	copy3d_peer(ctx);
 	say("stream memory operations, batched copies and the small queries answered as the driver does");
