@@ -1337,6 +1337,9 @@ EMU_API CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph h, CUgraph
 	}
 	info->result = res;
 	if (c) {
+		/* same nodes in the same order: node i keeps its state */
+		for (size_t i = 0; i < c->n; i++)
+			c->nodes[i]->disabled = x->g->nodes[i]->disabled;
 		graph_free(x->g);
 		x->g = c;
 	}
