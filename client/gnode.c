@@ -66,7 +66,7 @@ int rc_graph_hold(struct rc_graph *g, const uintptr_t *held, size_t n, int ref)
 	return 0;
 }
 
-static int coh_add(struct rc_graph *g, const void *p, size_t n)
+static int coh_add1(struct rc_graph *g, const void *p, size_t n)
 {
 	if (!n)
 		return 0;
@@ -79,6 +79,21 @@ static int coh_add(struct rc_graph *g, const void *p, size_t n)
 	memcpy(c + g->ncoh, p, n);
 	g->coh = c;
 	g->ncoh += k;
+	return 0;
+}
+
+/* The graph that holds child graph g's node (NULL for other graphs):
+ * what is added to a child graph handed out counts for it too. */
+static struct rc_graph *owner_graph(const struct rc_graph *g)
+{
+	return g->owner ? g->owner->g : NULL;
+}
+
+static int coh_add(struct rc_graph *g, const void *p, size_t n)
+{
+	for (; g; g = owner_graph(g))
+		if (coh_add1(g, p, n))
+			return -1;
 	return 0;
 }
 
@@ -287,6 +302,9 @@ static CUresult copy_side(struct rc_graph *g, CUmemorytype t, const void *host, 
 	CUresult rc = rc_graph_host(g->ctx, hp + off, foot, dst, out, &held);
 	if (!rc && held && rc_graph_hold(g, &held, 1, 0))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	for (struct rc_graph *o = owner_graph(g); !rc && held && o; o = owner_graph(o))
+		if (rc_graph_hold(o, &held, 1, 1))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
 	return rc;
 }
 
@@ -387,6 +405,22 @@ static CUresult add_begin(CUgraph hg, const CUgraphNode *deps, size_t nd, CUgrap
 	return CUDA_SUCCESS;
 }
 
+/* k host nodes more (add) or fewer in g and the graphs that hold it as a
+ * child (glock held). */
+static void hosts_add(struct rc_graph *g, uint64_t k, int add)
+{
+	for (; g; g = owner_graph(g)) {
+		if (add)
+			g->nhost += k;
+		else
+			g->nhost -= k <= g->nhost ? k : g->nhost;
+		if (g->owner && add)
+			g->owner->hosts += k;
+		else if (g->owner)
+			g->owner->hosts -= k <= g->owner->hosts ? k : g->owner->hosts;
+	}
+}
+
 /* Puts n into its graph once the server made it. */
 static CUresult add_end(struct rc_gnode *n, CUgraphNode *out, CUresult rc)
 {
@@ -405,7 +439,7 @@ static CUresult add_end(struct rc_gnode *n, CUgraphNode *out, CUresult rc)
 		}
 		if (!rc) {
 			g->nodes[g->nnodes++] = n;
-			g->nhost += n->hosts;
+			hosts_add(g, n->hosts, 1);
 		}
 		pthread_mutex_unlock(&glock);
 	}
@@ -1109,7 +1143,7 @@ RC_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hn)
 			g->nodes[i] = g->nodes[--g->nnodes];
 			break;
 		}
-	g->nhost -= n->hosts <= g->nhost ? n->hosts : g->nhost;
+	hosts_add(g, n->hosts, 0);
 	pthread_mutex_unlock(&glock);
 	node_free(n);
 	return CUDA_SUCCESS;
@@ -1295,6 +1329,343 @@ RC_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hn, CUDA_MEM_ALLOC_N
 		p->dptr = n->dptr;
 	}
 	return rc;
+}
+
+/* Node hn of type t and, with hx, the executable it is set in. */
+static CUresult set_target(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, struct rc_gnode **n,
+			   struct rc_graph **x)
+{
+	CUresult rc = get_node(hn, n);
+	if (rc)
+		return rc;
+	if ((*n)->type != t)
+		return CUDA_ERROR_INVALID_VALUE;
+	*x = NULL;
+	return hx ? rc_obj(hx, RC_GEXEC, x) : CUDA_SUCCESS;
+}
+
+/* A SET (x NULL) or EXEC_SET request for node n, up to its type. */
+static struct wbuf *set_req(struct rc_gnode *n, struct rc_graph *x)
+{
+	struct wbuf *w = gop(n->g->ctx, x ? RGPU_G_EXEC_SET : RGPU_G_SET);
+	if (x)
+		put_u64(w, x->h);
+	put_u64(w, n->h);
+	return w;
+}
+
+/* A host node's function and argument, in its graph or in executable hx.
+ * The new pair gets a client id of its own: executables and clones made
+ * before keep calling the old one, as the driver's do. */
+static CUresult set_host(CUgraphExec hx, CUgraphNode hn, const CUDA_HOST_NODE_PARAMS *p)
+{
+	struct rc_gnode *n;
+	struct rc_graph *x;
+	CUresult rc = set_target(hx, hn, CU_GRAPH_NODE_TYPE_HOST, &n, &x);
+	if (rc)
+		return rc;
+	if (!p || !p->fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t id = rc_hostfn_register(p->fn, p->userData);
+	if (!id)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct wbuf *w = set_req(n, x);
+	put_u32(w, CU_GRAPH_NODE_TYPE_HOST);
+	put_u64(w, id);
+	struct rd r;
+	if ((rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r))) {
+		rc_hostfn_forget(id);
+		return rc;
+	}
+	if (!x)
+		n->host = *p; /* (an executable's setter leaves the node as it is) */
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode n, const CUDA_HOST_NODE_PARAMS *p)
+{
+	return set_host(NULL, n, p);
+}
+
+RC_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode n, const CUDA_HOST_NODE_PARAMS *p)
+{
+	return x ? set_host(x, n, p) : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* The event of an event record or wait node (type t), in its graph or in
+ * executable hx. */
+static CUresult set_event(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, CUevent e)
+{
+	struct rc_gnode *n;
+	struct rc_graph *x;
+	uint64_t eh;
+	CUresult rc = set_target(hx, hn, t, &n, &x);
+	if (!rc)
+		rc = event_handle(e, n->g, &eh);
+	if (rc)
+		return rc;
+	struct wbuf *w = set_req(n, x);
+	put_u32(w, (uint32_t)t);
+	put_u64(w, eh);
+	struct rd r;
+	if ((rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	if (!x)
+		n->event = e;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphEventRecordNodeSetEvent(CUgraphNode n, CUevent e)
+{
+	return set_event(NULL, n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, e);
+}
+
+RC_EXPORT CUresult cuGraphEventWaitNodeSetEvent(CUgraphNode n, CUevent e)
+{
+	return set_event(NULL, n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e);
+}
+
+RC_EXPORT CUresult cuGraphExecEventRecordNodeSetEvent(CUgraphExec x, CUgraphNode n, CUevent e)
+{
+	return x ? set_event(x, n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, e) : CUDA_ERROR_INVALID_VALUE;
+}
+
+RC_EXPORT CUresult cuGraphExecEventWaitNodeSetEvent(CUgraphExec x, CUgraphNode n, CUevent e)
+{
+	return x ? set_event(x, n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, e) : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ------------------------------------------------- enabled, child graph */
+
+/* Executable hx and node hn where a node can be disabled: kernel, memcpy
+ * and memset nodes only (the driver refuses the others so). */
+static CUresult enable_target(CUgraphExec hx, CUgraphNode hn, struct rc_graph **x, struct rc_gnode **n)
+{
+	CUresult rc = rc_obj(hx, RC_GEXEC, x);
+	if (!rc)
+		rc = get_node(hn, n);
+	if (rc)
+		return rc;
+	CUgraphNodeType t = (*n)->type;
+	if (t != CU_GRAPH_NODE_TYPE_KERNEL && t != CU_GRAPH_NODE_TYPE_MEMCPY && t != CU_GRAPH_NODE_TYPE_MEMSET)
+		return CUDA_ERROR_INVALID_VALUE;
+	return (*x)->ctx->dev->conn == (*n)->g->ctx->dev->conn ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* Kept on the server, with the executable: nothing cached here. */
+RC_EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned int on)
+{
+	struct rc_graph *x;
+	struct rc_gnode *n;
+	CUresult rc = enable_target(hx, hn, &x, &n);
+	if (rc)
+		return rc;
+	struct wbuf *w = gop(x->ctx, RGPU_G_SET_ENABLED);
+	put_u64(w, x->h);
+	put_u64(w, n->h);
+	put_u32(w, on ? 1 : 0);
+	struct rd r;
+	return rc_call(x->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+}
+
+RC_EXPORT CUresult cuGraphNodeGetEnabled(CUgraphExec hx, CUgraphNode hn, unsigned int *on)
+{
+	struct rc_graph *x;
+	struct rc_gnode *n;
+	CUresult rc = enable_target(hx, hn, &x, &n);
+	if (rc)
+		return rc;
+	if (!on)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = gop(x->ctx, RGPU_G_GET_ENABLED);
+	put_u64(w, x->h);
+	put_u64(w, n->h);
+	struct rd r;
+	if ((rc = rc_call(x->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	uint32_t v = get_u32(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	*on = v;
+	return CUDA_SUCCESS;
+}
+
+/* The graph a child graph node owns (not a copy: what is added to it is
+ * in the node), asked of the server once and kept with the node, which
+ * frees it; owned, so cuGraphDestroy refuses it.  It starts with the
+ * words and registrations of the node's whole graph (a superset of the
+ * child's: the child's own are not known apart here). */
+RC_EXPORT CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hn, CUgraph *out)
+{
+	struct rc_gnode *n;
+	CUresult rc = get_node(hn, &n);
+	if (rc)
+		return rc;
+	if (n->type != CU_GRAPH_NODE_TYPE_GRAPH || !out)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&glock);
+	struct rc_graph *have = n->child;
+	pthread_mutex_unlock(&glock);
+	if (have) {
+		*out = (CUgraph)have;
+		return CUDA_SUCCESS;
+	}
+	struct wbuf *w = gop(n->g->ctx, RGPU_G_CHILD_GRAPH);
+	put_u64(w, n->h);
+	struct rd r;
+	if ((rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	uint64_t h = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	struct rc_graph *c = rc_graph_new(n->g->ctx, h);
+	if (!c || rc_graph_copy_info(c, n->g)) {
+		if (c)
+			rc_graph_free(c);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	c->nhost = n->hosts;
+	c->owned = 1;
+	pthread_mutex_lock(&glock);
+	if (!n->child) {
+		c->owner = n;
+		n->child = c;
+		c = NULL;
+	}
+	*out = (CUgraph)n->child;
+	pthread_mutex_unlock(&glock);
+	if (c) /* another thread was first */
+		rc_graph_free(c);
+	return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------ kernel node attributes */
+
+_Static_assert(sizeof(CUkernelNodeAttrValue) == RGPU_G_KATTR_BYTES,
+	       "a kernel node attribute's value travels as RGPU_G_KATTR_BYTES bytes");
+
+/* Kernel node hn, whose attribute a is asked or set.  Attributes holding
+ * an event (launches only, in CUDA) would need a handle translated. */
+static CUresult kattr_node(CUgraphNode hn, CUkernelNodeAttrID a, const void *v, struct rc_gnode **n)
+{
+	CUresult rc = get_node(hn, n);
+	if (rc)
+		return rc;
+	if ((*n)->type != CU_GRAPH_NODE_TYPE_KERNEL || !v)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (a == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT || a == CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT) {
+		rc_unsupported("kernel node attributes holding an event");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeGetAttribute(CUgraphNode hn, CUkernelNodeAttrID a, CUkernelNodeAttrValue *v)
+{
+	struct rc_gnode *n;
+	CUresult rc = kattr_node(hn, a, v, &n);
+	if (rc)
+		return rc;
+	struct wbuf *w = gop(n->g->ctx, RGPU_G_KATTR_GET);
+	put_u64(w, n->h);
+	put_u32(w, (uint32_t)a);
+	struct rd r;
+	if ((rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	const void *raw = get_raw(&r, RGPU_G_KATTR_BYTES);
+	if (!raw)
+		return CUDA_ERROR_UNKNOWN;
+	memcpy(v, raw, sizeof(*v));
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeSetAttribute(CUgraphNode hn, CUkernelNodeAttrID a,
+						 const CUkernelNodeAttrValue *v)
+{
+	struct rc_gnode *n;
+	CUresult rc = kattr_node(hn, a, v, &n);
+	if (rc)
+		return rc;
+	struct wbuf *w = gop(n->g->ctx, RGPU_G_KATTR_SET);
+	put_u64(w, n->h);
+	put_u32(w, (uint32_t)a);
+	put_raw(w, v, sizeof(*v));
+	struct rd r;
+	return rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+}
+
+RC_EXPORT CUresult cuGraphKernelNodeCopyAttributes(CUgraphNode hd, CUgraphNode hs)
+{
+	struct rc_gnode *d, *s;
+	CUresult rc = get_node(hd, &d);
+	if (!rc)
+		rc = get_node(hs, &s);
+	if (rc)
+		return rc;
+	if (d->type != CU_GRAPH_NODE_TYPE_KERNEL || s->type != CU_GRAPH_NODE_TYPE_KERNEL ||
+	    d->g->ctx != s->g->ctx)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct wbuf *w = gop(d->g->ctx, RGPU_G_KATTR_COPY);
+	put_u64(w, d->h);
+	put_u64(w, s->h);
+	struct rd r;
+	return rc_call(d->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
+}
+
+/* ------------------------------------------- generic node parameters */
+
+/* cuGraphNodeSetParams (hx NULL) and cuGraphExecNodeSetParams: each type
+ * to its own setter, as add_node does for cuGraphAddNode. */
+static CUresult node_set(CUgraphExec hx, CUgraphNode hn, CUgraphNodeParams *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = get_node(hn, &n);
+	if (rc)
+		return rc;
+	if (!p || p->type != n->type)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (p->type) {
+	case CU_GRAPH_NODE_TYPE_KERNEL:
+		return set_params(hx, hn, CU_GRAPH_NODE_TYPE_KERNEL, &p->kernel);
+	case CU_GRAPH_NODE_TYPE_MEMCPY:
+		return set_params(hx, hn, CU_GRAPH_NODE_TYPE_MEMCPY, &p->memcpy.copyParams);
+	case CU_GRAPH_NODE_TYPE_MEMSET: {
+		CUDA_MEMSET_NODE_PARAMS m = { p->memset.dst, p->memset.pitch, p->memset.value,
+					      p->memset.elementSize, p->memset.width, p->memset.height };
+		return set_params(hx, hn, CU_GRAPH_NODE_TYPE_MEMSET, &m);
+	}
+	case CU_GRAPH_NODE_TYPE_HOST: {
+		CUDA_HOST_NODE_PARAMS h = { p->host.fn, p->host.userData };
+		return set_host(hx, hn, &h);
+	}
+	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+		return set_event(hx, hn, CU_GRAPH_NODE_TYPE_EVENT_RECORD, p->eventRecord.event);
+	case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+		return set_event(hx, hn, CU_GRAPH_NODE_TYPE_WAIT_EVENT, p->eventWait.event);
+	case CU_GRAPH_NODE_TYPE_GRAPH:
+		if (hx)
+			return cuGraphExecChildGraphNodeSetParams(hx, hn, p->graph.graph);
+		rc_unsupported("cuGraphNodeSetParams of a child graph node (in a graph)");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	case CU_GRAPH_NODE_TYPE_EMPTY:
+		return CUDA_SUCCESS; /* nothing to set */
+	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+	case CU_GRAPH_NODE_TYPE_MEM_FREE:
+		return CUDA_ERROR_NOT_SUPPORTED; /* (the driver's documented answer) */
+	default:
+		rc_unsupported("setting the parameters of conditional, semaphore or batch memory nodes");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+RC_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode n, CUgraphNodeParams *p)
+{
+	return node_set(NULL, n, p);
+}
+
+RC_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec x, CUgraphNode n, CUgraphNodeParams *p)
+{
+	return x ? node_set(x, n, p) : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ------------------------------------------------ clones and updates */

@@ -347,6 +347,9 @@ RC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph graph, u
 	if (!e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->magic = RC_GEXEC;
+	/* (cuGraphExecGetFlags: the upload flag does not shape the
+	 * executable, and the driver does not report it) */
+	e->flags = flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
 	if (rc_graph_copy_info(e, g))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*pe = (CUgraphExec)e;
@@ -410,6 +413,18 @@ RC_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec *pe, CUgraph gr
 						     CUDA_GRAPH_INSTANTIATE_PARAMS *p)
 {
 	return cuGraphInstantiateWithParams(pe, graph, p);
+}
+
+RC_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t *flags)
+{
+	struct rc_graph *e;
+	CUresult rc = rc_obj(exec, RC_GEXEC, &e);
+	if (rc)
+		return rc;
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = e->flags;
+	return CUDA_SUCCESS;
 }
 
 RC_EXPORT CUresult cuGraphUpload(CUgraphExec exec, CUstream s)

@@ -21,6 +21,8 @@ struct rc_graph {
 	struct rc_gnode **nodes; /* the nodes this process knows */
 	size_t nnodes, capnodes;
 	int owned;               /* a child graph or a conditional body */
+	struct rc_gnode *owner;  /* a child graph handed out: its node */
+	uint64_t flags;          /* an executable: its instantiation flags */
 };
 
 struct rc_gnode {

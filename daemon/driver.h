@@ -204,6 +204,17 @@
 	X(cuGraphExecChildGraphNodeSetParams)    \
 	X(cuGraphExecMemcpyNodeSetParams)        \
 	X(cuGraphExecUpdate_v2)                  \
+	X(cuGraphHostNodeSetParams)              \
+	X(cuGraphExecHostNodeSetParams)          \
+	X(cuGraphEventRecordNodeSetEvent)        \
+	X(cuGraphEventWaitNodeSetEvent)          \
+	X(cuGraphExecEventRecordNodeSetEvent)    \
+	X(cuGraphExecEventWaitNodeSetEvent)      \
+	X(cuGraphNodeSetEnabled)                 \
+	X(cuGraphNodeGetEnabled)                 \
+	X(cuGraphKernelNodeGetAttribute)         \
+	X(cuGraphKernelNodeSetAttribute)         \
+	X(cuGraphKernelNodeCopyAttributes)       \
 	X(cuGraphConditionalHandleCreate)        \
 	X(cuGraphNodeGetType)                    \
 	X(cuGraphUpload)                         \

@@ -182,16 +182,24 @@ static void graph_forget(struct session *s, uint64_t g)
 
 /* The id of driver object obj of this kind, registering it (as a child
  * of parent) when it has none yet; 0 when out of memory. */
-static uint64_t id_of(struct session *s, enum hkind kind, void *obj, uint64_t ctx, uint64_t parent)
+static uint64_t id_find(struct session *s, enum hkind kind, void *obj)
 {
-	if (!obj)
-		return 0;
-	for (uint32_t i = 0; i < s->ht.n; i++) {
+	for (uint32_t i = 0; obj && i < s->ht.n; i++) {
 		struct hentry *e = &s->ht.e[i];
 		if (e->kind == kind && e->obj == obj)
 			return ht_id_at(&s->ht, i);
 	}
-	uint64_t id = ht_add(&s->ht, kind, obj, ctx, NULL);
+	return 0;
+}
+
+static uint64_t id_of(struct session *s, enum hkind kind, void *obj, uint64_t ctx, uint64_t parent)
+{
+	if (!obj)
+		return 0;
+	uint64_t id = id_find(s, kind, obj);
+	if (id)
+		return id;
+	id = ht_add(&s->ht, kind, obj, ctx, NULL);
 	if (id)
 		ht_get(&s->ht, id, kind)->parent = parent;
 	return id;
@@ -507,6 +515,27 @@ static int set_node(CUgraphExec x, CUgraphNode n, struct nparams *p, void *ctx)
 		}
 		NEED(cuGraphMemsetNodeSetParams);
 		return D->cuGraphMemsetNodeSetParams(n, &p->ms);
+	case CU_GRAPH_NODE_TYPE_HOST:
+		if (x) {
+			NEED(cuGraphExecHostNodeSetParams);
+			return D->cuGraphExecHostNodeSetParams(x, n, &p->host);
+		}
+		NEED(cuGraphHostNodeSetParams);
+		return D->cuGraphHostNodeSetParams(n, &p->host);
+	case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+		if (x) {
+			NEED(cuGraphExecEventRecordNodeSetEvent);
+			return D->cuGraphExecEventRecordNodeSetEvent(x, n, p->ev);
+		}
+		NEED(cuGraphEventRecordNodeSetEvent);
+		return D->cuGraphEventRecordNodeSetEvent(n, p->ev);
+	case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+		if (x) {
+			NEED(cuGraphExecEventWaitNodeSetEvent);
+			return D->cuGraphExecEventWaitNodeSetEvent(x, n, p->ev);
+		}
+		NEED(cuGraphEventWaitNodeSetEvent);
+		return D->cuGraphEventWaitNodeSetEvent(n, p->ev);
 	case CU_GRAPH_NODE_TYPE_GRAPH:
 		/* (a graph's own child node has no setter in CUDA) */
 		if (!x)
@@ -598,6 +627,107 @@ static int put_nodes(struct session *s, const struct req *q, uint64_t gid, CUgra
 	return CUDA_SUCCESS;
 }
 
+/* The id of the child graph of node n when the client was handed it
+ * (RGPU_G_CHILD_GRAPH), else 0. */
+static uint64_t child_known(struct session *s, CUgraphNode n)
+{
+	CUgraphNodeType t = CU_GRAPH_NODE_TYPE_EMPTY;
+	CUgraph c = NULL;
+	if (!D->cuGraphNodeGetType || !D->cuGraphChildGraphNodeGetGraph ||
+	    D->cuGraphNodeGetType(n, &t) || t != CU_GRAPH_NODE_TYPE_GRAPH ||
+	    D->cuGraphChildGraphNodeGetGraph(n, &c))
+		return 0;
+	return id_find(s, HK_GRAPH, c);
+}
+
+/* RGPU_G_SET_ENABLED, RGPU_G_GET_ENABLED: "handle exec, handle node"
+ * (then u32 enabled to set) */
+static int node_enabled(struct session *s, struct req *q, uint32_t sub, struct rd *r, struct wbuf *out)
+{
+	q->id = get_u64(r);
+	uint64_t nid = get_u64(r);
+	uint32_t on = sub == RGPU_G_SET_ENABLED ? get_u32(r) : 0;
+	int rc = req_enter(s, r, q, HK_GRAPHEXEC);
+	if (rc)
+		return rc;
+	struct hentry *n = req_obj(s, q, nid, HK_GNODE);
+	if (!n)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (sub == RGPU_G_SET_ENABLED) {
+		NEED(cuGraphNodeSetEnabled);
+		return D->cuGraphNodeSetEnabled(q->e->obj, n->obj, on);
+	}
+	NEED(cuGraphNodeGetEnabled);
+	unsigned int en = 0;
+	if ((rc = D->cuGraphNodeGetEnabled(q->e->obj, n->obj, &en)))
+		return rc;
+	put_u32(out, en);
+	return CUDA_SUCCESS;
+}
+
+/* RGPU_G_CHILD_GRAPH: the graph a child graph node owns, registered as
+ * a child of the node's graph (so it goes with it and cannot be destroyed
+ * alone, as in CUDA). */
+static int child_graph(struct session *s, struct req *q, struct rd *r, struct wbuf *out)
+{
+	q->id = get_u64(r);
+	int rc = req_enter(s, r, q, HK_GNODE);
+	if (rc)
+		return rc;
+	NEED(cuGraphChildGraphNodeGetGraph);
+	CUgraph c = NULL;
+	if ((rc = D->cuGraphChildGraphNodeGetGraph(q->e->obj, &c)))
+		return rc;
+	uint64_t id = id_of(s, HK_GRAPH, c, q->ctx, q->e->parent);
+	if (!id)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+_Static_assert(sizeof(CUlaunchAttributeValue) == RGPU_G_KATTR_BYTES,
+	       "a kernel node attribute's value travels as RGPU_G_KATTR_BYTES bytes");
+
+/* Attributes whose values hold a driver handle: not sent either way. */
+static int kattr_ok(uint32_t id)
+{
+	return id != CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT &&
+	       id != CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT;
+}
+
+/* RGPU_G_KATTR_GET, _SET, _COPY: a kernel node's attributes. */
+static int kernel_attr(struct session *s, struct req *q, uint32_t sub, struct rd *r, struct wbuf *out)
+{
+	q->id = get_u64(r);
+	uint64_t src = sub == RGPU_G_KATTR_COPY ? get_u64(r) : 0;
+	uint32_t id = sub == RGPU_G_KATTR_COPY ? 0 : get_u32(r);
+	const void *raw = sub == RGPU_G_KATTR_SET ? get_raw(r, RGPU_G_KATTR_BYTES) : NULL;
+	int rc = req_enter(s, r, q, HK_GNODE);
+	if (rc)
+		return rc;
+	if (sub == RGPU_G_KATTR_COPY) {
+		struct hentry *e = req_obj(s, q, src, HK_GNODE);
+		if (!e)
+			return CUDA_ERROR_INVALID_HANDLE;
+		NEED(cuGraphKernelNodeCopyAttributes);
+		return D->cuGraphKernelNodeCopyAttributes(q->e->obj, e->obj);
+	}
+	if (!kattr_ok(id))
+		return CUDA_ERROR_INVALID_VALUE;
+	CUkernelNodeAttrValue v;
+	memset(&v, 0, sizeof(v));
+	if (sub == RGPU_G_KATTR_SET) {
+		NEED(cuGraphKernelNodeSetAttribute);
+		memcpy(&v, raw, sizeof(v));
+		return D->cuGraphKernelNodeSetAttribute(q->e->obj, (CUkernelNodeAttrID)id, &v);
+	}
+	NEED(cuGraphKernelNodeGetAttribute);
+	if ((rc = D->cuGraphKernelNodeGetAttribute(q->e->obj, (CUkernelNodeAttrID)id, &v)))
+		return rc;
+	put_raw(out, &v, sizeof(v));
+	return CUDA_SUCCESS;
+}
+
 static int graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out);
 
 static const char *const sub_names[] = {
@@ -616,6 +746,12 @@ static const char *const sub_names[] = {
 	[RGPU_G_CAPTURE_DEPS] = "capture dependencies",
 	[RGPU_G_MEM_TRIM] = "graph memory trim",
 	[RGPU_G_CAPTURE_TO_GRAPH] = "capture to a graph",
+	[RGPU_G_SET_ENABLED] = "enable node",
+	[RGPU_G_GET_ENABLED] = "node enabled",
+	[RGPU_G_CHILD_GRAPH] = "child graph",
+	[RGPU_G_KATTR_GET] = "kernel node attribute",
+	[RGPU_G_KATTR_SET] = "set kernel node attribute",
+	[RGPU_G_KATTR_COPY] = "copy kernel node attributes",
 };
 
 /* GRAPH_OP: served by graph_op; one the driver refuses is logged (debug)
@@ -781,14 +917,20 @@ static int graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 		free(ed);
 		return rc;
 	}
-	case RGPU_G_DESTROY_NODE:
+	case RGPU_G_DESTROY_NODE: {
 		q.id = get_u64(r);
 		if ((rc = req_enter(s, r, &q, HK_GNODE)))
 			return rc;
 		NEED(cuGraphDestroyNode);
-		if (!(rc = D->cuGraphDestroyNode(q.e->obj)))
+		/* a child graph the client was handed goes with its node */
+		uint64_t child = child_known(s, q.e->obj);
+		if (!(rc = D->cuGraphDestroyNode(q.e->obj))) {
 			ht_del(&s->ht, q.id);
+			if (child)
+				graph_forget(s, child);
+		}
 		return rc;
+	}
 	case RGPU_G_SET:
 	case RGPU_G_EXEC_SET: {
 		uint64_t xid = sub == RGPU_G_EXEC_SET ? get_u64(r) : 0;
@@ -933,6 +1075,15 @@ static int graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 			capture_begun(s, st);
 		return rc;
 	}
+	case RGPU_G_SET_ENABLED:
+	case RGPU_G_GET_ENABLED:
+		return node_enabled(s, &q, sub, r, out);
+	case RGPU_G_CHILD_GRAPH:
+		return child_graph(s, &q, r, out);
+	case RGPU_G_KATTR_GET:
+	case RGPU_G_KATTR_SET:
+	case RGPU_G_KATTR_COPY:
+		return kernel_attr(s, &q, sub, r, out);
 	case RGPU_G_MEM_TRIM:
 		if ((rc = req_enter(s, r, &q, HK_FREE)))
 			return rc;

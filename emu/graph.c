@@ -38,6 +38,9 @@
 
 struct emu_graph;
 
+/* kernel node attributes one node keeps (CUDA's graph-node ones) */
+#define EMU_KATTR_MAX 12
+
 struct gnode {
 	uint32_t magic;
 	struct emu_graph *g;
@@ -63,6 +66,15 @@ struct gnode {
 	struct emu_graph **bodies;
 	/* captured: the queued operation */
 	struct emu_op *op;
+	/* in an executable: disabled (cuGraphNodeSetEnabled), it runs as an
+	 * empty node */
+	int disabled;
+	/* kernel: the attributes set on it (a clone copies them) */
+	struct {
+		CUlaunchAttributeID id;
+		CUlaunchAttributeValue v;
+	} kattr[EMU_KATTR_MAX];
+	unsigned nkattr;
 };
 
 struct emu_graph {
@@ -921,6 +933,7 @@ static CUresult node_of(CUgraphNode h, CUgraphNodeType t, struct gnode **out)
 }
 
 static CUresult exec_node(CUgraphExec hx, CUgraphNode h, CUgraphNodeType t, struct gnode **out);
+static CUresult exec_twin(CUgraphExec hx, CUgraphNode h, struct gnode **out);
 
 /* Sets node h's parameters, of type t, in its graph or (in_exec) in
  * executable hx. */
@@ -1015,18 +1028,242 @@ EMU_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec h)
 	return x ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+/* Host and event nodes: their parameters set in a graph (in_exec 0) or an
+ * executable, checked before anything changes. */
+static CUresult set_host(int in_exec, CUgraphExec hx, CUgraphNode h, const CUDA_HOST_NODE_PARAMS *p)
+{
+	if (!p || !p->fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct gnode *n;
+	emu_lock(&graph_lock);
+	CUresult rc = in_exec ? exec_node(hx, h, CU_GRAPH_NODE_TYPE_HOST, &n)
+			      : node_of(h, CU_GRAPH_NODE_TYPE_HOST, &n);
+	if (!rc)
+		n->host = *p;
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+static CUresult set_event(int in_exec, CUgraphExec hx, CUgraphNode h, CUgraphNodeType t, CUevent ev)
+{
+	if (!ev)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct gnode *n;
+	emu_lock(&graph_lock);
+	CUresult rc = in_exec ? exec_node(hx, h, t, &n) : node_of(h, t, &n);
+	if (!rc)
+		n->event = ev;
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode h, const CUDA_HOST_NODE_PARAMS *p)
+{
+	return set_host(0, NULL, h, p);
+}
+
+EMU_API CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec x, CUgraphNode h,
+						      const CUDA_HOST_NODE_PARAMS *p)
+{
+	return set_host(1, x, h, p);
+}
+
+EMU_API CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode h, CUevent ev)
+{
+	return set_event(0, NULL, h, CU_GRAPH_NODE_TYPE_EVENT_RECORD, ev);
+}
+
+EMU_API CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode h, CUevent ev)
+{
+	return set_event(0, NULL, h, CU_GRAPH_NODE_TYPE_WAIT_EVENT, ev);
+}
+
+EMU_API CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec x, CUgraphNode h, CUevent ev)
+{
+	return set_event(1, x, h, CU_GRAPH_NODE_TYPE_EVENT_RECORD, ev);
+}
+
+EMU_API CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec x, CUgraphNode h, CUevent ev)
+{
+	return set_event(1, x, h, CU_GRAPH_NODE_TYPE_WAIT_EVENT, ev);
+}
+
+/* The executable's node for h where CUDA lets it be disabled: kernel,
+ * memcpy and memset nodes (graph_lock held). */
+static CUresult enable_twin(CUgraphExec hx, CUgraphNode h, struct gnode **n)
+{
+	CUresult rc = exec_twin(hx, h, n);
+	if (!rc && (*n)->type != CU_GRAPH_NODE_TYPE_KERNEL && (*n)->type != CU_GRAPH_NODE_TYPE_MEMCPY &&
+	    (*n)->type != CU_GRAPH_NODE_TYPE_MEMSET)
+		rc = CUDA_ERROR_INVALID_VALUE;
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec hx, CUgraphNode h, unsigned int on)
+{
+	struct gnode *n;
+	emu_lock(&graph_lock);
+	CUresult rc = enable_twin(hx, h, &n);
+	if (!rc)
+		n->disabled = !on;
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec hx, CUgraphNode h, unsigned int *on)
+{
+	struct gnode *n;
+	emu_lock(&graph_lock);
+	CUresult rc = on ? enable_twin(hx, h, &n) : CUDA_ERROR_INVALID_VALUE;
+	if (!rc)
+		*on = !n->disabled;
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+/* Whether id is a kernel node attribute (cuda.h: "valid for graph
+ * nodes"); none of them changes how the emulated device runs a kernel. */
+static int kattr_known(CUkernelNodeAttrID id)
+{
+	switch (id) {
+	case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+	case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+	case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+	case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+	case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+	case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+	case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+	case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+	case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:
+	case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* The slot of attribute id in n, or -1 (not set: reads as zero). */
+static int kattr_slot(const struct gnode *n, CUkernelNodeAttrID id)
+{
+	for (unsigned i = 0; i < n->nkattr; i++)
+		if (n->kattr[i].id == id)
+			return (int)i;
+	return -1;
+}
+
+EMU_API CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode h, CUkernelNodeAttrID id,
+						       CUkernelNodeAttrValue *v)
+{
+	struct gnode *n;
+	if (!v || !kattr_known(id))
+		return CUDA_ERROR_INVALID_VALUE;
+	emu_lock(&graph_lock);
+	CUresult rc = node_of(h, CU_GRAPH_NODE_TYPE_KERNEL, &n);
+	if (!rc) {
+		int k = kattr_slot(n, id);
+		memset(v, 0, sizeof(*v));
+		if (k >= 0)
+			*v = n->kattr[k].v;
+	}
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode h, CUkernelNodeAttrID id,
+						       const CUkernelNodeAttrValue *v)
+{
+	struct gnode *n;
+	if (!v || !kattr_known(id))
+		return CUDA_ERROR_INVALID_VALUE;
+	emu_lock(&graph_lock);
+	CUresult rc = node_of(h, CU_GRAPH_NODE_TYPE_KERNEL, &n);
+	int k = rc ? -1 : kattr_slot(n, id);
+	if (!rc && k < 0) {
+		/* every known attribute has room: EMU_KATTR_MAX >= their count */
+		k = (int)n->nkattr++;
+		n->kattr[k].id = id;
+	}
+	if (!rc)
+		n->kattr[k].v = *v;
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src)
+{
+	struct gnode *d, *s;
+	emu_lock(&graph_lock);
+	CUresult rc = node_of(dst, CU_GRAPH_NODE_TYPE_KERNEL, &d);
+	if (!rc)
+		rc = node_of(src, CU_GRAPH_NODE_TYPE_KERNEL, &s);
+	if (!rc && d != s) {
+		memcpy(d->kattr, s->kattr, sizeof(d->kattr));
+		d->nkattr = s->nkattr;
+	}
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+/* Whether a node's dependencies (by index in their graphs) are the same
+ * set in a (of graph ga) and b (of gb). */
+static int same_deps(const struct emu_graph *ga, const struct gnode *a, const struct emu_graph *gb,
+		     const struct gnode *b)
+{
+	if (a->ndeps != b->ndeps)
+		return 0;
+	for (size_t i = 0; i < a->ndeps; i++) {
+		size_t ia = node_index(ga, a->deps[i]), k;
+		for (k = 0; k < b->ndeps && node_index(gb, b->deps[k]) != ia; k++)
+			;
+		if (k == b->ndeps)
+			return 0;
+	}
+	return 1;
+}
+
+/* How graph a differs from b in what an executable update may not change:
+ * node count, each node's type and dependencies, in insertion order, and
+ * recursively the same in child graphs (CUDA's rule for cuGraphExecUpdate
+ * and cuGraphExecChildGraphNodeSetParams).  *bad: a's node at fault. */
+static CUgraphExecUpdateResult topology_diff(const struct emu_graph *a, const struct emu_graph *b,
+					     const struct gnode **bad)
+{
+	*bad = NULL;
+	if (a->n != b->n)
+		return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+	for (size_t i = 0; i < a->n; i++) {
+		const struct gnode *x = a->nodes[i], *y = b->nodes[i];
+		const struct gnode *inner;
+		*bad = x;
+		if (x->type != y->type)
+			return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+		if (!same_deps(a, x, b, y))
+			return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+		if (x->child && y->child && topology_diff(x->child, y->child, &inner))
+			return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+	}
+	*bad = NULL;
+	return CU_GRAPH_EXEC_UPDATE_SUCCESS;
+}
+
 /* Node i of the graph as the exec has it. */
-static CUresult exec_node(CUgraphExec hx, CUgraphNode h, CUgraphNodeType t, struct gnode **out)
+static CUresult exec_twin(CUgraphExec hx, CUgraphNode h, struct gnode **out)
 {
 	struct emu_exec *x = exec_get(hx);
 	struct gnode *n = node_get(h);
 	if (!x || !n)
 		return CUDA_ERROR_INVALID_VALUE;
 	size_t i = node_index(n->g, n);
-	if (i >= x->g->n || x->g->nodes[i]->type != t || n->type != t)
+	if (i >= x->g->n || x->g->nodes[i]->type != n->type)
 		return CUDA_ERROR_INVALID_VALUE;
 	*out = x->g->nodes[i];
 	return CUDA_SUCCESS;
+}
+
+static CUresult exec_node(CUgraphExec hx, CUgraphNode h, CUgraphNodeType t, struct gnode **out)
+{
+	CUresult rc = exec_twin(hx, h, out);
+	return rc ? rc : (*out)->type == t ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec x, CUgraphNode h,
@@ -1051,12 +1288,13 @@ EMU_API CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec hx, CUgr
 	emu_lock(&graph_lock);
 	struct gnode *n;
 	struct emu_graph *c = graph_get(child), *copy = NULL;
+	const struct gnode *bad = NULL;
 	CUresult rc = exec_node(hx, h, CU_GRAPH_NODE_TYPE_GRAPH, &n);
-	if (!rc && (!c || !n->child || c->n != n->child->n))
+	if (!rc && (!c || !n->child))
 		rc = CUDA_ERROR_INVALID_VALUE;
-	for (size_t i = 0; !rc && i < c->n; i++)
-		if (c->nodes[i]->type != n->child->nodes[i]->type)
-			rc = CUDA_ERROR_INVALID_VALUE;
+	/* another topology: refused as cuGraphExecUpdate refuses one */
+	if (!rc && topology_diff(c, n->child, &bad) != CU_GRAPH_EXEC_UPDATE_SUCCESS)
+		rc = CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
 	if (!rc && !(copy = graph_clone(c)))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	if (!rc) {
@@ -1076,7 +1314,9 @@ EMU_API CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec x, CUgraphNo
 }
 
 /* Same nodes (count, types, order) and edges: the new parameters are
- * taken; anything else is a changed topology, as CUDA reports it. */
+ * taken; anything else is a changed topology, as CUDA reports it.  (The
+ * executable's nodes stay enabled or disabled as they were: the update
+ * takes parameters, not that state.) */
 EMU_API CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph h, CUgraphExecUpdateResultInfo *info)
 {
 	emu_lock(&graph_lock);
@@ -1087,19 +1327,9 @@ EMU_API CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph h, CUgraph
 		return CUDA_ERROR_INVALID_VALUE;
 	}
 	memset(info, 0, sizeof(*info));
-	CUgraphExecUpdateResult res = CU_GRAPH_EXEC_UPDATE_SUCCESS;
-	if (g->n != x->g->n)
-		res = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-	for (size_t i = 0; !res && i < g->n; i++) {
-		const struct gnode *a = g->nodes[i], *b = x->g->nodes[i];
-		if (a->type != b->type) {
-			res = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-			info->errorNode = (CUgraphNode)a;
-		} else if (a->ndeps != b->ndeps) {
-			res = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-			info->errorNode = (CUgraphNode)a;
-		}
-	}
+	const struct gnode *bad = NULL;
+	CUgraphExecUpdateResult res = topology_diff(g, x->g, &bad);
+	info->errorNode = (CUgraphNode)bad;
 	struct emu_graph *c = res ? NULL : graph_clone(g);
 	if (!res && !c) {
 		emu_unlock(&graph_lock);
@@ -1107,6 +1337,9 @@ EMU_API CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec hx, CUgraph h, CUgraph
 	}
 	info->result = res;
 	if (c) {
+		/* same nodes in the same order: node i keeps its state */
+		for (size_t i = 0; i < c->n; i++)
+			c->nodes[i]->disabled = x->g->nodes[i]->disabled;
 		graph_free(x->g);
 		x->g = c;
 	}
@@ -1187,6 +1420,8 @@ static CUresult run_graph(const struct emu_graph *g, CUstream s);
 
 static CUresult run_node(const struct gnode *n, CUstream s)
 {
+	if (n->disabled)
+		return CUDA_SUCCESS;
 	/* captured work: the queued operation again */
 	if (n->op)
 		return run_op(n->op, s);

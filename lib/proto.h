@@ -549,9 +549,10 @@ enum rgpu_graph_sub {
 	 * server has it each edge's data (u32, as RGPU_G_DEPS sends it)[n] */
 	RGPU_G_EDGES = 5,
 	RGPU_G_DESTROY_NODE = 6, /* handle node -> */
-	/* handle node, u32 type, params -> (KERNEL, MEMCPY, MEMSET) */
+	/* handle node, u32 type, params -> (KERNEL, MEMCPY, MEMSET, HOST,
+	 * EVENT_RECORD, WAIT_EVENT) */
 	RGPU_G_SET = 7,
-	/* handle exec, handle node, u32 type, params -> */
+	/* handle exec, handle node, u32 type, params -> (those and GRAPH) */
 	RGPU_G_EXEC_SET = 8,
 	/* handle exec, handle graph -> u32 result, handle error node */
 	RGPU_G_EXEC_UPDATE = 9,
@@ -569,7 +570,26 @@ enum rgpu_graph_sub {
 	/* handle stream, handle graph, u32 mode, u32 n, handle dep[n] -> :
 	 * the capture adds to that graph after those nodes */
 	RGPU_G_CAPTURE_TO_GRAPH = 15,
+	/* handle exec, handle node, u32 enabled (0 or 1) -> */
+	RGPU_G_SET_ENABLED = 16,
+	/* handle exec, handle node -> u32 enabled */
+	RGPU_G_GET_ENABLED = 17,
+	/* handle node -> handle graph: the child graph the node owns (a
+	 * child of the node's graph: not destroyable on its own) */
+	RGPU_G_CHILD_GRAPH = 18,
+	/* handle node, u32 attr (CUlaunchAttributeID) -> the value's bytes
+	 * (RGPU_G_KATTR_BYTES, raw) */
+	RGPU_G_KATTR_GET = 19,
+	/* handle node, u32 attr, value (RGPU_G_KATTR_BYTES, raw) -> */
+	RGPU_G_KATTR_SET = 20,
+	/* handle dst node, handle src node -> */
+	RGPU_G_KATTR_COPY = 21,
 };
+
+/* A kernel node attribute's value on the wire: CUlaunchAttributeValue
+ * (CUkernelNodeAttrValue) as it lies in memory; the values that hold a
+ * handle (events) are not sent. */
+#define RGPU_G_KATTR_BYTES 64
 
 /* Module image kinds in MODULE_LOAD, from what the client could size. */
 enum rgpu_image_kind {

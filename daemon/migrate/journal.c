@@ -253,10 +253,14 @@ static int graph_note(struct session *s, uint16_t op, const uint8_t *p, size_t n
 	if (op == RGPU_OP_GRAPH_OP) {
 		/* u64 ctx, u32 sub, ... (lib/proto.h) */
 		uint32_t sub = rd32(p, n, 8);
-		if (sub == RGPU_G_MEM_TRIM)
+		/* (queries that change nothing: an executable node's enabled
+		 * state, a kernel node's attribute) */
+		if (sub == RGPU_G_MEM_TRIM || sub == RGPU_G_GET_ENABLED || sub == RGPU_G_KATTR_GET)
 			return 1;
-		/* queries: kept only when they named nodes for the first time */
-		if ((sub == RGPU_G_NODES || sub == RGPU_G_EDGES || sub == RGPU_G_CAPTURE_INFO) &&
+		/* queries: kept only when they named nodes (or a child graph)
+		 * for the first time */
+		if ((sub == RGPU_G_NODES || sub == RGPU_G_EDGES || sub == RGPU_G_CAPTURE_INFO ||
+		     sub == RGPU_G_CHILD_GRAPH) &&
 		    !s->ht.nmade)
 			return 1;
 		if (sub == RGPU_G_COND_HANDLE)
