@@ -423,7 +423,19 @@ RC_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t *flags)
 		return rc;
 	if (!flags)
 		return CUDA_ERROR_INVALID_VALUE;
-	*flags = e->flags;
+	/* the server's driver says which of the instantiation's flags it
+	 * reports (not the upload flag; e->flags is what was asked) */
+	struct wbuf *w = rc_req();
+	put_u64(w, e->ctx->h);
+	put_u32(w, RGPU_G_EXEC_FLAGS);
+	put_u64(w, e->h);
+	struct rd r;
+	if ((rc = rc_call(e->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
+		return rc;
+	uint64_t v = get_u64(&r);
+	if (!rd_ok(&r))
+		return CUDA_ERROR_UNKNOWN;
+	*flags = v;
 	return CUDA_SUCCESS;
 }
 

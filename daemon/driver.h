@@ -212,6 +212,7 @@
 	X(cuGraphExecEventWaitNodeSetEvent)      \
 	X(cuGraphNodeSetEnabled)                 \
 	X(cuGraphNodeGetEnabled)                 \
+	X(cuGraphExecGetFlags)                   \
 	X(cuGraphKernelNodeGetAttribute)         \
 	X(cuGraphKernelNodeSetAttribute)         \
 	X(cuGraphKernelNodeCopyAttributes)       \

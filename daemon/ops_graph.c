@@ -665,6 +665,21 @@ static int node_enabled(struct session *s, struct req *q, uint32_t sub, struct r
 	return CUDA_SUCCESS;
 }
 
+/* RGPU_G_EXEC_FLAGS: "handle exec" -> u64 flags */
+static int exec_flags(struct session *s, struct req *q, struct rd *r, struct wbuf *out)
+{
+	q->id = get_u64(r);
+	int rc = req_enter(s, r, q, HK_GRAPHEXEC);
+	if (rc)
+		return rc;
+	NEED(cuGraphExecGetFlags);
+	cuuint64_t fl = 0;
+	if ((rc = D->cuGraphExecGetFlags(q->e->obj, &fl)))
+		return rc;
+	put_u64(out, fl);
+	return CUDA_SUCCESS;
+}
+
 /* RGPU_G_CHILD_GRAPH: the graph a child graph node owns, registered as
  * a child of the node's graph (so it goes with it and cannot be destroyed
  * alone, as in CUDA). */
@@ -752,6 +767,7 @@ static const char *const sub_names[] = {
 	[RGPU_G_KATTR_GET] = "kernel node attribute",
 	[RGPU_G_KATTR_SET] = "set kernel node attribute",
 	[RGPU_G_KATTR_COPY] = "copy kernel node attributes",
+	[RGPU_G_EXEC_FLAGS] = "executable flags",
 };
 
 /* GRAPH_OP: served by graph_op; one the driver refuses is logged (debug)
@@ -1080,6 +1096,8 @@ static int graph_op(struct session *s, const struct rgpu_hdr *h, struct rd *r, s
 		return node_enabled(s, &q, sub, r, out);
 	case RGPU_G_CHILD_GRAPH:
 		return child_graph(s, &q, r, out);
+	case RGPU_G_EXEC_FLAGS:
+		return exec_flags(s, &q, r, out);
 	case RGPU_G_KATTR_GET:
 	case RGPU_G_KATTR_SET:
 	case RGPU_G_KATTR_COPY:

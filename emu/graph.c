@@ -87,6 +87,7 @@ struct emu_graph {
 struct emu_exec {
 	uint32_t magic;
 	struct emu_graph *g;  /* a clone, nodes in launch order */
+	unsigned long long flags; /* as instantiated, but for the upload flag */
 };
 
 struct condh {
@@ -1011,8 +1012,23 @@ EMU_API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec *out, CUgraph h
 	}
 	x->magic = EXEC_MAGIC;
 	x->g = c;
+	x->flags = flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
 	*out = (CUgraphExec)x;
 	return CUDA_SUCCESS;
+}
+
+/* The upload flag shapes no executable and is not reported (the driver's
+ * documentation). */
+EMU_API CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec h, cuuint64_t *flags)
+{
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	emu_lock(&graph_lock);
+	struct emu_exec *x = exec_get(h);
+	if (x)
+		*flags = x->flags;
+	emu_unlock(&graph_lock);
+	return x ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 EMU_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec h)

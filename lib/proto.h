@@ -584,6 +584,8 @@ enum rgpu_graph_sub {
 	RGPU_G_KATTR_SET = 20,
 	/* handle dst node, handle src node -> */
 	RGPU_G_KATTR_COPY = 21,
+	/* handle exec -> u64 flags (as the server's driver reports them) */
+	RGPU_G_EXEC_FLAGS = 22,
 };
 
 /* A kernel node attribute's value on the wire: CUlaunchAttributeValue

@@ -255,7 +255,8 @@ static int graph_note(struct session *s, uint16_t op, const uint8_t *p, size_t n
 		uint32_t sub = rd32(p, n, 8);
 		/* (queries that change nothing: an executable node's enabled
 		 * state, a kernel node's attribute) */
-		if (sub == RGPU_G_MEM_TRIM || sub == RGPU_G_GET_ENABLED || sub == RGPU_G_KATTR_GET)
+		if (sub == RGPU_G_MEM_TRIM || sub == RGPU_G_GET_ENABLED || sub == RGPU_G_KATTR_GET ||
+		    sub == RGPU_G_EXEC_FLAGS)
 			return 1;
 		/* queries: kept only when they named nodes (or a child graph)
 		 * for the first time */
