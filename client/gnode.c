@@ -43,6 +43,7 @@ void rc_graph_free(struct rc_graph *g)
 	for (size_t i = 0; i < g->nheld; i++)
 		rc_graph_host_drop(g->held[i]);
 	free(g->held);
+	rc_uobj_drop(g);
 	g->magic = 0;
 	free(g);
 }
@@ -1719,7 +1720,7 @@ RC_EXPORT CUresult cuGraphClone(CUgraph *out, CUgraph hg)
 	if ((rc = rc_call(g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r)))
 		return rc;
 	struct rc_graph *c = rc_graph_new(g->ctx, get_u64(&r));
-	if (!c || rc_graph_copy_info(c, g)) {
+	if (!c || rc_graph_copy_info(c, g) || rc_uobj_copy(c, g)) {
 		if (c)
 			rc_graph_free(c);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1788,6 +1789,14 @@ static CUresult exec_update(CUgraphExec hx, CUgraph hg, CUgraphExecUpdateResultI
 	}
 	if (!rc && rc_graph_copy_info(x, g))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!rc) { /* the graph's user objects replace the executable's */
+		struct rc_graph old = { .urefs = x->urefs, .nurefs = x->nurefs };
+		x->urefs = NULL;
+		x->nurefs = 0;
+		if (rc_uobj_copy(x, g))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		rc_uobj_drop(&old);
+	}
 	return rc;
 }
 

@@ -350,7 +350,7 @@ RC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph graph, u
 	/* (cuGraphExecGetFlags: the upload flag does not shape the
 	 * executable, and the driver does not report it) */
 	e->flags = flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
-	if (rc_graph_copy_info(e, g))
+	if (rc_graph_copy_info(e, g) || rc_uobj_copy(e, g))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*pe = (CUgraphExec)e;
 	return CUDA_SUCCESS;
@@ -455,6 +455,14 @@ static CUresult destroy(void *p, uint32_t magic)
 		return rc;
 	if (g->owned)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (magic == RC_GEXEC && g->nurefs) {
+		/* its user objects go once its launches are done */
+		CUcontext popped;
+		if (!cuCtxPushCurrent((CUcontext)g->ctx)) {
+			cuCtxSynchronize();
+			cuCtxPopCurrent(&popped);
+		}
+	}
 	struct wbuf *w = rc_req();
 	put_u64(w, g->ctx->h);
 	put_u64(w, g->h);

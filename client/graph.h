@@ -8,6 +8,13 @@
 #define RC_GNODE 0x52636e64
 
 struct rc_gnode;
+struct rc_uobj;
+
+/* references to a user object a graph or executable holds (uobj.c) */
+struct rc_uref {
+	struct rc_uobj *obj;
+	unsigned count;
+};
 
 struct rc_graph {
 	uint32_t magic;          /* RC_GRAPH or RC_GEXEC */
@@ -23,6 +30,8 @@ struct rc_graph {
 	int owned;               /* a child graph or a conditional body */
 	struct rc_gnode *owner;  /* a child graph handed out: its node */
 	uint64_t flags;          /* an executable: its instantiation flags */
+	struct rc_uref *urefs;   /* user objects it holds */
+	size_t nurefs;
 };
 
 struct rc_gnode {
@@ -52,6 +61,10 @@ void rc_graph_free(struct rc_graph *g);
 /* dst (an executable or a clone) launches like src: host count, words,
  * and it holds src's registrations of host memory too */
 int rc_graph_copy_info(struct rc_graph *dst, const struct rc_graph *src);
+/* uobj.c: dst holds src's user objects too (-1: out of memory); g lets
+ * go of its own (rc_graph_free does) */
+int rc_uobj_copy(struct rc_graph *dst, const struct rc_graph *src);
+void rc_uobj_drop(struct rc_graph *g);
 /* words of n bytes go with g's launches (coherence) */
 int rc_graph_coh_add(struct rc_graph *g, const void *words, size_t n);
 /* g holds the registrations held[0..n) (one more holder each when ref) */

@@ -216,6 +216,7 @@ suite() {
 	run t_managed "$ONE" -- t_managed
 	run t_umhint "$ONE" -- t_umhint
 	run t_memops "$ONE" -- t_memops
+	run t_uobj "$ONE" -- t_uobj
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_array "$ONE" -- t_array
 	run t_graph "$ONE" -- t_graph
