@@ -501,6 +501,8 @@ CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void 
 		     int async);
 CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async);
 
+/* hostfn.c: the calling thread runs host functions (async-signal-safe) */
+int rc_hostfn_thread(void);
 /* hostfn.c: host functions run here in stream order.  rc_hostfn_gate
  * holds back a request that may make the server wait for device work
  * while host functions are out on c (called before c->lock is taken);

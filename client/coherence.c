@@ -16,16 +16,28 @@
  * read-only; the first write faults, marks the region dirty and opens it
  * again.  What is coherent: memory reached from kernels of the context that
  * allocated it (managed), or mapped host memory whose address is passed as
- * a kernel argument.  What is not: concurrent host and device access
- * between coherence points (as on devices without concurrent managed
- * access), and device pointers to mapped memory stored inside other data.
+ * a kernel argument.  What is not: concurrent host and device access to
+ * mapped memory between coherence points, and device pointers to mapped
+ * memory stored inside other data.
+ *
+ * Managed memory a launch may write is guarded until the next acquire:
+ * no access at all (PROT_NONE).  A host thread that touches it meanwhile
+ * waits until the device is done and the device copy is back (the fault
+ * is handed to a thread that synchronises the context and fetches), then
+ * goes on: host access while kernels run is serialised after them, never
+ * stale, and what the host then writes is kept (systemWideAtomics: the
+ * host's and a kernel's atomics on the same words both count).  A thread
+ * running host functions is not held (its stream waits for it): it reads
+ * what the host copy has, as before.
  */
 #include "client.h"
 #include "log.h"
 #include "settings.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -64,6 +76,8 @@ struct region {
 	uint64_t dev_stream;     /* the stream of those launches (RC_COH_NONE: several) */
 	uint64_t dev_epoch;      /* epoch of the latest of them */
 	int ro;                  /* write-protected */
+	volatile int guard;      /* (managed) not accessible: a launch may be
+				  * writing its device copy */
 	uint64_t live;           /* (mapped) connections whose server maps these
 				  * very pages for its device: no copy there */
 	int auto_refs;           /* (registered by rgpu for graphs' copies of
@@ -147,9 +161,13 @@ static struct region *find_dev(uintptr_t p)
 
 /* First write after a release: note it and open the region again.  Only
  * async-signal-safe work here (a scan and mprotect). */
+static int guard_wait(struct region *r);
+
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
 	struct region *r = find((uintptr_t)si->si_addr);
+	if (r && r->guard && guard_wait(r) == 0)
+		return; /* the access runs again, on the device's data */
 	if (r && r->ro) {
 		r->host_dirty = 1;
 		r->ro = 0;
@@ -167,10 +185,11 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 		int hw = regions_hw;
 		for (int i = 0; i < hw; i++) {
 			struct region *x = &regions[i];
-			if (x->used && x->ro &&
+			if (x->used && (x->ro || x->guard) &&
 			    mprotect((void *)x->base, x->size, PROT_READ | PROT_WRITE) == 0) {
 				x->host_dirty = 1;
 				x->ro = 0;
+				x->guard = 0;
 				opened = 1;
 			}
 		}
@@ -225,8 +244,124 @@ static void protect(struct region *r)
 
 static void unprotect(struct region *r)
 {
-	if (r->ro && mprotect((void *)r->base, r->size, PROT_READ | PROT_WRITE) == 0)
+	if ((r->ro || r->guard) && mprotect((void *)r->base, r->size, PROT_READ | PROT_WRITE) == 0) {
 		r->ro = 0;
+		r->guard = 0;
+	}
+}
+
+/* ---- guarded managed memory: a fault waits for the device ---- */
+
+static int guard_pipe[2] = { -1, -1 };
+static pthread_once_t guard_once = PTHREAD_ONCE_INIT;
+
+struct guard_req {
+	struct region *r;
+	volatile int *done;
+};
+
+static void futex_wake(volatile int *w)
+{
+	syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
+/* Serves faults on guarded regions: the context that holds the device
+ * copy is synchronised (its acquire fetches the copy and leaves the
+ * region read-only), then the faulting thread goes on. */
+static void *guard_thread(void *arg)
+{
+	(void)arg;
+	for (;;) {
+		struct guard_req q;
+		ssize_t n = read(guard_pipe[0], &q, sizeof(q));
+		if (n != (ssize_t)sizeof(q)) {
+			if (n < 0 && errno == EINTR)
+				continue;
+			return NULL;
+		}
+		struct region *r = q.r;
+		struct rc_ctx *m = r->used ? r->mirror : NULL;
+		if (r->guard && m) {
+			CUcontext popped;
+			if (!cuCtxPushCurrent((CUcontext)m)) {
+				CUresult rc = cuCtxSynchronize();
+				if (rc)
+					log_warn("managed memory touched while a kernel ran: waiting for the "
+						 "device failed (%d); the host reads its own copy", (int)rc);
+				cuCtxPopCurrent(&popped);
+			}
+		}
+		pthread_mutex_lock(&coh_lock);
+		if (r->guard) { /* not fetched (failed, or written again since) */
+			if (mprotect((void *)r->base, r->size, PROT_READ) == 0) {
+				r->guard = 0;
+				r->ro = 1;
+			}
+		}
+		pthread_mutex_unlock(&coh_lock);
+		__atomic_store_n(q.done, 1, __ATOMIC_RELEASE);
+		futex_wake(q.done);
+	}
+}
+
+static void guard_start(void)
+{
+	if (pipe(guard_pipe))
+		return;
+	pthread_t t;
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int err = pthread_create(&t, NULL, guard_thread, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (err) {
+		close(guard_pipe[0]);
+		close(guard_pipe[1]);
+		guard_pipe[0] = guard_pipe[1] = -1;
+		return;
+	}
+	pthread_detach(t);
+}
+
+/* Called in the fault handler: async-signal-safe work only (a write, a
+ * futex wait).  -1: not waited for (no guard thread, or a host-function
+ * thread, which its stream waits for): the caller opens the region
+ * read-only as before. */
+static int guard_wait(struct region *r)
+{
+	if (guard_pipe[1] < 0 || rc_hostfn_thread()) {
+		if (mprotect((void *)r->base, r->size, PROT_READ) == 0) {
+			r->guard = 0;
+			r->ro = 1;
+		}
+		return -1;
+	}
+	volatile int done = 0;
+	struct guard_req q = { r, &done };
+	int e = errno;
+	if (write(guard_pipe[1], &q, sizeof(q)) != (ssize_t)sizeof(q)) {
+		errno = e;
+		return -1;
+	}
+	while (!__atomic_load_n(&done, __ATOMIC_ACQUIRE))
+		syscall(SYS_futex, &done, FUTEX_WAIT, 0, NULL, NULL, 0);
+	errno = e;
+	return 0;
+}
+
+/* A launch may write r's device copy: the host keeps off it until the
+ * next acquire (coh_lock held). */
+static void guard(struct region *r)
+{
+	if (r->kind != R_MANAGED || r->guard || !tracking())
+		return;
+	pthread_once(&guard_once, guard_start);
+	if (guard_pipe[1] < 0)
+		return;
+	if (mprotect((void *)r->base, r->size, PROT_NONE) == 0) {
+		r->guard = 1;
+		r->ro = 0;
+	}
 }
 
 /* Host memory at a fresh address of the shared range (memfd-backed if fd
@@ -303,6 +438,7 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 			__atomic_fetch_add(&mirrored, 1, __ATOMIC_RELAXED);
 		r->dev_dirty = 0;
 		r->ro = 0;
+		r->guard = 0;
 		r->live = 0;
 		r->auto_refs = 0;
 		r->auto_dst = 0;
@@ -604,6 +740,8 @@ static CUresult fetch(struct region *r, uint64_t stream, int done)
 		r->dev_dirty = 0;
 	r->host_dirty = 0;
 	protect(r);
+	if (r->dev_dirty)
+		guard(r); /* a launch may still write it: fetched again when done */
 	return rc;
 }
 
@@ -648,6 +786,7 @@ CUresult rc_coh_launch(struct rc_ctx *c, uint64_t stream, const uint8_t *params,
 			r->dev_stream = RC_COH_NONE;
 		r->dev_dirty = 1;
 		r->dev_epoch = ++epoch;
+		guard(r);
 	}
 	pthread_mutex_unlock(&coh_lock);
 	return rc;

@@ -176,11 +176,30 @@ static void run_one(struct rc_conn *c, uint64_t seq, uint64_t id)
 	rc_hostfn_back(c, 1);
 }
 
+/* The pollers' threads, for rc_hostfn_thread (read in a signal handler:
+ * no thread-local storage, which may be allocated on first use) */
+static pthread_t poller_tid[RGPU_MAX_DEVICES];
+static volatile int poller_tid_set[RGPU_MAX_DEVICES];
+
+int rc_hostfn_thread(void)
+{
+	pthread_t me = pthread_self();
+	for (int k = 0; k < RGPU_MAX_DEVICES; k++)
+		if (__atomic_load_n(&poller_tid_set[k], __ATOMIC_ACQUIRE) && pthread_equal(poller_tid[k], me))
+			return 1;
+	return 0;
+}
+
 static void *poll_thread(void *arg)
 {
 	struct rc_conn *c = arg;
 	int k = rc_conn_index(c);
 	in_hostfn = 1;
+	if (k >= 0 && k < RGPU_MAX_DEVICES) {
+		__atomic_store_n(&poller_tid_set[k], 0, __ATOMIC_RELEASE);
+		poller_tid[k] = pthread_self();
+		__atomic_store_n(&poller_tid_set[k], 1, __ATOMIC_RELEASE);
+	}
 	for (;;) {
 		/* one long poll while host functions are out */
 		pthread_mutex_lock(&lock);
@@ -245,6 +264,7 @@ static int never_waits(uint16_t op)
 	case RGPU_OP_OCC_MAX_BLOCKS:
 	case RGPU_OP_OCC_DYN_SMEM:
 	case RGPU_OP_OCC_MAX_CLUSTERS:
+	case RGPU_OP_OCC_CLUSTER_SIZE:
 	case RGPU_OP_CAPTURE_BEGIN:
 	case RGPU_OP_CAPTURE_END:
 	case RGPU_OP_CAPTURE_STATUS:

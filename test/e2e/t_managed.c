@@ -84,6 +84,47 @@ int main(int argc, char **argv)
 	CK(cuMemFree(mb));
 	CK(cuMemFree(mc));
 
+	/* ---- the host touches managed memory while kernels run ----
+	 * A kernel adds one to the first half behind a 50 ms wait; the host,
+	 * before any synchronisation, reads the first half and adds one to
+	 * the second.  On a GPU with concurrent managed access both happen at
+	 * once; through rgpu the host waits for the kernels.  Either way both
+	 * halves keep their additions (the host's are not lost to the device
+	 * copy). */
+	/* (rgpu without write tracking, as under valgrind, cannot hold the
+	 * host: then the host writes its copy unordered, as documented) */
+	const char *pre = getenv("LD_PRELOAD"), *wt = getenv("RGPU_WRITE_TRACKING");
+	int untracked = via_rgpu() && ((pre && strstr(pre, "vgpreload")) || (wt && !strcmp(wt, "0")));
+	if (!untracked) {
+		CUfunction inc = get_func(mod, "inc_i32");
+		CUfunction busy = get_func(mod, "busy_wait_ns");
+		const int m = 1 << 16;
+		CUdeviceptr mi;
+		CK(cuMemAllocManaged(&mi, (size_t)m * 4, CU_MEM_ATTACH_GLOBAL));
+		int *w = (int *)(uintptr_t)mi;
+		for (int i = 0; i < m; i++)
+			w[i] = i;
+		unsigned long long ns = 50ull * 1000 * 1000;
+		void *ba[] = { &ns };
+		CK(cuLaunchKernel(busy, 1, 1, 1, 1, 1, 1, 0, NULL, ba, NULL));
+		int half = m / 2;
+		void *ia[] = { &mi, &half };
+		launch1d(inc, (unsigned)half, NULL, ia);
+		for (int i = half; i < m; i++)
+			w[i] += 1; /* while the kernels may still run */
+		CK(cuCtxSynchronize());
+		for (int i = 0; i < m; i++)
+			if (w[i] != i + 1)
+				fail("host and kernel on managed memory at once: w[%d] = %d, want %d", i, w[i], i + 1);
+		/* and the device sees the host's additions at the next launch */
+		launch1d(inc, (unsigned)m, NULL, (void *[]){ &mi, (void *)&m });
+		CK(cuCtxSynchronize());
+		for (int i = 0; i < m; i++)
+			if (w[i] != i + 2)
+				fail("after the next launch: w[%d] = %d, want %d", i, w[i], i + 2);
+		CK(cuMemFree(mi));
+	}
+
 	/* ---- mapped pinned host memory ---- */
 	unsigned *hp;
 	CK(cuMemHostAlloc((void **)&hp, bytes, CU_MEMHOSTALLOC_DEVICEMAP));
