@@ -297,6 +297,7 @@ int main(int argc, char **argv)
 	batch_copies_3d();
 	queries(dev, mod, fn);
 	copy3d_peer(ctx);
+	CK(cuModuleUnload(mod));
 	say("stream memory operations, batched copies and the small queries answered as the driver does");
 	return 0;
 }

@@ -133,6 +133,7 @@ int main(int argc, char **argv)
 	CK(cuMemFree(m2));
 	CK(cuMemFree(plain));
 	CK(cuStreamDestroy(s));
+	CK(cuModuleUnload(mod));
 	say("managed pointer attributes, advice, prefetches and range attributes as the driver answers them");
 	return 0;
 }

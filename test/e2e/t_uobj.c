@@ -112,6 +112,7 @@ int main(int argc, char **argv)
 	      "destructors ran %d %d %d %d times", destroyed[0], destroyed[1], destroyed[2], destroyed[3]);
 	CK(cuMemFree(d));
 	CK(cuStreamDestroy(s));
+	CK(cuModuleUnload(mod));
 	say("user objects: destructors after the last reference, graphs', clones' and executables' references");
 	return 0;
 }
