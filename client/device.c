@@ -80,9 +80,10 @@ RC_EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
  * program asks so it can take its fallback path, so these read as absent
  * whatever the GPU says.  Managed and mapped memory are coherent at
  * launches and synchronisations only (client/coherence.c): the host and
- * the device do not see each other's writes while a kernel runs, so no
- * concurrent managed access, no host-native atomics, no access to
- * pageable host memory from the device.  Nothing on the client's node can
+ * the device do not see each other's writes while a kernel runs (a host
+ * touching managed memory then waits for the kernel), so no concurrent
+ * managed access, no host-native atomics, no access to pageable host
+ * memory from the device.  Nothing on the client's node can
  * DMA into the GPU (GPUDirect RDMA, dma-buf), and multicast objects and
  * host-located pools are not served.  The stream memory operations are
  * served (on device memory they are the GPU's own), but read as absent:
