@@ -35,6 +35,7 @@
 #include "settings.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -304,10 +305,27 @@ static void *guard_thread(void *arg)
 	}
 }
 
+/* A forked child has no guard thread: its faults open regions read-only,
+ * as without the guard. */
+static void guard_forked(void)
+{
+	if (guard_pipe[0] >= 0)
+		close(guard_pipe[0]);
+	if (guard_pipe[1] >= 0)
+		close(guard_pipe[1]);
+	guard_pipe[0] = guard_pipe[1] = -1;
+}
+
 static void guard_start(void)
 {
-	if (pipe(guard_pipe))
+	if (pipe2(guard_pipe, O_CLOEXEC))
 		return;
+	if (pthread_atfork(NULL, NULL, guard_forked)) {
+		close(guard_pipe[0]);
+		close(guard_pipe[1]);
+		guard_pipe[0] = guard_pipe[1] = -1;
+		return;
+	}
 	pthread_t t;
 	sigset_t all, old;
 	sigfillset(&all);
