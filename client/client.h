@@ -501,6 +501,9 @@ CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void 
 		     int async);
 CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async);
 
+/* thread.c: a detached thread of the client's, taking no signals (0 or
+ * pthread_create's error) */
+int rc_thread_start(void *(*fn)(void *), void *arg);
 /* hostfn.c: the calling thread runs host functions (async-signal-safe) */
 int rc_hostfn_thread(void);
 /* hostfn.c: host functions run here in stream order.  rc_hostfn_gate

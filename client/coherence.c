@@ -326,19 +326,11 @@ static void guard_start(void)
 		guard_pipe[0] = guard_pipe[1] = -1;
 		return;
 	}
-	pthread_t t;
-	sigset_t all, old;
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	int err = pthread_create(&t, NULL, guard_thread, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (err) {
+	if (rc_thread_start(guard_thread, NULL)) {
 		close(guard_pipe[0]);
 		close(guard_pipe[1]);
 		guard_pipe[0] = guard_pipe[1] = -1;
-		return;
 	}
-	pthread_detach(t);
 }
 
 /* Called in the fault handler: async-signal-safe work only (a write, a

@@ -347,9 +347,6 @@ RC_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *pe, CUgraph graph, u
 	if (!e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->magic = RC_GEXEC;
-	/* (cuGraphExecGetFlags: the upload flag does not shape the
-	 * executable, and the driver does not report it) */
-	e->flags = flags & ~(unsigned long long)CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
 	if (rc_graph_copy_info(e, g) || rc_uobj_copy(e, g))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*pe = (CUgraphExec)e;
@@ -424,7 +421,7 @@ RC_EXPORT CUresult cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t *flags)
 	if (!flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* the server's driver says which of the instantiation's flags it
-	 * reports (not the upload flag; e->flags is what was asked) */
+	 * reports (not the upload flag, nor always what was asked) */
 	struct wbuf *w = rc_req();
 	put_u64(w, e->ctx->h);
 	put_u32(w, RGPU_G_EXEC_FLAGS);

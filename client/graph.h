@@ -29,7 +29,6 @@ struct rc_graph {
 	size_t nnodes, capnodes;
 	int owned;               /* a child graph or a conditional body */
 	struct rc_gnode *owner;  /* a child graph handed out: its node */
-	uint64_t flags;          /* an executable: its instantiation flags */
 	struct rc_uref *urefs;   /* user objects it holds */
 	size_t nurefs;
 };

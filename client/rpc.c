@@ -22,7 +22,6 @@
 #include "stats.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -283,17 +282,7 @@ static int flush_later(struct rc_conn *c)
 	pthread_mutex_lock(&fl_lock);
 	if (fl_state == 0 || (fl_state == 1 && fl_pid != getpid())) {
 		/* (a forked child has no flusher thread: it starts its own) */
-		pthread_t t;
-		pthread_attr_t at;
-		pthread_attr_init(&at);
-		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-		/* the flusher must not take signals meant for the program */
-		sigset_t all, old;
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		fl_state = pthread_create(&t, &at, flusher, NULL) == 0 ? 1 : -1;
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		pthread_attr_destroy(&at);
+		fl_state = rc_thread_start(flusher, NULL) == 0 ? 1 : -1;
 		fl_pid = getpid();
 		fl_n = 0;
 	}

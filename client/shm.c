@@ -11,7 +11,6 @@
 #include "settings.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -72,18 +71,9 @@ static void pool_start(void)
 	pthread_mutex_lock(&cp.lock);
 	if (!cp.started) {
 		cp.started = 1;
-		for (unsigned k = 1; k < COPY_THREADS; k++) {
-			pthread_t t;
-			sigset_t all, old;
-			/* helpers take no signals meant for the application */
-			sigfillset(&all);
-			pthread_sigmask(SIG_SETMASK, &all, &old);
-			if (pthread_create(&t, NULL, copy_worker, (void *)(uintptr_t)k) == 0)
-				pthread_detach(t);
-			else
+		for (unsigned k = 1; k < COPY_THREADS; k++)
+			if (rc_thread_start(copy_worker, (void *)(uintptr_t)k))
 				cp.started = -1;
-			pthread_sigmask(SIG_SETMASK, &old, NULL);
-		}
 	}
 	pthread_mutex_unlock(&cp.lock);
 }

@@ -14,7 +14,6 @@
 #include "graph.h"
 #include "log.h"
 
-#include <signal.h>
 #include <stdlib.h>
 
 #define RC_UOBJ 0x52637562
@@ -54,13 +53,7 @@ static void *destructor_thread(void *arg)
 static void to_destructor(struct rc_uobj *o)
 {
 	if (!thread_up) {
-		pthread_t t;
-		sigset_t all, old;
-		/* the application's signals are not this thread's business */
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		int err = pthread_create(&t, NULL, destructor_thread, NULL);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		int err = rc_thread_start(destructor_thread, NULL);
 		if (err) {
 			/* no thread: run it here rather than never */
 			log_warn("user objects: no destructor thread (%d); running a destructor in the caller", err);
@@ -71,7 +64,6 @@ static void to_destructor(struct rc_uobj *o)
 			pthread_mutex_lock(&lock);
 			return;
 		}
-		pthread_detach(t);
 		thread_up = 1;
 	}
 	o->next = NULL;

@@ -131,54 +131,58 @@ EMU_API CUresult CUDAAPI cuStreamWaitValue64_v2_ptsz(CUstream s, CUdeviceptr a, 
 	return enqueue(PT(s), 1, a, v, 8, f);
 }
 
-/* Every operation is checked before any is queued; barriers and flushes
- * order nothing more here, where each write is visible when made. */
+/* One operation of a batch as enqueue() takes it; 0: nothing to queue (a
+ * barrier or flush orders nothing more here, where each write is visible
+ * when made), -1: not an operation. */
+struct memop {
+	int wait;
+	CUdeviceptr addr;
+	uint64_t value;
+	unsigned elem, flags;
+};
+
+static int decode(const CUstreamBatchMemOpParams *o, struct memop *m)
+{
+	switch (o->operation) {
+	case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+	case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+		m->wait = 1;
+		m->elem = o->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? 4 : 8;
+		m->addr = o->waitValue.address;
+		m->value = m->elem == 4 ? o->waitValue.value : o->waitValue.value64;
+		m->flags = o->waitValue.flags;
+		return 1;
+	case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+	case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+		m->wait = 0;
+		m->elem = o->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? 4 : 8;
+		m->addr = o->writeValue.address;
+		m->value = m->elem == 4 ? o->writeValue.value : o->writeValue.value64;
+		m->flags = o->writeValue.flags;
+		return 1;
+	case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+	case CU_STREAM_MEM_OP_BARRIER:
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* Every operation is checked before any is queued. */
 static CUresult batch(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags)
 {
 	if (!ops || !count || count > 256 || flags)
 		return CUDA_ERROR_INVALID_VALUE;
+	struct memop m;
 	for (unsigned i = 0; i < count; i++) {
-		const CUstreamBatchMemOpParams *o = &ops[i];
-		CUresult rc = CUDA_SUCCESS;
-		switch (o->operation) {
-		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-			rc = check(1, o->waitValue.address, o->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? 4 : 8,
-				   o->waitValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-			rc = check(0, o->writeValue.address, o->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? 4 : 8,
-				   o->writeValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
-		case CU_STREAM_MEM_OP_BARRIER:
-			break;
-		default:
-			rc = CUDA_ERROR_INVALID_VALUE;
-		}
-		if (rc != CUDA_SUCCESS)
-			return rc;
+		int k = decode(&ops[i], &m);
+		if (k < 0 || (k && check(m.wait, m.addr, m.elem, m.flags) != CUDA_SUCCESS))
+			return CUDA_ERROR_INVALID_VALUE;
 	}
 	for (unsigned i = 0; i < count; i++) {
-		const CUstreamBatchMemOpParams *o = &ops[i];
-		CUresult rc = CUDA_SUCCESS;
-		switch (o->operation) {
-		case CU_STREAM_MEM_OP_WAIT_VALUE_32:
-			rc = enqueue(s, 1, o->waitValue.address, o->waitValue.value, 4, o->waitValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WAIT_VALUE_64:
-			rc = enqueue(s, 1, o->waitValue.address, o->waitValue.value64, 8, o->waitValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WRITE_VALUE_32:
-			rc = enqueue(s, 0, o->writeValue.address, o->writeValue.value, 4, o->writeValue.flags);
-			break;
-		case CU_STREAM_MEM_OP_WRITE_VALUE_64:
-			rc = enqueue(s, 0, o->writeValue.address, o->writeValue.value64, 8, o->writeValue.flags);
-			break;
-		default:
-			break;
-		}
+		if (decode(&ops[i], &m) <= 0)
+			continue;
+		CUresult rc = enqueue(s, m.wait, m.addr, m.value, m.elem, m.flags);
 		if (rc != CUDA_SUCCESS)
 			return rc;
 	}
