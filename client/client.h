@@ -124,12 +124,16 @@ struct rc_layout {
 
 struct rc_func;
 
+struct rc_library;
+
 struct rc_module {
 	uint32_t magic;
 	struct rc_ctx *ctx;
 	uint64_t h;
 	pthread_mutex_t lock;
 	struct rc_func *funcs; /* looked up so far: one handle per name */
+	struct rc_library *lib;   /* cuLibraryGetModule's: the library owns it */
+	struct rc_module *lib_next; /* in that library's list */
 };
 
 struct rc_func {
@@ -142,6 +146,7 @@ struct rc_func {
 	int attrs[CU_FUNC_ATTRIBUTE_MAX];
 	char *name;           /* module functions */
 	struct rc_module *mod; /* module functions: theirs */
+	struct rc_kernel *kern; /* a library kernel's function in a context */
 	struct rc_func *next; /* in its module's or kernel's list */
 	/* round trips saved (launch.c, under attrs_lock): the value of each
 	 * attribute this client set successfully (setting it again to the
@@ -167,7 +172,13 @@ struct rc_library {
 	pthread_mutex_t lock;
 	uint64_t h[RGPU_MAX_DEVICES]; /* per connection index */
 	struct rc_kernel *kernels;
+	struct rc_module *modules; /* cuLibraryGetModule's, one per context */
+	struct rc_library *next_live; /* module.c's list of loaded libraries */
 };
+
+/* module.c: context c is going: the libraries' functions and modules in
+ * it go too (a later context at the same address must not find them) */
+void rc_libraries_ctx_gone(struct rc_ctx *c);
 
 struct rc_kernel {
 	uint32_t magic;

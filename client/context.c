@@ -106,6 +106,7 @@ static CUresult ctx_free(struct rc_ctx *c)
 		}
 	if (c->dev && c->dev->conn)
 		rc_devranges_drop_owner(c->dev->conn, c);
+	rc_libraries_ctx_gone(c);
 	c->magic = 0;
 	free(c);
 	return rc;

@@ -251,6 +251,8 @@ static int never_waits(uint16_t op)
 	case RGPU_OP_EVENT_QUERY:
 	case RGPU_OP_STREAM_QUERY:
 	case RGPU_OP_STREAM_WAIT_EVENT:
+	case RGPU_OP_CTX_RECORD_EVENT:
+	case RGPU_OP_CTX_WAIT_EVENT:
 	/* synchronisations wait in a waiter thread of the session */
 	case RGPU_OP_STREAM_SYNC:
 	case RGPU_OP_CTX_SYNC:

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+static CUresult library_module(struct rc_library *lib, struct rc_ctx *c, struct rc_module **out);
+
 #define FATBIN_MAGIC 0xBA55ED50u
 #define FATBIN_WRAPPER_MAGIC 0x466243b1u
 
@@ -237,14 +239,9 @@ static CUresult module_call(struct rc_module *m, uint16_t op, const char *name, 
 	return rc_call(m->ctx->dev->conn, op, w, r);
 }
 
-RC_EXPORT CUresult cuModuleUnload(CUmodule mod)
+/* The module's client state and its functions' (the server's went). */
+static void module_free(struct rc_module *m)
 {
-	struct rc_module *m;
-	CUresult rc = rc_obj(mod, RC_MODULE, &m);
-	if (rc)
-		return rc;
-	struct rd r;
-	rc = module_call(m, RGPU_OP_MODULE_UNLOAD, NULL, &r);
 	for (struct rc_func *f = m->funcs, *nf; f; f = nf) {
 		nf = f->next;
 		rc_layout_free(&f->layout);
@@ -255,6 +252,19 @@ RC_EXPORT CUresult cuModuleUnload(CUmodule mod)
 	pthread_mutex_destroy(&m->lock);
 	m->magic = 0;
 	free(m);
+}
+
+RC_EXPORT CUresult cuModuleUnload(CUmodule mod)
+{
+	struct rc_module *m;
+	CUresult rc = rc_obj(mod, RC_MODULE, &m);
+	if (rc)
+		return rc;
+	if (m->lib)
+		return CUDA_ERROR_NOT_PERMITTED; /* cuLibraryUnload unloads it */
+	struct rd r;
+	rc = module_call(m, RGPU_OP_MODULE_UNLOAD, NULL, &r);
+	module_free(m);
 	return rc;
 }
 
@@ -324,9 +334,15 @@ RC_EXPORT CUresult cuFuncGetModule(CUmodule *pmod, CUfunction fn)
 	if (!pmod)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!f->mod) {
-		/* a library's kernel: its module is the server's alone */
-		rc_unsupported("cuFuncGetModule of a library's kernel");
-		return CUDA_ERROR_NOT_SUPPORTED;
+		/* a library kernel's function: the library's module in the
+		 * function's context */
+		if (!f->kern)
+			return CUDA_ERROR_INVALID_HANDLE;
+		struct rc_module *m;
+		if ((rc = library_module(f->kern->lib, f->ctx, &m)))
+			return rc;
+		*pmod = (CUmodule)m;
+		return CUDA_SUCCESS;
 	}
 	*pmod = (CUmodule)f->mod;
 	return CUDA_SUCCESS;
@@ -385,6 +401,11 @@ RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodu
 }
 
 /* ---- libraries (context-independent loading) ---- */
+
+/* the loaded libraries (rc_libraries_ctx_gone walks them); lock order:
+ * live_lock, then a library's lock */
+static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rc_library *live;
 
 /* Where a library goes: the current context's server, or (before any
  * context exists, as the CUDA runtime does it) device 0's, context-free. */
@@ -477,8 +498,43 @@ RC_EXPORT CUresult cuLibraryLoadData(CUlibrary *pl, const void *code, CUjit_opti
 		free(lib);
 		return rc;
 	}
+	pthread_mutex_lock(&live_lock);
+	lib->next_live = live;
+	live = lib;
+	pthread_mutex_unlock(&live_lock);
 	*pl = (CUlibrary)lib;
 	return CUDA_SUCCESS;
+}
+
+void rc_libraries_ctx_gone(struct rc_ctx *c)
+{
+	pthread_mutex_lock(&live_lock);
+	for (struct rc_library *lib = live; lib; lib = lib->next_live) {
+		pthread_mutex_lock(&lib->lock);
+		for (struct rc_kernel *k = lib->kernels; k; k = k->next)
+			for (struct rc_func **pf = &k->funcs; *pf;) {
+				struct rc_func *f = *pf;
+				if (f->ctx != c) {
+					pf = &f->next;
+					continue;
+				}
+				*pf = f->next;
+				rc_layout_free(&f->layout);
+				f->magic = 0;
+				free(f);
+			}
+		for (struct rc_module **pm = &lib->modules; *pm;) {
+			struct rc_module *m = *pm;
+			if (m->ctx != c) {
+				pm = &m->lib_next;
+				continue;
+			}
+			*pm = m->lib_next;
+			module_free(m);
+		}
+		pthread_mutex_unlock(&lib->lock);
+	}
+	pthread_mutex_unlock(&live_lock);
 }
 
 RC_EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *pl, const char *path, CUjit_option *jo, void **jv,
@@ -499,6 +555,13 @@ RC_EXPORT CUresult cuLibraryUnload(CUlibrary l)
 	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
 	if (rc)
 		return rc;
+	pthread_mutex_lock(&live_lock);
+	for (struct rc_library **pl = &live; *pl; pl = &(*pl)->next_live)
+		if (*pl == lib) {
+			*pl = lib->next_live;
+			break;
+		}
+	pthread_mutex_unlock(&live_lock);
 	for (int ci = 0; ci < rc_nconn; ci++) {
 		if (!lib->h[ci])
 			continue;
@@ -521,6 +584,10 @@ RC_EXPORT CUresult cuLibraryUnload(CUlibrary l)
 		free(k->name);
 		k->magic = 0;
 		free(k);
+	}
+	for (struct rc_module *m = lib->modules, *nm; m; m = nm) {
+		nm = m->lib_next;
+		module_free(m);
 	}
 	lib->magic = 0;
 	free(lib->image);
@@ -614,6 +681,7 @@ CUresult rc_func_resolve(CUfunction fn, struct rc_func **out)
 	if (!rc) {
 		f->magic = RC_FUNC;
 		f->ctx = c;
+		f->kern = k;
 		f->h = get_u64(&r);
 		if ((rc = rc_layout_read(&r, &f->layout))) {
 			free(f);
@@ -693,6 +761,98 @@ RC_EXPORT CUresult cuKernelGetParamInfo(CUkernel kn, size_t i, size_t *off, size
 	struct rc_func *f;
 	CUresult rc = rc_func_resolve((CUfunction)kn, &f);
 	return rc ? rc : param_info(&f->layout, i, off, size);
+}
+
+/* The library's module in context c (one handle per context, kept). */
+static CUresult library_module(struct rc_library *lib, struct rc_ctx *c, struct rc_module **out)
+{
+	uint64_t lh;
+	CUresult rc = library_on(lib, c->dev->conn, c->h, &lh);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&lib->lock);
+	struct rc_module *m;
+	for (m = lib->modules; m && m->ctx != c; m = m->lib_next)
+		;
+	if (!m) {
+		struct wbuf *w = rc_req();
+		put_u64(w, c->h);
+		put_u64(w, lh);
+		struct rd r;
+		rc = rc_call(c->dev->conn, RGPU_OP_LIBRARY_GET_MODULE, w, &r);
+		uint64_t mh = get_u64(&r);
+		if (!rc && !(m = calloc(1, sizeof(*m))))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		if (!rc) {
+			m->magic = RC_MODULE;
+			m->ctx = c;
+			m->h = mh;
+			m->lib = lib;
+			pthread_mutex_init(&m->lock, NULL);
+			m->lib_next = lib->modules;
+			lib->modules = m;
+		}
+	}
+	pthread_mutex_unlock(&lib->lock);
+	*out = m;
+	return rc;
+}
+
+RC_EXPORT CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary l)
+{
+	struct rc_library *lib;
+	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
+	if (rc)
+		return rc;
+	if (!pmod)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_ctx *c;
+	struct rc_module *m;
+	if ((rc = rc_need_ctx(&c)) || (rc = library_module(lib, c, &m)))
+		return rc;
+	*pmod = (CUmodule)m;
+	return CUDA_SUCCESS;
+}
+
+/* The kernels by the names the server's driver gives (each looked up as
+ * cuLibraryGetKernel does, so that a name has one handle). */
+RC_EXPORT CUresult cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int n, CUlibrary l)
+{
+	struct rc_library *lib;
+	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
+	if (rc)
+		return rc;
+	if (!kernels || !n)
+		return CUDA_ERROR_INVALID_VALUE;
+	uint64_t ctxh, lh;
+	struct rc_conn *conn = library_target(&ctxh);
+	if ((rc = library_on(lib, conn, ctxh, &lh)))
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, lh);
+	struct rd r;
+	if ((rc = rc_call(conn, RGPU_OP_LIBRARY_KERNELS, w, &r)))
+		return rc;
+	uint32_t count = get_u32(&r);
+	if (!rd_ok(&r) || count > 65536)
+		return CUDA_ERROR_UNKNOWN;
+	/* the reply is this thread's until its next call: names copied */
+	char **names = calloc(count ? count : 1, sizeof(*names));
+	if (!names)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (uint32_t i = 0; i < count && !rc; i++) {
+		const char *s = get_str(&r, 4096);
+		if (!rd_ok(&r) || !s)
+			rc = CUDA_ERROR_UNKNOWN;
+		else if (!(names[i] = strdup(s)))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	for (uint32_t i = 0; i < count && i < n && !rc; i++)
+		rc = cuLibraryGetKernel(&kernels[i], l, names[i]);
+	for (uint32_t i = 0; i < count; i++)
+		free(names[i]);
+	free(names);
+	return rc;
 }
 
 RC_EXPORT CUresult cuLibraryGetKernelCount(unsigned int *count, CUlibrary l)

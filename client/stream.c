@@ -410,6 +410,68 @@ RC_EXPORT CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned int flags)
 	return rc_post(c->dev->conn, RGPU_OP_STREAM_WAIT_EVENT, w);
 }
 
+/* ---- a whole context: cuCtxRecordEvent, cuCtxWaitEvent ----
+ * The server's driver knows every stream of the context (the client keeps
+ * no list of them): both go there, in order with the work before them. */
+
+static CUresult ctx_named(CUcontext hctx, struct rc_ctx **c)
+{
+	if (!hctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	CUresult rc = rc_obj(hctx, RC_CTX, c);
+	return rc == CUDA_ERROR_INVALID_HANDLE ? CUDA_ERROR_INVALID_CONTEXT : rc;
+}
+
+RC_EXPORT CUresult cuCtxRecordEvent(CUcontext hctx, CUevent e)
+{
+	struct rc_ctx *c;
+	struct rc_event *ev;
+	CUresult rc = ctx_named(hctx, &c);
+	if (!rc)
+		rc = rc_obj(e, RC_EVENT, &ev);
+	if (rc)
+		return rc;
+	if (ev->ctx != c)
+		return CUDA_ERROR_INVALID_HANDLE;
+	struct rc_conn *conn = c->dev->conn;
+	/* a record no query is told about (its queries ask the server), and
+	 * not known done here until it has gone */
+	__atomic_store_n(&ev->rec_capture, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&ev->rec_watched, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&ev->rec_id, REC_UNTRACKED, __ATOMIC_RELEASE);
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, ev->h);
+	struct rd r;
+	rc = rc_call(conn, RGPU_OP_CTX_RECORD_EVENT, w, &r);
+	if (!rc) {
+		/* covers the legacy stream's work as well as every other's */
+		__atomic_store_n(&ev->rec_legacy, 0, __ATOMIC_RELEASE);
+		__atomic_store_n(&ev->rec_id, rc_idle_mark(conn) - 1, __ATOMIC_RELEASE);
+	}
+	return rc;
+}
+
+RC_EXPORT CUresult cuCtxWaitEvent(CUcontext hctx, CUevent e)
+{
+	struct rc_ctx *c;
+	struct rc_event *ev;
+	CUresult rc = ctx_named(hctx, &c);
+	if (!rc)
+		rc = rc_obj(e, RC_EVENT, &ev);
+	if (rc)
+		return rc;
+	if (ev->ctx->dev->conn != c->dev->conn) {
+		rc_unsupported("cuCtxWaitEvent across two servers");
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, ev->h);
+	struct rd r;
+	return rc_call(c->dev->conn, RGPU_OP_CTX_WAIT_EVENT, w, &r);
+}
+
 RC_EXPORT CUresult cuEventCreate(CUevent *pe, unsigned int flags)
 {
 	struct rc_ctx *c;

@@ -159,8 +159,9 @@
 
 /* Entry points each used when present (NULL otherwise: the call that
  * needs one is answered CUDA_ERROR_NOT_SUPPORTED): host functions, stream
- * and launch attributes, explicit graphs, the JIT linker, the profiler
- * (ops_hostfn.c, ops_graph.c, ops_attr.c). */
+ * and launch attributes, explicit graphs, the JIT linker, the profiler,
+ * whole-context events, a library's module and kernel list (ops_hostfn.c,
+ * ops_graph.c, ops_attr.c, ops_stream.c, ops_module.c). */
 #define RGPUD_DRIVER_MAYBE(X)                    \
 	X(cuLaunchHostFunc)                      \
 	X(cuStreamGetAttribute)                  \
@@ -223,7 +224,12 @@
 	X(cuStreamGetCaptureInfo_v3)             \
 	X(cuStreamUpdateCaptureDependencies_v2)  \
 	X(cuThreadExchangeStreamCaptureMode)     \
-	X(cuStreamBeginCaptureToGraph)
+	X(cuStreamBeginCaptureToGraph)           \
+	X(cuCtxRecordEvent)                      \
+	X(cuCtxWaitEvent)                        \
+	X(cuLibraryGetModule)                    \
+	X(cuLibraryEnumerateKernels)             \
+	X(cuKernelGetName)
 
 struct rgpud_driver {
 	void *dl;

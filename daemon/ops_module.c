@@ -116,6 +116,8 @@ int op_module_unload(struct session *s, const struct rgpu_hdr *h, struct rd *r, 
 	if (rc)
 		return rc;
 	uint64_t mod = q.id;
+	if (q.e->parent)
+		return CUDA_ERROR_NOT_PERMITTED; /* a library's: it goes with it */
 	rc = D->cuModuleUnload(q.e->obj);
 	/* its functions and globals die with it: a stale id is refused here
 	 * rather than handed to the driver as a dangling CUfunction */
@@ -133,7 +135,9 @@ int op_module_get_function(struct session *s, const struct rgpu_hdr *h, struct r
 	int rc = req_enter(s, r, &q, HK_MODULE);
 	if (rc)
 		return rc;
-	uint64_t ctx = q.ctx, mod = q.id;
+	/* a library's module (LIBRARY_GET_MODULE): its functions go with the
+	 * library, as the module does */
+	uint64_t ctx = q.ctx, mod = q.e->parent ? q.e->parent : q.id;
 	CUfunction f;
 	if ((rc = D->cuModuleGetFunction(&f, q.e->obj, name)))
 		return rc;
@@ -181,6 +185,8 @@ static int get_global(struct session *s, struct rd *r, struct wbuf *out, enum hk
 	struct hentry *e = kind == HK_LIBRARY ? req_obj(s, &q, owner, kind) : q.e;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
+	if (kind == HK_MODULE && e->parent)
+		owner = e->parent; /* a library's module: the library's global */
 	CUdeviceptr p;
 	size_t size;
 	rc = kind == HK_MODULE ? D->cuModuleGetGlobal_v2(&p, &size, e->obj, name)
@@ -304,6 +310,62 @@ int op_library_kernel_count(struct session *s, const struct rgpu_hdr *h, struct 
 	unsigned n = 0;
 	rc = D->cuLibraryGetKernelCount(&n, q.e->obj);
 	put_u32(out, n);
+	return rc;
+}
+
+/* LIBRARY_GET_MODULE: the library's module in the context, owned by the
+ * library (unloaded with it; MODULE_UNLOAD refuses it) */
+int op_library_get_module(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ); /* ctx, library */
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc)
+		return rc;
+	struct hentry *l = req_obj(s, &q, q.id, HK_LIBRARY);
+	if (!l)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!D->cuLibraryGetModule)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	uint64_t lib = q.id;
+	CUmodule m;
+	if ((rc = D->cuLibraryGetModule(&m, l->obj)))
+		return rc;
+	/* (the client asks once per context and keeps the handle) */
+	uint64_t id = ht_add(&s->ht, HK_MODULE, m, q.ctx, NULL);
+	if (!id)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ht_get(&s->ht, id, HK_MODULE)->parent = lib;
+	put_u64(out, id);
+	return CUDA_SUCCESS;
+}
+
+/* LIBRARY_KERNELS: the names of a library's kernels */
+int op_library_kernels(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct req q;
+	req_ids(r, &q, REQ_OBJ);
+	int rc = req_enter(s, r, &q, HK_LIBRARY);
+	if (rc)
+		return rc;
+	if (!D->cuLibraryEnumerateKernels || !D->cuKernelGetName)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	unsigned n = 0;
+	if ((rc = D->cuLibraryGetKernelCount(&n, q.e->obj)))
+		return rc;
+	if (n > 65536)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUkernel *ks = calloc(n ? n : 1, sizeof(*ks));
+	if (!ks)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	rc = n ? D->cuLibraryEnumerateKernels(ks, n, q.e->obj) : CUDA_SUCCESS;
+	put_u32(out, n);
+	for (unsigned i = 0; !rc && i < n; i++) {
+		const char *name = NULL;
+		if (!(rc = D->cuKernelGetName(&name, ks[i])))
+			put_str(out, name ? name : "");
+	}
+	free(ks);
 	return rc;
 }
 

@@ -115,6 +115,36 @@ int op_stream_wait_event(struct session *s, const struct rgpu_hdr *h, struct rd 
 	return D->cuStreamWaitEvent(st, ev->obj, flags);
 }
 
+/* CTX_RECORD_EVENT: the event captures all the context's work (the
+ * server's own streams in it included: a superset, never less) */
+int op_ctx_record_event(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ); /* ctx, event */
+	int rc = req_enter(s, r, &q, HK_EVENT);
+	if (rc)
+		return rc;
+	if (!D->cuCtxRecordEvent)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return D->cuCtxRecordEvent(session_ctx_obj(s), q.e->obj);
+}
+
+/* CTX_WAIT_EVENT: the event may be another context's, as for a stream */
+int op_ctx_wait_event(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ); /* ctx, event */
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc)
+		return rc;
+	struct hentry *ev = ht_get(&s->ht, q.id, HK_EVENT);
+	if (!ev)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!D->cuCtxWaitEvent)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	return D->cuCtxWaitEvent(session_ctx_obj(s), ev->obj);
+}
+
 int op_event_create(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;

@@ -259,6 +259,10 @@ int emu_capture_join(struct emu_stream *s, struct emu_event *ev);
  * invalidated and the work refused with CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
  * caller holds ctx->lock. */
 int emu_capture_implicit(struct emu_ctx *ctx);
+/* A call on the whole of ctx (cuCtxRecordEvent, cuCtxWaitEvent): 1 if a
+ * stream of ctx is capturing (those captures are invalidated, as in CUDA);
+ * caller holds ctx->lock. */
+int emu_capture_in_ctx(struct emu_ctx *ctx);
 /* A potentially unsafe call (an allocation) is about to run: its status
  * under the captures going on (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, the
  * captures it disturbs invalidated, or CUDA_SUCCESS). */
@@ -343,6 +347,16 @@ struct emu_ctx {
 	struct emu_event *events;
 	struct emu_module *modules;
 	uint64_t next_stream_id;
+	/* cuCtxRecordEvent's records run on a stream of their own (made on
+	 * first use, non-blocking, after every stream's work); cuCtxWaitEvent's
+	 * waits are kept for streams made later (stream.c) */
+	struct emu_stream *ctx_stream;
+	struct emu_cwait {
+		struct emu_event *ev;
+		uint64_t gen;
+		uint64_t first_stream; /* streams from this id on wait */
+	} *cwaits;
+	int ncwaits, capcwaits;
 
 	pthread_rwlock_t mem_rw;
 	struct emu_alloc *allocs;   /* sorted by base */

@@ -1623,6 +1623,19 @@ int emu_capture_implicit(struct emu_ctx *ctx)
 	return hit;
 }
 
+int emu_capture_in_ctx(struct emu_ctx *ctx)
+{
+	int hit = 0;
+	emu_lock(&graph_lock);
+	for (struct capture *c = captures; c; c = c->next)
+		if (c->s->ctx == ctx) {
+			c->failed = 1;
+			hit = 1;
+		}
+	emu_unlock(&graph_lock);
+	return hit;
+}
+
 /* emu_stream_enqueue's first step: while s is capturing, op becomes a node
  * of the capture's graph (taken) instead of running.  Returns 1 if taken
  * (*rc the result), 0 if s is not capturing.  Caller holds ctx->lock. */

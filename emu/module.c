@@ -109,10 +109,12 @@ static int image_ok(const void *image)
 }
 
 /* Caller holds ctx->lock. */
+/* A module of ctx, or a library's instance there (cuLibraryGetModule's
+ * handle: its functions and globals are the library's in ctx). */
 static struct emu_module *module_find(struct emu_ctx *ctx, const void *h)
 {
 	for (struct emu_module *m = ctx->modules; m; m = m->next)
-		if ((const void *)m == h && !m->lib)
+		if ((const void *)m == h)
 			return m;
 	return NULL;
 }
@@ -225,7 +227,7 @@ static struct emu_module *instance_find(struct emu_ctx *ctx, const struct emu_li
  * no lock held.
  */
 static CUresult instance_get(struct emu_ctx *ctx, const void *h, int is_kernel, CUdeviceptr *globals,
-			     struct emu_func **func)
+			     struct emu_func **func, struct emu_module **mod)
 {
 	struct emu_module *fresh = NULL;
 	CUresult rc;
@@ -259,6 +261,8 @@ static CUresult instance_get(struct emu_ctx *ctx, const void *h, int is_kernel, 
 					*globals = m->globals;
 				if (func)
 					*func = k ? &m->funcs[k->index] : NULL;
+				if (mod)
+					*mod = m;
 			}
 			emu_unlock(&ctx->lock);
 		}
@@ -291,7 +295,7 @@ static CUresult as_function(struct emu_ctx *ctx, const void *h, const void **out
 	*out = h;
 	if (!is_kernel)
 		return CUDA_SUCCESS;
-	rc = instance_get(ctx, h, 1, NULL, &f);
+	rc = instance_get(ctx, h, 1, NULL, &f, NULL);
 	if (rc == CUDA_SUCCESS)
 		*out = f;
 	/* Unloaded meanwhile: func_find reports the stale handle. */
@@ -583,6 +587,64 @@ EMU_API CUresult CUDAAPI cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
 	return rc;
 }
 
+EMU_API CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel *kernels, unsigned int numKernels, CUlibrary library)
+{
+	struct emu_library *lib;
+	CUresult rc = CUDA_SUCCESS;
+
+	if (!kernels || numKernels == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&emu_lib_lock);
+	lib = lib_find(library);
+	if (!lib)
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	for (unsigned i = 0; lib && i < numKernels && i < EMU_NKERNELS; i++)
+		kernels[i] = (CUkernel)&lib->kernels[i];
+	emu_unlock(&emu_lib_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuKernelGetName(const char **name, CUkernel kernel)
+{
+	struct emu_lkernel *k;
+	CUresult rc = CUDA_SUCCESS;
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&emu_lib_lock);
+	k = lkernel_find(kernel);
+	if (k)
+		*name = emu_kernels[k->index].name;
+	else
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	emu_unlock(&emu_lib_lock);
+	return rc;
+}
+
+/* The library's instance in the current context (made on first use, as a
+ * kernel's function or a global would make it). */
+EMU_API CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+	struct emu_module *m = NULL;
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!pMod)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = instance_get(ctx, library, 0, NULL, NULL, &m);
+	if (rc == CUDA_SUCCESS)
+		*pMod = (CUmodule)m;
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
 EMU_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
 	CUdeviceptr globals = 0;
@@ -594,7 +656,7 @@ EMU_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CU
 	rc = emu_ctx_enter(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	rc = instance_get(ctx, library, 0, &globals, NULL);
+	rc = instance_get(ctx, library, 0, &globals, NULL, NULL);
 	if (rc == CUDA_SUCCESS)
 		rc = global_of(globals, name, dptr, bytes);
 	emu_ctx_leave(ctx);
@@ -612,7 +674,7 @@ EMU_API CUresult CUDAAPI cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 	rc = emu_ctx_enter(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	rc = instance_get(ctx, kernel, 1, NULL, &f);
+	rc = instance_get(ctx, kernel, 1, NULL, &f, NULL);
 	if (rc == CUDA_SUCCESS)
 		*pFunc = (CUfunction)f;
 	emu_ctx_leave(ctx);

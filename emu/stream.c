@@ -71,6 +71,21 @@ static int op_ready(struct emu_ctx *ctx, const struct emu_op *op)
 	return 1;
 }
 
+/* A stream made after a cuCtxWaitEvent waits for that event before
+ * anything it runs (the streams there then got a wait op each). */
+static int cwaits_passed(struct emu_ctx *ctx, const struct emu_stream *s)
+{
+	for (int i = 0; i < ctx->ncwaits; i++) {
+		const struct emu_cwait *w = &ctx->cwaits[i];
+		if (s->id >= w->first_stream) {
+			emu_ipc_pull(w->ev);
+			if (w->ev->completed < w->gen)
+				return 0;
+		}
+	}
+	return 1;
+}
+
 static void *worker(void *arg)
 {
 	struct emu_stream *s = arg;
@@ -87,7 +102,7 @@ static void *worker(void *arg)
 			emu_wait(&ctx->cond, &ctx->lock);
 			continue;
 		}
-		if (!op_ready(ctx, op)) {
+		if (!op_ready(ctx, op) || !cwaits_passed(ctx, s)) {
 			/* (another process completes an interprocess event) */
 			if (op->kind == EMU_OP_WAIT && op->event->ipc)
 				emu_ipc_nap(&ctx->lock);
@@ -191,7 +206,16 @@ static int add_dep(struct emu_dep **deps, int *n, int *cap, const struct emu_str
 	return 0;
 }
 
+static CUresult enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct emu_op *op, int after_all);
+
 CUresult emu_stream_enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct emu_op *op)
+{
+	return enqueue(ctx, s, op, 0);
+}
+
+/* after_all: op waits for the work queued so far on every stream of ctx
+ * (cuCtxRecordEvent), not by the legacy stream's rules */
+static CUresult enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct emu_op *op, int after_all)
 {
 	struct emu_dep *deps = NULL;
 	int n = 0, cap = 0, bad = 0;
@@ -204,7 +228,13 @@ CUresult emu_stream_enqueue(struct emu_ctx *ctx, struct emu_stream *s, struct em
 		emu_op_free(ctx, op);
 		return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
 	}
-	if (s->is_null) {
+	if (after_all) {
+		if (add_dep(&deps, &n, &cap, ctx->null_stream) != 0)
+			bad = 1;
+		for (struct emu_stream *t = ctx->streams; t; t = t->next)
+			if (t != s && add_dep(&deps, &n, &cap, t) != 0)
+				bad = 1;
+	} else if (s->is_null) {
 		for (struct emu_stream *t = ctx->streams; t; t = t->next)
 			if (!(t->flags & CU_STREAM_NON_BLOCKING) && add_dep(&deps, &n, &cap, t) != 0)
 				bad = 1;
@@ -276,7 +306,14 @@ void emu_streams_destroy_all(struct emu_ctx *ctx)
 	ctx->streams = NULL;
 	free(ctx->null_stream);
 	ctx->null_stream = NULL;
-	/* Queues are empty, so only the handles hold events now. */
+	/* Queues are empty, so only the handles (and cuCtxWaitEvent's kept
+	 * waits) hold events now. */
+	for (int i = 0; i < ctx->ncwaits; i++)
+		emu_event_unref(ctx, ctx->cwaits[i].ev);
+	free(ctx->cwaits);
+	ctx->cwaits = NULL;
+	ctx->ncwaits = ctx->capcwaits = 0;
+	ctx->ctx_stream = NULL;
 	for (ev = ctx->events; ev; ev = enext) {
 		enext = ev->next;
 		free(ev);
@@ -649,4 +686,143 @@ EMU_API CUresult CUDAAPI cuEventElapsedTime(float *pMilliseconds, CUevent hStart
 EMU_API CUresult CUDAAPI cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
 	return elapsed_time(pMilliseconds, hStart, hEnd);
+}
+
+/* ---- a whole context: cuCtxRecordEvent, cuCtxWaitEvent ---- */
+
+/* The context's own stream for its records (made on first use; non-blocking,
+ * so no stream waits for it by the legacy rules).  Caller holds ctx->lock. */
+static CUresult ctx_stream(struct emu_ctx *ctx, struct emu_stream **out)
+{
+	if (!ctx->ctx_stream) {
+		struct emu_stream *s = calloc(1, sizeof *s);
+		if (!s)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		s->flags = CU_STREAM_NON_BLOCKING;
+		CUresult rc = emu_stream_start(ctx, s);
+		if (rc != CUDA_SUCCESS) {
+			free(s);
+			return rc;
+		}
+		s->next = ctx->streams;
+		ctx->streams = s;
+		ctx->ctx_stream = s;
+	}
+	*out = ctx->ctx_stream;
+	return CUDA_SUCCESS;
+}
+
+/* hCtx entered and locked (it must be the current context: rgpud makes
+ * it so; another is refused with CUDA_ERROR_INVALID_CONTEXT). */
+static CUresult ctx_enter_named(CUcontext hCtx, struct emu_ctx **ctx)
+{
+	CUresult rc = emu_ctx_enter_locked(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (hCtx && hCtx != emu_ctx_current_handle()) {
+		emu_ctx_unlock_leave(*ctx);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuCtxRecordEvent(CUcontext hCtx, CUevent hEvent)
+{
+	struct emu_stream *s;
+	struct emu_event *ev;
+	struct emu_ctx *ctx;
+	struct emu_op *op;
+	CUresult rc = ctx_enter_named(hCtx, &ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	ev = event_find(ctx, hEvent);
+	if (!ev) {
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	} else if (emu_capture_in_ctx(ctx)) {
+		rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	} else if ((rc = ctx_stream(ctx, &s)) != CUDA_SUCCESS) {
+		/* (no stream for it) */
+	} else if (!(op = calloc(1, sizeof *op))) {
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		op->kind = EMU_OP_RECORD;
+		op->event = ev;
+		emu_ipc_pull(ev);
+		op->gen = ++ev->recorded;
+		emu_ipc_push(ev);
+		ev->refs++;
+		ev->cap_id = 0;
+		rc = enqueue(ctx, s, op, 1);
+		if (rc != CUDA_SUCCESS)
+			ev->recorded--;
+	}
+	emu_ctx_unlock_leave(ctx);
+	return rc;
+}
+
+static CUresult wait_on(struct emu_ctx *ctx, struct emu_stream *s, struct emu_event *ev)
+{
+	struct emu_op *op = calloc(1, sizeof *op);
+	if (!op)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->kind = EMU_OP_WAIT;
+	op->event = ev;
+	op->gen = ev->recorded;
+	ev->refs++;
+	return emu_stream_enqueue(ctx, s, op);
+}
+
+EMU_API CUresult CUDAAPI cuCtxWaitEvent(CUcontext hCtx, CUevent hEvent)
+{
+	struct emu_event *ev;
+	struct emu_ctx *ctx;
+	CUresult rc = ctx_enter_named(hCtx, &ctx);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	ev = event_find(ctx, hEvent);
+	if (!ev && hEvent) {
+		/* another context's event: waited for here, as a stream's
+		 * wait for one is */
+		emu_ctx_unlock_leave(ctx);
+		return wait_foreign(hEvent);
+	}
+	if (!ev) {
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	} else if (emu_capture_in_ctx(ctx)) {
+		rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	} else if (emu_ipc_pull(ev), ev->recorded > 0 && ev->completed < ev->recorded) {
+		/* the streams there wait in their queues; streams made later
+		 * before their first work (kept while the event is pending) */
+		int k = 0;
+		for (int i = 0; i < ctx->ncwaits; i++) {
+			emu_ipc_pull(ctx->cwaits[i].ev);
+			if (ctx->cwaits[i].ev->completed >= ctx->cwaits[i].gen)
+				emu_event_unref(ctx, ctx->cwaits[i].ev);
+			else
+				ctx->cwaits[k++] = ctx->cwaits[i];
+		}
+		ctx->ncwaits = k;
+		if (ctx->ncwaits == ctx->capcwaits) {
+			int cap = ctx->capcwaits ? 2 * ctx->capcwaits : 4;
+			struct emu_cwait *w = realloc(ctx->cwaits, (size_t)cap * sizeof *w);
+			if (!w) {
+				emu_ctx_unlock_leave(ctx);
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			}
+			ctx->cwaits = w;
+			ctx->capcwaits = cap;
+		}
+		rc = wait_on(ctx, ctx->null_stream, ev);
+		for (struct emu_stream *s = ctx->streams; s && rc == CUDA_SUCCESS; s = s->next)
+			if (!s->quit && s != ctx->ctx_stream)
+				rc = wait_on(ctx, s, ev);
+		if (rc == CUDA_SUCCESS) {
+			ev->refs++;
+			ctx->cwaits[ctx->ncwaits++] = (struct emu_cwait){ ev, ev->recorded, ctx->next_stream_id };
+		}
+	}
+	emu_ctx_unlock_leave(ctx);
+	return rc;
 }

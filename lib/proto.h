@@ -95,6 +95,12 @@ typedef uint64_t rgpu_handle;
 	X(CTX_GET_LIMIT, 13, "context limit")                                  \
 	/* handle ctx, u32 limit, u64 value -> */                              \
 	X(CTX_SET_LIMIT, 14, "set context limit")                              \
+	/* handle ctx, handle event -> : the event captures all the context's \
+	 * work so far (cuCtxRecordEvent) */                                   \
+	X(CTX_RECORD_EVENT, 15, "record an event of a whole context")         \
+	/* handle ctx, handle event (of any context of the session) -> : all  \
+	 * later work of the context waits for it (cuCtxWaitEvent) */          \
+	X(CTX_WAIT_EVENT, 16, "a whole context waits for an event")           \
 	/* handle ctx -> u64 free, u64 total (quota-aware) */                  \
 	X(MEM_GET_INFO, 20, "free and total memory")                           \
 	/* handle ctx, u64 size -> u64 dptr */                                 \
@@ -133,6 +139,11 @@ typedef uint64_t rgpu_handle;
 	X(LIBRARY_GET_GLOBAL, 38, "library global in a context")               \
 	/* handle ctx, handle module -> u32 n, str name[n] */                 \
 	X(MODULE_FUNCTIONS, 48, "names of a module's functions")              \
+	/* handle ctx, handle library -> handle module (the library's module \
+	 * in that context: owned by the library, not unloaded on its own) */  \
+	X(LIBRARY_GET_MODULE, 49, "a library's module in a context")          \
+	/* handle library -> u32 n, str name[n] */                            \
+	X(LIBRARY_KERNELS, 55, "names of a library's kernels")                \
 	/* handle library -> u32 count */                                     \
 	X(LIBRARY_KERNEL_COUNT, 39, "number of kernels in a library")               \
 	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \

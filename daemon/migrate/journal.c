@@ -354,6 +354,7 @@ void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, in
 		break;
 	case RGPU_OP_MODULE_GET_FUNCTION:
 	case RGPU_OP_KERNEL_GET_FUNCTION:
+	case RGPU_OP_LIBRARY_GET_MODULE:
 		add(s, op, p, n, made, h0, h1, 0);
 		break;
 	case RGPU_OP_LIBRARY_GET_KERNEL:

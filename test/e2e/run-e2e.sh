@@ -217,6 +217,7 @@ suite() {
 	run t_umhint "$ONE" -- t_umhint
 	run t_memops "$ONE" -- t_memops
 	run t_uobj "$ONE" -- t_uobj
+	run t_ctxevent "$ONE" -- t_ctxevent
 	run t_memcpy2d "$ONE" -- t_memcpy2d
 	run t_array "$ONE" -- t_array
 	run t_graph "$ONE" -- t_graph

@@ -80,6 +80,49 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++)
 		CHECK(out[i] == c[i] * 4.0f, "scale_by_global: x[%d] = %g, want %g", i, out[i], c[i] * 4.0f);
 
+	/* the library's module in this context: the same globals and
+	 * kernels as the library's, one handle, the module of its kernels'
+	 * functions */
+	CUmodule lm, lm2, fm;
+	CK(cuLibraryGetModule(&lm, lib));
+	CK(cuLibraryGetModule(&lm2, lib));
+	CHECK(lm == lm2, "cuLibraryGetModule gave two handles in one context");
+	CUdeviceptr mscale = 0;
+	size_t msz = 0;
+	CK(cuModuleGetGlobal(&mscale, &msz, lm, "g_scale"));
+	CHECK(mscale == gscale && msz == ss, "the module's g_scale is at 0x%llx, the library's at 0x%llx",
+	      (unsigned long long)mscale, (unsigned long long)gscale);
+	CK(cuFuncGetModule(&fm, fadd));
+	CHECK(fm == lm, "cuFuncGetModule of a library kernel's function is not the library's module");
+	CUfunction madd;
+	CK(cuModuleGetFunction(&madd, lm, "vec_add"));
+	CK(cuMemsetD32(dc, 0, (unsigned)n));
+	void *margs[] = { &da, &db, &dc, &nn };
+	launch1d(madd, (unsigned)n, NULL, margs);
+	CK(cuCtxSynchronize());
+	CK(cuMemcpyDtoH(out, dc, bytes));
+	for (int i = 0; i < n; i++)
+		CHECK(out[i] == a[i] + b[i], "vec_add from the library's module: c[%d] = %g, want %g", i, out[i],
+		      a[i] + b[i]);
+	if (via_rgpu())
+		EXPECT_RC(cuModuleUnload(lm), CUDA_ERROR_NOT_PERMITTED); /* the library's */
+	/* the kernels by enumeration: their names, the same handles */
+	if (count) {
+		CUkernel *ks = xmalloc(count * sizeof(*ks));
+		CK(cuLibraryEnumerateKernels(ks, count, lib));
+		int seen_add = 0;
+		for (unsigned i = 0; i < count; i++) {
+			const char *kn = NULL;
+			CK(cuKernelGetName(&kn, ks[i]));
+			if (kn && !strcmp(kn, "vec_add")) {
+				seen_add = 1;
+				CHECK(ks[i] == kadd, "vec_add enumerated as another handle than cuLibraryGetKernel's");
+			}
+		}
+		CHECK(seen_add, "cuLibraryEnumerateKernels did not list vec_add (%u kernels)", count);
+		free(ks);
+	}
+
 	CK(cuMemFree(da));
 	CK(cuMemFree(db));
 	CK(cuMemFree(dc));

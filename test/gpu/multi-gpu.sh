@@ -9,7 +9,9 @@
 # path); PyTorch training with expandable segments (its allocator then uses
 # the VMM API); a jitted JAX training step; CuPy results with the default
 # and the stream-ordered memory pool; a CUDA tensor sent to another process
-# with torch.multiprocessing (IPC memory and event handles).  Each compares
+# with torch.multiprocessing (IPC memory and event handles); PyTorch's
+# libraries (cuDNN, cuFFT, cuSOLVER, cuSPARSE, bf16 attention, CUDA graphs,
+# torch.compile: torch_ops.py).  Each compares
 # the results through rgpud with the local run.
 # Two GPUs or more (skipped with a message otherwise): peer copy bandwidth
 # (torch, 256 MiB), t_appmem's peer part, an NCCL all-reduce with
@@ -210,6 +212,24 @@ if $PY -c 'import jax' 2>/dev/null; then
 	fi
 else
 	result jax_step SKIP "no jax"
+fi
+
+# what PyTorch users run beyond a linear layer (cuDNN, bf16 attention,
+# cuFFT, cuSOLVER, cuSPARSE, CUDA graphs, streams, torch.compile): each
+# part's values within a relative 1e-4 of local (2e-2 for bf16), its
+# checks true, every part that ran locally done
+if $PY -c 'import torch' 2>/dev/null; then
+	run torchops-local 150 local env TRITON_CACHE_DIR="$OUT/triton-local" TORCHINDUCTOR_CACHE_DIR="$OUT/inductor-local" \
+		$PY "$M/torch_ops.py"
+	run torchops-rgpu 200 "$ONE" env TRITON_CACHE_DIR="$OUT/triton-rgpu" TORCHINDUCTOR_CACHE_DIR="$OUT/inductor-rgpu" \
+		$PY "$M/torch_ops.py"
+	d=$($PY "$M/compare_vals.py" "$OUT/torchops-local.log" "$OUT/torchops-rgpu.log")
+	case $d in
+	ok*) result torch_ops PASS "${d#ok } as local" ;;
+	*) result torch_ops FAIL "${d#FAIL }" ;;
+	esac
+else
+	result torch_ops SKIP "no torch"
 fi
 
 # CUDA tensors sent to another process (torch.multiprocessing: IPC memory
