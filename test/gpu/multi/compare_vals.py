@@ -45,5 +45,7 @@ if not ld:
 if bad:
     print("FAIL " + " | ".join(bad[:4]))
 else:
-    same = sum(lv[k] == rv[k] for k in lv)
-    print("ok %d values (%d identical), %d checks, parts %s" % (len(rv), same, len(rc), ",".join(sorted(rd))))
+    near = sorted(k for k in lv if lv[k] != rv[k])
+    print("ok %d values (%d identical%s), %d checks, parts %s" %
+          (len(rv), len(lv) - len(near), "; within tolerance: " + " ".join(near) if near else "", len(rc),
+           ",".join(sorted(rd))))
