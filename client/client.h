@@ -174,6 +174,8 @@ struct rc_library {
 	struct rc_kernel *kernels;
 	struct rc_module *modules; /* cuLibraryGetModule's, one per context */
 	struct rc_library *next_live; /* module.c's list of loaded libraries */
+	uintptr_t *managed;  /* its managed memory mapped here (an address in each) */
+	size_t nmanaged;
 };
 
 /* module.c: context c is going: the libraries' functions and modules in
@@ -397,6 +399,9 @@ CUresult rc_need_ctx(struct rc_ctx **out);
 /* Makes context c on its server if it is not yet (a primary context is
  * made when first used: named as a peer, it is used). */
 CUresult rc_ctx_activate(struct rc_ctx *c);
+/* context.c: device dev's primary context, no retain counted (for work
+ * before the application has a context) */
+CUresult rc_primary_hidden(CUdevice dev, struct rc_ctx **out);
 
 /* stream.c: resolves a CUstream to (context, server id). */
 CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h);
@@ -511,6 +516,14 @@ void rc_coh_device_use(uint64_t p);
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,
 		     int async);
 CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async);
+/* coherence.c: a library's __managed__ variable [a, a+n), in the managed
+ * memory [seg, seg+seglen) the server's driver made: the host sees it at
+ * the same address, coherent as managed memory of c (its initial values
+ * fetched); dropped with the library (rc_managed_global_drop) */
+CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintptr_t a, size_t n);
+void rc_managed_global_drop(uintptr_t a);
+/* (context c is going: its libraries' managed memory with it) */
+void rc_managed_global_ctx_gone(struct rc_ctx *c);
 
 /* thread.c: a detached thread of the client's, taking no signals (0 or
  * pthread_create's error) */

@@ -96,6 +96,9 @@ struct region {
 	 * reading (a flag it spins on), and only they, as the kernel may be
 	 * writing the rest */
 	uint8_t *twin;
+	int borrowed;            /* (managed) a library's __managed__ variables:
+				  * the device copy is the server driver's,
+				  * at the address it chose (rc_managed_global) */
 };
 
 #define TWIN_MAX (4u << 20) /* (a pinned buffer's region is 2 MiB at least) */
@@ -453,6 +456,7 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 		r->auto_refs = 0;
 		r->auto_dst = 0;
 		r->twin = NULL;
+		r->borrowed = 0;
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELEASE);
 		if (r - regions + 1 > regions_hw)
 			regions_hw = (int)(r - regions + 1);
@@ -512,6 +516,94 @@ CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out)
 	}
 	*out = p;
 	return CUDA_SUCCESS;
+}
+
+CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintptr_t a, size_t n)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t base = seg & ~(pg - 1);
+	size_t size = ((seg + seglen + pg - 1) & ~(pg - 1)) - base;
+	CUresult rc = CUDA_SUCCESS;
+	pthread_mutex_lock(&coh_lock);
+	struct region *r = find(a);
+	if (r && (!r->borrowed || r->mirror != c || r->base != base)) {
+		/* the address is another region's here: cannot be both */
+		pthread_mutex_unlock(&coh_lock);
+		log_err("a managed variable at %#lx lies in memory this process already uses", (unsigned long)a);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	if (!r) {
+		void *p = mmap((void *)base, size, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p != (void *)base) {
+			if (p != MAP_FAILED)
+				munmap(p, size);
+			pthread_mutex_unlock(&coh_lock);
+			log_err("cannot map a library's managed variables at %#lx (%zu bytes) as the server "
+				"has them: that address is taken in this process",
+				(unsigned long)base, size);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		/* the device copy holds the variables' initial values */
+		if ((rc = rc_dtoh_any(c, 0, (void *)a, a, n, 0)) || !(r = region_add(p, size, R_MANAGED, c))) {
+			munmap(p, size);
+			pthread_mutex_unlock(&coh_lock);
+			return rc ? rc : CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		pthread_mutex_lock(&reg_lock);
+		r->borrowed = 1;
+		r->xoff = a - base;
+		r->xlen = n;
+		pthread_mutex_unlock(&reg_lock);
+	} else {
+		/* another variable of the same memory: its bytes fetched, the
+		 * span coherence moves widened to cover it */
+		unprotect(r);
+		rc = rc_dtoh_any(c, 0, (void *)a, a, n, 0);
+		size_t lo = a - base < r->xoff ? a - base : r->xoff;
+		size_t hi = a - base + n > r->xoff + r->xlen ? a - base + n : r->xoff + r->xlen;
+		pthread_mutex_lock(&reg_lock);
+		r->xoff = lo;
+		r->xlen = hi - lo;
+		pthread_mutex_unlock(&reg_lock);
+	}
+	r->host_dirty = 0;
+	protect(r);
+	if (r->dev_dirty)
+		guard(r);
+	pthread_mutex_unlock(&coh_lock);
+	return rc;
+}
+
+void rc_managed_global_drop(uintptr_t a)
+{
+	pthread_mutex_lock(&coh_lock);
+	pthread_mutex_lock(&reg_lock);
+	struct region *r = find(a);
+	uintptr_t base = 0;
+	size_t size = 0;
+	if (r && r->borrowed) {
+		base = r->base;
+		size = r->size;
+		free(r->twin);
+		r->twin = NULL;
+		__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
+		__atomic_fetch_sub(&mirrored, 1, __ATOMIC_RELAXED);
+	}
+	pthread_mutex_unlock(&reg_lock);
+	pthread_mutex_unlock(&coh_lock);
+	if (size)
+		munmap((void *)base, size);
+}
+
+void rc_managed_global_ctx_gone(struct rc_ctx *c)
+{
+	int hw = __atomic_load_n(&regions_hw, __ATOMIC_ACQUIRE);
+	for (int i = 0; i < hw; i++) {
+		struct region *r = &regions[i];
+		if (__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) && r->borrowed && r->mirror == c)
+			rc_managed_global_drop(r->base);
+	}
 }
 
 int rc_mapped_add(void *p, size_t size)
@@ -647,7 +739,7 @@ int rc_region_free(void *p, size_t *size)
 	pthread_mutex_lock(&coh_lock);
 	pthread_mutex_lock(&reg_lock);
 	struct region *r = find_base((uintptr_t)p);
-	if (!r) {
+	if (!r || r->borrowed) { /* (a library's: it goes with it) */
 		pthread_mutex_unlock(&reg_lock);
 		pthread_mutex_unlock(&coh_lock);
 		return -1;

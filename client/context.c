@@ -107,12 +107,35 @@ static CUresult ctx_free(struct rc_ctx *c)
 	if (c->dev && c->dev->conn)
 		rc_devranges_drop_owner(c->dev->conn, c);
 	rc_libraries_ctx_gone(c);
+	rc_managed_global_ctx_gone(c);
 	c->magic = 0;
 	free(c);
 	return rc;
 }
 
 /* ---- primary contexts ---- */
+
+/* Device dev's primary context without a retain counted (cudart's own
+ * enumeration retains it for good anyway, export_tables.c): for what must
+ * run in a context before the application has one, such as a library's
+ * managed variables, which cudart asks for before it retains its primary
+ * context.  The application's retain later gets the same context. */
+CUresult rc_primary_hidden(CUdevice dev, struct rc_ctx **out)
+{
+	struct rc_dev *d;
+	CUresult rc = rc_dev_get(dev, &d);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&d->pctx_lock);
+	if (!d->primary)
+		rc = ctx_new(dev, d->primary_flags, 1, &d->primary);
+	struct rc_ctx *c = d->primary;
+	pthread_mutex_unlock(&d->pctx_lock);
+	if (!rc)
+		rc = ctx_activate(c);
+	*out = c;
+	return rc;
+}
 
 RC_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {

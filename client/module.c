@@ -589,6 +589,9 @@ RC_EXPORT CUresult cuLibraryUnload(CUlibrary l)
 		nm = m->lib_next;
 		module_free(m);
 	}
+	for (size_t i = 0; i < lib->nmanaged; i++)
+		rc_managed_global_drop(lib->managed[i]);
+	free(lib->managed);
 	lib->magic = 0;
 	free(lib->image);
 	pthread_mutex_destroy(&lib->lock);
@@ -811,6 +814,61 @@ RC_EXPORT CUresult cuLibraryGetModule(CUmodule *pmod, CUlibrary l)
 	if ((rc = rc_need_ctx(&c)) || (rc = library_module(lib, c, &m)))
 		return rc;
 	*pmod = (CUmodule)m;
+	return CUDA_SUCCESS;
+}
+
+/* A __managed__ variable (cudart asks for each at its first call): the
+ * server's driver made its memory; the host side is mapped at the same
+ * address and kept coherent as managed memory. */
+RC_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary l, const char *name)
+{
+	struct rc_library *lib;
+	CUresult rc = rc_obj(l, RC_LIBRARY, &lib);
+	if (rc)
+		return rc;
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	/* cudart asks before it has made its context: the library's device
+	 * then (device 0's server, where it was loaded), in a primary context
+	 * of the client's own */
+	struct rc_ctx *c = rc_current();
+	uint64_t lh;
+	if (c)
+		rc = rc_ctx_activate(c);
+	else
+		rc = rc_primary_hidden(0, &c);
+	if (rc || (rc = library_on(lib, c->dev->conn, c->h, &lh)))
+		return rc;
+	struct wbuf *w = rc_req();
+	put_u64(w, c->h);
+	put_u64(w, lh);
+	put_str(w, name);
+	struct rd r;
+	if ((rc = rc_call(c->dev->conn, RGPU_OP_LIBRARY_GET_MANAGED, w, &r)))
+		return rc;
+	uint64_t p = get_u64(&r), n = get_u64(&r), seg = get_u64(&r), seglen = get_u64(&r);
+	if (!rd_ok(&r) || seg > p || p + n > seg + seglen || seglen > (1ull << 32))
+		return CUDA_ERROR_UNKNOWN;
+	pthread_mutex_lock(&lib->lock);
+	uintptr_t *nm = realloc(lib->managed, (lib->nmanaged + 1) * sizeof(*nm));
+	if (nm)
+		lib->managed = nm;
+	pthread_mutex_unlock(&lib->lock);
+	if (!nm)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if ((rc = rc_managed_global(c, seg, seglen, p, n)))
+		return rc;
+	pthread_mutex_lock(&lib->lock);
+	int known = 0;
+	for (size_t i = 0; i < lib->nmanaged && !known; i++)
+		known = lib->managed[i] >= (seg & ~4095ull) && lib->managed[i] < seg + seglen;
+	if (!known)
+		lib->managed[lib->nmanaged++] = p;
+	pthread_mutex_unlock(&lib->lock);
+	if (dptr)
+		*dptr = p;
+	if (bytes)
+		*bytes = n;
 	return CUDA_SUCCESS;
 }
 

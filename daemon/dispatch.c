@@ -42,6 +42,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(MODULE_FUNCTIONS, module_functions, 0),
 	OPDF(LIBRARY_GET_MODULE, library_get_module, 0, OPF_CREATES),
 	OPD(LIBRARY_KERNELS, library_kernels, 0),
+	OPDF(LIBRARY_GET_MANAGED, library_get_managed, 0, OPF_CREATES),
 	OPD(LAUNCH, launch, 0),
 	OPD(FUNC_GET_ATTRS, func_get_attrs, 0),
 	OPD(FUNC_SET_ATTR, func_set_attr, 0),

@@ -229,7 +229,9 @@
 	X(cuCtxWaitEvent)                        \
 	X(cuLibraryGetModule)                    \
 	X(cuLibraryEnumerateKernels)             \
-	X(cuKernelGetName)
+	X(cuKernelGetName)                       \
+	X(cuLibraryGetManaged)                   \
+	X(cuMemGetAddressRange_v2)
 
 struct rgpud_driver {
 	void *dl;

@@ -300,6 +300,47 @@ int op_library_get_global(struct session *s, const struct rgpu_hdr *h, struct rd
 	return get_global(s, r, out, HK_LIBRARY);
 }
 
+/* LIBRARY_GET_MANAGED: a __managed__ variable of the library (what cudart
+ * asks for each one at its first call).  The whole managed memory it lies
+ * in becomes the session's (charged once, refunded with the library), so
+ * that the client may keep its span coherent in one piece. */
+int op_library_get_managed(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
+{
+	struct req q;
+	req_ids(r, &q, REQ_CTX_OBJ); /* ctx, library */
+	const char *name = get_str(r, 4096);
+	int rc = req_enter(s, r, &q, HK_FREE);
+	if (rc)
+		return rc;
+	struct hentry *l = req_obj(s, &q, q.id, HK_LIBRARY);
+	if (!l)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (!D->cuLibraryGetManaged)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUdeviceptr p = 0, base = 0;
+	size_t size = 0, len = 0;
+	if ((rc = D->cuLibraryGetManaged(&p, &size, l->obj, name)))
+		return rc;
+	if (!D->cuMemGetAddressRange_v2 || D->cuMemGetAddressRange_v2(&base, &len, p) || base > p ||
+	    p + size > base + len) {
+		base = p; /* (the variable alone) */
+		len = size;
+	}
+	struct ctx_state *cs = q.cs;
+	int added = session_alloc_add(s, base, len, q.ctx, q.id, cs->dev);
+	if (added < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (added && len && gate_charge(cs->dev, (int64_t)len) < 0) {
+		session_alloc_del(s, base);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	put_u64(out, p);
+	put_u64(out, size);
+	put_u64(out, base);
+	put_u64(out, len);
+	return CUDA_SUCCESS;
+}
+
 int op_library_kernel_count(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	struct req q;

@@ -334,7 +334,7 @@ DECL_OP(mem_refused)
 DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
 DECL_OP(graph_op) DECL_OP(link)
 DECL_OP(event_record_watch)
-DECL_OP(ctx_record_event) DECL_OP(ctx_wait_event) DECL_OP(library_get_module) DECL_OP(library_kernels)
+DECL_OP(ctx_record_event) DECL_OP(ctx_wait_event) DECL_OP(library_get_module) DECL_OP(library_kernels) DECL_OP(library_get_managed)
 #undef DECL_OP
 
 #endif

@@ -147,6 +147,23 @@ EMU_API CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribu
 	}
 }
 
+/* No native atomics between emulated GPUs (as the P2P attribute says):
+ * every operation's capabilities are none. */
+EMU_API CUresult CUDAAPI cuDeviceGetP2PAtomicCapabilities(unsigned int *capabilities,
+							  const CUatomicOperation *operations, unsigned int count,
+							  CUdevice src, CUdevice dst)
+{
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (!capabilities || !operations || !count)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!valid_dev(src) || !valid_dev(dst) || src == dst)
+		return CUDA_ERROR_INVALID_DEVICE;
+	for (unsigned i = 0; i < count; i++)
+		capabilities[i] = 0;
+	return CUDA_SUCCESS;
+}
+
 /* ---- peer access and peer copies */
 
 struct peer_pair {

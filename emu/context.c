@@ -371,6 +371,40 @@ EMU_API CUresult CUDAAPI cuCtxSynchronize(void)
 	return rc;
 }
 
+/* A context made without affinity has the whole device: all its SMs. */
+EMU_API CUresult CUDAAPI cuDeviceGetExecAffinitySupport(int *pi, CUexecAffinityType type, CUdevice dev)
+{
+	int n = 0;
+	if (!pi)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pi = 1;
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuCtxGetExecAffinity(CUexecAffinityParam *p, CUexecAffinityType type)
+{
+	struct emu_ctx *ctx;
+	if (!p || type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	int n = 0;
+	rc = cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ctx->dev);
+	if (rc == CUDA_SUCCESS) {
+		memset(p, 0, sizeof(*p));
+		p->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
+		p->param.smCount.val = (unsigned)n;
+	}
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
 EMU_API CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 {
 	struct emu_ctx *ctx;

@@ -321,6 +321,9 @@ struct emu_module {
 	struct emu_module *next;
 	const struct emu_library *lib;  /* the library it instantiates, or NULL */
 	CUdeviceptr globals;        /* 8 bytes: g_scale, g_counter */
+	CUdeviceptr managed;        /* 4 bytes: g_managed, a __managed__ int
+				     * (a page of its own, as a driver gives a
+				     * module's managed variables theirs) */
 	struct emu_func funcs[EMU_NKERNELS];
 };
 

@@ -157,6 +157,12 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 		free(m);
 		return rc;
 	}
+	rc = emu_mem_alloc(ctx, sizeof(int), 0, &m->managed);
+	if (rc != CUDA_SUCCESS) {
+		emu_mem_free(ctx, m->globals);
+		free(m);
+		return rc;
+	}
 	for (int i = 0; i < EMU_NKERNELS; i++) {
 		m->funcs[i].mod = m;
 		m->funcs[i].kernel = &emu_kernels[i];
@@ -172,6 +178,7 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 static void module_free(struct emu_ctx *ctx, struct emu_module *m)
 {
 	emu_mem_free(ctx, m->globals);
+	emu_mem_free(ctx, m->managed);
 	free(m);
 }
 
@@ -659,6 +666,32 @@ EMU_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CU
 	rc = instance_get(ctx, library, 0, &globals, NULL, NULL);
 	if (rc == CUDA_SUCCESS)
 		rc = global_of(globals, name, dptr, bytes);
+	emu_ctx_leave(ctx);
+	return rc;
+}
+
+/* The library's managed variable (g_managed) in the current context: its
+ * instance's page, made with it. */
+EMU_API CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+	struct emu_module *m = NULL;
+	struct emu_ctx *ctx;
+	CUresult rc;
+
+	if (!name)
+		return CUDA_ERROR_INVALID_VALUE;
+	rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = instance_get(ctx, library, 0, NULL, NULL, &m);
+	if (rc == CUDA_SUCCESS && strcmp(name, "g_managed") != 0)
+		rc = CUDA_ERROR_NOT_FOUND;
+	if (rc == CUDA_SUCCESS) {
+		if (dptr)
+			*dptr = m->managed;
+		if (bytes)
+			*bytes = sizeof(int);
+	}
 	emu_ctx_leave(ctx);
 	return rc;
 }

@@ -144,6 +144,11 @@ typedef uint64_t rgpu_handle;
 	X(LIBRARY_GET_MODULE, 49, "a library's module in a context")          \
 	/* handle library -> u32 n, str name[n] */                            \
 	X(LIBRARY_KERNELS, 55, "names of a library's kernels")                \
+	/* handle ctx, handle library, str name -> u64 dptr, u64 size,       \
+	 * u64 base, u64 len: a __managed__ variable, in the managed memory    \
+	 * [base, base+len) the server's driver made for the library there    \
+	 * (the client maps its host side at the same addresses) */            \
+	X(LIBRARY_GET_MANAGED, 56, "a library's managed variable")            \
 	/* handle library -> u32 count */                                     \
 	X(LIBRARY_KERNEL_COUNT, 39, "number of kernels in a library")               \
 	/* handle ctx, handle func, u32 grid[3], u32 block[3], u32 shmem,      \

@@ -362,6 +362,7 @@ void journal_note(struct session *s, uint16_t op, const uint8_t *p, size_t n, in
 		break;
 	case RGPU_OP_MODULE_GET_GLOBAL:
 	case RGPU_OP_LIBRARY_GET_GLOBAL:
+	case RGPU_OP_LIBRARY_GET_MANAGED:
 		add(s, op, p, n, 0, h0, h1, made);
 		if ((j = jget(s)) && op == RGPU_OP_MODULE_GET_GLOBAL)
 			note_place(j, h1, made);

@@ -313,7 +313,8 @@ static int create(struct rst *r, uint64_t len, unsigned *op_out, int synced)
 		rc = BAD("re-creating an object (%s) gave handle %#llx, not %#llx", rgpu_op_name(op),
 			 (unsigned long long)made, (unsigned long long)id);
 	else if (result && made != result &&
-		 (op == RGPU_OP_MODULE_GET_GLOBAL || op == RGPU_OP_LIBRARY_GET_GLOBAL))
+		 (op == RGPU_OP_MODULE_GET_GLOBAL || op == RGPU_OP_LIBRARY_GET_GLOBAL ||
+		  op == RGPU_OP_LIBRARY_GET_MANAGED))
 		rc = BAD("a module global moved from %#llx to %#llx: this device does not place "
 			 "module data where the source had it%s", (unsigned long long)result,
 			 (unsigned long long)made,

@@ -420,6 +420,11 @@ suite() {
 	if [ -x "$E2E/t_runtime" ] && [ -z "$SUFFIX" ]; then
 		run t_runtime "$ONE" -- t_runtime
 	fi
+	# a __managed__ variable through cudart (both transports; not under
+	# valgrind, as t_runtime)
+	if [ -x "$E2E/t_runtime_managed" ] && [ "$SUFFIX" != _vg ]; then
+		run t_runtime_managed "$ONE" -- t_runtime_managed
+	fi
 }
 
 # first the same-host path (Unix socket, shared memory: the default for a

@@ -39,6 +39,22 @@ int main(int argc, char **argv)
 	CHECK(v >= 7, "compute capability major %d", v);
 	say("device attributes: absent features read 0, the rest pass through");
 
+	/* execution affinity: a context made without one has every SM */
+	int sms = v, aff = -1;
+	CK(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+	CK(cuDeviceGetExecAffinitySupport(&aff, CU_EXEC_AFFINITY_TYPE_SM_COUNT, dev));
+	CUexecAffinityParam ap;
+	memset(&ap, 0, sizeof(ap));
+	CUresult arc = cuCtxGetExecAffinity(&ap, CU_EXEC_AFFINITY_TYPE_SM_COUNT);
+	if (aff) {
+		CK(arc);
+		CHECK(ap.type == CU_EXEC_AFFINITY_TYPE_SM_COUNT && ap.param.smCount.val == (unsigned)sms,
+		      "the context's affinity: type %d, %u SMs, want all %d", (int)ap.type, ap.param.smCount.val, sms);
+	}
+	say("execution affinity: supported %d, the context's %u SMs (rc %d)", aff, ap.param.smCount.val, (int)arc);
+	int affres[2] = { aff, arc == CUDA_SUCCESS ? (int)ap.param.smCount.val : -(int)arc };
+	result("exec-affinity", affres, sizeof(affres));
+
 	CUstream s;
 	CK(cuStreamCreateWithPriority(&s, CU_STREAM_NON_BLOCKING, -1));
 	CUstreamAttrValue a;

@@ -83,6 +83,14 @@ static void memops(void)
 	CHECK(got64 == 0xfeedface00c0ffeeull, "batch 64-bit write: %#llx", (unsigned long long)got64);
 	CHECK(read32(out2, b) == 99, "batch 32-bit write: %u", read32(out2, b));
 
+	/* the CUDA 11 names (what cuGetProcAddress gives for 11.x): the same */
+	CUresult (*w32_v1)(CUstream, CUdeviceptr, cuuint32_t, unsigned) = NULL;
+	CUdriverProcAddressQueryResult q;
+	CK(cuGetProcAddress_v2("cuStreamWriteValue32", (void **)&w32_v1, 11070, CU_GET_PROC_ADDRESS_DEFAULT, &q));
+	CHECK(w32_v1 && q == CU_GET_PROC_ADDRESS_SUCCESS, "no cuStreamWriteValue32 for CUDA 11.7");
+	CK(w32_v1(b, out, 0x5151u, 0));
+	CHECK(read32(out, b) == 0x5151u, "cuStreamWriteValue32 (11.7) wrote %#x", read32(out, b));
+
 	/* refused: a misaligned word */
 	EXPECT_RC(cuStreamWriteValue32(a, w + 2, 1, 0), CUDA_ERROR_INVALID_VALUE);
 	CK(cuMemFree(w));

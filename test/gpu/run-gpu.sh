@@ -156,6 +156,9 @@ if [ "$ONLY" != rgpu ]; then
 	if [ -x "$E2E/t_runtime" ]; then
 		run direct t_runtime -- t_runtime
 	fi
+	if [ -x "$E2E/t_runtime_managed_init" ]; then
+		run direct t_runtime_managed -- t_runtime_managed_init
+	fi
 fi
 
 # ---------------------------------------------------------------- (b) rgpu
@@ -255,6 +258,10 @@ if [ "$ONLY" != direct ]; then
 		SERVERS=$ONE
 		if [ -x "$E2E/t_runtime" ]; then
 			run rgpu t_runtime -- t_runtime
+		fi
+		if [ -x "$E2E/t_runtime_managed_init" ]; then
+			run rgpu t_runtime_managed -- t_runtime_managed_init
+			run rgpu t_runtime_managed_tcp -- RGPU_TRANSPORT=tcp t_runtime_managed_init
 		fi
 
 		# last, since on a real GPU a fault can poison the daemon: a kernel
