@@ -5,7 +5,8 @@
 // synchronisations: its initial value (-DINIT_VALUE: the emulated device
 // has no module data, so its build keeps 0), the host's write seen by a
 // kernel, the kernel's seen by the host, a copy from the symbol seeing the
-// host's latest write.  The kernel's name is one the emulated device runs.
+// host's latest write.  The kernel's name is one the emulated device runs;
+// the -DINIT_VALUE build (real GPUs) adds one that names the variable.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -23,6 +24,15 @@ extern "C" __global__ void inc_i32(int *p, int n)
 	if (i < n)
 		p[i] += 1;
 }
+
+#if INIT_VALUE
+// (the real-GPU build) a kernel naming the variable itself
+__global__ void add_direct(int v)
+{
+	if (threadIdx.x == 0 && blockIdx.x == 0)
+		g_managed += v;
+}
+#endif
 
 #define CK(call)                                                                             \
 	do {                                                                                 \
@@ -65,6 +75,12 @@ int main()
 	inc_i32<<<1, 32>>>(&g_managed, 1);
 	CK(cudaStreamSynchronize(0));
 	expect("after a second kernel", g_managed, 8);
+#if INIT_VALUE
+	g_managed = 100;
+	add_direct<<<1, 32>>>(5);
+	CK(cudaDeviceSynchronize());
+	expect("after a kernel added 5 to the variable by name", g_managed, 105);
+#endif
 	printf("t_runtime_managed: PASS\n");
 	return 0;
 }
