@@ -522,8 +522,11 @@ CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, 
  * fetched); dropped with the library (rc_managed_global_drop) */
 CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintptr_t a, size_t n);
 void rc_managed_global_drop(uintptr_t a);
-/* (context c is going: its libraries' managed memory with it) */
-void rc_managed_global_ctx_gone(struct rc_ctx *c);
+/* coherence.c: context c is going (destroyed, or a primary context
+ * reset): managed memory whose device copy it held goes with it (the host
+ * side unmapped, as CUDA frees it), mapped and registered host memory
+ * gets a device copy again when next used */
+void rc_coh_ctx_gone(struct rc_ctx *c);
 
 /* thread.c: a detached thread of the client's, taking no signals (0 or
  * pthread_create's error) */

@@ -596,13 +596,49 @@ void rc_managed_global_drop(uintptr_t a)
 		munmap((void *)base, size);
 }
 
-void rc_managed_global_ctx_gone(struct rc_ctx *c)
+void rc_coh_ctx_gone(struct rc_ctx *c)
 {
 	int hw = __atomic_load_n(&regions_hw, __ATOMIC_ACQUIRE);
 	for (int i = 0; i < hw; i++) {
 		struct region *r = &regions[i];
-		if (__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) && r->borrowed && r->mirror == c)
-			rc_managed_global_drop(r->base);
+		/* (a library's managed variables are the library's: their
+		 * device copy is reached through a primary context, which a
+		 * reset leaves valid) */
+		if (!__atomic_load_n(&r->used, __ATOMIC_ACQUIRE) || r->mirror != c || r->borrowed)
+			continue;
+		if (r->kind == R_MANAGED) {
+			/* its device copy went with the context: so does it */
+			uintptr_t base = r->base;
+			size_t size = 0;
+			pthread_mutex_lock(&coh_lock);
+			pthread_mutex_lock(&reg_lock);
+			if (r->used && r->mirror == c) {
+				unprotect(r);
+				size = r->size;
+				free(r->twin);
+				r->twin = NULL;
+				__atomic_store_n(&r->used, 0, __ATOMIC_RELEASE);
+				__atomic_fetch_sub(&mirrored, 1, __ATOMIC_RELAXED);
+			}
+			pthread_mutex_unlock(&reg_lock);
+			pthread_mutex_unlock(&coh_lock);
+			if (size)
+				munmap((void *)base, size);
+		} else {
+			/* the application's host memory: a device copy again
+			 * when a launch next names it */
+			pthread_mutex_lock(&coh_lock);
+			pthread_mutex_lock(&reg_lock);
+			if (r->used && r->mirror == c) {
+				r->mirror = NULL;
+				r->host_dirty = 1;
+				r->dev_dirty = 0;
+				unprotect(r);
+				__atomic_fetch_sub(&mirrored, 1, __ATOMIC_RELAXED);
+			}
+			pthread_mutex_unlock(&reg_lock);
+			pthread_mutex_unlock(&coh_lock);
+		}
 	}
 }
 

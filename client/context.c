@@ -87,15 +87,33 @@ static CUresult ctx_new(CUdevice dev, unsigned flags, int primary, struct rc_ctx
 	return CUDA_SUCCESS;
 }
 
-static CUresult ctx_free(struct rc_ctx *c)
+/* The server's side of c goes, and what the client knew of it; c itself
+ * stays (a primary context's handle outlives a reset, as in CUDA: cudart
+ * makes it current again afterwards, and its next use re-creates it). */
+static CUresult ctx_teardown(struct rc_ctx *c)
 {
 	CUresult rc = CUDA_SUCCESS;
-	if (c->h) {
+	uint64_t h = __atomic_exchange_n(&c->h, 0, __ATOMIC_ACQ_REL);
+	if (h) {
 		struct wbuf *w = rc_req();
-		put_u64(w, c->h);
+		put_u64(w, h);
 		struct rd r;
 		rc = rc_call(c->dev->conn, RGPU_OP_CTX_DESTROY, w, &r);
 	}
+	if (c->dev && c->dev->conn)
+		rc_devranges_drop_owner(c->dev->conn, c);
+	rc_libraries_ctx_gone(c);
+	rc_coh_ctx_gone(c);
+	__atomic_store_n(&c->lim_known, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->own_stream, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->idle_all, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&c->idle_legacy, 0, __ATOMIC_RELEASE);
+	return rc;
+}
+
+static CUresult ctx_free(struct rc_ctx *c)
+{
+	CUresult rc = ctx_teardown(c);
 	/* drop it from this thread's stack; other threads' stacks would hold a
 	 * dangling context in CUDA too */
 	for (int i = 0; i < depth; i++)
@@ -104,10 +122,6 @@ static CUresult ctx_free(struct rc_ctx *c)
 			depth--;
 			i--;
 		}
-	if (c->dev && c->dev->conn)
-		rc_devranges_drop_owner(c->dev->conn, c);
-	rc_libraries_ctx_gone(c);
-	rc_managed_global_ctx_gone(c);
 	c->magic = 0;
 	free(c);
 	return rc;
@@ -166,8 +180,9 @@ static CUresult primary_release(CUdevice dev, int reset)
 	if (!d->primary) {
 		rc = reset ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
 	} else if (reset || --d->primary_refs <= 0) {
-		rc = ctx_free(d->primary);
-		d->primary = NULL;
+		/* its resources go; the handle stays valid (made again when
+		 * next used, as the driver does) */
+		rc = ctx_teardown(d->primary);
 		d->primary_refs = 0;
 	}
 	pthread_mutex_unlock(&d->pctx_lock);
@@ -204,7 +219,7 @@ RC_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags,
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&d->pctx_lock);
 	*flags = d->primary_flags;
-	*active = d->primary != NULL;
+	*active = d->primary_refs > 0 || (d->primary && __atomic_load_n(&d->primary->h, __ATOMIC_ACQUIRE));
 	pthread_mutex_unlock(&d->pctx_lock);
 	return CUDA_SUCCESS;
 }

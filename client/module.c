@@ -828,16 +828,13 @@ RC_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibra
 		return rc;
 	if (!name)
 		return CUDA_ERROR_INVALID_VALUE;
-	/* cudart asks before it has made its context: the library's device
-	 * then (device 0's server, where it was loaded), in a primary context
-	 * of the client's own */
-	struct rc_ctx *c = rc_current();
+	/* the current context's device, else device 0 (cudart asks before
+	 * it has made its context; the library was loaded there): its
+	 * primary context reaches the variables, as it outlives resets */
+	struct rc_ctx *cur = rc_current(), *c;
 	uint64_t lh;
-	if (c)
-		rc = rc_ctx_activate(c);
-	else
-		rc = rc_primary_hidden(0, &c);
-	if (rc || (rc = library_on(lib, c->dev->conn, c->h, &lh)))
+	if ((rc = rc_primary_hidden(cur ? cur->ordinal : 0, &c)) ||
+	    (rc = library_on(lib, c->dev->conn, c->h, &lh)))
 		return rc;
 	struct wbuf *w = rc_req();
 	put_u64(w, c->h);

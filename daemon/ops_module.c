@@ -326,8 +326,9 @@ int op_library_get_managed(struct session *s, const struct rgpu_hdr *h, struct r
 		base = p; /* (the variable alone) */
 		len = size;
 	}
+	/* the library's, in no context (it outlives a context's reset) */
 	struct ctx_state *cs = q.cs;
-	int added = session_alloc_add(s, base, len, q.ctx, q.id, cs->dev);
+	int added = session_alloc_add(s, base, len, 0, q.id, cs->dev);
 	if (added < 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (added && len && gate_charge(cs->dev, (int64_t)len) < 0) {

@@ -112,6 +112,12 @@ void emu_mem_free_all(struct emu_ctx *ctx);
 void emu_arrays_destroy_all(struct emu_ctx *ctx);
 /* [p, p+n) lies in host memory registered with a device mapping. */
 int emu_host_mapped(uintptr_t p, size_t n);
+/* memory.c: len bytes of zeroed pages where device memory goes (NULL:
+ * none), for memory of no context; munmap() frees them */
+void *emu_pages(size_t len);
+/* module.c: [p, p+n) lies in a library's managed variables (a page per
+ * library, in no context: every context's kernels and copies reach it) */
+int emu_lib_managed(uintptr_t p, size_t n);
 /* Host address of [p, p+len) if it lies inside one allocation of ctx, in
  * VMM memory accessible from ctx's device, or in host memory registered
  * with a device mapping, else NULL.  Caller holds
@@ -321,9 +327,6 @@ struct emu_module {
 	struct emu_module *next;
 	const struct emu_library *lib;  /* the library it instantiates, or NULL */
 	CUdeviceptr globals;        /* 8 bytes: g_scale, g_counter */
-	CUdeviceptr managed;        /* 4 bytes: g_managed, a __managed__ int
-				     * (a page of its own, as a driver gives a
-				     * module's managed variables theirs) */
 	struct emu_func funcs[EMU_NKERNELS];
 };
 

@@ -56,6 +56,11 @@ static void *map_pages(size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+void *emu_pages(size_t len)
+{
+	return map_pages(len);
+}
+
 /* Index of the first allocation with base > p.  Caller holds mem_rw. */
 static size_t upper_bound(const struct emu_ctx *ctx, uintptr_t p)
 {
@@ -85,7 +90,8 @@ void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
 		if (p - a->base < a->size && len <= a->size - (p - a->base))
 			return (void *)(uintptr_t)p;
 	}
-	return emu_vmm_ok(ctx->dev, (uintptr_t)p, len) || emu_host_mapped((uintptr_t)p, len)
+	return emu_vmm_ok(ctx->dev, (uintptr_t)p, len) || emu_host_mapped((uintptr_t)p, len) ||
+			       emu_lib_managed((uintptr_t)p, len)
 		       ? (void *)(uintptr_t)p
 		       : NULL;
 }

@@ -17,6 +17,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #define GLOBALS_BYTES 8      /* g_scale (float) at 0, g_counter (int) at 4 */
 #define SHARED_PER_BLOCK 49152
@@ -157,12 +159,7 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 		free(m);
 		return rc;
 	}
-	rc = emu_mem_alloc(ctx, sizeof(int), 0, &m->managed);
-	if (rc != CUDA_SUCCESS) {
-		emu_mem_free(ctx, m->globals);
-		free(m);
-		return rc;
-	}
+
 	for (int i = 0; i < EMU_NKERNELS; i++) {
 		m->funcs[i].mod = m;
 		m->funcs[i].kernel = &emu_kernels[i];
@@ -178,7 +175,6 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 static void module_free(struct emu_ctx *ctx, struct emu_module *m)
 {
 	emu_mem_free(ctx, m->globals);
-	emu_mem_free(ctx, m->managed);
 	free(m);
 }
 
@@ -193,6 +189,9 @@ struct emu_lkernel {
 struct emu_library {
 	struct emu_library *next;
 	struct emu_lkernel kernels[EMU_NKERNELS];
+	/* g_managed, a __managed__ int: the library's, in no context (as a
+	 * driver's managed memory is), a page of its own */
+	void *managed;
 };
 
 static pthread_mutex_t emu_lib_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -516,6 +515,11 @@ EMU_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary *library, const void *code,
 		lib->kernels[i].lib = lib;
 		lib->kernels[i].index = i;
 	}
+	lib->managed = emu_pages((size_t)sysconf(_SC_PAGESIZE));
+	if (!lib->managed) {
+		free(lib);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	emu_lock(&emu_lib_lock);
 	lib->next = libraries;
 	libraries = lib;
@@ -551,8 +555,20 @@ EMU_API CUresult CUDAAPI cuLibraryUnload(CUlibrary library)
 		emu_unlock(&emu_lib_lock);
 		return rc;
 	}
+	munmap(lib->managed, (size_t)sysconf(_SC_PAGESIZE));
 	free(lib);
 	return CUDA_SUCCESS;
+}
+
+int emu_lib_managed(uintptr_t p, size_t n)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	int hit = 0;
+	emu_lock(&emu_lib_lock);
+	for (struct emu_library *l = libraries; l && !hit; l = l->next)
+		hit = p >= (uintptr_t)l->managed && n <= pg && p - (uintptr_t)l->managed <= pg - n;
+	emu_unlock(&emu_lib_lock);
+	return hit;
 }
 
 EMU_API CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
@@ -670,29 +686,30 @@ EMU_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CU
 	return rc;
 }
 
-/* The library's managed variable (g_managed) in the current context: its
- * instance's page, made with it. */
+/* The library's managed variable (g_managed): no context needed, as cudart
+ * asks for it before it has one. */
 EMU_API CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-	struct emu_module *m = NULL;
-	struct emu_ctx *ctx;
-	CUresult rc;
+	struct emu_library *lib;
+	CUresult rc = CUDA_SUCCESS;
 
 	if (!name)
 		return CUDA_ERROR_INVALID_VALUE;
-	rc = emu_ctx_enter(&ctx);
-	if (rc != CUDA_SUCCESS)
-		return rc;
-	rc = instance_get(ctx, library, 0, NULL, NULL, &m);
-	if (rc == CUDA_SUCCESS && strcmp(name, "g_managed") != 0)
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	emu_lock(&emu_lib_lock);
+	lib = lib_find(library);
+	if (!lib)
+		rc = CUDA_ERROR_INVALID_HANDLE;
+	else if (strcmp(name, "g_managed") != 0)
 		rc = CUDA_ERROR_NOT_FOUND;
 	if (rc == CUDA_SUCCESS) {
 		if (dptr)
-			*dptr = m->managed;
+			*dptr = (CUdeviceptr)(uintptr_t)lib->managed;
 		if (bytes)
 			*bytes = sizeof(int);
 	}
-	emu_ctx_leave(ctx);
+	emu_unlock(&emu_lib_lock);
 	return rc;
 }
 

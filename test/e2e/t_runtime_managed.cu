@@ -7,6 +7,7 @@
 // kernel, the kernel's seen by the host, a copy from the symbol seeing the
 // host's latest write.  The kernel's name is one the emulated device runs;
 // the -DINIT_VALUE build (real GPUs) adds one that names the variable.
+// Then cudaDeviceReset and the device used again.
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -81,6 +82,16 @@ int main()
 	CK(cudaDeviceSynchronize());
 	expect("after a kernel added 5 to the variable by name", g_managed, 105);
 #endif
+	// a reset (cudart keeps its primary context's handle and makes it
+	// current again; the library and its variable outlive it)
+	CK(cudaDeviceReset());
+	int *d = nullptr;
+	CK(cudaMalloc(&d, sizeof(int)));
+	CK(cudaFree(d));
+	g_managed = 5;
+	inc_i32<<<1, 32>>>(&g_managed, 1);
+	CK(cudaDeviceSynchronize());
+	expect("after a reset, the host's 5 and a kernel's 1", g_managed, 6);
 	printf("t_runtime_managed: PASS\n");
 	return 0;
 }
