@@ -25,6 +25,7 @@ static void node_free(struct rc_gnode *n)
 {
 	free(n->kargs);
 	free(n->kbuf);
+	free(n->bmops);
 	if (n->child)
 		rc_graph_free(n->child);
 	for (unsigned i = 0; i < n->nbodies; i++)
@@ -363,6 +364,46 @@ static CUresult put_memset(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMSET
 	return CUDA_SUCCESS;
 }
 
+/* n keeps its own copy of the operations (the getter hands it out, as the
+ * driver's does); their addresses count for the graph's coherence. */
+static CUresult put_batch(struct wbuf *w, struct rc_gnode *n, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	if (!p->count || p->count > RGPU_G_MEMOPS_MAX || !p->paramArray)
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t len = (size_t)p->count * sizeof(*p->paramArray);
+	CUstreamBatchMemOpParams *ops = malloc(len);
+	uint64_t *addrs = malloc(p->count * sizeof(*addrs));
+	if (!ops || !addrs) {
+		free(ops);
+		free(addrs);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	memcpy(ops, p->paramArray, len);
+	for (unsigned i = 0; i < p->count; i++)
+		addrs[i] = ops[i].operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+				   ops[i].operation == CU_STREAM_MEM_OP_WAIT_VALUE_64
+			   ? ops[i].waitValue.address
+		   : ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ||
+				   ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64
+			   ? ops[i].writeValue.address
+			   : 0;
+	int bad = coh_add(n->g, addrs, p->count * sizeof(*addrs));
+	free(addrs);
+	if (bad) {
+		free(ops);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	free(n->bmops);
+	n->bmops = ops;
+	n->bm = *p;
+	n->bm.paramArray = ops;
+	put_u32(w, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+	put_u32(w, p->count);
+	put_u32(w, p->flags);
+	put_bytes(w, ops, len);
+	return CUDA_SUCCESS;
+}
+
 static CUresult event_handle(CUevent e, struct rc_graph *g, uint64_t *h)
 {
 	struct rc_event *ev;
@@ -464,12 +505,15 @@ static CUresult put_params(struct wbuf *w, struct rc_gnode *n, CUgraphNodeType t
 		return put_memcpy(w, n, p, sides);
 	case CU_GRAPH_NODE_TYPE_MEMSET:
 		return put_memset(w, n, p);
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		return put_batch(w, n, p);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 }
 
-/* Adds a kernel, memcpy or memset node with parameters p. */
+/* Adds a kernel, memcpy, memset or batch memory operation node with
+ * parameters p. */
 static CUresult add_params(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd, CUgraphNodeType t,
 			   const void *p)
 {
@@ -800,8 +844,13 @@ static CUresult add_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, c
 		return cuGraphAddMemFreeNode(out, g, deps, nd, p->free.dptr);
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		return add_conditional(out, g, deps, nd, &p->conditional);
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+		CUDA_BATCH_MEM_OP_NODE_PARAMS b = { p->memOp.ctx, p->memOp.count, p->memOp.paramArray,
+						    p->memOp.flags };
+		return cuGraphAddBatchMemOpNode(out, g, deps, nd, &b);
+	}
 	default:
-		rc_unsupported("graph nodes of this type (external semaphores, batch memory operations)");
+		rc_unsupported("graph nodes of this type (external semaphores)");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 }
@@ -1245,6 +1294,7 @@ static CUresult set_params(CUgraphExec hx, CUgraphNode hn, CUgraphNodeType t, co
 		rc = rc_call(n->g->ctx->dev->conn, RGPU_OP_GRAPH_OP, w, &r);
 	free(scratch.kbuf);
 	free(scratch.kargs);
+	free(scratch.bmops);
 	return rc;
 }
 
@@ -1316,6 +1366,37 @@ NODE_GETTER(cuGraphHostNodeGetParams, CU_GRAPH_NODE_TYPE_HOST, CUDA_HOST_NODE_PA
 NODE_GETTER(cuGraphEventRecordNodeGetEvent, CU_GRAPH_NODE_TYPE_EVENT_RECORD, CUevent, event)
 NODE_GETTER(cuGraphEventWaitNodeGetEvent, CU_GRAPH_NODE_TYPE_WAIT_EVENT, CUevent, event)
 NODE_GETTER(cuGraphMemFreeNodeGetParams, CU_GRAPH_NODE_TYPE_MEM_FREE, CUdeviceptr, dptr)
+RC_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode n, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	return set_params(NULL, n, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p);
+}
+
+/* (the exec setter takes no context: the parameters name it) */
+RC_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec x, CUgraphNode n,
+						      const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	return x ? set_params(x, n, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p) : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A captured node's operations are the server's alone. */
+RC_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hn, CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	struct rc_gnode *n;
+	CUresult rc = typed(hn, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p, &n);
+	if (!rc && !n->bmops) {
+		rc_unsupported("cuGraphBatchMemOpNodeGetParams of a captured node");
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	}
+	if (!rc)
+		*p = n->bm;
+	return rc;
+}
+
+RC_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t nd,
+					    const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	return add_params(out, hg, deps, nd, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p);
+}
 
 RC_EXPORT CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hn, CUDA_MEM_ALLOC_NODE_PARAMS *p)
 {
@@ -1653,8 +1734,13 @@ static CUresult node_set(CUgraphExec hx, CUgraphNode hn, CUgraphNodeParams *p)
 	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		return CUDA_ERROR_NOT_SUPPORTED; /* (the driver's documented answer) */
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+		CUDA_BATCH_MEM_OP_NODE_PARAMS b = { p->memOp.ctx, p->memOp.count, p->memOp.paramArray,
+						    p->memOp.flags };
+		return set_params(hx, hn, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, &b);
+	}
 	default:
-		rc_unsupported("setting the parameters of conditional, semaphore or batch memory nodes");
+		rc_unsupported("setting the parameters of conditional or semaphore nodes");
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
 }
@@ -1682,6 +1768,11 @@ static void node_copy_params(struct rc_gnode *dst, const struct rc_gnode *src)
 	dst->event = src->event;
 	dst->dptr = src->dptr;
 	dst->bytes = src->bytes;
+	if (src->bmops && (dst->bmops = malloc(src->bm.count * sizeof(*src->bmops)))) {
+		memcpy(dst->bmops, src->bmops, src->bm.count * sizeof(*src->bmops));
+		dst->bm = src->bm;
+		dst->bm.paramArray = dst->bmops;
+	}
 	dst->kp = src->kp;
 	dst->kp.kernelParams = NULL;
 	struct rc_func *f;

@@ -53,6 +53,8 @@ struct rc_gnode {
 	size_t bytes;
 	struct rc_graph **bodies; /* conditional */
 	unsigned nbodies;
+	CUDA_BATCH_MEM_OP_NODE_PARAMS bm; /* paramArray: bmops */
+	CUstreamBatchMemOpParams *bmops;
 };
 
 struct rc_graph *rc_graph_new(struct rc_ctx *c, uint64_t h);

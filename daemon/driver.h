@@ -185,6 +185,9 @@
 	X(cuGraphAddMemAllocNode)                \
 	X(cuGraphAddMemFreeNode)                 \
 	X(cuGraphAddNode_v2)                     \
+	X(cuGraphAddBatchMemOpNode)              \
+	X(cuGraphBatchMemOpNodeSetParams)        \
+	X(cuGraphExecBatchMemOpNodeSetParams)    \
 	X(cuGraphAddDependencies)                \
 	X(cuGraphRemoveDependencies)             \
 	X(cuGraphAddDependencies_v2)             \

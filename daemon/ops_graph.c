@@ -220,6 +220,9 @@ struct nparams {
 	uint64_t bytes, dptr;
 	uint64_t cond;
 	uint32_t cond_type, cond_size;
+	/* batch memory operations: device addresses, the same on both sides */
+	CUDA_BATCH_MEM_OP_NODE_PARAMS bm;
+	CUstreamBatchMemOpParams ops[RGPU_G_MEMOPS_MAX];
 };
 
 /* Reads the fields; resolve() turns handles into driver objects once the
@@ -275,6 +278,11 @@ static void read_params(struct rd *r, uint32_t type, struct nraw *w)
 		w->u[0] = get_u64(r);
 		w->v = get_u32(r);
 		w->elem = get_u32(r);
+		break;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		w->v = get_u32(r);
+		w->elem = get_u32(r);
+		w->params = get_bytes(r, &w->plen);
 		break;
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 		break;
@@ -366,6 +374,17 @@ static int resolve(struct session *s, const struct req *q, uint32_t type, const 
 		p->cond_type = w->v;
 		p->cond_size = w->elem;
 		return p->cond_size && p->cond_size <= 64 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		/* the bytes are CUstreamBatchMemOpParams as the client has them
+		 * (the same ABI: both ends are this build's cuda.h) */
+		if (!w->v || w->v > RGPU_G_MEMOPS_MAX || w->plen != (size_t)w->v * sizeof(p->ops[0]))
+			return CUDA_ERROR_INVALID_VALUE;
+		memcpy(p->ops, w->params, w->plen);
+		p->bm.ctx = session_ctx_obj(s);
+		p->bm.count = w->v;
+		p->bm.paramArray = p->ops;
+		p->bm.flags = w->elem;
+		return CUDA_SUCCESS;
 	default:
 		return CUDA_SUCCESS;
 	}
@@ -445,6 +464,10 @@ static int add_node(struct session *s, const struct req *q, struct hentry *ge, c
 		p->dptr = a.dptr;
 		break;
 	}
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		NEED(cuGraphAddBatchMemOpNode);
+		rc = D->cuGraphAddBatchMemOpNode(&n, g, deps, nd, &p->bm);
+		break;
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
 		NEED(cuGraphAddMemFreeNode);
 		rc = D->cuGraphAddMemFreeNode(&n, g, deps, nd, p->dptr);
@@ -542,6 +565,13 @@ static int set_node(CUgraphExec x, CUgraphNode n, struct nparams *p, void *ctx)
 			return CUDA_ERROR_INVALID_VALUE;
 		NEED(cuGraphExecChildGraphNodeSetParams);
 		return D->cuGraphExecChildGraphNodeSetParams(x, n, p->child);
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		if (x) {
+			NEED(cuGraphExecBatchMemOpNodeSetParams);
+			return D->cuGraphExecBatchMemOpNodeSetParams(x, n, &p->bm);
+		}
+		NEED(cuGraphBatchMemOpNodeSetParams);
+		return D->cuGraphBatchMemOpNodeSetParams(n, &p->bm);
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}

@@ -133,6 +133,9 @@ CUresult emu_mem_exec(struct emu_ctx *ctx, struct emu_op *op);
 CUresult emu_mem_queue(CUstream hStream, struct emu_op *op, size_t len);
 /* memops.c: a queued write or wait on a device word (as emu_mem_exec) */
 CUresult emu_memop_exec(struct emu_ctx *ctx, struct emu_op *op);
+/* a batch (cuStreamBatchMemOp, graph batch nodes): checked, then queued */
+CUresult emu_memop_batch_check(const CUstreamBatchMemOpParams *ops, unsigned count, unsigned flags);
+CUresult emu_memop_batch(CUstream s, unsigned count, const CUstreamBatchMemOpParams *ops, unsigned flags);
 
 /* ---- vmm.c */
 #define EMU_VMM_GRANULARITY (2ULL << 20)

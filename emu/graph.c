@@ -64,6 +64,9 @@ struct gnode {
 	CUgraphConditionalNodeType cond_type;
 	unsigned cond_size;
 	struct emu_graph **bodies;
+	/* batch memory operations (bm.paramArray: ops, the node's own) */
+	CUDA_BATCH_MEM_OP_NODE_PARAMS bm;
+	CUstreamBatchMemOpParams *ops;
 	/* captured: the queued operation */
 	struct emu_op *op;
 	/* in an executable: disabled (cuGraphNodeSetEnabled), it runs as an
@@ -129,6 +132,7 @@ static void node_free(struct gnode *n)
 {
 	free(n->deps);
 	free(n->args);
+	free(n->ops);
 	if (n->child)
 		graph_free(n->child);
 	for (unsigned i = 0; n->bodies && i < n->cond_size; i++)
@@ -245,6 +249,13 @@ static struct gnode *node_clone(const struct gnode *n)
 	c->child = NULL;
 	c->bodies = NULL;
 	c->op = NULL;
+	c->ops = NULL;
+	if (n->ops) {
+		if (!(c->ops = malloc(n->bm.count * sizeof(*c->ops))))
+			goto fail;
+		memcpy(c->ops, n->ops, n->bm.count * sizeof(*c->ops));
+		c->bm.paramArray = c->ops;
+	}
 	if (n->args && !(c->args = malloc(n->argsize ? n->argsize : 1)))
 		goto fail;
 	if (n->args)
@@ -438,6 +449,10 @@ static CUresult params_check(CUgraphNodeType t, const void *p)
 		return memset_params(p);
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 		return memcpy_params(p);
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+		const CUDA_BATCH_MEM_OP_NODE_PARAMS *b = p;
+		return b ? emu_memop_batch_check(b->paramArray, b->count, b->flags) : CUDA_ERROR_INVALID_VALUE;
+	}
 	default:
 		return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	}
@@ -455,6 +470,18 @@ static CUresult params_store(struct gnode *n, const void *p)
 	case CU_GRAPH_NODE_TYPE_MEMCPY:
 		n->mc = *(const CUDA_MEMCPY3D *)p;
 		return CUDA_SUCCESS;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+		const CUDA_BATCH_MEM_OP_NODE_PARAMS *b = p;
+		CUstreamBatchMemOpParams *ops = malloc(b->count * sizeof(*ops));
+		if (!ops)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		memcpy(ops, b->paramArray, b->count * sizeof(*ops));
+		free(n->ops);
+		n->ops = ops;
+		n->bm = *b;
+		n->bm.paramArray = ops;
+		return CUDA_SUCCESS;
+	}
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -551,6 +578,12 @@ EMU_API CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode *out, CUgraph g, const
 {
 	(void)ctx;
 	return add_params(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_MEMCPY, p);
+}
+
+EMU_API CUresult CUDAAPI cuGraphAddBatchMemOpNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
+						  size_t ndeps, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	return add_params(out, g, deps, ndeps, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p);
 }
 
 EMU_API CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
@@ -712,6 +745,11 @@ EMU_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode *out, CUgraph g, const CU
 		return cuGraphAddEmptyNode(out, g, deps, ndeps);
 	case CU_GRAPH_NODE_TYPE_CONDITIONAL:
 		break;
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
+		CUDA_BATCH_MEM_OP_NODE_PARAMS b = { p->memOp.ctx, p->memOp.count, p->memOp.paramArray,
+						    p->memOp.flags };
+		return cuGraphAddBatchMemOpNode(out, g, deps, ndeps, &b);
+	}
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
 	}
@@ -968,6 +1006,31 @@ static CUresult set_node(int in_exec, CUgraphExec hx, CUgraphNode h, CUgraphNode
 NODE_GETTER(cuGraphKernelNodeGetParams_v2, CU_GRAPH_NODE_TYPE_KERNEL, CUDA_KERNEL_NODE_PARAMS, kp)
 NODE_GETTER(cuGraphMemsetNodeGetParams, CU_GRAPH_NODE_TYPE_MEMSET, CUDA_MEMSET_NODE_PARAMS, ms)
 NODE_GETTER(cuGraphMemcpyNodeGetParams, CU_GRAPH_NODE_TYPE_MEMCPY, CUDA_MEMCPY3D, mc)
+
+EMU_API CUresult CUDAAPI cuGraphBatchMemOpNodeGetParams(CUgraphNode h, CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	struct gnode *n;
+	emu_lock(&graph_lock);
+	CUresult rc = p ? node_of(h, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, &n) : CUDA_ERROR_INVALID_VALUE;
+	/* a captured one runs its queued operation: no array to hand out */
+	if (!rc && !n->ops)
+		rc = CUDA_ERROR_NOT_SUPPORTED;
+	if (!rc)
+		*p = n->bm;
+	emu_unlock(&graph_lock);
+	return rc;
+}
+
+EMU_API CUresult CUDAAPI cuGraphBatchMemOpNodeSetParams(CUgraphNode h, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	return set_node(0, NULL, h, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p);
+}
+
+EMU_API CUresult CUDAAPI cuGraphExecBatchMemOpNodeSetParams(CUgraphExec x, CUgraphNode h,
+							    const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+	return set_node(1, x, h, CU_GRAPH_NODE_TYPE_BATCH_MEM_OP, p);
+}
 
 EMU_API CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode h, const CUDA_KERNEL_NODE_PARAMS *p)
 {
@@ -1473,6 +1536,8 @@ static CUresult run_node(const struct gnode *n, CUstream s)
 		/* WHILE: nothing here can clear the value once set */
 		return c->value ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
 	}
+	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+		return emu_memop_batch(s, n->bm.count, n->ops, n->bm.flags);
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
@@ -1675,6 +1740,8 @@ int emu_capture_take(struct emu_stream *s, struct emu_op *op, CUresult *rc)
 	case EMU_OP_LAUNCH: n->type = CU_GRAPH_NODE_TYPE_KERNEL; break;
 	case EMU_OP_MEMSET: n->type = CU_GRAPH_NODE_TYPE_MEMSET; break;
 	case EMU_OP_HOST: n->type = CU_GRAPH_NODE_TYPE_HOST; break;
+	case EMU_OP_WRITE_VALUE:
+	case EMU_OP_WAIT_VALUE: n->type = CU_GRAPH_NODE_TYPE_BATCH_MEM_OP; break;
 	default: n->type = CU_GRAPH_NODE_TYPE_MEMCPY; break;
 	}
 	/* captured nodes run their template, whatever their type says */

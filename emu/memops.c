@@ -168,8 +168,7 @@ static int decode(const CUstreamBatchMemOpParams *o, struct memop *m)
 	}
 }
 
-/* Every operation is checked before any is queued. */
-static CUresult batch(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags)
+CUresult emu_memop_batch_check(const CUstreamBatchMemOpParams *ops, unsigned count, unsigned flags)
 {
 	if (!ops || !count || count > 256 || flags)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -179,11 +178,20 @@ static CUresult batch(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
 		if (k < 0 || (k && check(m.wait, m.addr, m.elem, m.flags) != CUDA_SUCCESS))
 			return CUDA_ERROR_INVALID_VALUE;
 	}
+	return CUDA_SUCCESS;
+}
+
+/* Every operation is checked before any is queued. */
+CUresult emu_memop_batch(CUstream s, unsigned count, const CUstreamBatchMemOpParams *ops, unsigned flags)
+{
+	CUresult rc = emu_memop_batch_check(ops, count, flags);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct memop m;
 	for (unsigned i = 0; i < count; i++) {
 		if (decode(&ops[i], &m) <= 0)
 			continue;
-		CUresult rc = enqueue(s, m.wait, m.addr, m.value, m.elem, m.flags);
-		if (rc != CUDA_SUCCESS)
+		if ((rc = enqueue(s, m.wait, m.addr, m.value, m.elem, m.flags)) != CUDA_SUCCESS)
 			return rc;
 	}
 	return CUDA_SUCCESS;
@@ -192,10 +200,10 @@ static CUresult batch(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops,
 EMU_API CUresult CUDAAPI cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
 					       unsigned int flags)
 {
-	return batch(s, count, ops, flags);
+	return emu_memop_batch(s, count, ops, flags);
 }
 EMU_API CUresult CUDAAPI cuStreamBatchMemOp_v2_ptsz(CUstream s, unsigned int count,
 						    CUstreamBatchMemOpParams *ops, unsigned int flags)
 {
-	return batch(PT(s), count, ops, flags);
+	return emu_memop_batch(PT(s), count, ops, flags);
 }

@@ -528,11 +528,15 @@ enum rgpu_arg {
  *   WAIT_EVENT, EVENT_RECORD: handle event;  GRAPH: handle child graph
  *   MEM_ALLOC: u64 bytes (on the context's device) -> u64 dptr
  *   MEM_FREE: u64 dptr;  EMPTY: nothing
+ *   BATCH_MEM_OP: u32 count (1..RGPU_G_MEMOPS_MAX), u32 flags, bytes
+ *           CUstreamBatchMemOpParams[count] (raw; their addresses are
+ *           device addresses)
  *   CONDITIONAL: u64 cond handle, u32 cond type, u32 size -> u32 n,
  *           handle body graph[n]
  * Graphs a graph owns (child graphs, conditional bodies) get handles that
  * cannot be destroyed on their own. */
 #define RGPU_G_DEPS_EDGE_DATA 2u
+#define RGPU_G_MEMOPS_MAX 256u
 
 /* A graph edge's data (CUgraphEdgeData's from_port, to_port and type) as
  * RGPU_G_DEPS and RGPU_G_EDGES carry it: a byte each from the lowest */
@@ -566,7 +570,7 @@ enum rgpu_graph_sub {
 	RGPU_G_EDGES = 5,
 	RGPU_G_DESTROY_NODE = 6, /* handle node -> */
 	/* handle node, u32 type, params -> (KERNEL, MEMCPY, MEMSET, HOST,
-	 * EVENT_RECORD, WAIT_EVENT) */
+	 * EVENT_RECORD, WAIT_EVENT, BATCH_MEM_OP) */
 	RGPU_G_SET = 7,
 	/* handle exec, handle node, u32 type, params -> (those and GRAPH) */
 	RGPU_G_EXEC_SET = 8,
