@@ -426,6 +426,33 @@ EMU_API CUresult CUDAAPI cuCtxGetLimit(size_t *pvalue, CUlimit limit)
 	return rc;
 }
 
+/* Shared memory bank size: fixed at four bytes, as on every GPU since
+ * Volta (whose drivers accept a setting and keep the default). */
+EMU_API CUresult CUDAAPI cuCtxGetSharedMemConfig(CUsharedconfig *cfg)
+{
+	struct emu_ctx *ctx;
+	if (!cfg)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*cfg = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+	emu_ctx_leave(ctx);
+	return CUDA_SUCCESS;
+}
+
+EMU_API CUresult CUDAAPI cuCtxSetSharedMemConfig(CUsharedconfig cfg)
+{
+	struct emu_ctx *ctx;
+	if ((int)cfg < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE || (int)cfg > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = emu_ctx_enter(&ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	emu_ctx_leave(ctx);
+	return CUDA_SUCCESS;
+}
+
 EMU_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value)
 {
 	struct emu_ctx *ctx;

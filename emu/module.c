@@ -893,6 +893,19 @@ EMU_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
 	return rc;
 }
 
+EMU_API CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction hfunc, CUsharedconfig config)
+{
+	struct emu_func *f;
+	struct emu_ctx *ctx;
+	if ((int)config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE ||
+	    (int)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = func_enter(hfunc, &ctx, &f);
+	if (rc == CUDA_SUCCESS)
+		func_leave(ctx);
+	return rc;
+}
+
 EMU_API CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache config)
 {
 	struct emu_func *f;

@@ -96,6 +96,22 @@ int main(int argc, char **argv)
 	CHECK(v == 8192, "max dynamic shared memory reads %d, want 8192", v);
 	say("function attribute set and read back");
 
+	/* shared memory bank size (deprecated; accepted, the default kept) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+	CUsharedconfig sc = (CUsharedconfig)-1;
+	CK(cuCtxSetSharedMemConfig(CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE));
+	CK(cuCtxGetSharedMemConfig(&sc));
+	CHECK(sc >= CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE && sc <= CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE,
+	      "shared memory config reads %d", (int)sc);
+	CK(cuFuncSetSharedMemConfig(f, CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE));
+	CHECK(cuFuncSetSharedMemConfig(NULL, CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE) != CUDA_SUCCESS,
+	      "a NULL function's shared memory config set");
+#pragma GCC diagnostic pop
+	int scv = (int)sc;
+	result("shared-mem-config", &scv, sizeof(scv));
+	say("shared memory bank size: %d", scv);
+
 	CK(cuProfilerStart());
 	CK(cuProfilerStop());
 	CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
