@@ -37,6 +37,8 @@ enum rc_magic {
 	RC_EVENT = 0x52636576,
 	RC_GRAPH = 0x52636772,
 	RC_GEXEC = 0x52636778,
+	RC_GREEN = 0x52636763, /* green.c */
+	RC_RESDESC = 0x52636464,
 };
 
 /* one per distinct host:port in RGPU_SERVERS.  Several threads share it:
@@ -101,6 +103,8 @@ struct rc_dev {
 	unsigned primary_flags;
 };
 
+struct rc_green;
+
 struct rc_ctx {
 	uint32_t magic;
 	struct rc_dev *dev;
@@ -115,6 +119,10 @@ struct rc_ctx {
 	uint64_t lim_val[CU_LIMIT_MAX];
 	uint64_t idle_all, idle_legacy;
 	uint64_t own_stream; /* rc_stream_internal's (0: not made yet) */
+	/* a green context's conversion (green.c): its CUgreenCtx, and the
+	 * device's primary context, which owns the memory allocated in it */
+	struct rc_green *green;
+	struct rc_ctx *mem_owner;
 };
 
 struct rc_layout {
@@ -402,6 +410,12 @@ CUresult rc_ctx_activate(struct rc_ctx *c);
 /* context.c: device dev's primary context, no retain counted (for work
  * before the application has a context) */
 CUresult rc_primary_hidden(CUdevice dev, struct rc_ctx **out);
+/* The context new device memory of c belongs to: c, or for a green
+ * context's conversion the device's primary context (made live), as in
+ * CUDA; *c is replaced */
+CUresult rc_mem_ctx(struct rc_ctx **c);
+/* green.c: a context's server side and handle go (a green context's) */
+CUresult rc_ctx_free(struct rc_ctx *c);
 
 /* stream.c: resolves a CUstream to (context, server id). */
 CUresult rc_stream_resolve(CUstream s, struct rc_ctx **ctx, uint64_t *h);

@@ -111,6 +111,17 @@ static CUresult ctx_teardown(struct rc_ctx *c)
 	return rc;
 }
 
+CUresult rc_mem_ctx(struct rc_ctx **c)
+{
+	struct rc_ctx *o = (*c)->mem_owner;
+	if (!o)
+		return CUDA_SUCCESS;
+	CUresult rc = ctx_activate(o);
+	if (!rc)
+		*c = o;
+	return rc;
+}
+
 static CUresult ctx_free(struct rc_ctx *c)
 {
 	CUresult rc = ctx_teardown(c);
@@ -126,6 +137,8 @@ static CUresult ctx_free(struct rc_ctx *c)
 	free(c);
 	return rc;
 }
+
+CUresult rc_ctx_free(struct rc_ctx *c) { return ctx_free(c); }
 
 /* ---- primary contexts ---- */
 
@@ -270,7 +283,8 @@ static CUresult ctx_destroy(CUcontext ctx)
 	CUresult rc = ctx_check(ctx, &c);
 	if (rc)
 		return rc;
-	if (c->is_primary)
+	/* (a green context's conversion goes with cuGreenCtxDestroy) */
+	if (c->is_primary || c->green)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	return ctx_free(c);
 }

@@ -155,6 +155,8 @@ RC_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t size)
 {
 	struct rc_ctx *c;
 	CUresult rc = rc_need_ctx(&c);
+	if (!rc)
+		rc = rc_mem_ctx(&c);
 	if (rc)
 		return rc;
 	if (!dptr || size == 0)
@@ -998,6 +1000,8 @@ RC_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t size, unsigned in
 {
 	struct rc_ctx *c;
 	CUresult rc = rc_need_ctx(&c);
+	if (!rc)
+		rc = rc_mem_ctx(&c);
 	if (rc)
 		return rc;
 	if (!dptr || !size || (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))

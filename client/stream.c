@@ -349,14 +349,35 @@ RC_EXPORT CUresult cuStreamGetCtx(CUstream s, CUcontext *pctx)
 	return rc;
 }
 
-/* CUDA 12.5: a stream of a green context names it too; rgpu makes none */
+/* CUDA 12.5: a stream of a green context names it, and the device's
+ * primary context as its context */
 RC_EXPORT CUresult cuStreamGetCtx_v2(CUstream s, CUcontext *pctx, CUgreenCtx *pgreen)
 {
 	if (!pctx || !pgreen)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = cuStreamGetCtx(s, pctx);
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
+	if (rc)
+		return rc;
+	if (c->green && s == CU_STREAM_PER_THREAD)
+		return CUDA_ERROR_INVALID_HANDLE;
+	*pgreen = (CUgreenCtx)c->green;
+	*pctx = (CUcontext)c;
+	if (c->green && c->mem_owner)
+		*pctx = (CUcontext)c->mem_owner;
+	return CUDA_SUCCESS;
+}
+
+RC_EXPORT CUresult cuStreamGetGreenCtx(CUstream s, CUgreenCtx *pgreen)
+{
+	if (!pgreen)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct rc_ctx *c;
+	uint64_t h;
+	CUresult rc = rc_stream_resolve(s, &c, &h);
 	if (!rc)
-		*pgreen = NULL;
+		*pgreen = (CUgreenCtx)c->green;
 	return rc;
 }
 

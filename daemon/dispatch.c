@@ -22,6 +22,7 @@ static const struct op_desc ops[RGPU_OP_MAX] = {
 	OPD(CTX_SET_LIMIT, ctx_set_limit, 0),
 	OPD(CTX_RECORD_EVENT, ctx_record_event, 0),
 	OPD(CTX_WAIT_EVENT, ctx_wait_event, 0),
+	OPDF(GREEN_OP, green_op, 0, OPF_CREATES),
 	OPD(MEM_GET_INFO, mem_get_info, 0),
 	OPDF(MEM_ALLOC, mem_alloc, 0, OPF_CREATES),
 	OPD(MEM_FREE, mem_free, 0),

@@ -234,7 +234,16 @@
 	X(cuLibraryEnumerateKernels)             \
 	X(cuKernelGetName)                       \
 	X(cuLibraryGetManaged)                   \
-	X(cuMemGetAddressRange_v2)
+	X(cuMemGetAddressRange_v2)               \
+	X(cuDeviceGetDevResource)                \
+	X(cuCtxGetDevResource)                   \
+	X(cuGreenCtxGetDevResource)              \
+	X(cuDevSmResourceSplitByCount)           \
+	X(cuDevResourceGenerateDesc)             \
+	X(cuGreenCtxCreate)                      \
+	X(cuGreenCtxDestroy)                     \
+	X(cuCtxFromGreenCtx)                     \
+	X(cuGreenCtxGetId)
 
 struct rgpud_driver {
 	void *dl;

@@ -22,6 +22,8 @@ enum hkind {
 	HK_POOL,    /* stream-ordered memory pool (ops_pool.c) */
 	HK_GNODE,     /* a node of a graph (parent: the graph) */
 	HK_ARRAY,     /* a CUDA array (ops_array.c) */
+	HK_RESDESC,   /* a device resource descriptor (green contexts); the
+		       * driver has no call that destroys one */
 	HK_HELD,      /* a destroyed stream's or event's slot, kept from reuse
 		       * while graphs built with it may be replayed (a move
 		       * makes it again: migrate/journal.c) */

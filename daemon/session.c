@@ -224,6 +224,8 @@ int req_stream(struct session *s, uint64_t id, CUstream *out)
 int session_ctx_drop(struct session *s, CUcontext ctx, struct ctx_state *cs)
 {
 	struct rgpud_driver *d = &rgpud_server.drv;
+	if (cs && cs->green)
+		return d->cuGreenCtxDestroy ? d->cuGreenCtxDestroy(cs->green) : CUDA_ERROR_NOT_SUPPORTED;
 	if (!cs || !cs->primary)
 		return d->cuCtxDestroy_v2(ctx);
 	/* the last reference: the driver resets it, freeing what it held */

@@ -44,6 +44,7 @@ struct ctx_state {
 	uint64_t lim_base[LIM_N];   /* bytes at creation (in the context's cost) */
 	uint64_t lim_charged[LIM_N]; /* bytes charged above lim_base */
 	int primary;                /* the device's primary context (retained) */
+	void *green;                /* CUgreenCtx whose conversion this is (cuGreenCtxDestroy ends it) */
 };
 
 /* extra data of an HK_FUNC / HK_KERNEL entry: the parameter layout */
@@ -334,7 +335,7 @@ DECL_OP(mem_refused)
 DECL_OP(hostfn_launch) DECL_OP(hostfn_wait) DECL_OP(hostfn_done) DECL_OP(call)
 DECL_OP(graph_op) DECL_OP(link)
 DECL_OP(event_record_watch)
-DECL_OP(ctx_record_event) DECL_OP(ctx_wait_event) DECL_OP(library_get_module) DECL_OP(library_kernels) DECL_OP(library_get_managed)
+DECL_OP(ctx_record_event) DECL_OP(ctx_wait_event) DECL_OP(green_op) DECL_OP(library_get_module) DECL_OP(library_kernels) DECL_OP(library_get_managed)
 #undef DECL_OP
 
 #endif

@@ -226,7 +226,8 @@ EMU_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext hctx)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	}
 	ctx = hctx ? find_live((struct emu_ctx *)hctx, 0, 0) : NULL;
-	if (!ctx) {
+	/* (a green context's conversion goes with cuGreenCtxDestroy) */
+	if (!ctx || ctx->green) {
 		emu_unlock(&emu_glock);
 		return CUDA_ERROR_INVALID_CONTEXT;
 	}
@@ -329,6 +330,58 @@ EMU_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned in
 	return CUDA_SUCCESS;
 }
 
+CUresult emu_ctx_make_green(CUdevice dev, unsigned sms, void *g, struct emu_ctx **out)
+{
+	CUcontext prim, c;
+	CUresult rc = cuDevicePrimaryCtxRetain(&prim, dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	struct emu_ctx *was = tls_ctx;
+	uint64_t was_id = tls_ctx_id;
+	rc = cuCtxCreate_v2(&c, 0, dev);
+	tls_ctx = was;
+	tls_ctx_id = was_id;
+	if (rc != CUDA_SUCCESS) {
+		cuDevicePrimaryCtxRelease_v2(dev);
+		return rc;
+	}
+	struct emu_ctx *x = (struct emu_ctx *)c;
+	x->mem_ctx = (struct emu_ctx *)prim;
+	x->green_sms = sms;
+	x->green = g;
+	*out = x;
+	return CUDA_SUCCESS;
+}
+
+CUresult emu_ctx_end_green(struct emu_ctx *ctx)
+{
+	int dev = ctx->dev;
+	emu_lock(&emu_glock);
+	ctx->green = NULL; /* (so that cuCtxDestroy takes it) */
+	emu_unlock(&emu_glock);
+	CUresult rc = cuCtxDestroy_v2((CUcontext)ctx);
+	CUresult r2 = cuDevicePrimaryCtxRelease_v2(dev);
+	return rc != CUDA_SUCCESS ? rc : r2;
+}
+
+CUresult emu_ctx_sms(CUcontext h, int *dev, unsigned *sms)
+{
+	emu_lock(&emu_glock);
+	struct emu_ctx *ctx = h ? find_live((struct emu_ctx *)h, 0, 0) : NULL;
+	int d = ctx ? ctx->dev : -1;
+	unsigned g = ctx ? ctx->green_sms : 0;
+	emu_unlock(&emu_glock);
+	if (!ctx)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	int n = 0;
+	CUresult rc = cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	*dev = d;
+	*sms = g ? g : (unsigned)n;
+	return CUDA_SUCCESS;
+}
+
 EMU_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext hctx)
 {
 	struct emu_ctx *ctx;
@@ -399,7 +452,7 @@ EMU_API CUresult CUDAAPI cuCtxGetExecAffinity(CUexecAffinityParam *p, CUexecAffi
 	if (rc == CUDA_SUCCESS) {
 		memset(p, 0, sizeof(*p));
 		p->type = CU_EXEC_AFFINITY_TYPE_SM_COUNT;
-		p->param.smCount.val = (unsigned)n;
+		p->param.smCount.val = ctx->green_sms ? ctx->green_sms : (unsigned)n;
 	}
 	emu_ctx_leave(ctx);
 	return rc;

@@ -367,6 +367,12 @@ struct emu_ctx {
 	} *cwaits;
 	int ncwaits, capcwaits;
 
+	/* a green context (green.c): its SMs, its handle, and the device's
+	 * primary context, retained, whose memory it uses (memory.c) */
+	unsigned green_sms;
+	void *green;
+	struct emu_ctx *mem_ctx;
+
 	pthread_rwlock_t mem_rw;
 	struct emu_alloc *allocs;   /* sorted by base */
 	size_t nallocs, cap_allocs;
@@ -391,6 +397,13 @@ CUresult emu_ctx_hold_all(struct emu_ctx ***out, size_t *n);
 int emu_ctx_sticky(struct emu_ctx *ctx);
 /* The calling thread's current context as set (not checked for liveness). */
 CUcontext emu_ctx_current_handle(void);
+/* green.c: a context of device dev for green context g (sms SMs), made
+ * without becoming current, using the primary context's memory (retained
+ * until emu_ctx_end_green) */
+CUresult emu_ctx_make_green(CUdevice dev, unsigned sms, void *g, struct emu_ctx **out);
+CUresult emu_ctx_end_green(struct emu_ctx *ctx);
+/* A live context's device and SMs (its green partition's, else all). */
+CUresult emu_ctx_sms(CUcontext h, int *dev, unsigned *sms);
 void emu_ctx_fault(struct emu_ctx *ctx, CUresult err);
 
 /* Exported under cuda.h's old name too; declared here as cuda.h only

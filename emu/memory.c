@@ -61,6 +61,9 @@ void *emu_pages(size_t len)
 	return map_pages(len);
 }
 
+/* A green context's memory is its primary context's. */
+#define OWNER(ctx) ((ctx)->mem_ctx ? (ctx)->mem_ctx : (ctx))
+
 /* Index of the first allocation with base > p.  Caller holds mem_rw. */
 static size_t upper_bound(const struct emu_ctx *ctx, uintptr_t p)
 {
@@ -79,6 +82,7 @@ static size_t upper_bound(const struct emu_ctx *ctx, uintptr_t p)
 
 void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
 {
+	ctx = OWNER(ctx);
 	const struct emu_alloc *a;
 	size_t i;
 
@@ -98,12 +102,14 @@ void *emu_mem_map(struct emu_ctx *ctx, CUdeviceptr p, size_t len)
 
 void emu_mem_rdlock(struct emu_ctx *ctx)
 {
+	ctx = OWNER(ctx);
 	emu_rdlock(&ctx->mem_rw);
 	emu_rdlock(&emu_vmm_rw);
 }
 
 void emu_mem_rdunlock(struct emu_ctx *ctx)
 {
+	ctx = OWNER(ctx);
 	emu_rwunlock(&emu_vmm_rw);
 	emu_rwunlock(&ctx->mem_rw);
 }
@@ -115,6 +121,7 @@ CUresult emu_mem_alloc(struct emu_ctx *ctx, size_t size, int counted, CUdevicept
 	void *p;
 	size_t i;
 
+	ctx = OWNER(ctx);
 	if (size == 0 || size > SIZE_MAX - ps)
 		return size == 0 ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_OUT_OF_MEMORY;
 	maplen = (size + ps - 1) / ps * ps;
@@ -169,6 +176,7 @@ static struct emu_alloc *alloc_at(struct emu_ctx *ctx, CUdeviceptr p)
 
 void emu_mem_set_graph(struct emu_ctx *ctx, CUdeviceptr p)
 {
+	ctx = OWNER(ctx);
 	emu_wrlock(&ctx->mem_rw);
 	struct emu_alloc *a = alloc_at(ctx, p);
 	if (a)
@@ -178,6 +186,7 @@ void emu_mem_set_graph(struct emu_ctx *ctx, CUdeviceptr p)
 
 int emu_mem_is_graph(struct emu_ctx *ctx, CUdeviceptr p)
 {
+	ctx = OWNER(ctx);
 	emu_rdlock(&ctx->mem_rw);
 	struct emu_alloc *a = alloc_at(ctx, p);
 	int g = a && a->graph;
@@ -190,6 +199,7 @@ CUresult emu_mem_free(struct emu_ctx *ctx, CUdeviceptr p)
 	struct emu_alloc a;
 	size_t i;
 
+	ctx = OWNER(ctx);
 	emu_wrlock(&ctx->mem_rw);
 	i = upper_bound(ctx, (uintptr_t)p);
 	if (i == 0 || ctx->allocs[i - 1].base != p) {
@@ -219,6 +229,8 @@ void emu_mem_free_all(struct emu_ctx *ctx)
 {
 	size_t counted = 0;
 
+	if (ctx->mem_ctx)
+		return; /* (the primary context's, freed with it) */
 	emu_wrlock(&ctx->mem_rw);
 	for (size_t i = 0; i < ctx->nallocs; i++) {
 		munmap((void *)ctx->allocs[i].base, ctx->allocs[i].maplen);

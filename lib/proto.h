@@ -101,6 +101,9 @@ typedef uint64_t rgpu_handle;
 	/* handle ctx, handle event (of any context of the session) -> : all  \
 	 * later work of the context waits for it (cuCtxWaitEvent) */          \
 	X(CTX_WAIT_EVENT, 16, "a whole context waits for an event")           \
+	/* Green contexts and device resources: handle ctx (0: none), u32 sub \
+	 * (enum rgpu_green_sub), its arguments -> per sub. */                \
+	X(GREEN_OP, 17, "green contexts and device resources")                \
 	/* handle ctx -> u64 free, u64 total (quota-aware) */                  \
 	X(MEM_GET_INFO, 20, "free and total memory")                           \
 	/* handle ctx, u64 size -> u64 dptr */                                 \
@@ -607,6 +610,27 @@ enum rgpu_graph_sub {
 	/* handle exec -> u64 flags (as the server's driver reports them) */
 	RGPU_G_EXEC_FLAGS = 22,
 };
+
+/* GREEN_OP sub-operations.  A device resource (CUdevResource) travels as
+ * the server's driver made it: bytes, RGPU_GREEN_RES_BYTES of them (its
+ * internal part means something to that driver only). */
+enum rgpu_green_sub {
+	RGPU_GR_DEV_RESOURCE = 1, /* u32 dev, u32 type -> bytes resource */
+	/* (ctx) u32 type, u32 of the green context (cuGreenCtxGetDevResource)
+	 * -> bytes resource */
+	RGPU_GR_CTX_RESOURCE = 2,
+	/* u32 groups (0: count them only), u32 flags, u32 min count, u32
+	 * want remaining, bytes input -> u32 groups, bytes result[groups]
+	 * (none when counting), with want remaining bytes remaining */
+	RGPU_GR_SPLIT = 3,
+	/* u32 n (1..RGPU_GREEN_DESC_MAX), bytes resource[n] -> handle desc */
+	RGPU_GR_DESC = 4,
+	/* handle desc, u32 dev, u32 flags -> handle ctx (the green context as
+	 * a context: CTX_DESTROY destroys it), u64 the driver's green id */
+	RGPU_GR_CREATE = 5,
+};
+#define RGPU_GREEN_RES_BYTES 144u
+#define RGPU_GREEN_DESC_MAX 64u
 
 /* A kernel node attribute's value on the wire: CUlaunchAttributeValue
  * (CUkernelNodeAttrValue) as it lies in memory; the values that hold a

@@ -469,9 +469,15 @@ const char *journal_unmovable(struct session *s)
 		       "in a capture), whose addresses the driver chooses: not migrated yet";
 	if (s->ntex)
 		return "the session holds texture or surface objects, which are not migrated yet";
-	for (uint32_t i = 0; i < s->ht.n; i++)
-		if (s->ht.e[i].kind == HK_ARRAY)
+	for (uint32_t i = 0; i < s->ht.n; i++) {
+		const struct hentry *e = &s->ht.e[i];
+		if (e->kind == HK_ARRAY)
 			return "the session holds CUDA arrays, which are not migrated yet";
+		if (e->kind == HK_RESDESC || (e->kind == HK_CTX && e->extra &&
+					       ((const struct ctx_state *)e->extra)->green))
+			return "the session holds green contexts or their resource descriptors, which "
+			       "are not migrated yet";
+	}
 	return NULL;
 }
 
