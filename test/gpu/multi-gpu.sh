@@ -319,6 +319,9 @@ else
 			result nccl_allreduce_$s FAIL "no measurement: $(grep -iE 'error|warn' "$OUT/nccl-rgpu.log" | head -3 | tr '\n' ' ')"
 		fi
 	done
+	# where the time goes, each rank: queueing, wall, GPU per all-reduce
+	grep -h ^LOOP "$OUT/nccl-local.log" | sed 's/^/local /'
+	grep -h ^LOOP "$OUT/nccl-rgpu.log" | sed 's/^/rgpu /'
 
 	run ddp-local 90 local env $NENV $TR --master_port="$(free_port)" "$M/ddp_train.py"; l=$?
 	run ddp-rgpu 120 "$TWOG" env $NENV $TR --master_port="$(free_port)" "$M/ddp_train.py"; r=$?

@@ -4,10 +4,13 @@
 # scheduler's gate (fair) and without (fifo), with NCCL's cuMem buffers and
 # with its legacy IPC ones.  Prints "PROBE name BUSBW 64MiB x 256MiB y".
 #   bash test/gpu/nccl-probe.sh [--out DIR]
+# "LOOP" lines: for each rank, the host's time to queue an all-reduce, the
+# wall time, the GPU's time per all-reduce and the spread of its steps.
 # PROBE_ONLY picks one part instead of all: ktime (the all-reduce's own GPU
-# time, "KERNEL" lines), hostmem (NCCL without cuMem host memory, and its
+# time, "KERNEL" lines: the least of the two ranks' times in each round, as
+# a rank's time holds its wait for the other), hostmem (NCCL without cuMem host memory, and its
 # copy-engine P2P), p2p (the transports NCCL sets up, P2P read off,
-# PyTorch's expandable segments).
+# PyTorch's expandable segments), one (a single rank, as a check of the probe).
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=/tmp/rgpu-nccl-probe
@@ -44,9 +47,18 @@ probe() { # name where env...
 	fi
 	echo "PROBE $name $(grep ^BUSBW "$OUT/$name.log" | tr '\n' ' ') $(grep -c 'CHECK allreduce_data ok' "$OUT/$name.log")" \
 		"$(grep ^KERNEL "$OUT/$name.log" | tr '\n' ' ')"
+	grep ^LOOP "$OUT/$name.log" | sed "s/^/  $name /"
 }
 start fair --sched=fair
 F=$PORT
+# PROBE_ONLY=one: one rank on GPU 0, both ways (the probe's own check on a
+# machine of one GPU: its LOOP and KERNEL lines, no bus bandwidth)
+if [ "${PROBE_ONLY:-}" = one ]; then
+	TR="$PY -m torch.distributed.run --nproc_per_node=1"
+	probe one-local local NCCL_PROBE_KERNEL_TIME=1
+	probe one-rgpu "127.0.0.1:$F/0" NCCL_PROBE_KERNEL_TIME=1
+	exit 0
+fi
 # PROBE_ONLY=ktime: only the all-reduces' own GPU time, both ways
 if [ "${PROBE_ONLY:-}" = ktime ]; then
 	probe local-ktime local NCCL_PROBE_KERNEL_TIME=1
