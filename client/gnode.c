@@ -365,20 +365,24 @@ static CUresult put_memset(struct wbuf *w, struct rc_gnode *n, const CUDA_MEMSET
 }
 
 /* n keeps its own copy of the operations (the getter hands it out, as the
- * driver's does); their addresses count for the graph's coherence. */
+ * driver's does); their addresses count for the graph's coherence.  A node
+ * of no operations is one the driver takes (H200, 2026-12-03): it does
+ * nothing. */
 static CUresult put_batch(struct wbuf *w, struct rc_gnode *n, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
 {
-	if (!p->count || p->count > RGPU_G_MEMOPS_MAX || !p->paramArray)
+	if (p->count > RGPU_G_MEMOPS_MAX || (p->count && !p->paramArray))
 		return CUDA_ERROR_INVALID_VALUE;
 	size_t len = (size_t)p->count * sizeof(*p->paramArray);
-	CUstreamBatchMemOpParams *ops = malloc(len);
-	uint64_t *addrs = malloc(p->count * sizeof(*addrs));
+	/* (never empty: a copy of no operations is still the node's own) */
+	CUstreamBatchMemOpParams *ops = malloc(len ? len : sizeof(*ops));
+	uint64_t *addrs = malloc(p->count ? p->count * sizeof(*addrs) : sizeof(*addrs));
 	if (!ops || !addrs) {
 		free(ops);
 		free(addrs);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	memcpy(ops, p->paramArray, len);
+	if (len)
+		memcpy(ops, p->paramArray, len);
 	for (unsigned i = 0; i < p->count; i++)
 		addrs[i] = ops[i].operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
 				   ops[i].operation == CU_STREAM_MEM_OP_WAIT_VALUE_64
@@ -1768,7 +1772,7 @@ static void node_copy_params(struct rc_gnode *dst, const struct rc_gnode *src)
 	dst->event = src->event;
 	dst->dptr = src->dptr;
 	dst->bytes = src->bytes;
-	if (src->bmops && (dst->bmops = malloc(src->bm.count * sizeof(*src->bmops)))) {
+	if (src->bmops && (dst->bmops = malloc((src->bm.count ? src->bm.count : 1) * sizeof(*src->bmops)))) {
 		memcpy(dst->bmops, src->bmops, src->bm.count * sizeof(*src->bmops));
 		dst->bm = src->bm;
 		dst->bm.paramArray = dst->bmops;

@@ -377,9 +377,11 @@ static int resolve(struct session *s, const struct req *q, uint32_t type, const 
 	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
 		/* the bytes are CUstreamBatchMemOpParams as the client has them
 		 * (the same ABI: both ends are this build's cuda.h) */
-		if (!w->v || w->v > RGPU_G_MEMOPS_MAX || w->plen != (size_t)w->v * sizeof(p->ops[0]))
+		/* (none at all is a node the driver takes) */
+		if (w->v > RGPU_G_MEMOPS_MAX || w->plen != (size_t)w->v * sizeof(p->ops[0]))
 			return CUDA_ERROR_INVALID_VALUE;
-		memcpy(p->ops, w->params, w->plen);
+		if (w->plen)
+			memcpy(p->ops, w->params, w->plen);
 		p->bm.ctx = session_ctx_obj(s);
 		p->bm.count = w->v;
 		p->bm.paramArray = p->ops;

@@ -251,7 +251,7 @@ static struct gnode *node_clone(const struct gnode *n)
 	c->op = NULL;
 	c->ops = NULL;
 	if (n->ops) {
-		if (!(c->ops = malloc(n->bm.count * sizeof(*c->ops))))
+		if (!(c->ops = malloc((n->bm.count ? n->bm.count : 1) * sizeof(*c->ops))))
 			goto fail;
 		memcpy(c->ops, n->ops, n->bm.count * sizeof(*c->ops));
 		c->bm.paramArray = c->ops;
@@ -451,6 +451,9 @@ static CUresult params_check(CUgraphNodeType t, const void *p)
 		return memcpy_params(p);
 	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
 		const CUDA_BATCH_MEM_OP_NODE_PARAMS *b = p;
+		/* (a node of no operations the driver takes, and it does nothing) */
+		if (b && !b->count)
+			return b->flags ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 		return b ? emu_memop_batch_check(b->paramArray, b->count, b->flags) : CUDA_ERROR_INVALID_VALUE;
 	}
 	default:
@@ -472,10 +475,11 @@ static CUresult params_store(struct gnode *n, const void *p)
 		return CUDA_SUCCESS;
 	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: {
 		const CUDA_BATCH_MEM_OP_NODE_PARAMS *b = p;
-		CUstreamBatchMemOpParams *ops = malloc(b->count * sizeof(*ops));
+		CUstreamBatchMemOpParams *ops = malloc((b->count ? b->count : 1) * sizeof(*ops));
 		if (!ops)
 			return CUDA_ERROR_OUT_OF_MEMORY;
-		memcpy(ops, b->paramArray, b->count * sizeof(*ops));
+		if (b->count)
+			memcpy(ops, b->paramArray, b->count * sizeof(*ops));
 		free(n->ops);
 		n->ops = ops;
 		n->bm = *b;
@@ -1537,7 +1541,7 @@ static CUresult run_node(const struct gnode *n, CUstream s)
 		return c->value ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
 	}
 	case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
-		return emu_memop_batch(s, n->bm.count, n->ops, n->bm.flags);
+		return n->bm.count ? emu_memop_batch(s, n->bm.count, n->ops, n->bm.flags) : CUDA_SUCCESS;
 	case CU_GRAPH_NODE_TYPE_EMPTY:
 	case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
 	case CU_GRAPH_NODE_TYPE_MEM_FREE:
