@@ -10,7 +10,8 @@
 #   fuzz_frame/     the client's byte stream as sent (frames kept whole)
 #   fuzz_dispatch/  the same without its HELLO (the harness sends its own)
 #   fuzz_wire/      one request payload per opcode, behind a null script
-#   fuzz_dispatch/op-NNN  t_vecadd's first context, then opcode NNN
+#   fuzz_dispatch/op-NNN  t_vecadd's first context, then opcode NNN (each
+#                         opcode lib/proto.h defines)
 # Frames over 64 KiB (bulk copies) are left out and a seed stops at
 # 96 KiB, so the corpus stays small.  OUTDIR defaults to test/fuzz/corpus.
 set -eu
@@ -34,7 +35,9 @@ pids="$pids $!"
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
 for prog in t_device t_vecadd t_matmul t_struct t_globals t_streams t_async t_memory \
-	    t_library t_errors t_managed t_memcpy2d t_graph t_hold; do
+	    t_library t_errors t_managed t_memcpy2d t_graph t_hold t_array t_attrs t_ctxevent \
+	    t_graph_nodes t_graph_memop t_green t_hostfn t_link t_memops t_umhint t_uobj \
+	    t_tensormap t_appmem; do
 	[ -x "$E2E/$prog" ] || continue
 	python3 "$here/recproxy.py" 0 127.0.0.1 "$port" "$tmp/rec-$prog" > "$tmp/proxy-$prog.port" &
 	ppid=$!
@@ -48,9 +51,9 @@ for prog in t_device t_vecadd t_matmul t_struct t_globals t_streams t_async t_me
 	kill $ppid 2>/dev/null; wait $ppid 2>/dev/null || true
 done
 
-python3 - "$tmp" "$out" <<'PY'
-import hashlib, os, struct, sys
-tmp, out = sys.argv[1], sys.argv[2]
+python3 - "$tmp" "$out" "$here/../../lib/proto.h" <<'PY'
+import hashlib, os, re, struct, sys
+tmp, out, proto = sys.argv[1], sys.argv[2], sys.argv[3]
 MAXFRAME, MAXSEED = 64 * 1024, 96 * 1024
 for h in ("fuzz_frame", "fuzz_dispatch", "fuzz_wire"):
     os.makedirs(os.path.join(out, h), exist_ok=True)
@@ -113,7 +116,9 @@ if os.path.exists(vec):
         if op == 10 and ctx is None:  # CTX_CREATE: stop the set-up here
             ctx = b""
     ctx = ctx or b"\0" * 8
-    for op in range(2, 128):
+    # every opcode lib/proto.h defines (X(NAME, number, ...))
+    ops = sorted({int(n) for n in re.findall(r"X\(\s*[A-Z0-9_]+\s*,\s*(\d+)\s*,", open(proto).read())})
+    for op in (o for o in ops if o >= 2):
         pl = ctx + b"\0" * 56
         save("fuzz_dispatch", "op-%03d" % op,
              setup + struct.pack("<IHHIIQ", 0x55504752, 1, op, 0, len(pl), 1000 + op) + pl)
