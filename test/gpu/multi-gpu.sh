@@ -131,6 +131,28 @@ nvml_list() {
 	fi
 }
 
+# nvml_query NAME SERVERS "I J ...": nvidia-smi --query-gpu (what job
+# scripts and monitoring ask) with rgpu's NVML first on the path gives the
+# index, name, UUID and PCI bus id the real NVML gives GPUs I J ... (as
+# rgpu's devices 0, 1, ...); memory and utilisation are logged, not
+# compared (a job's view of them is its share)
+nvml_query() {
+	local name=$1 where=$2 want="" i k=0 got q=index,name,uuid,pci.bus_id
+	for i in $3; do
+		want="$want$(nvidia-smi -i "$i" --query-gpu=$q --format=csv,noheader | sed "s/^[0-9]*,/$k,/")
+"
+		k=$((k + 1))
+	done
+	run "$name" 30 "$where" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+		nvidia-smi --query-gpu=$q,memory.total,memory.used,utilization.gpu --format=csv,noheader
+	got=$(grep -E '^[0-9]+, ' "$OUT/$name.log" | cut -d, -f1-4)
+	if [ -n "$got" ] && [ "$got" = "$(printf %s "$want" | sed '/^$/d')" ]; then
+		result "$name" PASS "nvidia-smi --query-gpu through rgpu's NVML: $(grep -E '^[0-9]+, ' "$OUT/$name.log" | tr '\n' ';')"
+	else
+		result "$name" FAIL "nvidia-smi --query-gpu gave '$(head -3 "$OUT/$name.log" | tr '\n' ';')', want '$(printf %s "$want" | tr '\n' ';')'"
+	fi
+}
+
 # largest relative difference between LOSS lines of two logs
 loss_diff() {
 	$PY - "$1" "$2" <<'EOF'
@@ -337,6 +359,7 @@ else
 		# exactly the GPUs named, in their order: both, then the second alone
 		nvml_list nvml_list "$TWOG" "0 1"
 		nvml_list nvml_list_second "127.0.0.1:$PORT/1" "1"
+		nvml_query nvml_query "$TWOG" "0 1"
 		# the default table too (informational: what else nvidia-smi asks)
 		run nvml-table 30 "$TWOG" env RGPU_NVML_DEBUG=1 \
 			LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi
@@ -349,6 +372,11 @@ fi
 # the NVML drop-in on one GPU too
 if [ -e "$NVML/libnvidia-ml.so.1" ] && [ "$NGPU" -lt 2 ]; then
 	nvml_list nvml_list_one "$ONE" "0"
+	nvml_query nvml_query_one "$ONE" "0"
+	# the default table (informational: what else nvidia-smi asks)
+	run nvml-table-one 30 "$ONE" env RGPU_NVML_DEBUG=1 \
+		LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi
+	echo "nvidia-smi (table) through rgpu's NVML: exit $?, $(grep -c 'private entry' "$OUT/nvml-table-one.log") private calls"
 fi
 
 kill -0 $RPID 2>/dev/null || result rgpud_alive FAIL "rgpud exited during the run"
