@@ -17,6 +17,7 @@ struct gpu_status {
 	/* the active NVLinks (none from a server that does not send them) */
 	uint32_t nlinks;
 	struct { uint32_t link, type, p2p; const char *bus; } links[NVLINKS_MAX];
+	uint32_t pci_class; /* 0: not known (or an older server) */
 };
 
 /* GPU_STATUS for client ordinal; the strings point into the thread's reply
@@ -58,6 +59,8 @@ static CUresult status(int ordinal, struct rc_dev **dp, struct gpu_status *st)
 		if (!st->links[k].bus)
 			return CUDA_ERROR_UNKNOWN;
 	}
+	/* the PCI class last */
+	st->pci_class = rd_ok(&r) && !rd_done(&r) ? get_u32(&r) : 0;
 	if (!rd_ok(&r) || !st->bus || !st->driver)
 		return CUDA_ERROR_UNKNOWN;
 	*dp = d;
@@ -124,4 +127,14 @@ RC_EXPORT int rgpu_client_gpu_nvlink(int ordinal, unsigned link, char *bus, size
 			return 1;
 		}
 	return st.nlinks ? 2 : 0;
+}
+
+/* The PCI class code of GPU ordinal (0x030200: a 3D controller), 0 where
+ * its server does not know it, or a CUresult (negative). */
+RC_EXPORT int rgpu_client_gpu_pci_class(int ordinal)
+{
+	struct rc_dev *d;
+	struct gpu_status st;
+	CUresult rc = status(ordinal, &d, &st);
+	return rc ? -(int)rc : (int)st.pci_class;
 }

@@ -10,7 +10,9 @@
  * version (a trailing field: an older client reads on without it).  Then
  * the GPU's active NVLinks as that NVML reports them (link, the remote
  * end's PCI bus id and device type, P2P over it): NCCL picks its P2P
- * transport between GPUs only where it sees NVLink.
+ * transport between GPUs only where it sees NVLink.  Last, the GPU's PCI
+ * class code as the node's sysfs has it (0x030200 a 3D controller; 0 not
+ * known).
  */
 #include "gate.h"
 #include "log.h"
@@ -18,8 +20,11 @@
 #include "rgpud.h"
 #include "session.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define D (&rgpud_server.drv)
@@ -80,6 +85,37 @@ static void version_load(void)
 }
 static pthread_once_t version_once = PTHREAD_ONCE_INIT;
 
+/* A hex number from the sysfs file name of the PCI device at bus id bus
+ * ("0000:3B:00.0"); -1 if it is not there. */
+static long sysfs_hex(const char *bus, const char *name)
+{
+	char path[160], low[64], line[32];
+	size_t n = strlen(bus);
+	if (!n || n >= sizeof(low))
+		return -1;
+	for (size_t i = 0; i <= n; i++)
+		low[i] = (char)tolower((unsigned char)bus[i]);
+	snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/%s", low, name);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	char *got = fgets(line, sizeof(line), f);
+	fclose(f);
+	if (!got)
+		return -1;
+	char *end;
+	unsigned long v = strtoul(line, &end, 16);
+	return end != line && v <= 0xffffff ? (long)v : -1;
+}
+
+/* The GPU's 24-bit PCI class code, 0 if not known: only an NVIDIA display
+ * controller's (an emulated GPU's bus id may name another device here). */
+static uint32_t pci_class(const char *bus)
+{
+	long cls = sysfs_hex(bus, "class");
+	return sysfs_hex(bus, "vendor") == 0x10de && cls >> 16 == 0x03 ? (uint32_t)cls : 0;
+}
+
 int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
 {
 	uint32_t gpu = get_u32(r);
@@ -104,8 +140,12 @@ int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	nvml_util u;
 	int have_nh = nv.ok && bus[0] && nv.by_pci(bus, &nh) == 0;
 	if (have_nh) {
-		if (nv.mem(nh, &m) == 0)
+		/* NVML's own pair, as nvidia-smi shows it (CUDA's total leaves
+		 * out what the driver keeps) */
+		if (nv.mem(nh, &m) == 0 && m.total) {
+			total = m.total;
 			used = m.used;
+		}
 		if (nv.util(nh, &u) == 0) {
 			ug = u.gpu;
 			um = u.memory;
@@ -164,5 +204,6 @@ int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		put_u32(out, (uint32_t)lk[i].type);
 		put_u32(out, lk[i].p2p != 0);
 	}
+	put_u32(out, pci_class(bus));
 	return CUDA_SUCCESS;
 }

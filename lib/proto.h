@@ -392,7 +392,10 @@ typedef uint64_t rgpu_handle;
 	X(MEM_FREE_ASYNC, 178, "stream-ordered free")                          \
 	/* u32 gpu -> str PCI bus id, u64 total, u64 used, u32 util gpu,       \
 	 * u32 util memory (percent; 101: unknown), u32 n,                    \
-	 * (u32 peer gpu, u32 p2p)[n] */                                       \
+	 * (u32 peer gpu, u32 p2p)[n], str kernel driver version, u32 nlinks, \
+	 * (u32 link, str remote bus id, u32 remote type, u32 p2p)[nlinks],   \
+	 * u32 PCI class code (0: unknown); a client reads on without the     \
+	 * fields after the peers (older servers) */                          \
 	X(GPU_STATUS, 179, "GPU status for NVML")                              \
 	/* handle pool, u32 n, (u32 gpu, u32 flags)[n] -> */                   \
 	X(POOL_ACCESS, 180, "set access to a memory pool")                   \

@@ -57,6 +57,7 @@ static struct {
 	int (*status)(int, char *, size_t, uint64_t *, uint64_t *, unsigned *, unsigned *, int *);
 	int (*driver)(int, char *, size_t);
 	int (*nvlink)(int, unsigned, char *, size_t, int *, int *);
+	int (*pci_class)(int);
 } cu;
 
 API const char *rgpu_nvml_version(void) { return "rgpu-nvml 1"; }
@@ -110,6 +111,7 @@ static nvmlReturn_t init_locked(void)
 	*(void **)&cu.status = dlsym(cudalib, "rgpu_client_gpu_status");
 	*(void **)&cu.driver = dlsym(cudalib, "rgpu_client_driver_version"); /* may lack */
 	*(void **)&cu.nvlink = dlsym(cudalib, "rgpu_client_gpu_nvlink");      /* may lack */
+	*(void **)&cu.pci_class = dlsym(cudalib, "rgpu_client_gpu_pci_class"); /* may lack */
 	if (!cu.init || !cu.count || !cu.get || !cu.name || !cu.uuid || !cu.attr || !cu.version ||
 	    !cu.status) {
 		refs = 0;
@@ -426,6 +428,35 @@ API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *pci)
 	return NVML_SUCCESS;
 }
 
+/* What nvidia-smi asks for pci.bus_id: the address and the PCI class (0
+ * where the server does not know it). */
+API nvmlReturn_t nvmlDeviceGetPciInfoExt(nvmlDevice_t d, nvmlPciInfoExt_t *ext)
+{
+	nvmlPciInfo_t pci;
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	if (!ext)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (ext->version != nvmlPciInfoExt_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	if ((rc = nvmlDeviceGetPciInfo_v3(d, &pci)))
+		return rc;
+	int idx = ((struct nvml_dev *)d)->index;
+	int cls = cu.pci_class ? cu.pci_class(idx) : 0;
+	if (cls < 0)
+		cls = 0;
+	ext->domain = pci.domain;
+	ext->bus = pci.bus;
+	ext->device = pci.device;
+	ext->pciDeviceId = pci.pciDeviceId;
+	ext->pciSubSystemId = pci.pciSubSystemId;
+	ext->baseClass = (unsigned)cls >> 16 & 0xff;
+	ext->subClass = (unsigned)cls >> 8 & 0xff;
+	memcpy(ext->busId, pci.busId, sizeof(ext->busId));
+	return NVML_SUCCESS;
+}
+
 API nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t d, nvmlPciInfo_t *pci)
 {
 	return nvmlDeviceGetPciInfo_v3(d, pci);
@@ -528,6 +559,35 @@ API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, 
 	if (cu.get(&cd, idx) || cu.attr(major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cd) ||
 	    cu.attr(minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cd))
 		return NVML_ERROR_UNKNOWN;
+	return NVML_SUCCESS;
+}
+
+/* The architecture from the compute capability (as NVML names them). */
+API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, nvmlDeviceArchitecture_t *arch)
+{
+	int major, minor;
+	nvmlReturn_t rc = dev_of(d, &major);
+	if (rc)
+		return rc;
+	if (!arch)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if ((rc = nvmlDeviceGetCudaComputeCapability(d, &major, &minor)))
+		return rc;
+	static const struct { int major, minor; nvmlDeviceArchitecture_t arch; } by_cc[] = {
+		{ 3, 0, NVML_DEVICE_ARCH_KEPLER }, { 5, 0, NVML_DEVICE_ARCH_MAXWELL },
+		{ 6, 0, NVML_DEVICE_ARCH_PASCAL }, { 7, 0, NVML_DEVICE_ARCH_VOLTA },
+		{ 7, 5, NVML_DEVICE_ARCH_TURING }, { 8, 0, NVML_DEVICE_ARCH_AMPERE },
+		{ 8, 9, NVML_DEVICE_ARCH_ADA },    { 9, 0, NVML_DEVICE_ARCH_HOPPER },
+		{ 10, 0, NVML_DEVICE_ARCH_BLACKWELL },
+	};
+	/* the last generation at or below the capability (10.x-12.x are
+	 * Blackwell's); what comes after 12.x is not named here */
+	*arch = NVML_DEVICE_ARCH_UNKNOWN;
+	for (size_t i = 0; i < sizeof(by_cc) / sizeof(by_cc[0]); i++)
+		if (major > by_cc[i].major || (major == by_cc[i].major && minor >= by_cc[i].minor))
+			*arch = by_cc[i].arch;
+	if (major > 12 || major < 3)
+		*arch = NVML_DEVICE_ARCH_UNKNOWN;
 	return NVML_SUCCESS;
 }
 
@@ -760,6 +820,46 @@ NOT_SUPPORTED(nvmlDeviceGetTemperature, nvmlDevice_t d, int sensor, unsigned int
 NOT_SUPPORTED(nvmlDeviceGetPowerUsage, nvmlDevice_t d, unsigned int *mw)
 NOT_SUPPORTED(nvmlDeviceGetPersistenceMode, nvmlDevice_t d, int *mode)
 NOT_SUPPORTED(nvmlDeviceGetComputeMode, nvmlDevice_t d, int *mode)
+/* what nvidia-smi --query-gpu and monitoring agents ask besides: answered
+ * "not supported" (nvidia-smi prints [N/A]) rather than missing (it
+ * prints [Function Not Found]) */
+NOT_SUPPORTED(nvmlDeviceGetSerial, nvmlDevice_t d, char *s, unsigned int n)
+NOT_SUPPORTED(nvmlDeviceGetVbiosVersion, nvmlDevice_t d, char *s, unsigned int n)
+NOT_SUPPORTED(nvmlDeviceGetBoardPartNumber, nvmlDevice_t d, char *s, unsigned int n)
+NOT_SUPPORTED(nvmlDeviceGetInforomImageVersion, nvmlDevice_t d, char *s, unsigned int n)
+NOT_SUPPORTED(nvmlDeviceGetBrand, nvmlDevice_t d, int *brand)
+NOT_SUPPORTED(nvmlDeviceGetPerformanceState, nvmlDevice_t d, int *pstate)
+NOT_SUPPORTED(nvmlDeviceGetPowerState, nvmlDevice_t d, int *pstate)
+NOT_SUPPORTED(nvmlDeviceGetDisplayMode, nvmlDevice_t d, int *mode)
+NOT_SUPPORTED(nvmlDeviceGetDisplayActive, nvmlDevice_t d, int *active)
+NOT_SUPPORTED(nvmlDeviceGetEccMode, nvmlDevice_t d, int *cur, int *pending)
+NOT_SUPPORTED(nvmlDeviceGetTotalEccErrors, nvmlDevice_t d, int type, int counter,
+	      unsigned long long *n)
+NOT_SUPPORTED(nvmlDeviceGetRetiredPages, nvmlDevice_t d, int cause, unsigned int *n,
+	      unsigned long long *pages)
+NOT_SUPPORTED(nvmlDeviceGetRemappedRows, nvmlDevice_t d, unsigned int *corr, unsigned int *unc,
+	      unsigned int *pending, unsigned int *failed)
+NOT_SUPPORTED(nvmlDeviceGetNumFans, nvmlDevice_t d, unsigned int *n)
+NOT_SUPPORTED(nvmlDeviceGetFanSpeed, nvmlDevice_t d, unsigned int *pct)
+NOT_SUPPORTED(nvmlDeviceGetFanSpeed_v2, nvmlDevice_t d, unsigned int fan, unsigned int *pct)
+NOT_SUPPORTED(nvmlDeviceGetTemperatureThreshold, nvmlDevice_t d, int which, unsigned int *t)
+NOT_SUPPORTED(nvmlDeviceGetPowerManagementLimit, nvmlDevice_t d, unsigned int *mw)
+NOT_SUPPORTED(nvmlDeviceGetPowerManagementDefaultLimit, nvmlDevice_t d, unsigned int *mw)
+NOT_SUPPORTED(nvmlDeviceGetEnforcedPowerLimit, nvmlDevice_t d, unsigned int *mw)
+NOT_SUPPORTED(nvmlDeviceGetTotalEnergyConsumption, nvmlDevice_t d, unsigned long long *mj)
+NOT_SUPPORTED(nvmlDeviceGetClockInfo, nvmlDevice_t d, int type, unsigned int *mhz)
+NOT_SUPPORTED(nvmlDeviceGetMaxClockInfo, nvmlDevice_t d, int type, unsigned int *mhz)
+NOT_SUPPORTED(nvmlDeviceGetApplicationsClock, nvmlDevice_t d, int type, unsigned int *mhz)
+NOT_SUPPORTED(nvmlDeviceGetCurrentClocksEventReasons, nvmlDevice_t d, unsigned long long *r)
+NOT_SUPPORTED(nvmlDeviceGetCurrentClocksThrottleReasons, nvmlDevice_t d, unsigned long long *r)
+NOT_SUPPORTED(nvmlDeviceGetBAR1MemoryInfo, nvmlDevice_t d, void *bar1)
+NOT_SUPPORTED(nvmlDeviceGetCurrPcieLinkGeneration, nvmlDevice_t d, unsigned int *gen)
+NOT_SUPPORTED(nvmlDeviceGetCurrPcieLinkWidth, nvmlDevice_t d, unsigned int *width)
+NOT_SUPPORTED(nvmlDeviceGetMaxPcieLinkGeneration, nvmlDevice_t d, unsigned int *gen)
+NOT_SUPPORTED(nvmlDeviceGetMaxPcieLinkWidth, nvmlDevice_t d, unsigned int *width)
+NOT_SUPPORTED(nvmlDeviceGetPcieThroughput, nvmlDevice_t d, int counter, unsigned int *kbs)
+NOT_SUPPORTED(nvmlDeviceGetEncoderUtilization, nvmlDevice_t d, unsigned int *pct, unsigned int *us)
+NOT_SUPPORTED(nvmlDeviceGetDecoderUtilization, nvmlDevice_t d, unsigned int *pct, unsigned int *us)
 
 API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t d, unsigned int *is_mig)
 {
@@ -788,6 +888,16 @@ API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigne
 }
 
 API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int *count, void *infos)
+{
+	return nvmlDeviceGetComputeRunningProcesses_v3(d, count, infos);
+}
+
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int *count, void *infos)
+{
+	return nvmlDeviceGetComputeRunningProcesses_v3(d, count, infos);
+}
+
+API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned int *count, void *infos)
 {
 	return nvmlDeviceGetComputeRunningProcesses_v3(d, count, infos);
 }

@@ -47,6 +47,32 @@ typedef struct {
 	char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
 } nvmlPciInfo_t;
 
+/* nvmlDeviceGetPciInfoExt: the address with the PCI class */
+typedef struct {
+	unsigned int version;
+	unsigned int domain;
+	unsigned int bus;
+	unsigned int device;
+	unsigned int pciDeviceId;
+	unsigned int pciSubSystemId;
+	unsigned int baseClass;
+	unsigned int subClass;
+	char busId[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+} nvmlPciInfoExt_t;
+#define nvmlPciInfoExt_v1 ((unsigned int)(sizeof(nvmlPciInfoExt_t) | (1u << 24)))
+
+typedef unsigned int nvmlDeviceArchitecture_t;
+#define NVML_DEVICE_ARCH_KEPLER 2
+#define NVML_DEVICE_ARCH_MAXWELL 3
+#define NVML_DEVICE_ARCH_PASCAL 4
+#define NVML_DEVICE_ARCH_VOLTA 5
+#define NVML_DEVICE_ARCH_TURING 6
+#define NVML_DEVICE_ARCH_AMPERE 7
+#define NVML_DEVICE_ARCH_ADA 8
+#define NVML_DEVICE_ARCH_HOPPER 9
+#define NVML_DEVICE_ARCH_BLACKWELL 10
+#define NVML_DEVICE_ARCH_UNKNOWN 0xffffffffu
+
 typedef struct {
 	unsigned long long total, free, used;
 } nvmlMemory_t;

@@ -47,6 +47,10 @@ int main(int argc, char **argv)
 	nvmlReturn_t (*nvmlSystemGetNVMLVersion)(char *, unsigned);
 	nvmlReturn_t (*nvmlSystemGetCudaDriverVersion)(int *);
 	nvmlReturn_t (*nvmlDeviceGetCudaComputeCapability)(nvmlDevice_t, int *, int *);
+	nvmlReturn_t (*nvmlDeviceGetPciInfoExt)(nvmlDevice_t, nvmlPciInfoExt_t *);
+	nvmlReturn_t (*nvmlDeviceGetArchitecture)(nvmlDevice_t, nvmlDeviceArchitecture_t *);
+	nvmlReturn_t (*nvmlDeviceGetFanSpeed)(nvmlDevice_t, unsigned *);
+	nvmlReturn_t (*nvmlDeviceGetGraphicsRunningProcesses_v3)(nvmlDevice_t, unsigned *, void *);
 	SYM(nvmlInit_v2);
 	SYM(nvmlShutdown);
 	SYM(nvmlDeviceGetCount_v2);
@@ -64,6 +68,25 @@ int main(int argc, char **argv)
 	SYM(nvmlSystemGetNVMLVersion);
 	SYM(nvmlSystemGetCudaDriverVersion);
 	SYM(nvmlDeviceGetCudaComputeCapability);
+	SYM(nvmlDeviceGetPciInfoExt);
+	SYM(nvmlDeviceGetArchitecture);
+	SYM(nvmlDeviceGetFanSpeed);
+	SYM(nvmlDeviceGetGraphicsRunningProcesses_v3);
+
+	/* what nvidia-smi --query-gpu looks up for its common fields (a
+	 * missing one prints "[Function Not Found]") */
+	static const char *const smi_needs[] = {
+		"nvmlDeviceGetPciInfoExt", "nvmlDeviceGetSerial", "nvmlDeviceGetVbiosVersion",
+		"nvmlDeviceGetPerformanceState", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
+		"nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetEnforcedPowerLimit",
+		"nvmlDeviceGetEccMode", "nvmlDeviceGetDisplayMode", "nvmlDeviceGetDisplayActive",
+		"nvmlDeviceGetFanSpeed_v2", "nvmlDeviceGetCurrPcieLinkGeneration",
+		"nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetArchitecture",
+		"nvmlDeviceGetGraphicsRunningProcesses_v3",
+	};
+	for (size_t i = 0; i < sizeof(smi_needs) / sizeof(smi_needs[0]); i++)
+		if (!dlsym(lib, smi_needs[i]))
+			fail("%s lacks %s (nvidia-smi --query-gpu asks for it)", path, smi_needs[i]);
 
 	/* what PyTorch resolves at start (c10/cuda/driver_api) and fails
 	 * without, though it calls some only for NVLink peers */
@@ -152,6 +175,34 @@ int main(int argc, char **argv)
 		CK(cuDeviceGetAttribute(&cubus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d));
 		CHECK((int)pci.bus == cubus, "PCI bus %u, CUDA says %d", pci.bus, cubus);
 		snprintf(bus[i], sizeof(bus[i]), "%s", pci.busId);
+		/* the address again, with its class (which the emulated device's
+		 * server does not know: 0), versioned as NVML's structs are */
+		nvmlPciInfoExt_t ext;
+		memset(&ext, 0xff, sizeof(ext));
+		ext.version = nvmlPciInfoExt_v1;
+		CHECK(nvmlDeviceGetPciInfoExt(h[i], &ext) == NVML_SUCCESS && !strcmp(ext.busId, pci.busId) &&
+			      ext.domain == pci.domain && ext.bus == pci.bus && ext.device == pci.device &&
+			      ext.pciDeviceId == pci.pciDeviceId,
+		      "PCI info with the class: '%s' bus %u, want '%s' bus %u", ext.busId, ext.bus, pci.busId,
+		      pci.bus);
+		CHECK((ext.baseClass == 0 && ext.subClass == 0) || ext.baseClass == 3,
+		      "class %02x%02x: a GPU is a display controller (03), or unknown", ext.baseClass,
+		      ext.subClass);
+		ext.version = 7;
+		CHECK(nvmlDeviceGetPciInfoExt(h[i], &ext) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+		      "PCI info of a wrong version answered");
+		int ccmaj = 0;
+		CK(cuDeviceGetAttribute(&ccmaj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d));
+		nvmlDeviceArchitecture_t arch = 0;
+		CHECK(nvmlDeviceGetArchitecture(h[i], &arch) == NVML_SUCCESS &&
+			      (ccmaj != 9 || arch == NVML_DEVICE_ARCH_HOPPER) &&
+			      (ccmaj != 8 || arch == NVML_DEVICE_ARCH_AMPERE || arch == NVML_DEVICE_ARCH_ADA),
+		      "architecture %u of a compute capability %d.x GPU", arch, ccmaj);
+		unsigned fan = 77, nproc = 5;
+		CHECK(nvmlDeviceGetFanSpeed(h[i], &fan) == NVML_ERROR_NOT_SUPPORTED && fan == 77,
+		      "fan speed of a remote GPU answered");
+		CHECK(nvmlDeviceGetGraphicsRunningProcesses_v3(h[i], &nproc, NULL) == NVML_SUCCESS && nproc == 0,
+		      "graphics processes: %u", nproc);
 		size_t total;
 		CK(cuDeviceTotalMem(&total, d));
 		nvmlMemory_t m;
