@@ -373,6 +373,13 @@ fi
 if [ -e "$NVML/libnvidia-ml.so.1" ] && [ "$NGPU" -lt 2 ]; then
 	nvml_list nvml_list_one "$ONE" "0"
 	nvml_query nvml_query_one "$ONE" "0"
+	# the common fields (informational: which rgpu's NVML lacks)
+	F=driver_version,count,name,serial,uuid,pci.bus_id,pci.device_id,pcie.link.gen.current,pcie.link.width.current,index,display_mode,persistence_mode,vbios_version,fan.speed,pstate,memory.total,memory.used,memory.free,compute_mode,compute_cap,utilization.gpu,utilization.memory,ecc.mode.current,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.max.sm,mig.mode.current
+	run nvml-fields-local 30 local nvidia-smi --query-gpu=$F --format=csv
+	run nvml-fields-rgpu 30 "$ONE" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+		nvidia-smi --query-gpu=$F --format=csv
+	echo "nvidia-smi --query-gpu of $(echo $F | tr ',' '\n' | wc -l) fields: local exit $(grep -c . "$OUT/nvml-fields-local.log") lines; through rgpu's NVML: $(tail -1 "$OUT/nvml-fields-rgpu.log" | grep -o 'Function Not Found' | wc -l) not found"
+	paste -d'\n' "$OUT/nvml-fields-local.log" "$OUT/nvml-fields-rgpu.log"
 	# the default table (informational: what else nvidia-smi asks)
 	run nvml-table-one 30 "$ONE" env RGPU_NVML_DEBUG=1 \
 		LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" nvidia-smi
