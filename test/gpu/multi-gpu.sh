@@ -378,7 +378,7 @@ if [ -e "$NVML/libnvidia-ml.so.1" ] && [ "$NGPU" -lt 2 ]; then
 	run nvml-fields-local 30 local nvidia-smi --query-gpu=$F --format=csv
 	run nvml-fields-rgpu 30 "$ONE" env LD_LIBRARY_PATH="$NVML:$CLIENT${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 		nvidia-smi --query-gpu=$F --format=csv
-	echo "nvidia-smi --query-gpu of $(echo $F | tr ',' '\n' | wc -l) fields: local exit $(grep -c . "$OUT/nvml-fields-local.log") lines; through rgpu's NVML: $(tail -1 "$OUT/nvml-fields-rgpu.log" | grep -o 'Function Not Found' | wc -l) not found"
+	echo "nvidia-smi --query-gpu of $(echo $F | tr ',' '\n' | wc -l) fields: local: $(grep -c . "$OUT/nvml-fields-local.log") lines; through rgpu's NVML: $(tail -1 "$OUT/nvml-fields-rgpu.log" | grep -o 'Function Not Found' | wc -l) not found"
 	paste -d'\n' "$OUT/nvml-fields-local.log" "$OUT/nvml-fields-rgpu.log"
 	# the default table (informational: what else nvidia-smi asks)
 	run nvml-table-one 30 "$ONE" env RGPU_NVML_DEBUG=1 \
