@@ -843,6 +843,7 @@ NOT_SUPPORTED(nvmlDeviceGetNumFans, nvmlDevice_t d, unsigned int *n)
 NOT_SUPPORTED(nvmlDeviceGetFanSpeed, nvmlDevice_t d, unsigned int *pct)
 NOT_SUPPORTED(nvmlDeviceGetFanSpeed_v2, nvmlDevice_t d, unsigned int fan, unsigned int *pct)
 NOT_SUPPORTED(nvmlDeviceGetTemperatureThreshold, nvmlDevice_t d, int which, unsigned int *t)
+NOT_SUPPORTED(nvmlDeviceGetTemperatureV, nvmlDevice_t d, void *t) /* nvidia-smi 580's temperature.gpu */
 NOT_SUPPORTED(nvmlDeviceGetPowerManagementLimit, nvmlDevice_t d, unsigned int *mw)
 NOT_SUPPORTED(nvmlDeviceGetPowerManagementDefaultLimit, nvmlDevice_t d, unsigned int *mw)
 NOT_SUPPORTED(nvmlDeviceGetEnforcedPowerLimit, nvmlDevice_t d, unsigned int *mw)

@@ -82,7 +82,7 @@ int main(int argc, char **argv)
 		"nvmlDeviceGetEccMode", "nvmlDeviceGetDisplayMode", "nvmlDeviceGetDisplayActive",
 		"nvmlDeviceGetFanSpeed_v2", "nvmlDeviceGetCurrPcieLinkGeneration",
 		"nvmlDeviceGetCurrPcieLinkWidth", "nvmlDeviceGetArchitecture",
-		"nvmlDeviceGetGraphicsRunningProcesses_v3",
+		"nvmlDeviceGetGraphicsRunningProcesses_v3", "nvmlDeviceGetTemperatureV",
 	};
 	for (size_t i = 0; i < sizeof(smi_needs) / sizeof(smi_needs[0]); i++)
 		if (!dlsym(lib, smi_needs[i]))
