@@ -142,6 +142,8 @@ struct rc_module {
 	struct rc_func *funcs; /* looked up so far: one handle per name */
 	struct rc_library *lib;   /* cuLibraryGetModule's: the library owns it */
 	struct rc_module *lib_next; /* in that library's list */
+	uintptr_t *managed;  /* its managed memory mapped here (an address in each; lock) */
+	size_t nmanaged;
 };
 
 struct rc_func {

@@ -240,8 +240,54 @@ static CUresult module_call(struct rc_module *m, uint16_t op, const char *name, 
 }
 
 /* The module's client state and its functions' (the server's went). */
+/* The managed memory [seg, seg+seglen) the server's driver made for a
+ * module's or library's __managed__ variable [p, p+n), mapped here at the
+ * same address (rc_managed_global) and listed in *list (under lock) to
+ * be dropped with its owner: one address per span. */
+static CUresult managed_map(struct rc_ctx *c, pthread_mutex_t *lock, uintptr_t **list, size_t *nlist,
+			    uint64_t p, uint64_t n, uint64_t seg, uint64_t seglen)
+{
+	if (seg > p || p + n > seg + seglen || seglen > (1ull << 32))
+		return CUDA_ERROR_UNKNOWN;
+	pthread_mutex_lock(lock);
+	uintptr_t *nm = realloc(*list, (*nlist + 1) * sizeof(*nm));
+	if (nm)
+		*list = nm;
+	pthread_mutex_unlock(lock);
+	if (!nm)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = rc_managed_global(c, seg, seglen, p, n);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(lock);
+	int known = 0;
+	for (size_t i = 0; i < *nlist && !known; i++)
+		known = (*list)[i] >= (seg & ~4095ull) && (*list)[i] < seg + seglen;
+	if (!known)
+		(*list)[(*nlist)++] = p;
+	pthread_mutex_unlock(lock);
+	return CUDA_SUCCESS;
+}
+
+/* A global's reply ends with whether it is __managed__ (nothing from an
+ * older server): then its memory is mapped here too. */
+static CUresult global_managed(struct rc_ctx *c, struct rd *r, uint64_t p, uint64_t n, pthread_mutex_t *lock,
+			       uintptr_t **list, size_t *nlist)
+{
+	if (rd_done(r))
+		return CUDA_SUCCESS;
+	uint32_t managed = get_u32(r);
+	uint64_t seg = managed ? get_u64(r) : 0, seglen = managed ? get_u64(r) : 0;
+	if (!rd_ok(r))
+		return CUDA_ERROR_UNKNOWN;
+	return managed ? managed_map(c, lock, list, nlist, p, n, seg, seglen) : CUDA_SUCCESS;
+}
+
 static void module_free(struct rc_module *m)
 {
+	for (size_t i = 0; i < m->nmanaged; i++)
+		rc_managed_global_drop(m->managed[i]);
+	free(m->managed);
 	for (struct rc_func *f = m->funcs, *nf; f; f = nf) {
 		nf = f->next;
 		rc_layout_free(&f->layout);
@@ -393,6 +439,8 @@ RC_EXPORT CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodu
 		return rc;
 	CUdeviceptr p = get_u64(&r);
 	size_t sz = get_u64(&r);
+	if ((rc = global_managed(m->ctx, &r, p, sz, &m->lock, &m->managed, &m->nmanaged)))
+		return rc;
 	if (dptr)
 		*dptr = p;
 	if (bytes)
@@ -734,6 +782,8 @@ RC_EXPORT CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrar
 		return rc;
 	CUdeviceptr p = get_u64(&r);
 	size_t sz = get_u64(&r);
+	if ((rc = global_managed(c, &r, p, sz, &lib->lock, &lib->managed, &lib->nmanaged)))
+		return rc;
 	if (dptr)
 		*dptr = p;
 	if (bytes)
@@ -844,24 +894,10 @@ RC_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibra
 	if ((rc = rc_call(c->dev->conn, RGPU_OP_LIBRARY_GET_MANAGED, w, &r)))
 		return rc;
 	uint64_t p = get_u64(&r), n = get_u64(&r), seg = get_u64(&r), seglen = get_u64(&r);
-	if (!rd_ok(&r) || seg > p || p + n > seg + seglen || seglen > (1ull << 32))
+	if (!rd_ok(&r))
 		return CUDA_ERROR_UNKNOWN;
-	pthread_mutex_lock(&lib->lock);
-	uintptr_t *nm = realloc(lib->managed, (lib->nmanaged + 1) * sizeof(*nm));
-	if (nm)
-		lib->managed = nm;
-	pthread_mutex_unlock(&lib->lock);
-	if (!nm)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	if ((rc = rc_managed_global(c, seg, seglen, p, n)))
+	if ((rc = managed_map(c, &lib->lock, &lib->managed, &lib->nmanaged, p, n, seg, seglen)))
 		return rc;
-	pthread_mutex_lock(&lib->lock);
-	int known = 0;
-	for (size_t i = 0; i < lib->nmanaged && !known; i++)
-		known = lib->managed[i] >= (seg & ~4095ull) && lib->managed[i] < seg + seglen;
-	if (!known)
-		lib->managed[lib->nmanaged++] = p;
-	pthread_mutex_unlock(&lib->lock);
 	if (dptr)
 		*dptr = p;
 	if (bytes)

@@ -243,7 +243,8 @@
 	X(cuGreenCtxCreate)                      \
 	X(cuGreenCtxDestroy)                     \
 	X(cuCtxFromGreenCtx)                     \
-	X(cuGreenCtxGetId)
+	X(cuGreenCtxGetId)                       \
+	X(cuPointerGetAttribute)
 
 struct rgpud_driver {
 	void *dl;

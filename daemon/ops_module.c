@@ -171,7 +171,31 @@ static int global_reply(struct session *s, uint64_t ctx, uint64_t owner, CUdevic
 	return CUDA_SUCCESS;
 }
 
-/* A global of a module or library, in a context of this session. */
+/* The managed memory a __managed__ variable [p, p+size) lies in becomes
+ * the session's: charged once, refunded with owner (its module or
+ * library; ctx 0 for a library's, which outlives a context's reset), so
+ * that the client may keep its whole span coherent in one piece. */
+static int managed_span(struct session *s, uint64_t ctx, uint64_t owner, unsigned dev, CUdeviceptr p,
+			size_t size, CUdeviceptr *base, size_t *len)
+{
+	if (!D->cuMemGetAddressRange_v2 || D->cuMemGetAddressRange_v2(base, len, p) || *base > p ||
+	    p + size > *base + *len) {
+		*base = p; /* (the variable alone) */
+		*len = size;
+	}
+	int added = session_alloc_add(s, *base, *len, ctx, owner, dev);
+	if (added < 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (added && *len && gate_charge(dev, (int64_t)*len) < 0) {
+		session_alloc_del(s, *base);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	return CUDA_SUCCESS;
+}
+
+/* A global of a module or library, in a context of this session.  A
+ * __managed__ one (CUDA 11's runtime asks for those with
+ * cuModuleGetGlobal) says so, with the managed memory it lies in. */
 static int get_global(struct session *s, struct rd *r, struct wbuf *out, enum hkind kind)
 {
 	struct req q;
@@ -191,7 +215,29 @@ static int get_global(struct session *s, struct rd *r, struct wbuf *out, enum hk
 	size_t size;
 	rc = kind == HK_MODULE ? D->cuModuleGetGlobal_v2(&p, &size, e->obj, name)
 			       : D->cuLibraryGetGlobal(&p, &size, e->obj, name);
-	return rc ? rc : global_reply(s, ctx, owner, p, size, out);
+	if (rc)
+		return rc;
+	unsigned managed = 0;
+	if (!D->cuPointerGetAttribute ||
+	    D->cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) != CUDA_SUCCESS)
+		managed = 0;
+	if (!managed) {
+		if ((rc = global_reply(s, ctx, owner, p, size, out)))
+			return rc;
+		put_u32(out, 0);
+		return CUDA_SUCCESS;
+	}
+	CUdeviceptr base;
+	size_t len;
+	struct ctx_state *cs = ht_get(&s->ht, ctx, HK_CTX)->extra;
+	if ((rc = managed_span(s, kind == HK_MODULE ? ctx : 0, owner, cs->dev, p, size, &base, &len)))
+		return rc;
+	put_u64(out, p);
+	put_u64(out, size);
+	put_u32(out, 1);
+	put_u64(out, base);
+	put_u64(out, len);
+	return CUDA_SUCCESS;
 }
 
 int op_module_get_global(struct session *s, const struct rgpu_hdr *h, struct rd *r, struct wbuf *out)
@@ -321,20 +367,9 @@ int op_library_get_managed(struct session *s, const struct rgpu_hdr *h, struct r
 	size_t size = 0, len = 0;
 	if ((rc = D->cuLibraryGetManaged(&p, &size, l->obj, name)))
 		return rc;
-	if (!D->cuMemGetAddressRange_v2 || D->cuMemGetAddressRange_v2(&base, &len, p) || base > p ||
-	    p + size > base + len) {
-		base = p; /* (the variable alone) */
-		len = size;
-	}
 	/* the library's, in no context (it outlives a context's reset) */
-	struct ctx_state *cs = q.cs;
-	int added = session_alloc_add(s, base, len, 0, q.id, cs->dev);
-	if (added < 0)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	if (added && len && gate_charge(cs->dev, (int64_t)len) < 0) {
-		session_alloc_del(s, base);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
+	if ((rc = managed_span(s, 0, q.id, q.cs->dev, p, size, &base, &len)))
+		return rc;
 	put_u64(out, p);
 	put_u64(out, size);
 	put_u64(out, base);

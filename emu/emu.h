@@ -115,8 +115,8 @@ int emu_host_mapped(uintptr_t p, size_t n);
 /* memory.c: len bytes of zeroed pages where device memory goes (NULL:
  * none), for memory of no context; munmap() frees them */
 void *emu_pages(size_t len);
-/* module.c: [p, p+n) lies in a library's managed variables (a page per
- * library, in no context: every context's kernels and copies reach it) */
+/* module.c: [p, p+n) lies in a library's or a module's managed variables
+ * (a page each: every context's kernels and copies reach it) */
 int emu_lib_managed(uintptr_t p, size_t n);
 /* Host address of [p, p+len) if it lies inside one allocation of ctx, in
  * VMM memory accessible from ctx's device, or in host memory registered
@@ -330,6 +330,10 @@ struct emu_module {
 	struct emu_module *next;
 	const struct emu_library *lib;  /* the library it instantiates, or NULL */
 	CUdeviceptr globals;        /* 8 bytes: g_scale, g_counter */
+	/* g_managed, a __managed__ int (TEST_MANAGED_INIT at load): a page of
+	 * its own, listed for every context to reach (as the library's) */
+	void *managed;
+	struct emu_module *managed_next;
 	struct emu_func funcs[EMU_NKERNELS];
 };
 

@@ -14,6 +14,7 @@
  * modules; cuLibraryUnload drops the library's instance in every context.
  */
 #include "emu.h"
+#include "test_kernels.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,12 @@
 #include <unistd.h>
 
 #define GLOBALS_BYTES 8      /* g_scale (float) at 0, g_counter (int) at 4 */
+
+/* the libraries (their managed pages too) and the modules' managed pages */
+struct emu_library;
+static pthread_mutex_t emu_lib_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct emu_library *libraries;   /* emu_lib_lock */
+static struct emu_module *managed_modules; /* emu_lib_lock: those with a managed page */
 #define SHARED_PER_BLOCK 49152
 #define SHARED_OPTIN 232448
 
@@ -159,6 +166,18 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 		free(m);
 		return rc;
 	}
+	/* (a library's instance has the library's g_managed) */
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	if (!(m->managed = emu_pages(pg))) {
+		emu_mem_free(ctx, m->globals);
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*(int *)m->managed = TEST_MANAGED_INIT;
+	emu_lock(&emu_lib_lock);
+	m->managed_next = managed_modules;
+	managed_modules = m;
+	emu_unlock(&emu_lib_lock);
 
 	for (int i = 0; i < EMU_NKERNELS; i++) {
 		m->funcs[i].mod = m;
@@ -171,10 +190,24 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 	return CUDA_SUCCESS;
 }
 
+/* Its managed page, unlisted and unmapped (no lock held). */
+static void module_managed_free(struct emu_module *m)
+{
+	emu_lock(&emu_lib_lock);
+	for (struct emu_module **pp = &managed_modules; *pp; pp = &(*pp)->managed_next)
+		if (*pp == m) {
+			*pp = m->managed_next;
+			break;
+		}
+	emu_unlock(&emu_lib_lock);
+	munmap(m->managed, (size_t)sysconf(_SC_PAGESIZE));
+}
+
 /* Frees a module no longer linked into ctx (no lock held). */
 static void module_free(struct emu_ctx *ctx, struct emu_module *m)
 {
 	emu_mem_free(ctx, m->globals);
+	module_managed_free(m);
 	free(m);
 }
 
@@ -194,8 +227,6 @@ struct emu_library {
 	void *managed;
 };
 
-static pthread_mutex_t emu_lib_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct emu_library *libraries;   /* emu_lib_lock */
 
 /* Caller holds emu_lib_lock. */
 static struct emu_library *lib_find(const void *h)
@@ -403,13 +434,24 @@ void emu_modules_destroy_all(struct emu_ctx *ctx)
 	 * context's memory. */
 	for (m = ctx->modules; m; m = next) {
 		next = m->next;
+		module_managed_free(m);
 		free(m);
 	}
 	ctx->modules = NULL;
 }
 
-static CUresult global_of(CUdeviceptr globals, const char *name, CUdeviceptr *dptr, size_t *bytes)
+static CUresult global_of(const struct emu_module *m, const char *name, CUdeviceptr *dptr, size_t *bytes)
 {
+	CUdeviceptr globals = m->globals;
+	if (!strcmp(name, "g_managed")) {
+		/* a library's instance: the library's own */
+		void *pg = m->lib ? m->lib->managed : m->managed;
+		if (dptr)
+			*dptr = (CUdeviceptr)(uintptr_t)pg;
+		if (bytes)
+			*bytes = sizeof(int);
+		return CUDA_SUCCESS;
+	}
 	if (strcmp(name, "g_scale") != 0 && strcmp(name, "g_counter") != 0)
 		return CUDA_ERROR_NOT_FOUND;
 	if (dptr)
@@ -430,7 +472,7 @@ EMU_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, 
 	rc = module_enter(hmod, &ctx, &m);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	rc = global_of(m->globals, name, dptr, bytes);
+	rc = global_of(m, name, dptr, bytes);
 	emu_ctx_unlock_leave(ctx);
 	return rc;
 }
@@ -567,8 +609,24 @@ int emu_lib_managed(uintptr_t p, size_t n)
 	emu_lock(&emu_lib_lock);
 	for (struct emu_library *l = libraries; l && !hit; l = l->next)
 		hit = p >= (uintptr_t)l->managed && n <= pg && p - (uintptr_t)l->managed <= pg - n;
+	for (struct emu_module *m = managed_modules; m && !hit; m = m->managed_next)
+		hit = p >= (uintptr_t)m->managed && n <= pg && p - (uintptr_t)m->managed <= pg - n;
 	emu_unlock(&emu_lib_lock);
 	return hit;
+}
+
+/* Of a pointer's attributes, whether it is managed memory: what rgpud asks
+ * of each global it hands out (the module and library variables). */
+EMU_API CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr ptr)
+{
+	if (!data)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!emu_initialized())
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (attr != CU_POINTER_ATTRIBUTE_IS_MANAGED)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	*(unsigned *)data = emu_lib_managed((uintptr_t)ptr, 1) != 0;
+	return CUDA_SUCCESS;
 }
 
 EMU_API CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int *count, CUlibrary lib)
@@ -670,7 +728,7 @@ EMU_API CUresult CUDAAPI cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
 
 EMU_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
 {
-	CUdeviceptr globals = 0;
+	struct emu_module *m = NULL;
 	struct emu_ctx *ctx;
 	CUresult rc;
 
@@ -679,9 +737,9 @@ EMU_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CU
 	rc = emu_ctx_enter(&ctx);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	rc = instance_get(ctx, library, 0, &globals, NULL, NULL);
+	rc = instance_get(ctx, library, 0, NULL, NULL, &m);
 	if (rc == CUDA_SUCCESS)
-		rc = global_of(globals, name, dptr, bytes);
+		rc = global_of(m, name, dptr, bytes);
 	emu_ctx_leave(ctx);
 	return rc;
 }

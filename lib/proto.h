@@ -129,7 +129,10 @@ typedef uint64_t rgpu_handle;
 	/* handle ctx, handle module, str name -> handle func, u32 nparams,   \
 	 * (u32 offset, u32 size)[nparams] */                                  \
 	X(MODULE_GET_FUNCTION, 32, "look up a kernel")                         \
-	/* handle ctx, handle module, str name -> u64 dptr, u64 size */        \
+	/* handle ctx, handle module, str name -> u64 dptr, u64 size, u32     \
+	 * managed (1: a __managed__ variable, then u64 base, u64 len: the    \
+	 * managed memory it lies in, as for LIBRARY_GET_MANAGED; a client    \
+	 * reads on without the field, from an older server) */               \
 	X(MODULE_GET_GLOBAL, 33, "look up a global")                           \
 	/* handle ctx (0 = none), bytes image -> handle library */             \
 	X(LIBRARY_LOAD, 34, "load a context-independent library")             \
@@ -138,7 +141,7 @@ typedef uint64_t rgpu_handle;
 	X(LIBRARY_GET_KERNEL, 36, "look up a library kernel")                  \
 	/* handle ctx, handle kernel -> handle func, u32 nparams, layout */                         \
 	X(KERNEL_GET_FUNCTION, 37, "kernel's function in a context")           \
-	/* handle ctx, handle library, str name -> u64 dptr, u64 size */       \
+	/* handle ctx, handle library, str name -> as MODULE_GET_GLOBAL */    \
 	X(LIBRARY_GET_GLOBAL, 38, "library global in a context")               \
 	/* handle ctx, handle module -> u32 n, str name[n] */                 \
 	X(MODULE_FUNCTIONS, 48, "names of a module's functions")              \

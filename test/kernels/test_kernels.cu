@@ -8,6 +8,7 @@ extern "C" {
 
 __device__ float g_scale;
 __device__ int g_counter;
+__managed__ int g_managed = TEST_MANAGED_INIT;
 
 __global__ void vec_add(const float *a, const float *b, float *c, int n)
 {

@@ -21,6 +21,10 @@ struct axpy_args {
 
 #define MATMUL_TILE 16
 
+/* The module's __managed__ int g_managed starts at this (CUDA 11's runtime
+ * asks for such variables with cuModuleGetGlobal). */
+#define TEST_MANAGED_INIT 4321
+
 /* how many kernels test_kernels.cu defines (the list below) */
 #define TEST_KERNELS_N 11
 
