@@ -532,11 +532,12 @@ void rc_coh_device_use(uint64_t p);
 CUresult rc_htod_any(struct rc_ctx *c, uint64_t sh, CUdeviceptr dst, const void *src, size_t n,
 		     int async);
 CUresult rc_dtoh_any(struct rc_ctx *c, uint64_t sh, void *dst, CUdeviceptr src, size_t n, int async);
-/* coherence.c: a library's __managed__ variable [a, a+n), in the managed
- * memory [seg, seg+seglen) the server's driver made: the host sees it at
- * the same address, coherent as managed memory of c (its initial values
- * fetched); dropped with the library (rc_managed_global_drop) */
-CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintptr_t a, size_t n);
+/* coherence.c: a library's or module's __managed__ variable [a, a+n), in
+ * the managed memory [seg, seg+seglen) the server's driver made: the host
+ * sees it at the same address, coherent as managed memory of c (its
+ * initial values fetched).  ref: a new owner of that memory, whose
+ * rc_managed_global_drop gives its reference back (the last unmaps it) */
+CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintptr_t a, size_t n, int ref);
 void rc_managed_global_drop(uintptr_t a);
 /* coherence.c: context c is going (destroyed, or a primary context
  * reset): managed memory whose device copy it held goes with it (the host

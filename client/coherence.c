@@ -99,6 +99,9 @@ struct region {
 	int borrowed;            /* (managed) a library's __managed__ variables:
 				  * the device copy is the server driver's,
 				  * at the address it chose (rc_managed_global) */
+	int borrows;             /* (borrowed) the modules and libraries whose
+				  * variables lie here: the driver packs those
+				  * of several into one managed segment */
 };
 
 #define TWIN_MAX (4u << 20) /* (a pinned buffer's region is 2 MiB at least) */
@@ -457,6 +460,7 @@ static struct region *region_add(void *p, size_t size, int kind, struct rc_ctx *
 		r->auto_dst = 0;
 		r->twin = NULL;
 		r->borrowed = 0;
+		r->borrows = 0;
 		__atomic_store_n(&r->used, 1, __ATOMIC_RELEASE);
 		if (r - regions + 1 > regions_hw)
 			regions_hw = (int)(r - regions + 1);
@@ -518,7 +522,7 @@ CUresult rc_managed_alloc(struct rc_ctx *c, size_t bytes, void **out)
 	return CUDA_SUCCESS;
 }
 
-CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintptr_t a, size_t n)
+CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintptr_t a, size_t n, int ref)
 {
 	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t base = seg & ~(pg - 1);
@@ -552,6 +556,7 @@ CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintp
 		}
 		pthread_mutex_lock(&reg_lock);
 		r->borrowed = 1;
+		r->borrows = ref != 0;
 		r->xoff = a - base;
 		r->xlen = n;
 		pthread_mutex_unlock(&reg_lock);
@@ -565,6 +570,7 @@ CUresult rc_managed_global(struct rc_ctx *c, uintptr_t seg, size_t seglen, uintp
 		pthread_mutex_lock(&reg_lock);
 		r->xoff = lo;
 		r->xlen = hi - lo;
+		r->borrows += ref != 0;
 		pthread_mutex_unlock(&reg_lock);
 	}
 	r->host_dirty = 0;
@@ -582,7 +588,8 @@ void rc_managed_global_drop(uintptr_t a)
 	struct region *r = find(a);
 	uintptr_t base = 0;
 	size_t size = 0;
-	if (r && r->borrowed) {
+	/* (the last owner's drop unmaps it) */
+	if (r && r->borrowed && --r->borrows <= 0) {
 		base = r->base;
 		size = r->size;
 		free(r->twin);

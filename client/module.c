@@ -239,7 +239,6 @@ static CUresult module_call(struct rc_module *m, uint16_t op, const char *name, 
 	return rc_call(m->ctx->dev->conn, op, w, r);
 }
 
-/* The module's client state and its functions' (the server's went). */
 /* The managed memory [seg, seg+seglen) the server's driver made for a
  * module's or library's __managed__ variable [p, p+n), mapped here at the
  * same address (rc_managed_global) and listed in *list (under lock) to
@@ -250,22 +249,26 @@ static CUresult managed_map(struct rc_ctx *c, pthread_mutex_t *lock, uintptr_t *
 	if (seg > p || p + n > seg + seglen || seglen > (1ull << 32))
 		return CUDA_ERROR_UNKNOWN;
 	pthread_mutex_lock(lock);
-	uintptr_t *nm = realloc(*list, (*nlist + 1) * sizeof(*nm));
-	if (nm)
-		*list = nm;
-	pthread_mutex_unlock(lock);
-	if (!nm)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult rc = rc_managed_global(c, seg, seglen, p, n);
-	if (rc)
-		return rc;
-	pthread_mutex_lock(lock);
 	int known = 0;
 	for (size_t i = 0; i < *nlist && !known; i++)
 		known = (*list)[i] >= (seg & ~4095ull) && (*list)[i] < seg + seglen;
-	if (!known)
-		(*list)[(*nlist)++] = p;
 	pthread_mutex_unlock(lock);
+	/* one reference per owner and span (two threads racing both take
+	 * one, and both are listed) */
+	CUresult rc = rc_managed_global(c, seg, seglen, p, n, !known);
+	if (rc || known)
+		return rc;
+	pthread_mutex_lock(lock);
+	uintptr_t *nm = realloc(*list, (*nlist + 1) * sizeof(*nm));
+	if (nm) {
+		*list = nm;
+		nm[(*nlist)++] = p;
+	}
+	pthread_mutex_unlock(lock);
+	if (!nm) {
+		rc_managed_global_drop(p);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	return CUDA_SUCCESS;
 }
 
@@ -283,6 +286,7 @@ static CUresult global_managed(struct rc_ctx *c, struct rd *r, uint64_t p, uint6
 	return managed ? managed_map(c, lock, list, nlist, p, n, seg, seglen) : CUDA_SUCCESS;
 }
 
+/* The module's client state and its functions' (the server's went). */
 static void module_free(struct rc_module *m)
 {
 	for (size_t i = 0; i < m->nmanaged; i++)

@@ -330,10 +330,10 @@ struct emu_module {
 	struct emu_module *next;
 	const struct emu_library *lib;  /* the library it instantiates, or NULL */
 	CUdeviceptr globals;        /* 8 bytes: g_scale, g_counter */
-	/* g_managed, a __managed__ int (TEST_MANAGED_INIT at load): a page of
-	 * its own, listed for every context to reach (as the library's) */
+	/* g_managed, a __managed__ int (TEST_MANAGED_INIT at load): a slot of
+	 * a page shared with other modules' (module.c), which every context
+	 * reaches, as the library's */
 	void *managed;
-	struct emu_module *managed_next;
 	struct emu_func funcs[EMU_NKERNELS];
 };
 

@@ -23,11 +23,70 @@
 
 #define GLOBALS_BYTES 8      /* g_scale (float) at 0, g_counter (int) at 4 */
 
-/* the libraries (their managed pages too) and the modules' managed pages */
+/* the libraries (their managed pages too) and the modules' managed slots */
 struct emu_library;
 static pthread_mutex_t emu_lib_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct emu_library *libraries;   /* emu_lib_lock */
-static struct emu_module *managed_modules; /* emu_lib_lock: those with a managed page */
+
+/* Modules' managed variables share pages, a slot each, as a driver packs
+ * those of several modules into one managed segment. */
+#define MSLOT 64
+struct mslot_page {
+	struct mslot_page *next;
+	uint8_t *page;
+	uint64_t used; /* a bit per slot (a page holds 64 at most) */
+};
+static struct mslot_page *mslot_pages; /* emu_lib_lock */
+
+static void *mslot_get(void)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	unsigned nslots = pg / MSLOT < 64 ? (unsigned)(pg / MSLOT) : 64;
+	uint64_t all = nslots == 64 ? ~0ull : (1ull << nslots) - 1;
+	void *got = NULL;
+	emu_lock(&emu_lib_lock);
+	struct mslot_page *p = mslot_pages;
+	while (p && p->used == all)
+		p = p->next;
+	if (!p) {
+		p = calloc(1, sizeof(*p));
+		if (p && !(p->page = emu_pages(pg))) {
+			free(p);
+			p = NULL;
+		}
+		if (p) {
+			p->next = mslot_pages;
+			mslot_pages = p;
+		}
+	}
+	if (p) {
+		unsigned i = (unsigned)__builtin_ctzll(~p->used);
+		p->used |= 1ull << i;
+		got = p->page + (size_t)i * MSLOT;
+	}
+	emu_unlock(&emu_lib_lock);
+	return got;
+}
+
+static void mslot_put(void *v)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	uint8_t *a = v;
+	emu_lock(&emu_lib_lock);
+	for (struct mslot_page **pp = &mslot_pages; *pp; pp = &(*pp)->next) {
+		struct mslot_page *p = *pp;
+		if (a < p->page || a >= p->page + pg)
+			continue;
+		p->used &= ~(1ull << ((size_t)(a - p->page) / MSLOT));
+		if (!p->used) {
+			*pp = p->next;
+			munmap(p->page, pg);
+			free(p);
+		}
+		break;
+	}
+	emu_unlock(&emu_lib_lock);
+}
 #define SHARED_PER_BLOCK 49152
 #define SHARED_OPTIN 232448
 
@@ -167,17 +226,12 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 		return rc;
 	}
 	/* (a library's instance has the library's g_managed) */
-	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-	if (!(m->managed = emu_pages(pg))) {
+	if (!(m->managed = mslot_get())) {
 		emu_mem_free(ctx, m->globals);
 		free(m);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	*(int *)m->managed = TEST_MANAGED_INIT;
-	emu_lock(&emu_lib_lock);
-	m->managed_next = managed_modules;
-	managed_modules = m;
-	emu_unlock(&emu_lib_lock);
 
 	for (int i = 0; i < EMU_NKERNELS; i++) {
 		m->funcs[i].mod = m;
@@ -190,17 +244,10 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 	return CUDA_SUCCESS;
 }
 
-/* Its managed page, unlisted and unmapped (no lock held). */
+/* Its managed slot given back (no lock held). */
 static void module_managed_free(struct emu_module *m)
 {
-	emu_lock(&emu_lib_lock);
-	for (struct emu_module **pp = &managed_modules; *pp; pp = &(*pp)->managed_next)
-		if (*pp == m) {
-			*pp = m->managed_next;
-			break;
-		}
-	emu_unlock(&emu_lib_lock);
-	munmap(m->managed, (size_t)sysconf(_SC_PAGESIZE));
+	mslot_put(m->managed);
 }
 
 /* Frees a module no longer linked into ctx (no lock held). */
@@ -609,8 +656,8 @@ int emu_lib_managed(uintptr_t p, size_t n)
 	emu_lock(&emu_lib_lock);
 	for (struct emu_library *l = libraries; l && !hit; l = l->next)
 		hit = p >= (uintptr_t)l->managed && n <= pg && p - (uintptr_t)l->managed <= pg - n;
-	for (struct emu_module *m = managed_modules; m && !hit; m = m->managed_next)
-		hit = p >= (uintptr_t)m->managed && n <= pg && p - (uintptr_t)m->managed <= pg - n;
+	for (struct mslot_page *m = mslot_pages; m && !hit; m = m->next)
+		hit = p >= (uintptr_t)m->page && n <= pg && p - (uintptr_t)m->page <= pg - n;
 	emu_unlock(&emu_lib_lock);
 	return hit;
 }
