@@ -158,6 +158,7 @@ struct rc_func {
 	struct rc_module *mod; /* module functions: theirs */
 	struct rc_kernel *kern; /* a library kernel's function in a context */
 	struct rc_func *next; /* in its module's or kernel's list */
+	struct rc_legacy *legacy; /* launch_legacy.c: block shape, parameter bytes */
 	/* round trips saved (launch.c, under attrs_lock): the value of each
 	 * attribute this client set successfully (setting it again to the
 	 * same value changes nothing), and recent occupancy answers */
@@ -448,6 +449,8 @@ void rc_layout_free(struct rc_layout *l);
 int rc_launch_extra(void **extra, const void **buf, size_t *size);
 /* the function behind a CUfunction or a CUkernel (in the current context) */
 CUresult rc_func_resolve(CUfunction f, struct rc_func **out);
+/* module.c: a function's client state freed (its handle dead) */
+void rc_func_free(struct rc_func *f);
 
 /* coherence.c: managed and mapped host memory (see there) */
 void *rc_va_alloc(size_t *size, int fd);

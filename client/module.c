@@ -286,6 +286,15 @@ static CUresult global_managed(struct rc_ctx *c, struct rd *r, uint64_t p, uint6
 	return managed ? managed_map(c, lock, list, nlist, p, n, seg, seglen) : CUDA_SUCCESS;
 }
 
+void rc_func_free(struct rc_func *f)
+{
+	rc_layout_free(&f->layout);
+	free(f->name);
+	free(f->legacy);
+	f->magic = 0;
+	free(f);
+}
+
 /* The module's client state and its functions' (the server's went). */
 static void module_free(struct rc_module *m)
 {
@@ -294,10 +303,7 @@ static void module_free(struct rc_module *m)
 	free(m->managed);
 	for (struct rc_func *f = m->funcs, *nf; f; f = nf) {
 		nf = f->next;
-		rc_layout_free(&f->layout);
-		free(f->name);
-		f->magic = 0;
-		free(f);
+		rc_func_free(f);
 	}
 	pthread_mutex_destroy(&m->lock);
 	m->magic = 0;
@@ -571,9 +577,7 @@ void rc_libraries_ctx_gone(struct rc_ctx *c)
 					continue;
 				}
 				*pf = f->next;
-				rc_layout_free(&f->layout);
-				f->magic = 0;
-				free(f);
+				rc_func_free(f);
 			}
 		for (struct rc_module **pm = &lib->modules; *pm;) {
 			struct rc_module *m = *pm;
@@ -628,9 +632,7 @@ RC_EXPORT CUresult cuLibraryUnload(CUlibrary l)
 		nk = k->next;
 		for (struct rc_func *f = k->funcs, *nf; f; f = nf) {
 			nf = f->next;
-			rc_layout_free(&f->layout);
-			f->magic = 0;
-			free(f);
+			rc_func_free(f);
 		}
 		rc_layout_free(&k->layout);
 		free(k->name);

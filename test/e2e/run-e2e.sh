@@ -230,6 +230,7 @@ suite() {
 	run t_graph_memop "$ONE" -- t_graph_memop
 	run t_green "$ONE" -- t_green
 	run t_module_managed "$ONE" -- t_module_managed
+	run t_legacy_launch "$ONE" -- t_legacy_launch
 	run t_graph_hostcopy "$ONE" -- t_graph_hostcopy
 	run t_link "$ONE" -- t_link
 	run t_shm_parallel "$TWO" -- t_shm_parallel

@@ -139,7 +139,7 @@ verdict() { # mode name ok(0/1) message
 	if [ "$3" -eq 0 ]; then record "$1" "$2" PASS 0 ""; else record "$1" "$2" FAIL 0 "$4"; fi
 }
 
-PROGS="t_device t_vecadd t_matmul t_struct t_globals t_streams t_async t_memory t_library t_errors t_managed t_memcpy2d t_array t_graph t_hostfn t_hostmem_live t_attrs t_graph_nodes t_graph_memop t_graph_hostcopy t_umhint t_memops t_uobj t_ctxevent t_green t_module_managed t_link t_tensormap t_ipc"
+PROGS="t_device t_vecadd t_matmul t_struct t_globals t_streams t_async t_memory t_library t_errors t_managed t_memcpy2d t_array t_graph t_hostfn t_hostmem_live t_attrs t_graph_nodes t_graph_memop t_graph_hostcopy t_umhint t_memops t_uobj t_ctxevent t_green t_module_managed t_legacy_launch t_link t_tensormap t_ipc"
 
 # ---------------------------------------------------------------- (a) direct
 if [ "$ONLY" != rgpu ]; then
