@@ -13,8 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* what the old API let a function's parameters take */
-#define LEGACY_PARAM_MAX 4096
+/* a kernel's parameters today (CUDA 12.1+): the H200's driver takes 8 KiB
+ * and bytes past 4 KiB through this API too (2026-12-03) */
+#define LEGACY_PARAM_MAX 32764
 
 struct rc_legacy {
 	int block[3];
