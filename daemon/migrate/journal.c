@@ -486,8 +486,10 @@ void journal_free(struct session *s)
 	struct journal *j = s->journal;
 	if (!j)
 		return;
-	for (size_t i = 0; i < j->n; i++)
+	for (size_t i = 0; i < j->n; i++) {
 		free(j->v[i].r.payload);
+		free(j->v[i].r.ids); /* (a graph record's handles) */
+	}
 	later_free(j);
 	free(j->later);
 	free(j->v);
