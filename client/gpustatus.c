@@ -18,6 +18,7 @@ struct gpu_status {
 	uint32_t nlinks;
 	struct { uint32_t link, type, p2p; const char *bus; } links[NVLINKS_MAX];
 	uint32_t pci_class; /* 0: not known (or an older server) */
+	uint32_t sensor[RGPU_SENSORS]; /* RGPU_SENSOR_UNKNOWN: not known */
 };
 
 /* GPU_STATUS for client ordinal; the strings point into the thread's reply
@@ -59,8 +60,19 @@ static CUresult status(int ordinal, struct rc_dev **dp, struct gpu_status *st)
 		if (!st->links[k].bus)
 			return CUDA_ERROR_UNKNOWN;
 	}
-	/* the PCI class last */
+	/* the PCI class, then the sensors (a newer server's beyond ours
+	 * are skipped) */
 	st->pci_class = rd_ok(&r) && !rd_done(&r) ? get_u32(&r) : 0;
+	uint32_t ns = rd_ok(&r) && !rd_done(&r) ? get_u32(&r) : 0;
+	if (ns > 64)
+		return CUDA_ERROR_UNKNOWN;
+	for (uint32_t k = 0; k < RGPU_SENSORS; k++)
+		st->sensor[k] = RGPU_SENSOR_UNKNOWN;
+	for (uint32_t k = 0; k < ns; k++) {
+		uint32_t v = get_u32(&r);
+		if (k < RGPU_SENSORS)
+			st->sensor[k] = v;
+	}
 	if (!rd_ok(&r) || !st->bus || !st->driver)
 		return CUDA_ERROR_UNKNOWN;
 	*dp = d;
@@ -137,4 +149,21 @@ RC_EXPORT int rgpu_client_gpu_pci_class(int ordinal)
 	struct gpu_status st;
 	CUresult rc = status(ordinal, &d, &st);
 	return rc ? -(int)rc : (int)st.pci_class;
+}
+
+/* Sensor which (enum rgpu_sensor) of GPU ordinal as its server's NVML
+ * read it: 1 (*v set), 0 not known there, or a CUresult (negative). */
+RC_EXPORT int rgpu_client_gpu_sensor(int ordinal, int which, unsigned *v)
+{
+	struct rc_dev *d;
+	struct gpu_status st;
+	if (which < 0 || which >= RGPU_SENSORS || !v)
+		return -(int)CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = status(ordinal, &d, &st);
+	if (rc)
+		return -(int)rc;
+	if (st.sensor[which] == RGPU_SENSOR_UNKNOWN)
+		return 0;
+	*v = st.sensor[which];
+	return 1;
 }

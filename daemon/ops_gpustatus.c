@@ -12,7 +12,9 @@
  * end's PCI bus id and device type, P2P over it): NCCL picks its P2P
  * transport between GPUs only where it sees NVLink.  Last, the GPU's PCI
  * class code as the node's sysfs has it (0x030200 a 3D controller; 0 not
- * known).
+ * known).  Then the GPU's sensors as that NVML reads them (temperature,
+ * power draw and limit, SM and memory clocks, performance state), each
+ * RGPU_SENSOR_UNKNOWN where it cannot.
  */
 #include "gate.h"
 #include "log.h"
@@ -49,6 +51,11 @@ static struct {
 	int (*link_cap)(void *, unsigned, int, unsigned *);
 	int (*link_pci)(void *, unsigned, nvml_pci *);
 	int (*link_type)(void *, unsigned, int *);
+	int (*temp)(void *, int, unsigned *);
+	int (*power)(void *, unsigned *);
+	int (*power_limit)(void *, unsigned *);
+	int (*clock)(void *, int, unsigned *);
+	int (*pstate)(void *, int *);
 	char version[96];
 } nv;
 static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
@@ -72,6 +79,11 @@ static void nv_load(void)
 	*(void **)&nv.link_cap = dlsym(dl, "nvmlDeviceGetNvLinkCapability");
 	*(void **)&nv.link_pci = dlsym(dl, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
 	*(void **)&nv.link_type = dlsym(dl, "nvmlDeviceGetNvLinkRemoteDeviceType");
+	*(void **)&nv.temp = dlsym(dl, "nvmlDeviceGetTemperature");
+	*(void **)&nv.power = dlsym(dl, "nvmlDeviceGetPowerUsage");
+	*(void **)&nv.power_limit = dlsym(dl, "nvmlDeviceGetEnforcedPowerLimit");
+	*(void **)&nv.clock = dlsym(dl, "nvmlDeviceGetClockInfo");
+	*(void **)&nv.pstate = dlsym(dl, "nvmlDeviceGetPerformanceState");
 	nv.ok = nv.init && nv.by_pci && nv.mem && nv.util && nv.init() == 0;
 }
 
@@ -205,5 +217,26 @@ int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 		put_u32(out, lk[i].p2p != 0);
 	}
 	put_u32(out, pci_class(bus));
+	/* the sensors (enum rgpu_sensor order) */
+	uint32_t sv[RGPU_SENSORS];
+	for (int i = 0; i < RGPU_SENSORS; i++)
+		sv[i] = RGPU_SENSOR_UNKNOWN;
+	unsigned sval;
+	int ps;
+	if (have_nh && nv.temp && nv.temp(nh, 0 /* NVML_TEMPERATURE_GPU */, &sval) == 0)
+		sv[RGPU_SENSOR_TEMP_C] = sval;
+	if (have_nh && nv.power && nv.power(nh, &sval) == 0)
+		sv[RGPU_SENSOR_POWER_MW] = sval;
+	if (have_nh && nv.power_limit && nv.power_limit(nh, &sval) == 0)
+		sv[RGPU_SENSOR_POWER_LIMIT_MW] = sval;
+	if (have_nh && nv.clock && nv.clock(nh, 1 /* NVML_CLOCK_SM */, &sval) == 0)
+		sv[RGPU_SENSOR_CLOCK_SM_MHZ] = sval;
+	if (have_nh && nv.clock && nv.clock(nh, 2 /* NVML_CLOCK_MEM */, &sval) == 0)
+		sv[RGPU_SENSOR_CLOCK_MEM_MHZ] = sval;
+	if (have_nh && nv.pstate && nv.pstate(nh, &ps) == 0 && ps >= 0)
+		sv[RGPU_SENSOR_PSTATE] = (uint32_t)ps;
+	put_u32(out, RGPU_SENSORS);
+	for (int i = 0; i < RGPU_SENSORS; i++)
+		put_u32(out, sv[i]);
 	return CUDA_SUCCESS;
 }

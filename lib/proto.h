@@ -397,8 +397,10 @@ typedef uint64_t rgpu_handle;
 	 * u32 util memory (percent; 101: unknown), u32 n,                    \
 	 * (u32 peer gpu, u32 p2p)[n], str kernel driver version, u32 nlinks, \
 	 * (u32 link, str remote bus id, u32 remote type, u32 p2p)[nlinks],   \
-	 * u32 PCI class code (0: unknown); a client reads on without the     \
-	 * fields after the peers (older servers) */                          \
+	 * u32 PCI class code (0: unknown), u32 n, u32 sensor[n] (enum       \
+	 * rgpu_sensor order; RGPU_SENSOR_UNKNOWN where the server cannot     \
+	 * read one); a client reads on without the fields after the peers    \
+	 * (older servers) */                                                 \
 	X(GPU_STATUS, 179, "GPU status for NVML")                              \
 	/* handle pool, u32 n, (u32 gpu, u32 flags)[n] -> */                   \
 	X(POOL_ACCESS, 180, "set access to a memory pool")                   \
@@ -637,6 +639,19 @@ enum rgpu_green_sub {
 };
 #define RGPU_GREEN_RES_BYTES 144u
 #define RGPU_GREEN_DESC_MAX 64u
+
+/* GPU_STATUS's sensors, as the server's NVML reads them (for rgpu's NVML:
+ * nvidia-smi's temperature, power and clock fields). */
+enum rgpu_sensor {
+	RGPU_SENSOR_TEMP_C,         /* GPU temperature, degrees C */
+	RGPU_SENSOR_POWER_MW,       /* power draw, milliwatts */
+	RGPU_SENSOR_POWER_LIMIT_MW, /* enforced power limit, milliwatts */
+	RGPU_SENSOR_CLOCK_SM_MHZ,   /* SM clock */
+	RGPU_SENSOR_CLOCK_MEM_MHZ,  /* memory clock */
+	RGPU_SENSOR_PSTATE,         /* performance state, 0 (P0) to 15 */
+	RGPU_SENSORS
+};
+#define RGPU_SENSOR_UNKNOWN 0xffffffffu
 
 /* A kernel node attribute's value on the wire: CUlaunchAttributeValue
  * (CUkernelNodeAttrValue) as it lies in memory; the values that hold a

@@ -11,8 +11,9 @@
  * memory, utilisation and peer reachability from the GPU's server
  * (RGPU_OP_GPU_STATUS; a GPU with a quota reports the quota as its
  * memory).  Topology between GPUs: of one server, NODE (PCIe/NVLink detail
- * is not known here); of different servers, SYSTEM.  NVLink, MIG, clocks,
- * power and the rest answer NVML_ERROR_NOT_SUPPORTED.
+ * is not known here); of different servers, SYSTEM.  NVLink, temperature,
+ * power, clocks and performance state come from the server's NVML where it
+ * has one; MIG, fans, ECC and the rest answer NVML_ERROR_NOT_SUPPORTED.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -20,6 +21,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include "proto.h" /* enum rgpu_sensor */
 #include "rgpu_nvml.h"
 
 #include <dlfcn.h>
@@ -58,6 +60,7 @@ static struct {
 	int (*driver)(int, char *, size_t);
 	int (*nvlink)(int, unsigned, char *, size_t, int *, int *);
 	int (*pci_class)(int);
+	int (*sensor)(int, int, unsigned *);
 } cu;
 
 API const char *rgpu_nvml_version(void) { return "rgpu-nvml 1"; }
@@ -112,6 +115,7 @@ static nvmlReturn_t init_locked(void)
 	*(void **)&cu.driver = dlsym(cudalib, "rgpu_client_driver_version"); /* may lack */
 	*(void **)&cu.nvlink = dlsym(cudalib, "rgpu_client_gpu_nvlink");      /* may lack */
 	*(void **)&cu.pci_class = dlsym(cudalib, "rgpu_client_gpu_pci_class"); /* may lack */
+	*(void **)&cu.sensor = dlsym(cudalib, "rgpu_client_gpu_sensor");       /* may lack */
 	if (!cu.init || !cu.count || !cu.get || !cu.name || !cu.uuid || !cu.attr || !cu.version ||
 	    !cu.status) {
 		refs = 0;
@@ -803,6 +807,87 @@ API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int n, nvmlFieldValue_
 	return NVML_SUCCESS;
 }
 
+/* A sensor of the GPU as its server's NVML reads it. */
+static nvmlReturn_t sensor_of(nvmlDevice_t d, int which, unsigned *v)
+{
+	int idx;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	if (rc)
+		return rc;
+	if (!v)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (!cu.sensor)
+		return NVML_ERROR_NOT_SUPPORTED;
+	int got = cu.sensor(idx, which, v);
+	if (got == -(int)CUDA_ERROR_DEVICE_UNAVAILABLE)
+		return NVML_ERROR_GPU_IS_LOST;
+	return got == 1 ? NVML_SUCCESS : got == 0 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_UNKNOWN;
+}
+
+API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigned int *t)
+{
+	if (sensor != 0) { /* NVML_TEMPERATURE_GPU, the only sensor */
+		int idx;
+		nvmlReturn_t rc = dev_of(d, &idx);
+		return rc ? rc : NVML_ERROR_INVALID_ARGUMENT;
+	}
+	return sensor_of(d, RGPU_SENSOR_TEMP_C, t);
+}
+
+/* (what nvidia-smi 580 asks for temperature.gpu) */
+API nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t d, nvmlTemperature_t *t)
+{
+	nvmlReturn_t rc = ready();
+	if (rc)
+		return rc;
+	if (!t)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (t->version != nvmlTemperature_v1)
+		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+	unsigned v;
+	if ((rc = nvmlDeviceGetTemperature(d, t->sensorType, &v)))
+		return rc;
+	t->temperature = (int)v;
+	return NVML_SUCCESS;
+}
+
+API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw)
+{
+	return sensor_of(d, RGPU_SENSOR_POWER_MW, mw);
+}
+
+API nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t d, unsigned int *mw)
+{
+	return sensor_of(d, RGPU_SENSOR_POWER_LIMIT_MW, mw);
+}
+
+/* (the limit in force: what rgpu knows of the management limit) */
+API nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned int *mw)
+{
+	return sensor_of(d, RGPU_SENSOR_POWER_LIMIT_MW, mw);
+}
+
+/* Graphics and SM clocks are one on compute GPUs; the memory clock */
+API nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *mhz)
+{
+	if (type == 0 || type == 1) /* NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM */
+		return sensor_of(d, RGPU_SENSOR_CLOCK_SM_MHZ, mhz);
+	if (type == 2) /* NVML_CLOCK_MEM */
+		return sensor_of(d, RGPU_SENSOR_CLOCK_MEM_MHZ, mhz);
+	int idx;
+	nvmlReturn_t rc = dev_of(d, &idx);
+	return rc ? rc : type == 3 ? NVML_ERROR_NOT_SUPPORTED : NVML_ERROR_INVALID_ARGUMENT;
+}
+
+API nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t d, int *pstate)
+{
+	unsigned v;
+	nvmlReturn_t rc = sensor_of(d, RGPU_SENSOR_PSTATE, pstate ? &v : NULL);
+	if (!rc)
+		*pstate = (int)v;
+	return rc;
+}
+
 /* What rgpu does not know about a remote GPU. */
 #define NOT_SUPPORTED(name, ...)                                   \
 	API nvmlReturn_t name(__VA_ARGS__)                         \
@@ -816,8 +901,6 @@ NOT_SUPPORTED(nvmlDeviceGetGpuFabricInfoV, nvmlDevice_t d, void *info)
 NOT_SUPPORTED(nvmlDeviceGetMigMode, nvmlDevice_t d, unsigned int *cur, unsigned int *pending)
 NOT_SUPPORTED(nvmlDeviceGetCpuAffinity, nvmlDevice_t d, unsigned int n, unsigned long *set)
 NOT_SUPPORTED(nvmlDeviceGetNumaNodeId, nvmlDevice_t d, unsigned int *node)
-NOT_SUPPORTED(nvmlDeviceGetTemperature, nvmlDevice_t d, int sensor, unsigned int *t)
-NOT_SUPPORTED(nvmlDeviceGetPowerUsage, nvmlDevice_t d, unsigned int *mw)
 NOT_SUPPORTED(nvmlDeviceGetPersistenceMode, nvmlDevice_t d, int *mode)
 NOT_SUPPORTED(nvmlDeviceGetComputeMode, nvmlDevice_t d, int *mode)
 /* what nvidia-smi --query-gpu and monitoring agents ask besides: answered
@@ -828,7 +911,6 @@ NOT_SUPPORTED(nvmlDeviceGetVbiosVersion, nvmlDevice_t d, char *s, unsigned int n
 NOT_SUPPORTED(nvmlDeviceGetBoardPartNumber, nvmlDevice_t d, char *s, unsigned int n)
 NOT_SUPPORTED(nvmlDeviceGetInforomImageVersion, nvmlDevice_t d, char *s, unsigned int n)
 NOT_SUPPORTED(nvmlDeviceGetBrand, nvmlDevice_t d, int *brand)
-NOT_SUPPORTED(nvmlDeviceGetPerformanceState, nvmlDevice_t d, int *pstate)
 NOT_SUPPORTED(nvmlDeviceGetPowerState, nvmlDevice_t d, int *pstate)
 NOT_SUPPORTED(nvmlDeviceGetDisplayMode, nvmlDevice_t d, int *mode)
 NOT_SUPPORTED(nvmlDeviceGetDisplayActive, nvmlDevice_t d, int *active)
@@ -843,12 +925,8 @@ NOT_SUPPORTED(nvmlDeviceGetNumFans, nvmlDevice_t d, unsigned int *n)
 NOT_SUPPORTED(nvmlDeviceGetFanSpeed, nvmlDevice_t d, unsigned int *pct)
 NOT_SUPPORTED(nvmlDeviceGetFanSpeed_v2, nvmlDevice_t d, unsigned int fan, unsigned int *pct)
 NOT_SUPPORTED(nvmlDeviceGetTemperatureThreshold, nvmlDevice_t d, int which, unsigned int *t)
-NOT_SUPPORTED(nvmlDeviceGetTemperatureV, nvmlDevice_t d, void *t) /* nvidia-smi 580's temperature.gpu */
-NOT_SUPPORTED(nvmlDeviceGetPowerManagementLimit, nvmlDevice_t d, unsigned int *mw)
 NOT_SUPPORTED(nvmlDeviceGetPowerManagementDefaultLimit, nvmlDevice_t d, unsigned int *mw)
-NOT_SUPPORTED(nvmlDeviceGetEnforcedPowerLimit, nvmlDevice_t d, unsigned int *mw)
 NOT_SUPPORTED(nvmlDeviceGetTotalEnergyConsumption, nvmlDevice_t d, unsigned long long *mj)
-NOT_SUPPORTED(nvmlDeviceGetClockInfo, nvmlDevice_t d, int type, unsigned int *mhz)
 NOT_SUPPORTED(nvmlDeviceGetMaxClockInfo, nvmlDevice_t d, int type, unsigned int *mhz)
 NOT_SUPPORTED(nvmlDeviceGetApplicationsClock, nvmlDevice_t d, int type, unsigned int *mhz)
 NOT_SUPPORTED(nvmlDeviceGetCurrentClocksEventReasons, nvmlDevice_t d, unsigned long long *r)

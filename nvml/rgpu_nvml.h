@@ -61,6 +61,14 @@ typedef struct {
 } nvmlPciInfoExt_t;
 #define nvmlPciInfoExt_v1 ((unsigned int)(sizeof(nvmlPciInfoExt_t) | (1u << 24)))
 
+/* nvmlDeviceGetTemperatureV */
+typedef struct {
+	unsigned int version;
+	int sensorType; /* 0: NVML_TEMPERATURE_GPU */
+	int temperature;
+} nvmlTemperature_t;
+#define nvmlTemperature_v1 ((unsigned int)(sizeof(nvmlTemperature_t) | (1u << 24)))
+
 typedef unsigned int nvmlDeviceArchitecture_t;
 #define NVML_DEVICE_ARCH_KEPLER 2
 #define NVML_DEVICE_ARCH_MAXWELL 3

@@ -5,7 +5,8 @@
  * It knows only what FAKE_NVML_LINKS says, words of
  *   BUS.LINK=REMOTE_BUS_ID/TYPE     e.g. 18.0=00000000:19:00.0/0
  * (BUS: the GPU's PCI bus number in hex; TYPE: NVML's remote device type,
- * 0 a GPU, 2 an NVSwitch).  Memory and utilisation are "not supported".
+ * 0 a GPU, 2 an NVSwitch).  Memory and utilisation are "not supported";
+ * the sensors read fixed values (FAKE_* below), which t_nvml expects.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,33 @@ EXPORT int nvmlDeviceGetHandleByPciBusId_v2(const char *bus, void **h)
 }
 
 EXPORT int nvmlDeviceGetMemoryInfo(void *h, void *m) { (void)h; (void)m; return NOT_SUPPORTED; }
+
+/* the sensors (t_nvml checks these numbers) */
+#define FAKE_TEMP_C 41
+#define FAKE_POWER_MW 123456
+#define FAKE_LIMIT_MW 700000
+#define FAKE_SM_MHZ 1980
+#define FAKE_MEM_MHZ 3201
+#define FAKE_PSTATE 0
+EXPORT int nvmlDeviceGetTemperature(void *h, int sensor, unsigned *t)
+{
+	(void)h;
+	if (sensor != 0 || !t)
+		return INVALID_ARGUMENT;
+	*t = FAKE_TEMP_C;
+	return 0;
+}
+EXPORT int nvmlDeviceGetPowerUsage(void *h, unsigned *mw) { (void)h; return mw ? (*mw = FAKE_POWER_MW, 0) : INVALID_ARGUMENT; }
+EXPORT int nvmlDeviceGetEnforcedPowerLimit(void *h, unsigned *mw) { (void)h; return mw ? (*mw = FAKE_LIMIT_MW, 0) : INVALID_ARGUMENT; }
+EXPORT int nvmlDeviceGetClockInfo(void *h, int type, unsigned *mhz)
+{
+	(void)h;
+	if (!mhz || (type != 1 && type != 2))
+		return type == 0 || type == 3 ? NOT_SUPPORTED : INVALID_ARGUMENT;
+	*mhz = type == 1 ? FAKE_SM_MHZ : FAKE_MEM_MHZ;
+	return 0;
+}
+EXPORT int nvmlDeviceGetPerformanceState(void *h, int *p) { (void)h; return p ? (*p = FAKE_PSTATE, 0) : INVALID_ARGUMENT; }
 EXPORT int nvmlDeviceGetUtilizationRates(void *h, void *u) { (void)h; (void)u; return NOT_SUPPORTED; }
 
 /* the link's remote end from FAKE_NVML_LINKS: 1 found, 0 not */

@@ -51,6 +51,11 @@ int main(int argc, char **argv)
 	nvmlReturn_t (*nvmlDeviceGetArchitecture)(nvmlDevice_t, nvmlDeviceArchitecture_t *);
 	nvmlReturn_t (*nvmlDeviceGetFanSpeed)(nvmlDevice_t, unsigned *);
 	nvmlReturn_t (*nvmlDeviceGetGraphicsRunningProcesses_v3)(nvmlDevice_t, unsigned *, void *);
+	nvmlReturn_t (*nvmlDeviceGetTemperatureV)(nvmlDevice_t, nvmlTemperature_t *);
+	nvmlReturn_t (*nvmlDeviceGetPowerUsage)(nvmlDevice_t, unsigned *);
+	nvmlReturn_t (*nvmlDeviceGetEnforcedPowerLimit)(nvmlDevice_t, unsigned *);
+	nvmlReturn_t (*nvmlDeviceGetClockInfo)(nvmlDevice_t, int, unsigned *);
+	nvmlReturn_t (*nvmlDeviceGetPerformanceState)(nvmlDevice_t, int *);
 	SYM(nvmlInit_v2);
 	SYM(nvmlShutdown);
 	SYM(nvmlDeviceGetCount_v2);
@@ -72,6 +77,11 @@ int main(int argc, char **argv)
 	SYM(nvmlDeviceGetArchitecture);
 	SYM(nvmlDeviceGetFanSpeed);
 	SYM(nvmlDeviceGetGraphicsRunningProcesses_v3);
+	SYM(nvmlDeviceGetTemperatureV);
+	SYM(nvmlDeviceGetPowerUsage);
+	SYM(nvmlDeviceGetEnforcedPowerLimit);
+	SYM(nvmlDeviceGetClockInfo);
+	SYM(nvmlDeviceGetPerformanceState);
 
 	/* what nvidia-smi --query-gpu looks up for its common fields (a
 	 * missing one prints "[Function Not Found]") */
@@ -203,6 +213,23 @@ int main(int argc, char **argv)
 		      "fan speed of a remote GPU answered");
 		CHECK(nvmlDeviceGetGraphicsRunningProcesses_v3(h[i], &nproc, NULL) == NVML_SUCCESS && nproc == 0,
 		      "graphics processes: %u", nproc);
+		/* the sensors: the server's NVML's (the stand-in's numbers),
+		 * or not supported from a server without one */
+		nvmlTemperature_t tv = { .version = nvmlTemperature_v1, .sensorType = 0, .temperature = -1 };
+		unsigned pw = 0, lim = 0, sm = 0, mem = 0;
+		int ps = -1;
+		nvmlReturn_t sw = getenv("T_NVML_NVLINK") ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+		CHECK(nvmlDeviceGetTemperatureV(h[i], &tv) == sw && (sw || tv.temperature == 41),
+		      "temperature %d", tv.temperature);
+		CHECK(nvmlDeviceGetPowerUsage(h[i], &pw) == sw && (sw || pw == 123456), "power %u mW", pw);
+		CHECK(nvmlDeviceGetEnforcedPowerLimit(h[i], &lim) == sw && (sw || lim == 700000),
+		      "power limit %u mW", lim);
+		CHECK(nvmlDeviceGetClockInfo(h[i], 1, &sm) == sw && (sw || sm == 1980), "SM clock %u", sm);
+		CHECK(nvmlDeviceGetClockInfo(h[i], 2, &mem) == sw && (sw || mem == 3201), "memory clock %u", mem);
+		CHECK(nvmlDeviceGetPerformanceState(h[i], &ps) == sw && (sw || ps == 0), "pstate %d", ps);
+		tv.version = 3;
+		CHECK(nvmlDeviceGetTemperatureV(h[i], &tv) == NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
+		      "temperature of a wrong version answered");
 		size_t total;
 		CK(cuDeviceTotalMem(&total, d));
 		nvmlMemory_t m;
