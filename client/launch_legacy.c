@@ -123,17 +123,18 @@ RC_EXPORT CUresult cuLaunchGridAsync(CUfunction hf, int w, int h, CUstream s)
 {
 	if (w <= 0 || h <= 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	/* a copy: another thread may set the next launch's meanwhile */
-	struct rc_legacy *copy = malloc(sizeof(*copy)), *st;
+	/* a copy of what is set (another thread may set the next launch's
+	 * meanwhile): the shape and the parameter bytes in use */
+	struct rc_legacy *st, *copy;
+	CUresult rc = lock_state(hf, &st);
+	if (rc)
+		return rc;
+	size_t n = offsetof(struct rc_legacy, buf) + st->size;
+	if ((copy = malloc(n)))
+		memcpy(copy, st, n);
+	pthread_mutex_unlock(&legacy_lock);
 	if (!copy)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	CUresult rc = lock_state(hf, &st);
-	if (rc) {
-		free(copy);
-		return rc;
-	}
-	memcpy(copy, st, offsetof(struct rc_legacy, buf) + st->size);
-	pthread_mutex_unlock(&legacy_lock);
 	size_t size = copy->size;
 	void *extra[] = { CU_LAUNCH_PARAM_BUFFER_POINTER, copy->buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
 			  CU_LAUNCH_PARAM_END };

@@ -221,20 +221,22 @@ int op_gpu_status(struct session *s, const struct rgpu_hdr *h, struct rd *r, str
 	uint32_t sv[RGPU_SENSORS];
 	for (int i = 0; i < RGPU_SENSORS; i++)
 		sv[i] = RGPU_SENSOR_UNKNOWN;
-	unsigned sval;
-	int ps;
-	if (have_nh && nv.temp && nv.temp(nh, 0 /* NVML_TEMPERATURE_GPU */, &sval) == 0)
-		sv[RGPU_SENSOR_TEMP_C] = sval;
-	if (have_nh && nv.power && nv.power(nh, &sval) == 0)
-		sv[RGPU_SENSOR_POWER_MW] = sval;
-	if (have_nh && nv.power_limit && nv.power_limit(nh, &sval) == 0)
-		sv[RGPU_SENSOR_POWER_LIMIT_MW] = sval;
-	if (have_nh && nv.clock && nv.clock(nh, 1 /* NVML_CLOCK_SM */, &sval) == 0)
-		sv[RGPU_SENSOR_CLOCK_SM_MHZ] = sval;
-	if (have_nh && nv.clock && nv.clock(nh, 2 /* NVML_CLOCK_MEM */, &sval) == 0)
-		sv[RGPU_SENSOR_CLOCK_MEM_MHZ] = sval;
-	if (have_nh && nv.pstate && nv.pstate(nh, &ps) == 0 && ps >= 0)
-		sv[RGPU_SENSOR_PSTATE] = (uint32_t)ps;
+	if (have_nh) {
+		unsigned v;
+		int ps;
+		if (nv.temp && nv.temp(nh, 0 /* NVML_TEMPERATURE_GPU */, &v) == 0)
+			sv[RGPU_SENSOR_TEMP_C] = v;
+		if (nv.power && nv.power(nh, &v) == 0)
+			sv[RGPU_SENSOR_POWER_MW] = v;
+		if (nv.power_limit && nv.power_limit(nh, &v) == 0)
+			sv[RGPU_SENSOR_POWER_LIMIT_MW] = v;
+		if (nv.clock && nv.clock(nh, 1 /* NVML_CLOCK_SM */, &v) == 0)
+			sv[RGPU_SENSOR_CLOCK_SM_MHZ] = v;
+		if (nv.clock && nv.clock(nh, 2 /* NVML_CLOCK_MEM */, &v) == 0)
+			sv[RGPU_SENSOR_CLOCK_MEM_MHZ] = v;
+		if (nv.pstate && nv.pstate(nh, &ps) == 0 && ps >= 0)
+			sv[RGPU_SENSOR_PSTATE] = (uint32_t)ps;
+	}
 	put_u32(out, RGPU_SENSORS);
 	for (int i = 0; i < RGPU_SENSORS; i++)
 		put_u32(out, sv[i]);

@@ -72,6 +72,8 @@ static void mslot_put(void *v)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 	uint8_t *a = v;
+	if (!a)
+		return;
 	emu_lock(&emu_lib_lock);
 	for (struct mslot_page **pp = &mslot_pages; *pp; pp = &(*pp)->next) {
 		struct mslot_page *p = *pp;
@@ -87,6 +89,7 @@ static void mslot_put(void *v)
 	}
 	emu_unlock(&emu_lib_lock);
 }
+
 #define SHARED_PER_BLOCK 49152
 #define SHARED_OPTIN 232448
 
@@ -210,10 +213,11 @@ static struct emu_func *func_find(struct emu_ctx *ctx, const void *h)
 	return NULL;
 }
 
-/* A module, or a library's instance in one context, with fresh globals in
- * ctx (zeroed pages, like __device__ variables; not counted as allocations
- * in cuMemGetInfo).  No lock held. */
-static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
+/* A module, or a library's instance in one context (instance: it has the
+ * library's g_managed), with fresh globals in ctx (zeroed pages, like
+ * __device__ variables; not counted as allocations in cuMemGetInfo).  No
+ * lock held. */
+static CUresult module_new(struct emu_ctx *ctx, int instance, struct emu_module **out)
 {
 	struct emu_module *m = calloc(1, sizeof *m);
 	CUresult rc;
@@ -225,13 +229,13 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 		free(m);
 		return rc;
 	}
-	/* (a library's instance has the library's g_managed) */
-	if (!(m->managed = mslot_get())) {
+	if (!instance && !(m->managed = mslot_get())) {
 		emu_mem_free(ctx, m->globals);
 		free(m);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	*(int *)m->managed = TEST_MANAGED_INIT;
+	if (m->managed)
+		*(int *)m->managed = TEST_MANAGED_INIT;
 
 	for (int i = 0; i < EMU_NKERNELS; i++) {
 		m->funcs[i].mod = m;
@@ -244,17 +248,11 @@ static CUresult module_new(struct emu_ctx *ctx, struct emu_module **out)
 	return CUDA_SUCCESS;
 }
 
-/* Its managed slot given back (no lock held). */
-static void module_managed_free(struct emu_module *m)
-{
-	mslot_put(m->managed);
-}
-
 /* Frees a module no longer linked into ctx (no lock held). */
 static void module_free(struct emu_ctx *ctx, struct emu_module *m)
 {
 	emu_mem_free(ctx, m->globals);
-	module_managed_free(m);
+	mslot_put(m->managed);
 	free(m);
 }
 
@@ -273,7 +271,6 @@ struct emu_library {
 	 * driver's managed memory is), a page of its own */
 	void *managed;
 };
-
 
 /* Caller holds emu_lib_lock. */
 static struct emu_library *lib_find(const void *h)
@@ -359,7 +356,7 @@ static CUresult instance_get(struct emu_ctx *ctx, const void *h, int is_kernel, 
 		if (m)
 			return CUDA_SUCCESS;
 		/* Allocate outside the locks, then link (or drop) it. */
-		rc = module_new(ctx, &fresh);
+		rc = module_new(ctx, 1, &fresh);
 		if (rc != CUDA_SUCCESS)
 			return rc;
 	}
@@ -436,7 +433,7 @@ EMU_API CUresult CUDAAPI cuModuleLoadData(CUmodule *module, const void *image)
 		emu_ctx_leave(ctx);
 		return CUDA_ERROR_INVALID_IMAGE;
 	}
-	rc = module_new(ctx, &m);
+	rc = module_new(ctx, 0, &m);
 	if (rc == CUDA_SUCCESS) {
 		emu_lock(&ctx->lock);
 		m->next = ctx->modules;
@@ -481,7 +478,7 @@ void emu_modules_destroy_all(struct emu_ctx *ctx)
 	 * context's memory. */
 	for (m = ctx->modules; m; m = next) {
 		next = m->next;
-		module_managed_free(m);
+		mslot_put(m->managed);
 		free(m);
 	}
 	ctx->modules = NULL;

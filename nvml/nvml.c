@@ -570,13 +570,11 @@ API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int *major, 
 API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, nvmlDeviceArchitecture_t *arch)
 {
 	int major, minor;
-	nvmlReturn_t rc = dev_of(d, &major);
+	nvmlReturn_t rc = nvmlDeviceGetCudaComputeCapability(d, &major, &minor);
 	if (rc)
 		return rc;
 	if (!arch)
 		return NVML_ERROR_INVALID_ARGUMENT;
-	if ((rc = nvmlDeviceGetCudaComputeCapability(d, &major, &minor)))
-		return rc;
 	static const struct { int major, minor; nvmlDeviceArchitecture_t arch; } by_cc[] = {
 		{ 3, 0, NVML_DEVICE_ARCH_KEPLER }, { 5, 0, NVML_DEVICE_ARCH_MAXWELL },
 		{ 6, 0, NVML_DEVICE_ARCH_PASCAL }, { 7, 0, NVML_DEVICE_ARCH_VOLTA },
@@ -587,11 +585,9 @@ API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t d, nvmlDeviceArchitectur
 	/* the last generation at or below the capability (10.x-12.x are
 	 * Blackwell's); what comes after 12.x is not named here */
 	*arch = NVML_DEVICE_ARCH_UNKNOWN;
-	for (size_t i = 0; i < sizeof(by_cc) / sizeof(by_cc[0]); i++)
+	for (size_t i = 0; major <= 12 && i < sizeof(by_cc) / sizeof(by_cc[0]); i++)
 		if (major > by_cc[i].major || (major == by_cc[i].major && minor >= by_cc[i].minor))
 			*arch = by_cc[i].arch;
-	if (major > 12 || major < 3)
-		*arch = NVML_DEVICE_ARCH_UNKNOWN;
 	return NVML_SUCCESS;
 }
 
